@@ -1,0 +1,209 @@
+"""Settings for Durable. Everything a deployment changes comes from environment variables.
+
+Embedded default (no variables set): SQLite in WAL mode under ``var/`` and Celery on its
+``filesystem://`` transport under ``var/broker``. Production: ``DATABASE_URL=postgres://...``
+and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://...``). The code is the same.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_float(name: str, default: float | None) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("DURABLE_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """DJANGO_SECRET_KEY, or a random key kept in var/secret_key (never a shared default)."""
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return os.environ["DJANGO_SECRET_KEY"]
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(secrets.token_urlsafe(50))
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)  # atomic: the first process to create it wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "durable",
+    "approvals",
+    "dashboard",
+] + env_list("DURABLE_EXTRA_APPS")
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+# --- database ------------------------------------------------------------------------
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{VAR_DIR / 'durable.sqlite3'}",
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers (the dashboard) run beside one writer; IMMEDIATE transactions take
+    # the write lock up front so two writers queue on the busy timeout instead of failing
+    # with "database is locked" on lock upgrade (SCENARIOS S13).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0 if os.environ.get("DURABLE_SQLITE_NO_PERSIST") else 600
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=30000",
+    }
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("DURABLE_TEST_SQLITE", str(VAR_DIR / "test.sqlite3")),
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+
+# --- Celery: only the transport ------------------------------------------------------
+_broker = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = _broker
+if _broker.startswith("filesystem://"):
+    _queue = VAR_DIR / "broker" / "queue"
+    _processed = VAR_DIR / "broker" / "processed"
+    _queue.mkdir(parents=True, exist_ok=True)
+    _processed.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue),
+        "data_folder_out": str(_queue),
+        "processed_folder": str(_processed),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "durable-sweep": {
+        "task": "durable.sweep",
+        "schedule": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
+        "options": {"expires": 30},
+    },
+}
+
+# --- Channels ------------------------------------------------------------------------
+if os.environ.get("CHANNEL_LAYER_REDIS_URL"):
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [os.environ["CHANNEL_LAYER_REDIS_URL"]]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Durable -------------------------------------------------------------------------
+DURABLE = {
+    "WORKFLOW_MODULES": env_list("DURABLE_WORKFLOW_MODULES"),
+    "DISPATCH": os.environ.get("DURABLE_DISPATCH", "celery"),
+    "LEASE_SECONDS": env_float("DURABLE_LEASE_SECONDS", 30.0),
+    "HEARTBEAT_SECONDS": env_float("DURABLE_HEARTBEAT_SECONDS", None),
+    "SWEEP_INTERVAL_SECONDS": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
+    "REDISPATCH_AFTER_SECONDS": env_float("DURABLE_REDISPATCH_AFTER_SECONDS", 30.0),
+    "INPROCESS_RETRY_MAX_SECONDS": env_float("DURABLE_INPROCESS_RETRY_MAX_SECONDS", 5.0),
+    "MAX_PAYLOAD_BYTES": int(os.environ.get("DURABLE_MAX_PAYLOAD_BYTES", 1_048_576)),
+    "ENCRYPTION_KEY": os.environ.get("DURABLE_ENCRYPTION_KEY", ""),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

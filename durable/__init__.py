@@ -1,0 +1,101 @@
+"""Durable: durable execution for AI agents.
+
+The public API. A workflow is ``fn(ctx, input)`` registered with :func:`workflow`; its
+durable calls (``ctx.step``, ``ctx.call_tool``) are memoized and replayed after a crash.
+
+    import durable
+
+    @durable.tool(safety="unsafe_write", reconcile=find_refund)
+    def refund(charge_id, amount, *, idempotency_key): ...
+
+    @durable.workflow(name="support", version="1")
+    def support(ctx, ticket):
+        plan = ctx.step("plan", call_llm, ticket["message"])
+        return ctx.call_tool("refund", {"charge_id": plan["charge"], "amount": 10})
+
+    run = durable.start("support", {"message": "..."})
+    print(durable.result(run.id, timeout=60))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .exceptions import (
+    AmbiguousOutcomeError,
+    BudgetExceeded,
+    DurableError,
+    IdempotencyConflict,
+    IllegalTransition,
+    ModelRecoverableError,
+    NonDeterminismError,
+    PayloadError,
+    PermanentError,
+    RunInputConflict,
+    RunNotFound,
+    StepFailed,
+    ToolNotFound,
+    TransientError,
+    WorkflowNotFound,
+)
+from .registry import tool, workflow
+from .retry import RetryPolicy
+from .secrets import Secret
+from .types import NOT_FOUND, ModelRecoverable
+
+__all__ = [
+    "NOT_FOUND",
+    "AmbiguousOutcomeError",
+    "BudgetExceeded",
+    "DurableError",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "ModelRecoverable",
+    "ModelRecoverableError",
+    "NonDeterminismError",
+    "PayloadError",
+    "PermanentError",
+    "RetryPolicy",
+    "RunFailed",
+    "RunInputConflict",
+    "RunNotFound",
+    "Secret",
+    "StepFailed",
+    "ToolNotFound",
+    "TransientError",
+    "WorkflowNotFound",
+    "get_run",
+    "result",
+    "start",
+    "tool",
+    "workflow",
+]
+
+
+def start(workflow_name: str, input: Any = None, run_id: str | None = None, **options: Any):
+    """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`."""
+    from .api import start as _start
+
+    return _start(workflow_name, input, run_id, **options)
+
+
+def get_run(run_id: str):
+    """The :class:`~durable.models.Run` with this id; raises :class:`RunNotFound`."""
+    from .api import get_run as _get_run
+
+    return _get_run(run_id)
+
+
+def result(run_id: str, timeout: float | None = 60.0) -> Any:
+    """Wait (up to ``timeout`` seconds) for the run's output (see :func:`durable.api.result`)."""
+    from .api import result as _result
+
+    return _result(run_id, timeout)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunFailed":
+        from .api import RunFailed
+
+        return RunFailed
+    raise AttributeError(f"module 'durable' has no attribute {name!r}")

@@ -1,0 +1,128 @@
+"""Starting runs and reading their results: the SDK's entry points outside a workflow."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from . import codec, conf, registry
+from .dispatch import dispatch_on_commit
+from .exceptions import DurableError, RunInputConflict, RunNotFound
+from .models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
+
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+
+
+class RunFailed(DurableError):
+    """``result()`` was asked for a run that ended without an output."""
+
+    def __init__(self, run: Run):
+        self.run_id = run.id
+        self.status = run.status
+        self.error = run.error or {}
+        detail = f": {self.error.get('type')}: {self.error.get('message')}" if self.error else ""
+        super().__init__(f"run {run.id} ended {run.status}{detail}")
+
+
+def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
+          version: str | None = None, tags: list[str] | None = None,
+          started_by: Any = None, max_steps: int | None = None,
+          deadline_seconds: float | None = None) -> Run:
+    """Start a run of ``workflow_name`` with ``input`` and dispatch it on commit.
+
+    Idempotent on ``run_id``: the same id with the same workflow and input returns the
+    existing run; with a different workflow or input it raises
+    :class:`~durable.RunInputConflict`. ``run_id`` is 1-128 characters of letters,
+    digits, ``.``, ``_`` and ``-`` (default: a random UUID).
+
+    Raises :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
+    storable or over ``DURABLE['MAX_PAYLOAD_BYTES']``), ``ValueError`` (bad run id or
+    budget).
+    """
+    spec = registry.get_workflow(workflow_name, version)
+    if run_id is not None and not _RUN_ID_RE.match(str(run_id)):
+        raise ValueError(f"run id {run_id!r} is not valid: use 1-128 characters of letters, "
+                         "digits, '.', '_' and '-', starting with a letter or digit")
+    if tags is not None and (not isinstance(tags, list | tuple)
+                             or not all(isinstance(t, str) for t in tags)):
+        raise ValueError("tags must be a list of strings")
+    input_text = codec.dumps_checked(input, what="run input")
+    input_hash = codec.fingerprint(input)
+    steps_budget = max_steps or spec.max_steps or int(conf.get("MAX_STEPS"))
+    if steps_budget < 1:
+        raise ValueError("max_steps must be >= 1")
+    deadline = deadline_seconds or spec.deadline_seconds or conf.get("DEADLINE_SECONDS")
+    now = timezone.now()
+    fields = dict(
+        workflow_name=spec.name, workflow_version=spec.version, input=input_text,
+        input_hash=input_hash, status=RunStatus.PENDING, created_at=now, updated_at=now,
+        max_steps=steps_budget,
+        deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
+        tags=list(tags or []),
+        started_by=started_by if getattr(started_by, "pk", None) else None,
+    )
+    if run_id is not None:
+        existing = Run.objects.filter(pk=run_id).first()
+        if existing is not None:
+            return _same_run(existing, spec.name, input_hash)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
+            TraceEvent.objects.create(
+                run=run, kind="created", actor=_actor(started_by),
+                message=f"started {spec.name} version {spec.version}")
+            dispatch_on_commit(run.id)
+    except IntegrityError:
+        existing = Run.objects.filter(pk=run_id).first() if run_id else None
+        if existing is None:
+            raise
+        return _same_run(existing, spec.name, input_hash)
+    return run
+
+
+def _same_run(existing: Run, workflow_name: str, input_hash: str) -> Run:
+    if existing.workflow_name != workflow_name:
+        raise RunInputConflict(existing.id, "workflow")
+    if existing.input_hash != input_hash:
+        raise RunInputConflict(existing.id, "input")
+    return existing
+
+
+def _actor(user: Any) -> str:
+    if user is None:
+        return ""
+    return str(getattr(user, "get_username", lambda: user)())
+
+
+def get_run(run_id: str) -> Run:
+    """The run with this id. Raises :class:`~durable.RunNotFound`."""
+    run = Run.objects.filter(pk=str(run_id)).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def result(run_id: str, timeout: float | None = 60.0, *, poll: float = 0.05) -> Any:
+    """Wait until the run ends and return its output.
+
+    ``timeout``: seconds to wait (``None``: forever); raises ``TimeoutError`` when it
+    passes. Raises :class:`RunFailed` when the run ended without succeeding, and
+    :class:`~durable.RunNotFound` for an unknown id.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = poll
+    while True:
+        run = get_run(run_id)
+        if run.status in TERMINAL:
+            if run.status == RunStatus.SUCCEEDED:
+                return run.output_value()
+            raise RunFailed(run)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)

@@ -1,0 +1,71 @@
+"""Durable's settings: one ``DURABLE = {...}`` dict in Django settings, read here only.
+
+Every key has a default; ``config/settings.py`` fills them from environment variables.
+``durable.checks`` validates them at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+DEFAULT_REDACT_KEYS = (
+    "password", "passwd", "secret", "token", "api_key", "apikey", "access_token",
+    "refresh_token", "client_secret", "private_key", "authorization", "cookie",
+    "session", "credit_card", "card_number", "cvv",
+)
+
+DEFAULT_REDACT_PATTERNS = (
+    r"sk-[A-Za-z0-9_\-]{6,}",             # OpenAI / Stripe style secret keys
+    r"(?i)bearer\s+[A-Za-z0-9._~+/\-]+=*",  # Authorization: Bearer <token>
+    r"gh[pousr]_[A-Za-z0-9]{20,}",         # GitHub tokens
+    r"xox[baprs]-[A-Za-z0-9\-]{10,}",      # Slack tokens
+    r"AKIA[0-9A-Z]{16}",                   # AWS access key ids
+)
+
+DEFAULTS: dict[str, Any] = {
+    # modules to import workflows from, besides each installed app's workflows.py
+    "WORKFLOW_MODULES": [],
+    # how a run is dispatched: "celery" (a task on commit) or "manual" (tests drive it)
+    "DISPATCH": "celery",
+    # seconds a claim lasts without a heartbeat
+    "LEASE_SECONDS": 30.0,
+    # seconds between heartbeats (a third of the lease by default)
+    "HEARTBEAT_SECONDS": None,
+    # seconds between sweeps (Celery beat)
+    "SWEEP_INTERVAL_SECONDS": 5.0,
+    # a pending run whose dispatch is older than this (seconds) is dispatched again
+    "REDISPATCH_AFTER_SECONDS": 30.0,
+    # retries due within this many seconds wait in-process; longer ones release the run
+    "INPROCESS_RETRY_MAX_SECONDS": 5.0,
+    # largest encoded payload (run input/output, step input/output), in bytes
+    "MAX_PAYLOAD_BYTES": 1_048_576,
+    # default budgets of a run (overridable per workflow and per start)
+    "MAX_STEPS": 10_000,
+    "DEADLINE_SECONDS": None,
+    # a step interrupted by a lost worker this many times fails (a poison step)
+    "MAX_WORKER_LOST_ATTEMPTS": 3,
+    # redaction: dict keys (case-insensitive, substring) and regex patterns
+    "REDACT_KEYS": list(DEFAULT_REDACT_KEYS),
+    "REDACT_PATTERNS": list(DEFAULT_REDACT_PATTERNS),
+    # key for encrypting redacted values at rest; derived from SECRET_KEY when empty
+    "ENCRYPTION_KEY": "",
+}
+
+
+def get(name: str) -> Any:
+    """Return the ``DURABLE[name]`` setting, or its default."""
+    user = getattr(settings, "DURABLE", {}) or {}
+    if name in user:
+        return user[name]
+    return DEFAULTS[name]
+
+
+def lease_seconds() -> float:
+    return float(get("LEASE_SECONDS"))
+
+
+def heartbeat_seconds() -> float:
+    hb = get("HEARTBEAT_SECONDS")
+    return float(hb) if hb else lease_seconds() / 3.0

@@ -1,0 +1,843 @@
+"""The workflow context: every durable call a workflow makes goes through ``ctx``.
+
+On each execution the workflow function runs from the top. A durable call whose result
+is recorded returns it without executing (replay); the first unrecorded call executes,
+and its result is committed as a checkpoint before the workflow goes on. Every write
+checks the lease token, so a worker that lost its lease records nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import traceback as tb_module
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import codec, conf, registry
+from .exceptions import (
+    BudgetExceeded,
+    DurableError,
+    IdempotencyConflict,
+    LeaseLost,
+    NonDeterminismError,
+    PayloadError,
+    RunStopped,
+    StepFailed,
+    Suspend,
+    ToolNotFound,
+)
+from .models import (
+    AttemptOutcome,
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+    Step,
+    StepAttempt,
+    StepKind,
+    StepStatus,
+    TraceEvent,
+    Wait,
+    WaitKind,
+    WaitStatus,
+)
+from .redaction import redact_text
+from .retry import AMBIGUOUS, DEFAULT_POLICY, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
+from .types import NOT_FOUND, ModelRecoverable
+
+if TYPE_CHECKING:
+    from .registry import ToolSpec, WorkflowSpec
+
+logger = logging.getLogger("durable.engine")
+
+#: seconds after which the worker re-reads the run's status before starting a step
+AUTHORIZATION_STALE_SECONDS = 0.1
+
+
+class StepTimeout(DurableError):
+    """An attempt did not finish within its ``timeout``; its late result is discarded."""
+
+    classification = "transient"
+
+
+def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:
+    """A JSON-able, redacted description of an exception (for ``error`` columns)."""
+    return {
+        "type": type(exc).__name__,
+        "message": redact_text(_safe_str(exc))[:4000],
+        "classification": classification,
+        "step_id": step_id,
+    }
+
+
+def _safe_str(exc: BaseException) -> str:
+    """``str(exc)`` that never raises and is always valid text (SCENARIOS S11)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the failure
+        try:
+            text = repr(exc)
+        except Exception:  # noqa: BLE001
+            text = f"<{type(exc).__name__} with an unprintable message>"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _safe_traceback(exc: BaseException) -> str:
+    try:
+        text = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001
+        text = f"{type(exc).__name__}: {_safe_str(exc)}"
+    return redact_text(text.encode("utf-8", "backslashreplace").decode("utf-8"))[-20000:]
+
+
+def _call_with_timeout(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
+                       timeout: float | None, label: str) -> Any:
+    """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped."""
+    if not timeout:
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name=f"durable-step-{label}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise StepTimeout(f"attempt did not finish within {timeout:g} s; it is abandoned "
+                          "and its late result will be discarded")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class WorkflowContext:
+    """Passed to every workflow function as ``ctx``. Create nothing yourself: the engine does.
+
+    Attributes: ``run_id`` (str), ``workflow_name``, ``workflow_version``, ``input``.
+    """
+
+    def __init__(self, *, run: Run, token: str, steps: list[Step], spec: WorkflowSpec,
+                 worker_id: str, heartbeat: Any = None) -> None:
+        self.run = run
+        self.run_id: str = run.id
+        self.workflow_name = run.workflow_name
+        self.workflow_version = run.workflow_version
+        self.token = token
+        self.worker_id = worker_id
+        self.spec = spec
+        self.heartbeat = heartbeat
+        self._status = run.status
+        self._by_position: dict[int, Step] = {s.position: s for s in steps}
+        self._positions_by_id: dict[str, int] = {s.step_id: s.position for s in steps}
+        self._position = 0
+        self._occurrences: Counter[str] = Counter()
+        self._replayed: list[int] = []
+        self._stopped: str | None = None
+        self._last_auth = time.monotonic()
+        self._tool_rows: dict[str, Any] | None = None
+        self._pending_lost: list[StepAttempt] = []
+
+    # ----------------------------------------------------------------- public API
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the workflow is re-running through recorded calls."""
+        return self._position < len(self._by_position)
+
+    def step(self, step_id: str | None, fn: Callable[..., Any], *args: Any,
+             retry: RetryPolicy | None = None, timeout: float | None = None,
+             **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once and memoize its result.
+
+        ``step_id`` names the step (``None``: derived from ``fn``'s name); a name used
+        again in the same run gets an occurrence suffix (``fetch``, ``fetch#2``, ...).
+        ``fn`` receives ``idempotency_key="{run_id}:{step_id}"`` when it accepts that
+        keyword; the key is the same on every attempt. ``retry`` is the step's
+        :class:`RetryPolicy`; ``timeout`` (seconds) bounds each attempt.
+
+        Returns the result, or a :class:`~durable.ModelRecoverable` when ``fn`` raised
+        :class:`~durable.ModelRecoverableError`. Raises :class:`~durable.StepFailed` when
+        the step fails for good (the run is then FAILED).
+        """
+        base = step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step")
+        sid, pos, rec = self._next_call(base)
+        if rec is not None and rec.status == StepStatus.SUCCEEDED:
+            return self._replay(rec)
+        key = self.idempotency_key(sid)
+        call_kwargs = dict(kwargs)
+        if registry.accepts_keyword(fn, "idempotency_key"):
+            call_kwargs["idempotency_key"] = key
+        input_text = self._encode_step_input(sid, args, kwargs)
+        return self._execute(
+            sid=sid, pos=pos, rec=rec, kind=StepKind.STEP, tool_name="",
+            call=lambda: _call_with_timeout(fn, args, call_kwargs, timeout, sid),
+            policy=retry or DEFAULT_POLICY, safety=None, input_text=input_text)
+
+    def call_tool(self, name: str, params: dict[str, Any] | None = None, *,
+                  step_id: str | None = None) -> Any:
+        """Call the registered tool ``name`` with ``params`` (keyword arguments), durably.
+
+        Writes (``idempotent_write``, ``unsafe_write``) go through the operation ledger
+        with the idempotency key ``"{run_id}:{step_id}"``. An unknown tool name or
+        arguments that do not fit the tool's signature return a
+        :class:`~durable.ModelRecoverable` (an LLM chose them), not an exception.
+        """
+        params = dict(params or {})
+        sid, pos, rec = self._next_call(step_id or name)
+        if rec is not None and rec.status == StepStatus.SUCCEEDED:
+            return self._replay(rec)
+        input_text = self._encode_step_input(sid, (), params)
+        try:
+            spec = self._tool_spec(name)
+        except ToolNotFound as exc:
+            known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
+            return self._record_model_error(
+                sid, pos, rec, StepKind.TOOL, name, input_text,
+                ModelRecoverable(f"{exc}; available tools: {known}", "ToolNotFound"))
+        try:
+            inspect.signature(spec.fn).bind(**params)
+        except TypeError as exc:
+            return self._record_model_error(
+                sid, pos, rec, StepKind.TOOL, name, input_text,
+                ModelRecoverable(f"wrong arguments for tool {name!r}: {exc}", "TypeError"))
+        key = self.idempotency_key(sid)
+        call_kwargs = dict(params)
+        if registry.accepts_keyword(spec.fn, "idempotency_key"):
+            call_kwargs["idempotency_key"] = key
+        policy = spec.retry or DEFAULT_POLICY
+        call = lambda: _call_with_timeout(spec.fn, (), call_kwargs, spec.timeout, sid)  # noqa: E731
+        if spec.safety == "read_only":
+            return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.TOOL, tool_name=name,
+                                 call=call, policy=policy, safety=spec.safety,
+                                 input_text=input_text)
+        ledger = _Ledger(self, spec, key, params, input_text)
+        return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.TOOL, tool_name=name,
+                             call=call, policy=policy, safety=spec.safety,
+                             input_text=input_text, ledger=ledger)
+
+    def idempotency_key(self, step_id: str) -> str:
+        """The key of a step: ``"{run_id}:{step_id}"``, the same on every attempt."""
+        return f"{self.run_id}:{step_id}"
+
+    # ------------------------------------------------------------ replay machinery
+
+    def _next_call(self, base: str) -> tuple[str, int, Step | None]:
+        self._ensure_live()
+        self._occurrences[base] += 1
+        n = self._occurrences[base]
+        sid = base if n == 1 else f"{base}#{n}"
+        pos = self._position
+        self._position += 1
+        rec = self._by_position.get(pos)
+        recorded_pos = self._positions_by_id.get(sid)
+        if (rec is not None and rec.step_id != sid) or (
+                recorded_pos is not None and recorded_pos != pos):
+            exc = NonDeterminismError(
+                run_id=self.run_id, position=pos,
+                recorded_step_id=rec.step_id if rec is not None else "(nothing)",
+                requested_step_id=sid)
+            self._fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
+                           event="nondeterminism")
+            raise exc
+        if rec is None or rec.status != StepStatus.SUCCEEDED:
+            self._check_budgets(sid, pos)
+        return sid, pos, rec
+
+    def _replay(self, rec: Step) -> Any:
+        self._replayed.append(rec.pk)
+        value = codec.decode(rec.output)
+        if rec.error and rec.error.get("classification") == MODEL_RECOVERABLE:
+            return ModelRecoverable(**value)
+        return value
+
+    def _check_budgets(self, sid: str, pos: int) -> None:
+        run = self.run
+        exc: BudgetExceeded | None = None
+        if pos >= run.max_steps:
+            exc = BudgetExceeded(run_id=self.run_id, budget="max_steps", limit=run.max_steps,
+                                 used=pos + 1)
+        elif run.deadline_at is not None and timezone.now() > run.deadline_at:
+            exc = BudgetExceeded(run_id=self.run_id, budget="deadline",
+                                 limit=run.deadline_at.isoformat())
+        if exc is not None:
+            self._fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
+                           event="budget_exceeded")
+            raise exc
+
+    def _ensure_live(self) -> None:
+        if self._stopped:
+            raise RunStopped(self._stopped)
+        if self.heartbeat is not None and self.heartbeat.lost:
+            raise LeaseLost()
+
+    def _ensure_authorized(self) -> None:
+        """Re-read the run's status if the last check is stale (cancel stops new steps)."""
+        if time.monotonic() - self._last_auth < AUTHORIZATION_STALE_SECONDS:
+            return
+        row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
+        if row is None or row["lease_token"] != self.token:
+            raise LeaseLost()
+        if row["status"] != self._status:
+            self._stopped = row["status"]
+            raise RunStopped(row["status"])
+        self._last_auth = time.monotonic()
+
+    def _encode_step_input(self, sid: str, args: tuple, kwargs: dict[str, Any]) -> str | None:
+        value: dict[str, Any] = {}
+        if args:
+            value["args"] = list(args)
+        if kwargs:
+            value["kwargs"] = kwargs
+        if not value:
+            return None
+        try:
+            return codec.dumps_checked(value, what="step input", step_id=sid)
+        except PayloadError as exc:
+            self._record_permanent_before_call(sid, exc)
+            raise AssertionError("unreachable")  # _record_permanent_before_call raises
+
+    def _record_permanent_before_call(self, sid: str, exc: DurableError) -> None:
+        pos = self._position - 1
+        self._record_failure(sid=sid, pos=pos, rec=self._by_position.get(pos),
+                             kind=StepKind.STEP, tool_name="", input_text=None, attempt=1,
+                             exc=exc, classification=PERMANENT, delay=None,
+                             started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
+                             reason="cannot store the step's input")
+
+    # --------------------------------------------------------------- execution
+
+    def _tool_spec(self, name: str) -> ToolSpec:
+        spec = registry.get_tool(name)
+        if self._tool_rows is None:
+            from .models import Tool
+            self._tool_rows = {}
+            self._tool_rows_loaded: set[str] = set()
+        if name not in self._tool_rows_loaded:
+            from .models import Tool
+            self._tool_rows[name] = Tool.objects.select_related("approver_group").filter(
+                name=name).first()
+            self._tool_rows_loaded.add(name)
+        return registry.effective_tool(spec, self._tool_rows[name])
+
+    def _lost_attempts(self, sid: str, pos: int, rec: Step | None) -> int:
+        """Record tries interrupted by a lost worker (cursor bookkeeping, no extra commit)."""
+        if pos != self.run.cursor_position or not self.run.cursor_lost:
+            return 0
+        lost = self.run.cursor_lost
+        prior = rec.attempts if rec is not None else 0
+        now = timezone.now()
+        for i in range(lost):
+            self._pending_lost.append(StepAttempt(
+                run_id=self.run_id, attempt=prior + i + 1, outcome=AttemptOutcome.WORKER_LOST,
+                error_type="WorkerLost",
+                message="the worker running this attempt stopped (killed, crashed or lost its "
+                        "lease) before it recorded a result",
+                classification=AMBIGUOUS, started_at=None, finished_at=now))
+        self.run.cursor_lost = 0
+        return lost
+
+    def _execute(self, *, sid: str, pos: int, rec: Step | None, kind: str, tool_name: str,
+                 call: Callable[[], Any], policy: RetryPolicy, safety: str | None,
+                 input_text: str | None, ledger: _Ledger | None = None) -> Any:
+        if rec is not None and rec.status == StepStatus.FAILED:
+            # resumed runs reset their failed step; seeing one here means it failed for good
+            self._stopped = RunStatus.FAILED
+            raise RunStopped(RunStatus.FAILED)
+        attempt = (rec.attempts if rec is not None else 0) + self._lost_attempts(sid, pos, rec)
+        max_lost = int(conf.get("MAX_WORKER_LOST_ATTEMPTS"))
+        lost_count = len(self._pending_lost)
+        if lost_count and (lost_count >= max_lost or attempt >= policy.max_attempts) and (
+                ledger is None):
+            exc = StepTimeout(f"the worker was lost {lost_count} time(s) while this step ran")
+            self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
+                                 input_text=input_text, attempt=attempt, exc=exc,
+                                 classification=PERMANENT, delay=None, started_at=timezone.now(),
+                                 outcome=AttemptOutcome.FAILED, reason="max attempts exceeded",
+                                 skip_attempt_row=True)
+        while True:
+            attempt += 1
+            if ledger is not None:
+                done = ledger.before_attempt(sid=sid, pos=pos, rec=rec, kind=kind,
+                                             attempt=attempt)
+                if done is not _PROCEED:
+                    return done
+                rec = self._by_position.get(pos, rec)
+            else:
+                self._ensure_authorized()
+            started_at = timezone.now()
+            try:
+                value = call()
+            except (LeaseLost, RunStopped, Suspend):
+                raise
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - classified below
+                classification, retry_after = classify(exc, safety=safety, policy=policy)
+                if isinstance(exc, StepTimeout) and safety == "unsafe_write":
+                    classification = AMBIGUOUS
+                if classification == MODEL_RECOVERABLE:
+                    value = ModelRecoverable(_safe_str(exc), type(exc).__name__,
+                                             getattr(exc, "details", None))
+                    if ledger is not None:
+                        ledger.failed_known()
+                    return self._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
+                                                tool_name=tool_name, input_text=input_text,
+                                                attempt=attempt, value=value,
+                                                started_at=started_at, ledger=ledger)
+                if classification == AMBIGUOUS and ledger is not None and safety == "unsafe_write":
+                    settled = ledger.unknown_outcome(sid=sid, pos=pos, rec=rec, kind=kind,
+                                                     attempt=attempt, exc=exc,
+                                                     started_at=started_at)
+                    if settled is not _AGAIN:
+                        return settled
+                    classification = "transient"  # reconciled: it did not happen
+                retryable = classification in ("transient", AMBIGUOUS)
+                delay = None
+                if retryable and attempt < policy.max_attempts:
+                    delay = policy.next_delay(attempt, retry_after)
+                if ledger is not None:
+                    ledger.after_failure(ambiguous=classification == AMBIGUOUS)
+                reason = ("max attempts exceeded" if retryable else f"{classification} error")
+                delay = self._record_failure(
+                    sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
+                    input_text=input_text, attempt=attempt, exc=exc,
+                    classification=classification, delay=delay, started_at=started_at,
+                    outcome=(AttemptOutcome.TIMED_OUT if isinstance(exc, StepTimeout)
+                             else AttemptOutcome.FAILED),
+                    reason=reason, ledger=ledger)
+                rec = self._by_position.get(pos, rec)
+                time.sleep(delay)
+                continue
+            return self._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
+                                        tool_name=tool_name, input_text=input_text,
+                                        attempt=attempt, value=value, started_at=started_at,
+                                        ledger=ledger)
+
+    def _record_model_error(self, sid: str, pos: int, rec: Step | None, kind: str,
+                            tool_name: str, input_text: str | None,
+                            value: ModelRecoverable) -> ModelRecoverable:
+        attempt = (rec.attempts if rec is not None else 0) + 1
+        return self._record_success(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
+                                    input_text=input_text, attempt=attempt, value=value,
+                                    started_at=timezone.now(), ledger=None)
+
+    # ------------------------------------------------------------------- writes
+
+    def _write(self, run_fields: dict[str, Any], work: Callable[[], None], *,
+               record_if_stopped: bool = True, events: list[TraceEvent] = ()) -> None:
+        """One fenced transaction: update the run (if our lease holds), then ``work``.
+
+        Raises :class:`LeaseLost` (nothing written) when another worker holds the lease;
+        :class:`RunStopped` after committing ``work`` (when ``record_if_stopped``) if the
+        run was cancelled or stopped by an operator meanwhile.
+        """
+        now = timezone.now()
+        fields = {"lease_expires_at": now + timedelta(seconds=conf.lease_seconds()),
+                  "updated_at": now, **run_fields}
+        stopped: str | None = None
+        with transaction.atomic():
+            updated = Run.objects.filter(pk=self.run_id, lease_token=self.token,
+                                         status=self._status).update(**fields)
+            if not updated:
+                row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
+                if row is None or row["lease_token"] != self.token:
+                    raise LeaseLost()
+                stopped = row["status"]
+                if record_if_stopped:
+                    work()
+                    TraceEvent.objects.bulk_create(events)
+            else:
+                work()
+                TraceEvent.objects.bulk_create(events)
+        self._last_auth = time.monotonic()
+        if self.heartbeat is not None:
+            self.heartbeat.extended()
+        if stopped:
+            self._stopped = stopped
+            raise RunStopped(stopped)
+
+    def _event(self, kind: str, step_id: str = "", message: str = "",
+               data: dict[str, Any] | None = None) -> TraceEvent:
+        return TraceEvent(run_id=self.run_id, kind=kind, step_id=step_id, message=message,
+                          data=data, actor=self.worker_id)
+
+    def _save_step(self, rec: Step | None, pos: int, **fields: Any) -> Step:
+        if rec is None:
+            rec = Step.objects.create(run_id=self.run_id, position=pos, **fields)
+            self._by_position[pos] = rec
+            self._positions_by_id[rec.step_id] = pos
+        else:
+            for name, value in fields.items():
+                setattr(rec, name, value)
+            rec.save(update_fields=list(fields))
+        return rec
+
+    def _flush_lost(self, rec: Step) -> None:
+        if self._pending_lost:
+            for row in self._pending_lost:
+                row.step = rec
+            StepAttempt.objects.bulk_create(self._pending_lost)
+            self._pending_lost = []
+
+    def _record_success(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                        tool_name: str, input_text: str | None, attempt: int, value: Any,
+                        started_at: datetime, ledger: _Ledger | None) -> Any:
+        error = None
+        stored = value
+        if isinstance(value, ModelRecoverable):
+            stored = value.to_dict()
+            error = {"classification": MODEL_RECOVERABLE, "type": value.error_type,
+                     "message": redact_text(value.message)[:4000], "step_id": sid}
+        try:
+            output = codec.dumps_checked(stored, what="step output", step_id=sid)
+        except PayloadError as exc:
+            if ledger is not None:
+                ledger.mark_succeeded_unstorable()
+            self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
+                                 input_text=input_text, attempt=attempt, exc=exc,
+                                 classification=PERMANENT, delay=None, started_at=started_at,
+                                 outcome=AttemptOutcome.FAILED,
+                                 reason="cannot store the step's output")
+            raise AssertionError("unreachable")
+        now = timezone.now()
+
+        def work() -> None:
+            step = self._save_step(rec, pos, step_id=sid, kind=kind, tool_name=tool_name,
+                                   status=StepStatus.SUCCEEDED, input=input_text, output=output,
+                                   error=error, attempts=attempt, next_attempt_at=None,
+                                   started_at=started_at, finished_at=now)
+            self._flush_lost(step)
+            if ledger is not None:
+                ledger.succeeded_txn(value, output)
+
+        self._write({"cursor_position": pos + 1, "cursor_lost": 0,
+                     "steps_executed": F("steps_executed") + 1}, work,
+                    events=[self._event("step_executed", sid, data={
+                        "attempt": attempt, "kind": kind, "tool": tool_name,
+                        "seconds": round((now - started_at).total_seconds(), 6),
+                        "model_recoverable": error is not None})])
+        return value
+
+    def _record_failure(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                        tool_name: str, input_text: str | None, attempt: int,
+                        exc: BaseException, classification: str, delay: float | None,
+                        started_at: datetime, outcome: str, reason: str,
+                        ledger: _Ledger | None = None, skip_attempt_row: bool = False) -> float:
+        """Record a failed try. Returns the in-process delay (seconds) before the next try.
+
+        Raises :class:`Suspend` when the retry is far enough to release the run, and
+        :class:`StepFailed` (run marked FAILED) when there is no next try.
+        """
+        now = timezone.now()
+        info = error_info(exc, classification=classification, step_id=sid)
+        inprocess = delay is not None and delay <= float(conf.get("INPROCESS_RETRY_MAX_SECONDS"))
+        next_at = now + timedelta(seconds=delay) if delay is not None else None
+        if delay is None:
+            step_status = StepStatus.FAILED
+            run_fields: dict[str, Any] = {
+                "status": RunStatus.FAILED, "error": {**info, "reason": reason},
+                "error_type": info["type"], "finished_at": now, "lease_token": "",
+                "lease_owner": "", "lease_expires_at": None, "cursor_lost": 0}
+            events = [self._event("attempt_failed", sid, info["message"], {
+                "attempt": attempt, "classification": classification}),
+                self._event("failed", sid, f"{reason}: {info['type']}: {info['message']}")]
+        else:
+            step_status = StepStatus.RETRYING
+            run_fields = {"cursor_position": pos, "cursor_lost": 0}
+            events = [self._event("attempt_failed", sid, info["message"], {
+                "attempt": attempt, "classification": classification}),
+                self._event("retry_scheduled", sid, f"retry in {delay:.3f} s",
+                            {"attempt": attempt + 1, "delay": delay, "in_process": inprocess})]
+            if not inprocess:
+                run_fields.update({"status": RunStatus.RETRYING, "wake_at": next_at,
+                                   "lease_token": "", "lease_owner": "",
+                                   "lease_expires_at": None})
+
+        def work() -> None:
+            step = self._save_step(rec, pos, step_id=sid, kind=kind, tool_name=tool_name,
+                                   status=step_status, input=input_text, error=info,
+                                   attempts=attempt, next_attempt_at=next_at,
+                                   started_at=rec.started_at if rec is not None else started_at,
+                                   finished_at=now if delay is None else None)
+            self._flush_lost(step)
+            if not skip_attempt_row:
+                StepAttempt.objects.create(
+                    run_id=self.run_id, step=step, attempt=attempt, outcome=outcome,
+                    error_type=info["type"], message=info["message"],
+                    traceback=_safe_traceback(exc), classification=classification,
+                    retry_delay=delay, started_at=started_at, finished_at=now)
+            if ledger is not None:
+                ledger.failure_txn(info)
+
+        self._write(run_fields, work, events=events)
+        if delay is None:
+            self._stopped = RunStatus.FAILED
+            raise StepFailed(step_id=sid, error_type=info["type"], message=info["message"],
+                             attempts=attempt, reason=reason)
+        if not inprocess:
+            from .dispatch import dispatch_on_commit
+            dispatch_on_commit(self.run_id, countdown=delay)
+            raise Suspend(f"retry of {sid} scheduled at {next_at.isoformat()}")
+        return delay
+
+    def _fail_run(self, error: dict[str, Any], *, event: str) -> None:
+        now = timezone.now()
+        self._write({"status": RunStatus.FAILED, "error": error, "error_type": error["type"],
+                     "finished_at": now, "lease_token": "", "lease_owner": "",
+                     "lease_expires_at": None}, lambda: None,
+                    events=[self._event(event, error.get("step_id", ""), error["message"])])
+        self._stopped = RunStatus.FAILED
+
+    def _suspend_waiting(self, work: Callable[[], None], events: list[TraceEvent]) -> None:
+        self._write({"status": RunStatus.WAITING, "lease_token": "", "lease_owner": "",
+                     "lease_expires_at": None}, work, events=events)
+        self._stopped = RunStatus.WAITING
+
+    # ---------------------------------------------------------------- completion
+
+    def complete(self, result: Any) -> None:
+        """Record the workflow's return value and mark the run SUCCEEDED (engine use)."""
+        self._ensure_live()
+        try:
+            output = codec.dumps_checked(result, what="workflow output")
+        except PayloadError as exc:
+            self._fail_run(error_info(exc, classification=PERMANENT), event="failed")
+            return
+        now = timezone.now()
+        replayed = self._replayed
+
+        def work() -> None:
+            if replayed:
+                Step.objects.filter(pk__in=replayed).update(replay_count=F("replay_count") + 1)
+
+        self._write({"status": RunStatus.SUCCEEDED, "output": output, "finished_at": now,
+                     "lease_token": "", "lease_owner": "", "lease_expires_at": None,
+                     "steps_replayed": F("steps_replayed") + len(replayed)}, work,
+                    events=[self._event("completed", message="run succeeded",
+                                        data={"replayed": len(replayed)})],
+                    record_if_stopped=False)
+        self._stopped = RunStatus.SUCCEEDED
+
+
+_PROCEED = object()
+
+
+class _Ledger:
+    """The operation-ledger side of one write (ARCHITECTURE.md point 6)."""
+
+    def __init__(self, ctx: WorkflowContext, spec: ToolSpec, key: str, params: dict[str, Any],
+                 params_text: str | None) -> None:
+        self.ctx = ctx
+        self.spec = spec
+        self.key = key
+        self.params = params
+        self.params_text = params_text
+        self.params_hash = codec.fingerprint(params)
+        self.op: Operation | None = None
+        self.resolution = ""
+        self._ambiguous = False
+
+    def before_attempt(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                       attempt: int) -> Any:
+        """Commit ``started`` before the call, or settle a previous call's outcome.
+
+        Returns ``_PROCEED`` to make the call, or the step's value when it is settled.
+        """
+        ctx = self.ctx
+        decision: dict[str, Any] = {}
+
+        def work() -> None:
+            op = Operation.objects.select_for_update().filter(idempotency_key=self.key).first()
+            if op is not None and op.params_hash != self.params_hash:
+                raise IdempotencyConflict(self.key)
+            now = timezone.now()
+            if op is None:
+                op = Operation.objects.create(
+                    idempotency_key=self.key, run_id=ctx.run_id, step_id=sid,
+                    tool_name=self.spec.name, safety=self.spec.safety, params=self.params_text,
+                    params_hash=self.params_hash, status=OperationStatus.STARTED,
+                    lease_token=ctx.token, attempts=1, created_at=now, updated_at=now)
+                decision["action"] = "call"
+            elif op.status == OperationStatus.SUCCEEDED:
+                decision["action"] = "settled"
+            elif op.status == OperationStatus.UNKNOWN or (
+                    op.status == OperationStatus.STARTED and op.lease_token != ctx.token):
+                decision["action"] = "unknown"
+            else:  # failed (known not to have happened), or our own ambiguous try
+                op.status = OperationStatus.STARTED
+                op.lease_token = ctx.token
+                op.attempts += 1
+                op.updated_at = now
+                op.save(update_fields=["status", "lease_token", "attempts", "updated_at"])
+                decision["action"] = "call"
+            self.op = op
+
+        try:
+            ctx._write({"cursor_position": pos}, work, record_if_stopped=False)
+        except IdempotencyConflict as exc:
+            ctx._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=self.spec.name,
+                                input_text=self.params_text, attempt=attempt, exc=exc,
+                                classification=PERMANENT, delay=None,
+                                started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
+                                reason="idempotency key reused with other parameters")
+        action = decision["action"]
+        if action == "call":
+            return _PROCEED
+        op = self.op
+        assert op is not None
+        if action == "settled":
+            value = codec.decode(op.result)
+            return ctx._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
+                                       tool_name=self.spec.name, input_text=self.params_text,
+                                       attempt=max(attempt - 1, 1), value=value,
+                                       started_at=op.created_at, ledger=None)
+        settled = self._settle_unknown(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt)
+        if settled is _AGAIN:  # known not to have happened: call again with the same key
+            return self.before_attempt(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt)
+        return settled
+
+    def _settle_unknown(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                        attempt: int) -> Any:
+        """A previous call's outcome is unknown: reconcile, repeat, or ask an operator."""
+        ctx = self.ctx
+        op = self.op
+        assert op is not None
+        if op.status == OperationStatus.STARTED and self.spec.reconcile is not None:
+            try:
+                found = self.spec.reconcile(self.params, idempotency_key=self.key)
+            except Exception as exc:  # noqa: BLE001 - an operator decides instead
+                logger.warning("reconcile of %s failed: %s", self.key, redact_text(_safe_str(exc)))
+                found = _UNRESOLVED
+            if found is not _UNRESOLVED:
+                if found is NOT_FOUND or found is None:
+                    self._set_status_now(OperationStatus.FAILED, "reconciled: did not happen")
+                    return _AGAIN
+                self.resolution = "reconciled: happened"
+                return ctx._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
+                                           tool_name=self.spec.name,
+                                           input_text=self.params_text,
+                                           attempt=max(attempt - 1, 1), value=found,
+                                           started_at=op.created_at, ledger=self)
+        if op.status == OperationStatus.STARTED and self.spec.safety == "idempotent_write":
+            self._set_status_now(OperationStatus.FAILED, "")
+            return _AGAIN
+        return self.unknown_outcome(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt,
+                                    exc=None, started_at=op.updated_at)
+
+    def _set_status_now(self, status: str, resolution: str) -> None:
+        assert self.op is not None
+        Operation.objects.filter(pk=self.op.pk).update(
+            status=status, resolution=resolution, updated_at=timezone.now())
+        self.op.status = status
+
+    def unknown_outcome(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                        attempt: int, exc: BaseException | None, started_at: datetime) -> Any:
+        """No way to know if the write happened: reconcile, else wait for an operator."""
+        ctx = self.ctx
+        if exc is not None and self.spec.reconcile is not None:
+            try:
+                found = self.spec.reconcile(self.params, idempotency_key=self.key)
+            except Exception:  # noqa: BLE001
+                found = _UNRESOLVED
+            if found is not _UNRESOLVED and found is not None and found is not NOT_FOUND:
+                self.resolution = "reconciled: happened"
+                return ctx._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
+                                           tool_name=self.spec.name,
+                                           input_text=self.params_text, attempt=attempt,
+                                           value=found, started_at=started_at, ledger=self)
+            if found is NOT_FOUND or found is None:
+                self._set_status_now(OperationStatus.FAILED, "reconciled: did not happen")
+                return _AGAIN
+        op = self.op
+        assert op is not None
+        info = (error_info(exc, classification=AMBIGUOUS, step_id=sid) if exc is not None else
+                {"type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": sid,
+                 "message": "the worker stopped after this write was sent and before its "
+                            "result was recorded"})
+        now = timezone.now()
+
+        def work() -> None:
+            Operation.objects.filter(pk=op.pk).update(
+                status=OperationStatus.UNKNOWN, error=info, updated_at=now)
+            step = ctx._save_step(rec, pos, step_id=sid, kind=kind, tool_name=self.spec.name,
+                                  status=StepStatus.WAITING, input=self.params_text, error=info,
+                                  attempts=attempt, next_attempt_at=None,
+                                  started_at=rec.started_at if rec is not None else started_at)
+            ctx._flush_lost(step)
+            if exc is not None:
+                StepAttempt.objects.create(
+                    run_id=ctx.run_id, step=step, attempt=attempt, outcome=AttemptOutcome.FAILED,
+                    error_type=info["type"], message=info["message"],
+                    traceback=_safe_traceback(exc), classification=AMBIGUOUS,
+                    retry_delay=None, started_at=started_at, finished_at=now)
+            Wait.objects.update_or_create(
+                run_id=ctx.run_id, wait_id=f"reconcile:{sid}",
+                defaults={"position": pos, "kind": WaitKind.RECONCILE,
+                          "status": WaitStatus.PENDING, "operation": op,
+                          "title": f"Did {self.spec.name} happen? ({self.key})",
+                          "payload": self.params_text, "created_at": now,
+                          "resolved_at": None, "resolved_by": "", "result": None})
+
+        ctx._suspend_waiting(work, [ctx._event(
+            "unknown_outcome", sid,
+            f"{self.spec.name}: outcome unknown; an operator must decide "
+            f"(manage.py durable reconcile {op.pk} --happened/--not-happened)",
+            {"operation": op.pk, "idempotency_key": self.key})])
+        raise Suspend(f"unknown outcome of {self.key}")
+
+    def after_failure(self, *, ambiguous: bool) -> None:
+        self._ambiguous = ambiguous
+
+    def failure_txn(self, info: dict[str, Any]) -> None:
+        if self.op is None:
+            return
+        status = (OperationStatus.STARTED if self._ambiguous
+                  else OperationStatus.FAILED)
+        Operation.objects.filter(pk=self.op.pk).update(status=status, error=info,
+                                                       updated_at=timezone.now())
+        self.op.status = status
+
+    def failed_known(self) -> None:
+        if self.op is not None:
+            self._set_status_now(OperationStatus.FAILED, "model-recoverable error")
+
+    def mark_succeeded_unstorable(self) -> None:
+        if self.op is not None:
+            self._set_status_now(OperationStatus.SUCCEEDED, "result too large to store")
+
+    def succeeded_txn(self, value: Any, output: str) -> None:
+        if self.op is None:
+            return
+        external_id = ""
+        if self.spec.external_id is not None:
+            try:
+                external_id = str(self.spec.external_id(value) or "")[:400]
+            except Exception:  # noqa: BLE001 - an id is nice to have, never fatal
+                external_id = ""
+        fields: dict[str, Any] = {"status": OperationStatus.SUCCEEDED, "result": output,
+                                  "updated_at": timezone.now()}
+        if external_id:
+            fields["external_id"] = external_id
+        if self.resolution:
+            fields["resolution"] = self.resolution
+        Operation.objects.filter(pk=self.op.pk).update(**fields)
+        self.op.status = OperationStatus.SUCCEEDED
+
+
+_UNRESOLVED = object()
+_AGAIN = object()

@@ -1,0 +1,218 @@
+"""Executing a run: claim it under a lease, replay its workflow, release it.
+
+``execute(run_id)`` is what a Celery task calls. It claims the run with one fenced
+transaction (ARCHITECTURE.md point 4), loads the run's recorded steps in one query,
+runs the workflow function with a :class:`~durable.context.WorkflowContext`, and keeps
+the lease alive with a heartbeat thread while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from . import conf, registry
+from .context import WorkflowContext, error_info
+from .exceptions import (
+    DurableError,
+    LeaseLost,
+    NonDeterminismError,
+    RunStopped,
+    StepFailed,
+    Suspend,
+    WorkflowNotFound,
+)
+from .models import Run, RunStatus, Step, TraceEvent
+from .retry import PERMANENT
+
+logger = logging.getLogger("durable.engine")
+
+
+def worker_identity() -> str:
+    """``host:pid:thread`` of this executor, written as the lease owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+class Heartbeat:
+    """Extends a run's lease every ``conf.heartbeat_seconds()`` while the run executes.
+
+    If the lease turns out to be gone (another worker claimed the run after it expired),
+    ``lost`` becomes True and the workflow stops at its next durable call; the fencing
+    token makes any write it still attempts fail.
+    """
+
+    def __init__(self, run_id: str, token: str) -> None:
+        self.run_id = run_id
+        self.token = token
+        self.lost = False
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"durable-heartbeat-{run_id}",
+                                        daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def extended(self) -> None:
+        """Called after a checkpoint, which extends the lease itself."""
+        self._last = time.monotonic()
+
+    def _loop(self) -> None:
+        interval = conf.heartbeat_seconds()
+        try:
+            while not self._stop.wait(min(interval, 1.0)):
+                if time.monotonic() - self._last < interval:
+                    continue
+                try:
+                    updated = Run.objects.filter(pk=self.run_id, lease_token=self.token).update(
+                        lease_expires_at=timezone.now() + timedelta(seconds=conf.lease_seconds()))
+                except Exception:  # noqa: BLE001 - a failed beat is retried next interval
+                    logger.warning("durable: heartbeat of run %s failed", self.run_id,
+                                   exc_info=True)
+                    continue
+                self._last = time.monotonic()
+                if not updated:
+                    self.lost = True
+                    return
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _claimable(run: Run, now) -> bool:
+    if run.status == RunStatus.PENDING:
+        return True
+    if run.status == RunStatus.RETRYING:
+        return run.wake_at is None or run.wake_at <= now
+    if run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING):
+        return run.lease_expires_at is None or run.lease_expires_at < now
+    return False
+
+
+def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] | None:
+    """Take the run's lease if it is claimable; return it with its recorded steps.
+
+    One transaction: lock the row (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's
+    IMMEDIATE transaction holds the write lock), check, update, load the steps.
+    Returns ``None`` when the run is not claimable (another worker holds it, it is
+    finished, or waiting).
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        qs = Run.objects.filter(pk=run_id)
+        if connection.features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)
+        run = qs.first()
+        if run is None or not _claimable(run, now):
+            return None
+        recovering = run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING)
+        events = []
+        if recovering:
+            run.cursor_lost += 1
+            events.append(TraceEvent(
+                run_id=run.id, kind="recovered", actor=worker_id,
+                message=f"lease of {run.lease_owner or 'a worker'} expired at "
+                        f"{run.lease_expires_at.isoformat() if run.lease_expires_at else '?'}; "
+                        "resuming from the last checkpoint"))
+        if run.status != RunStatus.COMPENSATING:
+            run.status = RunStatus.RUNNING
+        run.lease_owner = worker_id[:200]
+        run.lease_token = token
+        run.lease_expires_at = now + timedelta(seconds=conf.lease_seconds())
+        run.wake_at = None
+        run.claims += 1
+        run.started_at = run.started_at or now
+        run.updated_at = now
+        run.save(update_fields=["status", "lease_owner", "lease_token", "lease_expires_at",
+                                "wake_at", "claims", "started_at", "updated_at", "cursor_lost"])
+        events.append(TraceEvent(run_id=run.id, kind="claimed", actor=worker_id,
+                                 data={"claim": run.claims}))
+        TraceEvent.objects.bulk_create(events)
+        steps = list(Step.objects.filter(run_id=run.id).order_by("position"))
+    return run, steps
+
+
+def release(run_id: str, token: str, *, status: str | None = None) -> None:
+    """Give the lease back (only if we still hold it)."""
+    fields = {"lease_token": "", "lease_owner": "", "lease_expires_at": None,
+              "updated_at": timezone.now()}
+    if status:
+        fields["status"] = status
+    Run.objects.filter(pk=run_id, lease_token=token).update(**fields)
+
+
+def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
+    """Claim and execute ``run_id`` until it finishes, waits, or is released.
+
+    Returns the run's status afterwards, or ``None`` when it could not be claimed.
+    Never raises for a workflow's failure: failures are recorded on the run.
+    """
+    worker_id = worker_id or worker_identity()
+    token = uuid.uuid4().hex
+    claimed = claim(run_id, token=token, worker_id=worker_id)
+    if claimed is None:
+        return None
+    run, steps = claimed
+    try:
+        spec = registry.get_workflow(run.workflow_name, run.workflow_version)
+    except WorkflowNotFound:
+        # another worker may have this version; leave the run pending for it
+        logger.warning("durable: run %s needs workflow %s version %s, not registered in this "
+                       "worker; released", run.id, run.workflow_name, run.workflow_version)
+        with transaction.atomic():
+            release(run.id, token, status=RunStatus.PENDING)
+            TraceEvent.objects.create(
+                run_id=run.id, kind="version_unavailable", actor=worker_id,
+                message=f"worker {worker_id} does not have {run.workflow_name} version "
+                        f"{run.workflow_version}; released for another worker")
+        return RunStatus.PENDING
+
+    heartbeat = Heartbeat(run.id, token).start()
+    ctx = WorkflowContext(run=run, token=token, steps=steps, spec=spec, worker_id=worker_id,
+                          heartbeat=heartbeat)
+    try:
+        try:
+            workflow_input = run.input_value()
+            result = spec.fn(ctx, workflow_input)
+        except (Suspend, StepFailed, NonDeterminismError, RunStopped):
+            pass
+        except LeaseLost:
+            logger.warning("durable: worker %s lost the lease of run %s; it stops without "
+                           "recording anything more", worker_id, run.id)
+        except DurableError as exc:
+            _fail_unless_stopped(ctx, exc)
+        except Exception as exc:  # noqa: BLE001 - user workflow code failed
+            _fail_unless_stopped(ctx, exc)
+        else:
+            if ctx._stopped is None:
+                try:
+                    ctx.complete(result)
+                except (RunStopped, LeaseLost):
+                    pass
+    finally:
+        heartbeat.stop()
+        if ctx._stopped in (RunStatus.CANCELLED, None):
+            release(run.id, token)
+        close_old_connections()
+    return Run.objects.filter(pk=run.id).values_list("status", flat=True).first()
+
+
+def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:
+    if ctx._stopped is not None:
+        return
+    try:
+        ctx._fail_run(error_info(exc, classification=PERMANENT), event="failed")
+    except (RunStopped, LeaseLost):
+        pass

@@ -1,0 +1,229 @@
+"""The one tree of Durable's errors.
+
+Errors a tool or step raises to tell the engine how to classify a failure:
+
+- :class:`TransientError` -- safe to retry with backoff (429, 503, a timeout that
+  happened before the request was sent). ``retry_after`` (seconds) is honoured.
+- :class:`ModelRecoverableError` -- the agent made a mistake it can fix (validation
+  error, malformed JSON). The step does not fail: ``ctx.step``/``ctx.call_tool``
+  return a :class:`~durable.ModelRecoverable` value the workflow can feed back.
+- :class:`PermanentError` -- retrying cannot help (401, 403, 404, schema mismatch).
+  The step fails at once and the run stops for a human.
+- :class:`AmbiguousOutcomeError` -- the request may or may not have taken effect (a
+  timeout after it was sent). For writes this is the unknown-outcome path of the
+  operation ledger: reconcile, repeat with the same key, or ask an operator.
+
+Errors the engine raises to callers: :class:`NonDeterminismError`,
+:class:`BudgetExceeded`, :class:`PayloadError`, :class:`WorkflowNotFound`,
+:class:`RunNotFound`, :class:`RunInputConflict`, :class:`IdempotencyConflict`,
+:class:`StepFailed`, :class:`IllegalTransition`.
+
+Engine control flow (suspending a run, a lost lease) derives from ``BaseException``
+so that a user's ``except Exception`` cannot swallow it (as DBOS ``_error.py`` and
+Temporal's ``exceptions.py`` do).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class DurableError(Exception):
+    """Base of every Durable error. Do not raise it directly; raise a subclass."""
+
+    #: classification used by the retry machinery; subclasses override.
+    classification = "permanent"
+
+
+class TransientError(DurableError):
+    """A failure that is safe to retry (429, 503, a timeout before the request was sent).
+
+    ``retry_after`` -- seconds to wait before the next attempt, as a server's
+    ``Retry-After`` header says (RFC 9110 section 10.2.3); it overrides the backoff
+    when larger, and is still capped by the policy's ``max_interval``.
+    """
+
+    classification = "transient"
+
+    def __init__(self, message: str = "transient failure", *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ModelRecoverableError(DurableError):
+    """A mistake the model can correct; returned to the workflow as a value.
+
+    ``details`` is any JSON-able value passed back with the message.
+    """
+
+    classification = "model_recoverable"
+
+    def __init__(self, message: str, *, details: Any = None):
+        super().__init__(message)
+        self.details = details
+
+
+class PermanentError(DurableError):
+    """A failure that retrying cannot fix (401, 403, 404, schema mismatch)."""
+
+    classification = "permanent"
+
+
+class AmbiguousOutcomeError(DurableError):
+    """The call may or may not have taken effect (e.g. a timeout after sending)."""
+
+    classification = "ambiguous"
+
+
+class NonDeterminismError(DurableError):
+    """A replay asked for a different durable call than the one recorded at a position."""
+
+    def __init__(self, *, run_id: Any, position: int, recorded_step_id: str, requested_step_id: str):
+        self.run_id = run_id
+        self.position = position
+        self.recorded_step_id = recorded_step_id
+        self.requested_step_id = requested_step_id
+        super().__init__(
+            f"run {run_id}: at position {position} the history records step "
+            f"{recorded_step_id!r} but the workflow now asks for {requested_step_id!r}; "
+            "workflow code changed under a running run. Deploy the old code under the "
+            "run's version, or fork the run from before this step."
+        )
+
+
+class BudgetExceeded(DurableError):
+    """A run exceeded a budget (``max_steps`` or its wall-clock ``deadline``)."""
+
+    def __init__(self, *, run_id: Any, budget: str, limit: Any, used: Any = None):
+        self.run_id = run_id
+        self.budget = budget
+        self.limit = limit
+        self.used = used
+        extra = f" (used {used})" if used is not None else ""
+        super().__init__(f"run {run_id}: budget {budget}={limit} exceeded{extra}")
+
+
+class PayloadError(DurableError):
+    """A value cannot be stored: not serializable, or larger than the payload limit.
+
+    Never retried: the same code would produce the same value again.
+    """
+
+    def __init__(self, message: str, *, step_id: str | None = None, size: int | None = None,
+                 limit: int | None = None):
+        self.step_id = step_id
+        self.size = size
+        self.limit = limit
+        where = f"step {step_id!r}: " if step_id else ""
+        super().__init__(where + message)
+
+
+class WorkflowNotFound(DurableError):
+    """No workflow of that name (and version) is registered in this process."""
+
+    def __init__(self, name: str, version: str | None = None, known: list[str] | None = None):
+        self.name = name
+        self.version = version
+        what = f"{name!r}" + (f" version {version!r}" if version else "")
+        hint = f" Registered: {', '.join(sorted(known))}." if known else " None are registered."
+        super().__init__(
+            f"workflow {what} is not registered.{hint} Workflows are found in the "
+            "workflows.py of installed apps and in DURABLE_WORKFLOW_MODULES."
+        )
+
+
+class ToolNotFound(DurableError):
+    """No tool of that name is registered."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"tool {name!r} is not registered (declare it with @durable.tool)")
+
+
+class RunNotFound(DurableError):
+    """No run has that id."""
+
+    def __init__(self, run_id: Any):
+        self.run_id = run_id
+        super().__init__(f"run {run_id} does not exist")
+
+
+class RunInputConflict(DurableError):
+    """``start`` was called with an existing run id but a different workflow or input."""
+
+    def __init__(self, run_id: Any, what: str = "input"):
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id} already exists with a different {what}; a run id names one "
+            "run: choose a new id to start another"
+        )
+
+
+class IdempotencyConflict(DurableError):
+    """An idempotency key was reused with different parameters (Stripe's contract)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(
+            f"idempotency key {key!r} was already used with different parameters; "
+            "a key names one operation"
+        )
+
+
+class StepFailed(DurableError):
+    """A step failed for good (permanent error, or its retry policy was exhausted).
+
+    The run is already marked FAILED when this is raised; workflow code may catch it
+    to log, but no further durable call will execute in this run.
+    """
+
+    def __init__(self, *, step_id: str, error_type: str, message: str, attempts: int,
+                 reason: str):
+        self.step_id = step_id
+        self.error_type = error_type
+        self.error_message = message
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(f"step {step_id!r} failed after {attempts} attempt(s): {reason}: "
+                         f"{error_type}: {message}")
+
+
+class IllegalTransition(DurableError):
+    """An action is not legal from the run's (or wait's) current state."""
+
+    def __init__(self, message: str, *, current: str | None = None):
+        self.current = current
+        super().__init__(message)
+
+
+class DurableConfigurationError(ImproperlyConfigured):
+    """Durable is misconfigured (settings, tool or workflow declarations)."""
+
+
+# --- engine control flow -------------------------------------------------------------
+
+
+class _EngineControl(BaseException):
+    """Base of the exceptions the engine uses to unwind workflow code."""
+
+
+class Suspend(_EngineControl):
+    """The run cannot go on now (a pending wait, a scheduled retry); release it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LeaseLost(_EngineControl):
+    """This worker no longer holds the run's lease; it must record nothing more."""
+
+
+class RunStopped(_EngineControl):
+    """The run reached a terminal state (failed, cancelled) while its code was running."""
+
+    def __init__(self, status: str):
+        super().__init__(status)
+        self.status = status

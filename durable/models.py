@@ -1,0 +1,441 @@
+"""Durable's tables. The database is the source of truth (ARCHITECTURE.md, "the one rule").
+
+Payload columns (``input``, ``output``, ``result``, ``params``) hold text written by
+:mod:`durable.codec`: type-preserving JSON with redacted values encrypted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
+
+
+def new_run_id() -> str:
+    return str(uuid.uuid4())
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    RETRYING = "retrying", "Retrying"
+    WAITING = "waiting", "Waiting"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    COMPENSATING = "compensating", "Compensating"
+    COMPENSATED = "compensated", "Compensated"
+    COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
+
+
+#: statuses in which a worker may claim the run (subject to the lease / due time)
+CLAIMABLE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.COMPENSATING)
+TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED,
+            RunStatus.COMPENSATED, RunStatus.COMPENSATION_FAILED)
+
+
+class RunQuerySet(models.QuerySet):
+    def active(self) -> RunQuerySet:
+        return self.exclude(status__in=TERMINAL)
+
+    def expired_leases(self, now=None) -> RunQuerySet:
+        now = now or timezone.now()
+        return self.filter(status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING),
+                           lease_expires_at__lt=now)
+
+    def due(self, now=None) -> RunQuerySet:
+        """Runs whose retry is due (status retrying, wake_at reached)."""
+        now = now or timezone.now()
+        return self.filter(status=RunStatus.RETRYING, wake_at__lte=now)
+
+    def undispatched(self, older_than) -> RunQuerySet:
+        """Pending runs whose last dispatch is older than ``older_than`` (a datetime)."""
+        return self.filter(status=RunStatus.PENDING).filter(
+            Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
+
+
+class Run(models.Model):
+    """One execution of a workflow, from start to a terminal status."""
+
+    id = models.CharField(primary_key=True, max_length=128, default=new_run_id)
+    workflow_name = models.CharField(max_length=200)
+    workflow_version = models.CharField(max_length=64)
+    status = models.CharField(max_length=24, choices=RunStatus.choices, default=RunStatus.PENDING)
+    input = models.TextField(help_text="codec JSON, redacted values encrypted")
+    input_hash = models.CharField(max_length=64, help_text="sha256 of the canonical input")
+    output = models.TextField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True,
+                             help_text="{type, message, classification, step_id}")
+    error_type = models.CharField(max_length=200, blank=True, default="")
+
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    # lease: who executes the run now; every checkpoint write checks lease_token
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_token = models.CharField(max_length=36, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="when a retrying run is due again")
+    claims = models.PositiveIntegerField(default=0, help_text="times a worker claimed it")
+
+    # position of the next durable call, and how many workers were lost while it ran
+    cursor_position = models.PositiveIntegerField(default=0)
+    cursor_lost = models.PositiveIntegerField(default=0)
+
+    # budgets
+    max_steps = models.PositiveIntegerField(default=10_000)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    steps_executed = models.PositiveIntegerField(default=0)
+    steps_replayed = models.PositiveIntegerField(default=0)
+
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    tags = models.JSONField(default=list, blank=True)
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="forks")
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="run_created_idx"),
+            models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
+            models.Index(fields=["workflow_name", "-created_at"], name="run_workflow_idx"),
+            models.Index(fields=["lease_expires_at"], name="run_lease_claim_idx",
+                         condition=Q(status__in=["running", "compensating"])),
+            models.Index(fields=["wake_at"], name="run_due_idx", condition=Q(status="retrying")),
+            models.Index(fields=["dispatched_at"], name="run_pending_idx",
+                         condition=Q(status="pending")),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values),
+                                   name="run_status_valid"),
+            models.CheckConstraint(
+                condition=~Q(status="retrying") | Q(wake_at__isnull=False),
+                name="run_retrying_has_wake_at"),
+            models.CheckConstraint(
+                condition=~Q(status__in=["running", "compensating"])
+                | (~Q(lease_token="") & Q(lease_expires_at__isnull=False)),
+                name="run_running_has_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name}@{self.workflow_version} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def input_value(self) -> Any:
+        from . import codec
+        return codec.decode(self.input)
+
+    def output_value(self) -> Any:
+        from . import codec
+        return codec.decode(self.output)
+
+
+class StepKind(models.TextChoices):
+    STEP = "step", "Step"
+    TOOL = "tool", "Tool call"
+    LLM = "llm", "LLM call"
+    WAIT = "wait", "Wait"
+    SLEEP = "sleep", "Timer"
+    SIGNAL = "signal", "Signal"
+    COMPENSATION = "compensation", "Compensation"
+
+
+class StepStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    RETRYING = "retrying", "Retrying"
+    WAITING = "waiting", "Waiting"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class Step(models.Model):
+    """One durable call of a run, memoized: its recorded output is replayed, never re-run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    step_id = models.CharField(max_length=255)
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=StepKind.choices, default=StepKind.STEP)
+    tool_name = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    input = models.TextField(null=True, blank=True)
+    output = models.TextField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    replay_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step_id"], name="step_unique_id_per_run"),
+            models.UniqueConstraint(fields=["run", "position"], name="step_unique_position"),
+            models.CheckConstraint(condition=Q(status__in=StepStatus.values),
+                                   name="step_status_valid"),
+            models.CheckConstraint(condition=~Q(status="retrying") | Q(next_attempt_at__isnull=False),
+                                   name="step_retrying_has_due_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.step_id} ({self.status})"
+
+    @property
+    def duration(self) -> float | None:
+        if self.finished_at and self.started_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+    def output_value(self) -> Any:
+        from . import codec
+        return codec.decode(self.output)
+
+
+class Classification(models.TextChoices):
+    TRANSIENT = "transient", "Transient"
+    MODEL_RECOVERABLE = "model_recoverable", "Model-recoverable"
+    PERMANENT = "permanent", "Permanent"
+    AMBIGUOUS = "ambiguous", "Ambiguous"
+
+
+class AttemptOutcome(models.TextChoices):
+    FAILED = "failed", "Failed"
+    TIMED_OUT = "timed_out", "Timed out"
+    WORKER_LOST = "worker_lost", "Worker lost"
+
+
+class StepAttempt(models.Model):
+    """One failed try of a step: what went wrong, how it was classified, what came next.
+
+    The successful try is the :class:`Step` row itself (its ``attempts`` counts all tries).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_rows")
+    attempt = models.PositiveIntegerField()
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices,
+                               default=AttemptOutcome.FAILED)
+    error_type = models.CharField(max_length=200, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    classification = models.CharField(max_length=24, choices=Classification.choices)
+    retry_delay = models.FloatField(null=True, blank=True,
+                                    help_text="seconds before the next try; null: no retry")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["step", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["step", "attempt"], name="attempt_unique_per_step"),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="attempt_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} attempt {self.attempt}: {self.outcome}"
+
+
+class OperationStatus(models.TextChoices):
+    STARTED = "started", "Started"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    UNKNOWN = "unknown", "Unknown outcome"
+
+
+class OperationQuerySet(models.QuerySet):
+    def needs_attention(self) -> OperationQuerySet:
+        return self.filter(status=OperationStatus.UNKNOWN)
+
+
+class Operation(models.Model):
+    """The side-effect ledger: one row per write, keyed by its idempotency key.
+
+    ``started`` is committed before the call, the result with the step checkpoint; a
+    ``started`` row found on resume is an unknown outcome (ARCHITECTURE.md point 6).
+    """
+
+    idempotency_key = models.CharField(max_length=400, unique=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
+    step_id = models.CharField(max_length=255)
+    tool_name = models.CharField(max_length=200)
+    safety = models.CharField(max_length=24)
+    params = models.TextField(null=True, blank=True)
+    params_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=OperationStatus.choices,
+                              default=OperationStatus.STARTED)
+    external_id = models.CharField(max_length=400, blank=True, default="")
+    result = models.TextField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    lease_token = models.CharField(max_length=36, blank=True, default="",
+                                   help_text="the lease under which the last call started")
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    resolution = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = OperationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["run", "step_id"], name="operation_run_step_idx"),
+            models.Index(fields=["updated_at"], name="operation_unknown_idx",
+                         condition=Q(status="unknown")),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=OperationStatus.values),
+                                   name="operation_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.idempotency_key} ({self.status})"
+
+
+class WaitKind(models.TextChoices):
+    APPROVAL = "approval", "Approval"
+    TIMER = "timer", "Timer"
+    SIGNAL = "signal", "Signal"
+    RECONCILE = "reconcile", "Operator decision on an unknown outcome"
+
+
+class WaitStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RESOLVED = "resolved", "Resolved"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+
+
+class WaitQuerySet(models.QuerySet):
+    def pending(self) -> WaitQuerySet:
+        return self.filter(status=WaitStatus.PENDING)
+
+    def due(self, now=None) -> WaitQuerySet:
+        now = now or timezone.now()
+        return self.filter(status=WaitStatus.PENDING, wake_at__lte=now)
+
+
+class Wait(models.Model):
+    """A persisted wait state of a run: an approval, a timer, a signal, an operator decision."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="waits")
+    wait_id = models.CharField(max_length=255)
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=WaitKind.choices)
+    status = models.CharField(max_length=16, choices=WaitStatus.choices,
+                              default=WaitStatus.PENDING)
+    title = models.CharField(max_length=300, blank=True, default="")
+    payload = models.TextField(null=True, blank=True)
+    result = models.TextField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="timer due time, or the wait's timeout")
+    operation = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="waits")
+    created_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+
+    objects = WaitQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [
+            models.Index(fields=["wake_at"], name="wait_due_idx", condition=Q(status="pending")),
+            models.Index(fields=["kind", "created_at"], name="wait_pending_kind_idx",
+                         condition=Q(status="pending")),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "wait_id"], name="wait_unique_id_per_run"),
+            models.CheckConstraint(condition=Q(kind__in=WaitKind.values), name="wait_kind_valid"),
+            models.CheckConstraint(condition=Q(status__in=WaitStatus.values),
+                                   name="wait_status_valid"),
+            models.CheckConstraint(condition=~Q(kind="timer") | Q(wake_at__isnull=False),
+                                   name="wait_timer_has_wake_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.wait_id} {self.kind} ({self.status})"
+
+
+class Safety(models.TextChoices):
+    READ_ONLY = "read_only", "Read-only"
+    IDEMPOTENT_WRITE = "idempotent_write", "Idempotent write"
+    UNSAFE_WRITE = "unsafe_write", "Unsafe write"
+
+
+class Tool(models.Model):
+    """A tool's operational settings. A row here (edited in the admin) overrides the code."""
+
+    name = models.CharField(max_length=200, unique=True)
+    description = models.TextField(blank=True, default="")
+    safety = models.CharField(max_length=24, choices=Safety.choices)
+    retry_policy = models.JSONField(
+        null=True, blank=True,
+        help_text="RetryPolicy fields: max_attempts, initial_interval, backoff_coefficient, "
+                  "max_interval (seconds), jitter; empty: the code's policy")
+    timeout_seconds = models.FloatField(null=True, blank=True)
+    requires_approval = models.BooleanField(default=False)
+    allow_edit = models.BooleanField(default=False,
+                                     help_text="approvers may edit the parameters")
+    approver_group = models.ForeignKey("auth.Group", null=True, blank=True,
+                                       on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(safety__in=Safety.values), name="tool_safety_valid"),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__isnull=True) | Q(timeout_seconds__gt=0),
+                name="tool_timeout_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.safety})"
+
+
+class TraceEventQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:  # pragma: no cover - guard
+        raise TypeError("trace events are append-only")
+
+
+class TraceEvent(models.Model):
+    """Append-only log of what happened to a run; also the dashboard's change feed."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=40)
+    step_id = models.CharField(max_length=255, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    actor = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TraceEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "id"], name="event_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.kind} {self.step_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            raise TypeError("trace events are append-only")
+        super().save(*args, **kwargs)

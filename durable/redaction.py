@@ -1,0 +1,208 @@
+"""Deciding what is secret: secret-looking dict keys and token-looking strings.
+
+Two settings drive it (see :mod:`durable.conf`):
+
+- ``DURABLE["REDACT_KEYS"]`` -- case-insensitive substrings of dict keys; ``-`` counts
+  as ``_``, so ``"api_key"`` matches ``"X-Api-Key"`` and ``"openai_api_key"``.
+- ``DURABLE["REDACT_PATTERNS"]`` -- regular expressions for tokens found anywhere in a
+  string (``sk-...``, ``Bearer ...``, GitHub, Slack and AWS keys by default).
+
+:mod:`durable.codec` encrypts the values these select; :func:`redact_text` blanks
+pattern matches out of free text (error messages, tracebacks, logs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from durable import conf
+from durable.exceptions import DurableConfigurationError
+
+__all__ = [
+    "REDACTED",
+    "KeyMatcher",
+    "PatternMatcher",
+    "is_secret_key",
+    "key_matcher",
+    "matches_secret_pattern",
+    "pattern_matcher",
+    "redact_text",
+]
+
+#: what a redacted value is shown as
+REDACTED = "[REDACTED]"
+
+
+# matchers for the current settings; emptied whenever DURABLE (or settings) change
+_settings_cache: dict[str, Any] = {}
+
+
+@receiver(setting_changed)
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "DURABLE":
+        _settings_cache.clear()
+
+
+def _normalise(key: str) -> str:
+    return key.lower().replace("-", "_")
+
+
+def _as_tuple(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Iterable):
+        return tuple(str(v) for v in value)
+    raise DurableConfigurationError(f"DURABLE[{name!r}] must be a list of strings")
+
+
+# --- keys ----------------------------------------------------------------------------
+
+
+class KeyMatcher:
+    """``matcher(key) -> bool``: whether a dict key names a secret, with a result cache."""
+
+    __slots__ = ("_cache", "_regex")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        parts = sorted({_normalise(k) for k in keys if k}, key=len, reverse=True)
+        self._regex = re.compile("|".join(map(re.escape, parts))) if parts else None
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, key: str) -> bool:
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        found = self._regex is not None and self._regex.search(_normalise(key)) is not None
+        if len(self._cache) >= 8192:
+            self._cache.clear()
+        self._cache[key] = found
+        return found
+
+
+@lru_cache(maxsize=16)
+def _key_matcher_for(keys: tuple[str, ...]) -> KeyMatcher:
+    return KeyMatcher(keys)
+
+
+def key_matcher() -> KeyMatcher | None:
+    """Return the matcher for the configured ``REDACT_KEYS``, or None when there are none.
+
+    Cached until the ``DURABLE`` setting changes (``setting_changed``).
+    """
+    try:
+        return _settings_cache["keys"]
+    except KeyError:
+        pass
+    keys = _as_tuple(conf.get("REDACT_KEYS"), "REDACT_KEYS")
+    matcher = _key_matcher_for(keys) if keys else None
+    _settings_cache["keys"] = matcher
+    return matcher
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a dict key names a secret.
+
+    True when any ``REDACT_KEYS`` entry is a substring of ``key``, ignoring case and
+    treating ``-`` as ``_`` (``"X-Api-Key"``, ``"openai_api_key"`` and
+    ``"Authorization"`` match the defaults). Non-str keys are never secret.
+    """
+    if not isinstance(key, str):
+        return False
+    matcher = key_matcher()
+    return matcher is not None and matcher(key)
+
+
+# --- patterns ------------------------------------------------------------------------
+
+
+class PatternMatcher:
+    """``matcher(text) -> bool``: whether any ``REDACT_PATTERNS`` entry matches in ``text``.
+
+    ``matcher.key(text)`` is the same test with a result cache, for dict keys (short,
+    and repeated across a payload).
+    """
+
+    __slots__ = ("_key_cache", "_searches", "compiled")
+
+    def __init__(self, compiled: tuple[re.Pattern[str], ...]) -> None:
+        self.compiled = compiled
+        # one search per pattern: an alternation of them all is slower, as it loses
+        # each pattern's literal-prefix scan
+        self._searches = tuple(p.search for p in compiled)
+        self._key_cache: dict[str, bool] = {}
+
+    def __call__(self, text: str) -> bool:
+        for search in self._searches:
+            if search(text) is not None:
+                return True
+        return False
+
+    def key(self, text: str) -> bool:
+        try:
+            return self._key_cache[text]
+        except KeyError:
+            pass
+        found = self(text)
+        if len(self._key_cache) >= 8192:
+            self._key_cache.clear()
+        self._key_cache[text] = found
+        return found
+
+
+@lru_cache(maxsize=16)
+def _compiled(patterns: tuple[str, ...]) -> PatternMatcher:
+    """Compile the patterns; raise DurableConfigurationError naming a bad one."""
+    compiled = []
+    for i, p in enumerate(patterns):
+        try:
+            compiled.append(re.compile(p))
+        except re.error as exc:
+            raise DurableConfigurationError(
+                f"DURABLE['REDACT_PATTERNS'] entry #{i + 1} ({p!r}) is not a valid "
+                f"regular expression: {exc}"
+            ) from exc
+    return PatternMatcher(tuple(compiled))
+
+
+def _current_patterns() -> PatternMatcher:
+    return _compiled(_as_tuple(conf.get("REDACT_PATTERNS"), "REDACT_PATTERNS"))
+
+
+def pattern_matcher() -> PatternMatcher | None:
+    """Return the matcher for the configured ``REDACT_PATTERNS``, or None when there are none.
+
+    Cached until the ``DURABLE`` setting changes (``setting_changed``).
+    """
+    try:
+        return _settings_cache["patterns"]
+    except KeyError:
+        pass
+    current = _current_patterns()
+    matcher = current if current.compiled else None
+    _settings_cache["patterns"] = matcher
+    return matcher
+
+
+def matches_secret_pattern(text: str) -> bool:
+    """Whether any ``REDACT_PATTERNS`` entry matches somewhere in ``text``."""
+    matcher = pattern_matcher()
+    return matcher is not None and matcher(text)
+
+
+def redact_text(text: str) -> str:
+    """Return ``text`` with every ``REDACT_PATTERNS`` match replaced by ``[REDACTED]``.
+
+    For free text that is stored or shown as is: error messages, tracebacks, logs.
+    """
+    for p in _current_patterns().compiled:
+        text = p.sub(REDACTED, text)
+    return text

@@ -1,0 +1,231 @@
+"""Registration of workflows and tools, and discovery of the modules that declare them."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import logging
+import re
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
+from .retry import RetryPolicy
+
+logger = logging.getLogger("durable.registry")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SAFETY_CLASSES = ("read_only", "idempotent_write", "unsafe_write")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,199}$")
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    """A registered workflow: ``fn(ctx, input) -> output``."""
+
+    name: str
+    version: str
+    fn: Callable[..., Any]
+    max_steps: int | None = None
+    deadline_seconds: float | None = None
+    module: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A registered tool. The effective spec merges the database's Tool row over this."""
+
+    name: str
+    fn: Callable[..., Any]
+    safety: str
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    requires_approval: bool = False
+    allow_edit: bool = False
+    reconcile: Callable[..., Any] | None = None
+    compensate: Callable[..., Any] | None = None
+    external_id: Callable[[Any], Any] | None = None
+    description: str = ""
+    approver_group: str | None = None
+
+
+_workflows: dict[str, dict[str, WorkflowSpec]] = {}
+_tools: dict[str, ToolSpec] = {}
+#: modules that failed to import: module name -> traceback text
+load_errors: dict[str, str] = {}
+
+
+def workflow(*, name: str | None = None, version: str = "1", max_steps: int | None = None,
+             deadline_seconds: float | None = None) -> Callable[[F], F]:
+    """Register ``fn(ctx, input)`` as a workflow.
+
+    ``name`` defaults to the function's qualified name; ``version`` (a string) is stored
+    with every run, and a worker resumes only versions it has registered. Several
+    versions of one name may be registered side by side; new runs use the last one.
+    ``max_steps`` and ``deadline_seconds`` are the run's default budgets.
+    """
+
+    def decorator(fn: F) -> F:
+        wf_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if not _NAME_RE.match(wf_name):
+            raise DurableConfigurationError(f"workflow name {wf_name!r} is not valid")
+        ver = str(version)
+        if not ver or len(ver) > 64:
+            raise DurableConfigurationError(f"workflow {wf_name!r}: version must be 1-64 chars")
+        versions = _workflows.setdefault(wf_name, {})
+        existing = versions.get(ver)
+        if existing is not None and (existing.fn.__module__, existing.fn.__qualname__) != (
+                fn.__module__, fn.__qualname__):
+            raise DurableConfigurationError(
+                f"workflow {wf_name!r} version {ver!r} is registered twice: by "
+                f"{existing.fn.__module__}.{existing.fn.__qualname__} and "
+                f"{fn.__module__}.{fn.__qualname__}")
+        versions.pop(ver, None)  # re-registration (module reload) moves it to the end
+        versions[ver] = WorkflowSpec(wf_name, ver, fn, max_steps, deadline_seconds, fn.__module__)
+        fn.workflow_name = wf_name  # type: ignore[attr-defined]
+        return fn
+
+    return decorator
+
+
+def tool(*, name: str | None = None, safety: str, retry: RetryPolicy | None = None,
+         timeout: float | None = None, requires_approval: bool = False,
+         allow_edit: bool = False, reconcile: Callable[..., Any] | None = None,
+         compensate: Callable[..., Any] | None = None,
+         external_id: Callable[[Any], Any] | None = None,
+         approver_group: str | None = None) -> Callable[[F], F]:
+    """Register ``fn(**params[, idempotency_key=...])`` as a tool with a safety class.
+
+    - ``safety``: ``"read_only"``, ``"idempotent_write"`` (repeating with the same
+      idempotency key is safe) or ``"unsafe_write"``.
+    - ``retry``: the tool's :class:`RetryPolicy`; ``timeout``: seconds per attempt.
+    - ``reconcile(params, *, idempotency_key)``: asked after an unknown outcome; returns
+      the result if the write happened, or :data:`durable.NOT_FOUND` if it did not.
+    - ``compensate(params, result, *, idempotency_key)``: undoes a completed write.
+    - ``external_id(result)``: the id the external system gave the write (for the ledger).
+
+    A Tool row in the database (edited in the admin) overrides retry, timeout,
+    requires_approval, allow_edit and safety.
+    """
+    if safety not in SAFETY_CLASSES:
+        raise DurableConfigurationError(
+            f"tool safety must be one of {', '.join(SAFETY_CLASSES)}, got {safety!r}")
+
+    def decorator(fn: F) -> F:
+        tool_name = name or fn.__name__
+        if not _NAME_RE.match(tool_name):
+            raise DurableConfigurationError(f"tool name {tool_name!r} is not valid")
+        existing = _tools.get(tool_name)
+        if existing is not None and (existing.fn.__module__, existing.fn.__qualname__) != (
+                fn.__module__, fn.__qualname__):
+            raise DurableConfigurationError(f"tool {tool_name!r} is registered twice")
+        _tools[tool_name] = ToolSpec(
+            name=tool_name, fn=fn, safety=safety, retry=retry, timeout=timeout,
+            requires_approval=requires_approval, allow_edit=allow_edit, reconcile=reconcile,
+            compensate=compensate, external_id=external_id,
+            description=(inspect.getdoc(fn) or "").split("\n\n")[0],
+            approver_group=approver_group)
+        fn.tool_name = tool_name  # type: ignore[attr-defined]
+        return fn
+
+    return decorator
+
+
+def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:
+    """The spec for ``name`` (and ``version``; default: the last registered).
+
+    Raises :class:`WorkflowNotFound`.
+    """
+    versions = _workflows.get(name)
+    if not versions:
+        raise WorkflowNotFound(name, version, list(_workflows))
+    if version is None:
+        return next(reversed(versions.values()))
+    try:
+        return versions[str(version)]
+    except KeyError:
+        raise WorkflowNotFound(name, version, [f"{name}@{v}" for v in versions]) from None
+
+
+def workflows() -> list[WorkflowSpec]:
+    return [spec for versions in _workflows.values() for spec in versions.values()]
+
+
+def get_tool(name: str) -> ToolSpec:
+    """The code spec of tool ``name``. Raises :class:`ToolNotFound`."""
+    try:
+        return _tools[name]
+    except KeyError:
+        raise ToolNotFound(name) from None
+
+
+def tools() -> list[ToolSpec]:
+    return list(_tools.values())
+
+
+def effective_tool(spec: ToolSpec, row: Any | None) -> ToolSpec:
+    """Merge a :class:`durable.models.Tool` row (admin settings) over the code spec."""
+    if row is None:
+        return spec
+    retry = spec.retry
+    if row.retry_policy:
+        retry = RetryPolicy.from_dict(row.retry_policy, base=spec.retry)
+    return replace(
+        spec, safety=row.safety or spec.safety, retry=retry,
+        timeout=row.timeout_seconds if row.timeout_seconds is not None else spec.timeout,
+        requires_approval=row.requires_approval, allow_edit=row.allow_edit,
+        approver_group=row.approver_group.name if row.approver_group_id else spec.approver_group)
+
+
+@functools.lru_cache(maxsize=1024)
+def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
+    """Whether ``fn`` takes ``keyword`` (or ``**kwargs``)."""
+    try:
+        return _accepts_keyword(fn, keyword)
+    except TypeError:  # unhashable callable
+        return _accepts_keyword.__wrapped__(fn, keyword)
+
+
+def _import(module: str) -> None:
+    try:
+        importlib.import_module(module)
+        load_errors.pop(module, None)
+    except Exception:  # noqa: BLE001 - any failure of user code is reported, not fatal
+        load_errors[module] = traceback.format_exc()
+        logger.error("durable: workflow module %s failed to import; its workflows are "
+                     "unavailable on this process:\n%s", module, load_errors[module])
+
+
+def autodiscover() -> None:
+    """Import ``workflows.py`` of every installed app and ``DURABLE['WORKFLOW_MODULES']``.
+
+    A module that fails to import is recorded in :data:`load_errors` (shown by
+    ``manage.py durable workflows`` and the system checks); the others still load.
+    """
+    from django.apps import apps
+
+    from . import conf
+
+    for app_config in apps.get_app_configs():
+        module = f"{app_config.name}.workflows"
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            _import(module)
+    for module in conf.get("WORKFLOW_MODULES") or []:
+        _import(module)

@@ -1,0 +1,160 @@
+"""Retry policies and failure classification (ARCHITECTURE.md points 5 and 7)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .exceptions import (
+    AmbiguousOutcomeError,
+    BudgetExceeded,
+    DurableError,
+    IdempotencyConflict,
+    ModelRecoverableError,
+    NonDeterminismError,
+    PayloadError,
+    PermanentError,
+    TransientError,
+)
+
+TRANSIENT = "transient"
+MODEL_RECOVERABLE = "model_recoverable"
+PERMANENT = "permanent"
+AMBIGUOUS = "ambiguous"
+
+#: HTTP statuses that say "not done, try again" (RFC 9110; Stripe's 409 "in progress")
+TRANSIENT_HTTP = frozenset({408, 409, 425, 429, 502, 503, 504})
+#: HTTP statuses a model can fix by changing its arguments
+MODEL_RECOVERABLE_HTTP = frozenset({400, 422})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a step or tool is retried (the shape of Temporal's ``RetryPolicy``).
+
+    - ``max_attempts``: total tries including the first (1 = never retry).
+    - ``initial_interval``: seconds before the second try.
+    - ``backoff_coefficient``: each further delay is multiplied by this.
+    - ``max_interval``: cap of the backoff delay, in seconds.
+    - ``jitter``: "full jitter" -- the delay is uniform in [0, backoff] (AWS Architecture
+      Blog, "Exponential Backoff and Jitter", 2015), so retries of many runs spread out.
+    - ``retryable``: when non-empty, only these exception types (and
+      :class:`~durable.TransientError`) are retried.
+    - ``non_retryable``: exception types that are never retried.
+
+    A ``Retry-After`` (``TransientError.retry_after`` or an HTTP 429/503 header) is
+    honoured: the next try never comes earlier than it says.
+    """
+
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff_coefficient: float = 2.0
+    max_interval: float = 60.0
+    jitter: bool = True
+    retryable: tuple[type[BaseException], ...] = field(default=(), compare=False)
+    non_retryable: tuple[type[BaseException], ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_interval < 0 or self.max_interval < 0:
+            raise ValueError("RetryPolicy intervals must be >= 0 seconds")
+        if self.backoff_coefficient < 1:
+            raise ValueError("RetryPolicy.backoff_coefficient must be >= 1")
+
+    def backoff(self, attempt: int) -> float:
+        """Upper bound of the delay after failed try number ``attempt`` (1-based), seconds."""
+        return min(self.max_interval, self.initial_interval * self.backoff_coefficient ** (attempt - 1))
+
+    def next_delay(self, attempt: int, retry_after: float | None = None,
+                   rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed try ``attempt`` before the next one."""
+        cap = self.backoff(attempt)
+        delay = (rng or random).uniform(0, cap) if self.jitter else cap
+        if retry_after is not None:
+            delay = max(delay, float(retry_after))
+        return delay
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("retryable", "non_retryable")}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base: RetryPolicy | None = None) -> RetryPolicy:
+        """Build a policy from JSON (the Tool admin); unknown keys raise ``ValueError``."""
+        allowed = {"max_attempts", "initial_interval", "backoff_coefficient", "max_interval",
+                   "jitter"}
+        unknown = set(data) - allowed
+        if unknown:
+            raise ValueError(f"unknown retry policy keys: {sorted(unknown)}; allowed: {sorted(allowed)}")
+        base = base or cls()
+        values = base.to_dict()
+        values.update(data)
+        return cls(**values, retryable=base.retryable, non_retryable=base.non_retryable)
+
+
+DEFAULT_POLICY = RetryPolicy()
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+def _http_status(exc: BaseException) -> tuple[int | None, float | None]:
+    """(status, retry_after seconds) of an httpx/requests HTTP error, else (None, None)."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if not isinstance(status, int):
+        return None, None
+    retry_after = None
+    headers = getattr(response, "headers", None) or {}
+    try:
+        raw = headers.get("retry-after") or headers.get("Retry-After")
+        if raw is not None:
+            retry_after = float(raw)
+    except (TypeError, ValueError):
+        retry_after = None
+    return status, retry_after
+
+
+def _is_request_not_sent(exc: BaseException) -> bool:
+    """True for network errors that happen before a request reaches the server."""
+    name = type(exc).__name__
+    return name in {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "PoolTimeout"}
+
+
+def classify(exc: BaseException, *, safety: str | None = None,
+             policy: RetryPolicy = DEFAULT_POLICY) -> tuple[str, float | None]:
+    """Classify a failure: ``(classification, retry_after_seconds)``.
+
+    ``safety`` is the tool's safety class (``None`` for a plain step). Unknown errors of
+    an ``unsafe_write`` are ambiguous: the write may have happened. Unknown errors of
+    other steps are transient, as in Temporal, unless the policy says otherwise.
+    """
+    if isinstance(exc, ModelRecoverableError):
+        return MODEL_RECOVERABLE, None
+    if isinstance(exc, (PermanentError, PayloadError, NonDeterminismError, BudgetExceeded,
+                        IdempotencyConflict)):
+        return PERMANENT, None
+    if policy.non_retryable and isinstance(exc, policy.non_retryable):
+        return PERMANENT, None
+    if isinstance(exc, AmbiguousOutcomeError):
+        return AMBIGUOUS, None
+    if isinstance(exc, TransientError):
+        return TRANSIENT, exc.retry_after
+    if isinstance(exc, DurableError):
+        return getattr(exc, "classification", PERMANENT), None
+
+    status, retry_after = _http_status(exc)
+    if status is not None:
+        if status in TRANSIENT_HTTP:
+            return TRANSIENT, retry_after
+        if status >= 500:
+            return (AMBIGUOUS if safety == "unsafe_write" else TRANSIENT), retry_after
+        if status in MODEL_RECOVERABLE_HTTP:
+            return MODEL_RECOVERABLE, None
+        return PERMANENT, None
+
+    if policy.retryable and not isinstance(exc, policy.retryable):
+        return PERMANENT, None
+    if safety == "unsafe_write" and not _is_request_not_sent(exc):
+        return AMBIGUOUS, None
+    return TRANSIENT, None

@@ -1,0 +1,35 @@
+"""Helpers for testing workflows in-process, without a broker or worker processes.
+
+With ``DURABLE['DISPATCH'] = "manual"``, nothing is sent to Celery; :func:`drive`
+executes a run in the calling thread until it finishes, waits, or has nothing due.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.utils import timezone
+
+from .engine import execute
+from .models import TERMINAL, Run, RunStatus
+
+
+def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = True,
+          worker_id: str = "test-worker") -> Run:
+    """Execute ``run_id`` here until it is terminal or waiting; returns the fresh Run.
+
+    ``wait_for_retries``: sleep until a scheduled retry is due (keep retry intervals
+    short in tests). Raises ``RuntimeError`` after ``max_executions`` executions.
+    """
+    for _ in range(max_executions):
+        run = Run.objects.get(pk=run_id)
+        if run.status in TERMINAL or run.status == RunStatus.WAITING:
+            return run
+        if run.status == RunStatus.RETRYING:
+            if not wait_for_retries:
+                return run
+            delay = (run.wake_at - timezone.now()).total_seconds() if run.wake_at else 0
+            if delay > 0:
+                time.sleep(delay)
+        execute(run_id, worker_id=worker_id)
+    raise RuntimeError(f"run {run_id} did not settle after {max_executions} executions")
