@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "durable",
     "approvals",
     "dashboard",
+    "examples",
 ] + env_list("DURABLE_EXTRA_APPS")
 
 MIDDLEWARE = [
@@ -123,7 +124,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=30000",
     }
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("DURABLE_TEST_SQLITE", str(VAR_DIR / "test.sqlite3")),
+        # one file per test session, so concurrent test runs cannot collide
+        "NAME": os.environ.get("DURABLE_TEST_SQLITE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3")),
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -41,12 +41,13 @@ from .exceptions import (
 from .registry import tool, workflow
 from .retry import RetryPolicy
 from .secrets import Secret
-from .types import NOT_FOUND, ModelRecoverable
+from .types import NOT_FOUND, Decision, ModelRecoverable
 
 __all__ = [
     "NOT_FOUND",
     "AmbiguousOutcomeError",
     "BudgetExceeded",
+    "Decision",
     "DurableError",
     "IdempotencyConflict",
     "IllegalTransition",
@@ -64,8 +65,13 @@ __all__ = [
     "ToolNotFound",
     "TransientError",
     "WorkflowNotFound",
+    "cancel",
+    "compensate",
+    "fork",
     "get_run",
     "result",
+    "resume",
+    "signal",
     "start",
     "tool",
     "workflow",
@@ -91,6 +97,42 @@ def result(run_id: str, timeout: float | None = 60.0) -> Any:
     from .api import result as _result
 
     return _result(run_id, timeout)
+
+
+def signal(run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,
+           *, by: Any = None):
+    """Send signal ``name`` with ``payload`` to a run (see :func:`durable.services.run_signal`)."""
+    from .services import run_signal
+
+    return run_signal(run_id=run_id, name=name, payload=payload, dedupe_key=dedupe_key, by=by)
+
+
+def cancel(run_id: str, *, by: Any = None, reason: str = ""):
+    """Cancel a run (see :func:`durable.services.run_cancel`)."""
+    from .services import run_cancel
+
+    return run_cancel(run_id=run_id, by=by, reason=reason)
+
+
+def compensate(run_id: str, *, by: Any = None, reason: str = ""):
+    """Undo a failed or cancelled run's writes (see :func:`durable.services.run_compensate`)."""
+    from .services import run_compensate
+
+    return run_compensate(run_id=run_id, by=by, reason=reason)
+
+
+def resume(run_id: str, *, by: Any = None, reason: str = ""):
+    """Retry a failed run from its failed step (see :func:`durable.services.run_resume`)."""
+    from .services import run_resume
+
+    return run_resume(run_id=run_id, by=by, reason=reason)
+
+
+def fork(run_id: str, *, from_step: str, by: Any = None, reason: str = ""):
+    """Start a new run reusing results before ``from_step`` (:func:`durable.services.run_fork`)."""
+    from .services import run_fork
+
+    return run_fork(run_id=run_id, from_step=from_step, by=by, reason=reason)
 
 
 def __getattr__(name: str) -> Any:

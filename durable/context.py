@@ -52,7 +52,8 @@ from .models import (
 )
 from .redaction import redact_text
 from .retry import AMBIGUOUS, DEFAULT_POLICY, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
-from .types import NOT_FOUND, ModelRecoverable
+from .signals import wait_created
+from .types import NOT_FOUND, Decision, ModelRecoverable
 
 if TYPE_CHECKING:
     from .registry import ToolSpec, WorkflowSpec
@@ -151,6 +152,9 @@ class WorkflowContext:
         self._last_auth = time.monotonic()
         self._tool_rows: dict[str, Any] | None = None
         self._pending_lost: list[StepAttempt] = []
+        compensating = run.status == RunStatus.COMPENSATING
+        self._fail_status = RunStatus.COMPENSATION_FAILED if compensating else RunStatus.FAILED
+        self._done_status = RunStatus.COMPENSATED if compensating else RunStatus.SUCCEEDED
 
     # ----------------------------------------------------------------- public API
 
@@ -193,32 +197,62 @@ class WorkflowContext:
         """Call the registered tool ``name`` with ``params`` (keyword arguments), durably.
 
         Writes (``idempotent_write``, ``unsafe_write``) go through the operation ledger
-        with the idempotency key ``"{run_id}:{step_id}"``. An unknown tool name or
-        arguments that do not fit the tool's signature return a
+        with the idempotency key ``"{run_id}:{step_id}"``. A tool that requires approval
+        first waits for a decision; a rejection returns a
+        :class:`~durable.ModelRecoverable` carrying the approver's message (the model
+        can take it into account), and approved edits replace ``params``. An unknown
+        tool name or arguments that do not fit the tool's signature also return a
         :class:`~durable.ModelRecoverable` (an LLM chose them), not an exception.
         """
         params = dict(params or {})
-        sid, pos, rec = self._next_call(step_id or name)
+        base = step_id or name
+        try:
+            spec: ToolSpec | None = self._tool_spec(name)
+        except ToolNotFound:
+            spec = None
+        approval_base = f"approve:{base}"
+        upcoming = self._by_position.get(self._position)
+        if upcoming is not None:  # replaying: the history says whether approval was asked
+            needs_approval = upcoming.step_id == self._peek_id(approval_base)
+        else:
+            needs_approval = spec is not None and spec.requires_approval
+        if needs_approval:
+            safety = spec.safety if spec is not None else ""
+            decision = self._approval(approval_base, base, f"{name}: {safety.replace('_', ' ')}", {
+                "title": f"Run {name} ({safety.replace('_', ' ')})", "tool": name,
+                "safety": safety, "params": params,
+                "allow_edit": bool(spec and spec.allow_edit),
+                "approvers": spec.approver_group if spec is not None else None,
+                "four_eyes": safety == "unsafe_write", "required": 1,
+                "on_timeout": "reject", "escalate_to": None, "timeout": None})
+            if not decision.approved:
+                who = ", ".join(decision.decided_by) or "an approver"
+                return ModelRecoverable(
+                    f"the call to {name} was rejected by {who}"
+                    + (f": {decision.comment}" if decision.comment else ""),
+                    "ApprovalRejected", decision.to_dict())
+            if decision.edited is not None and isinstance(decision.edited, dict):
+                params = dict(decision.edited)
+        sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
         input_text = self._encode_step_input(sid, (), params)
-        try:
-            spec = self._tool_spec(name)
-        except ToolNotFound as exc:
+        if spec is None:
             known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
             return self._record_model_error(
                 sid, pos, rec, StepKind.TOOL, name, input_text,
-                ModelRecoverable(f"{exc}; available tools: {known}", "ToolNotFound"))
+                ModelRecoverable(f"tool {name!r} is not registered; available tools: {known}",
+                                 "ToolNotFound"))
+        key = self.idempotency_key(sid)
+        call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
+        if registry.accepts_keyword(spec.fn, "idempotency_key"):
+            call_kwargs["idempotency_key"] = key
         try:
-            inspect.signature(spec.fn).bind(**params)
+            inspect.signature(spec.fn).bind(**call_kwargs)
         except TypeError as exc:
             return self._record_model_error(
                 sid, pos, rec, StepKind.TOOL, name, input_text,
                 ModelRecoverable(f"wrong arguments for tool {name!r}: {exc}", "TypeError"))
-        key = self.idempotency_key(sid)
-        call_kwargs = dict(params)
-        if registry.accepts_keyword(spec.fn, "idempotency_key"):
-            call_kwargs["idempotency_key"] = key
         policy = spec.retry or DEFAULT_POLICY
         call = lambda: _call_with_timeout(spec.fn, (), call_kwargs, spec.timeout, sid)  # noqa: E731
         if spec.safety == "read_only":
@@ -230,11 +264,25 @@ class WorkflowContext:
                              call=call, policy=policy, safety=spec.safety,
                              input_text=input_text, ledger=ledger)
 
+    def _compensation_step(self, sid: str, fn: Callable[..., Any], tool_name: str,
+                           policy: RetryPolicy) -> Any:
+        sid, pos, rec = self._next_call(sid)
+        if rec is not None and rec.status == StepStatus.SUCCEEDED:
+            return self._replay(rec)
+        key = self.idempotency_key(sid)
+        return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.COMPENSATION,
+                             tool_name=tool_name, call=lambda: fn(idempotency_key=key),
+                             policy=policy, safety=None, input_text=None)
+
     def idempotency_key(self, step_id: str) -> str:
         """The key of a step: ``"{run_id}:{step_id}"``, the same on every attempt."""
         return f"{self.run_id}:{step_id}"
 
     # ------------------------------------------------------------ replay machinery
+
+    def _peek_id(self, base: str) -> str:
+        n = self._occurrences[base] + 1
+        return base if n == 1 else f"{base}#{n}"
 
     def _next_call(self, base: str) -> tuple[str, int, Step | None]:
         self._ensure_live()
@@ -319,6 +367,177 @@ class WorkflowContext:
                              started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
                              reason="cannot store the step's input")
 
+    # -------------------------------------------------------------------- waits
+
+    def sleep(self, duration: float | timedelta, *, step_id: str | None = None) -> None:
+        """A durable timer: suspend the run for ``duration`` (seconds or a timedelta).
+
+        The wake time is stored when the timer is first reached; the worker is freed and
+        the sweeper wakes the run when it is due -- never early, and once even if no
+        worker was up at the time.
+        """
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+        if seconds < 0:
+            raise ValueError(f"ctx.sleep: duration must be >= 0 seconds, got {seconds}")
+        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds)
+
+    def sleep_until(self, when: datetime, *, step_id: str | None = None) -> None:
+        """A durable timer until the aware datetime ``when`` (a past time returns at once)."""
+        if not isinstance(when, datetime) or timezone.is_naive(when):
+            raise ValueError("ctx.sleep_until needs an aware datetime (with a time zone)")
+        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when)
+
+    def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None,
+                        default: Any = None, step_id: str | None = None) -> Any:
+        """Wait for ``durable.signal(run_id, name, payload)`` and return its payload.
+
+        Signals are kept in the run's mailbox, so one sent before the wait is reached is
+        delivered when it is. ``timeout`` (seconds): return ``default`` if no signal came.
+        """
+        if not name or len(name) > 200:
+            raise ValueError("ctx.wait_for_signal: name must be 1-200 characters")
+        wake_in = _seconds(timeout, "ctx.wait_for_signal")
+        return self._wait(step_id or f"signal:{name}", kind=WaitKind.SIGNAL, key=name,
+                          wake_in=wake_in, spec={"default": default})
+
+    def wait_for_approval(self, key: str, *, title: str, payload: Any = None,
+                          approvers: str | None = None, timeout: float | timedelta | None = None,
+                          on_timeout: str = "reject", escalate_to: str | None = None,
+                          required: int = 1, allow_edit: bool = False,
+                          four_eyes: bool = False) -> Decision:
+        """Suspend until people decide; returns a :class:`~durable.Decision`.
+
+        ``approvers``: the name of a group whose members may decide (besides holding the
+        ``approvals.decide_approval`` permission); ``required``: approvals needed (N of
+        M); ``timeout`` (seconds) with ``on_timeout`` = ``"reject"`` or ``"escalate"``
+        (to the group ``escalate_to``); ``allow_edit``: approvers may edit ``payload``;
+        ``four_eyes``: the user who started the run may not approve.
+        """
+        if on_timeout not in ("reject", "escalate"):
+            raise ValueError("ctx.wait_for_approval: on_timeout must be 'reject' or 'escalate'")
+        if on_timeout == "escalate" and not escalate_to:
+            raise ValueError("ctx.wait_for_approval: on_timeout='escalate' needs escalate_to")
+        if int(required) < 1:
+            raise ValueError("ctx.wait_for_approval: required must be >= 1")
+        wake_in = _seconds(timeout, "ctx.wait_for_approval")
+        spec = {"title": title, "payload": payload, "approvers": approvers,
+                "on_timeout": on_timeout, "escalate_to": escalate_to, "required": int(required),
+                "allow_edit": bool(allow_edit), "four_eyes": bool(four_eyes),
+                "timeout": wake_in}
+        return self._approval(f"approval:{key}", key, title, spec)
+
+    def _approval(self, base: str, key: str, title: str, spec: dict[str, Any]) -> Decision:
+        value = self._wait(base, kind=WaitKind.APPROVAL, key=key, wake_in=spec.get("timeout"),
+                           title=title, spec=spec)
+        return Decision.from_dict(value or {})
+
+    def _wait(self, base: str, *, kind: str, key: str = "", wake_in: float | None = None,
+              wake_at: datetime | None = None, title: str = "",
+              spec: dict[str, Any] | None = None) -> Any:
+        step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
+            kind, StepKind.WAIT)
+        sid, pos, rec = self._next_call(base)
+        if rec is not None and rec.status == StepStatus.SUCCEEDED:
+            return self._replay(rec)
+        while True:
+            wait = Wait.objects.filter(run_id=self.run_id, wait_id=sid).first()
+            now = timezone.now()
+            if wait is not None:
+                due_timer = (wait.kind == WaitKind.TIMER and wait.status == WaitStatus.PENDING
+                             and wait.wake_at is not None and wait.wake_at <= now)
+                if wait.status in (WaitStatus.RESOLVED, WaitStatus.EXPIRED) or due_timer:
+                    return self._finish_wait(sid, pos, rec, step_kind, wait, due_timer)
+                if wait.status == WaitStatus.CANCELLED:
+                    self._stopped = RunStatus.CANCELLED
+                    raise RunStopped(RunStatus.CANCELLED)
+            elif wake_at is None and wake_in is not None:
+                wake_at = now + timedelta(seconds=wake_in)
+            if wait is None and kind == WaitKind.TIMER and wake_at is not None and wake_at <= now:
+                wait = self._park(sid, pos, None, kind=kind, key=key, wake_at=wake_at,
+                                  title=title, spec=spec, park=False)
+                return self._finish_wait(sid, pos, rec, step_kind, wait, True)
+            consumed = self._park(sid, pos, wait, kind=kind, key=key, wake_at=wake_at,
+                                  title=title, spec=spec)
+            if consumed is _AGAIN:
+                continue
+            return self._finish_wait(sid, pos, rec, step_kind, consumed, False)
+
+    def _park(self, sid: str, pos: int, wait: Wait | None, *, kind: str, key: str,
+              wake_at: datetime | None, title: str, spec: dict[str, Any] | None,
+              park: bool = True) -> Any:
+        """Create the wait (or re-check it) and suspend the run, in one fenced transaction.
+
+        Returns the wait when it is already answered (a buffered signal), ``_AGAIN`` when
+        it was answered meanwhile, or raises :class:`Suspend` after parking the run.
+        """
+        state: dict[str, Any] = {}
+
+        def work() -> None:
+            now = timezone.now()
+            created = wait is None
+            if created:
+                w = Wait.objects.create(
+                    run_id=self.run_id, wait_id=sid, position=pos, kind=kind, key=key,
+                    title=(title or "")[:300], wake_at=wake_at, created_at=now,
+                    payload=codec.dumps_checked(spec, what="wait options", step_id=sid)
+                    if spec else None)
+            else:
+                w = Wait.objects.select_for_update().get(pk=wait.pk)
+                if w.status != WaitStatus.PENDING:
+                    raise _Answered()
+            if not park:
+                state["wait"] = w
+                return
+            if kind == WaitKind.SIGNAL:
+                from .models import Signal
+
+                sig = (Signal.objects.filter(run_id=self.run_id, name=key, wait__isnull=True)
+                       .order_by("id").first())
+                if sig is not None:
+                    Signal.objects.filter(pk=sig.pk).update(wait=w, consumed_at=now)
+                    w.status = WaitStatus.RESOLVED
+                    w.result = sig.payload
+                    w.resolved_at = now
+                    w.resolved_by = sig.sent_by or "signal"
+                    w.save(update_fields=["status", "result", "resolved_at", "resolved_by"])
+                    state["wait"] = w
+                    return
+            if created:
+                wait_created.send(sender=Wait, wait=w, spec=spec or {})
+            Run.objects.filter(pk=self.run_id).update(
+                status=RunStatus.WAITING, lease_token="", lease_owner="", lease_expires_at=None)
+            TraceEvent.objects.create(
+                run_id=self.run_id, kind="waiting", step_id=sid, actor=self.worker_id,
+                message=f"waiting for {WaitKind(kind).label.lower()}"
+                        + (f" {key!r}" if key else "")
+                        + (f" until {wake_at.isoformat()}" if wake_at else ""))
+            if wake_at is not None:
+                from .dispatch import dispatch_on_commit
+
+                dispatch_on_commit(self.run_id,
+                                   countdown=max(0.0, (wake_at - now).total_seconds()))
+            state["parked"] = w
+
+        try:
+            self._write({}, work, record_if_stopped=False)
+        except _Answered:
+            return _AGAIN
+        if "wait" in state:
+            return state["wait"]
+        self._stopped = RunStatus.WAITING
+        raise Suspend(f"waiting on {sid}")
+
+    def _finish_wait(self, sid: str, pos: int, rec: Step | None, step_kind: str, wait: Wait,
+                     fire_timer: bool) -> Any:
+        if fire_timer and wait.status == WaitStatus.PENDING:
+            Wait.objects.filter(pk=wait.pk, status=WaitStatus.PENDING).update(
+                status=WaitStatus.RESOLVED, resolved_at=timezone.now(), resolved_by="timer")
+        value = codec.decode(wait.result) if wait.result else None
+        attempt = (rec.attempts if rec is not None else 0) + 1
+        return self._record_success(sid=sid, pos=pos, rec=rec, kind=step_kind, tool_name="",
+                                    input_text=None, attempt=attempt, value=value,
+                                    started_at=wait.created_at, ledger=None)
+
     # --------------------------------------------------------------- execution
 
     def _tool_spec(self, name: str) -> ToolSpec:
@@ -361,7 +580,8 @@ class WorkflowContext:
         attempt = (rec.attempts if rec is not None else 0) + self._lost_attempts(sid, pos, rec)
         max_lost = int(conf.get("MAX_WORKER_LOST_ATTEMPTS"))
         lost_count = len(self._pending_lost)
-        if lost_count and (lost_count >= max_lost or attempt >= policy.max_attempts) and (
+        budget_used = attempt - (rec.budget_base if rec is not None else 0)
+        if lost_count and (lost_count >= max_lost or budget_used >= policy.max_attempts) and (
                 ledger is None):
             exc = StepTimeout(f"the worker was lost {lost_count} time(s) while this step ran")
             self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
@@ -384,9 +604,10 @@ class WorkflowContext:
                 value = call()
             except (LeaseLost, RunStopped, Suspend):
                 raise
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # noqa: BLE001 - classified below
+                # a BaseException that is not an Exception (KeyboardInterrupt, SystemExit,
+                # GeneratorExit, a cancelled task, a dying worker) is not the step's failure:
+                # it propagates, and the lease expires into the worker-lost recovery path
                 classification, retry_after = classify(exc, safety=safety, policy=policy)
                 if isinstance(exc, StepTimeout) and safety == "unsafe_write":
                     classification = AMBIGUOUS
@@ -408,7 +629,8 @@ class WorkflowContext:
                     classification = "transient"  # reconciled: it did not happen
                 retryable = classification in ("transient", AMBIGUOUS)
                 delay = None
-                if retryable and attempt < policy.max_attempts:
+                budget_base = rec.budget_base if rec is not None else 0
+                if retryable and attempt - budget_base < policy.max_attempts:
                     delay = policy.next_delay(attempt, retry_after)
                 if ledger is not None:
                     ledger.after_failure(ambiguous=classification == AMBIGUOUS)
@@ -550,7 +772,7 @@ class WorkflowContext:
         if delay is None:
             step_status = StepStatus.FAILED
             run_fields: dict[str, Any] = {
-                "status": RunStatus.FAILED, "error": {**info, "reason": reason},
+                "status": self._fail_status, "error": {**info, "reason": reason},
                 "error_type": info["type"], "finished_at": now, "lease_token": "",
                 "lease_owner": "", "lease_expires_at": None, "cursor_lost": 0}
             events = [self._event("attempt_failed", sid, info["message"], {
@@ -586,7 +808,7 @@ class WorkflowContext:
 
         self._write(run_fields, work, events=events)
         if delay is None:
-            self._stopped = RunStatus.FAILED
+            self._stopped = self._fail_status
             raise StepFailed(step_id=sid, error_type=info["type"], message=info["message"],
                              attempts=attempt, reason=reason)
         if not inprocess:
@@ -597,11 +819,11 @@ class WorkflowContext:
 
     def _fail_run(self, error: dict[str, Any], *, event: str) -> None:
         now = timezone.now()
-        self._write({"status": RunStatus.FAILED, "error": error, "error_type": error["type"],
+        self._write({"status": self._fail_status, "error": error, "error_type": error["type"],
                      "finished_at": now, "lease_token": "", "lease_owner": "",
                      "lease_expires_at": None}, lambda: None,
                     events=[self._event(event, error.get("step_id", ""), error["message"])])
-        self._stopped = RunStatus.FAILED
+        self._stopped = self._fail_status
 
     def _suspend_waiting(self, work: Callable[[], None], events: list[TraceEvent]) -> None:
         self._write({"status": RunStatus.WAITING, "lease_token": "", "lease_owner": "",
@@ -625,13 +847,13 @@ class WorkflowContext:
             if replayed:
                 Step.objects.filter(pk__in=replayed).update(replay_count=F("replay_count") + 1)
 
-        self._write({"status": RunStatus.SUCCEEDED, "output": output, "finished_at": now,
+        self._write({"status": self._done_status, "output": output, "finished_at": now,
                      "lease_token": "", "lease_owner": "", "lease_expires_at": None,
                      "steps_replayed": F("steps_replayed") + len(replayed)}, work,
-                    events=[self._event("completed", message="run succeeded",
+                    events=[self._event("completed", message=f"run {self._done_status}",
                                         data={"replayed": len(replayed)})],
                     record_if_stopped=False)
-        self._stopped = RunStatus.SUCCEEDED
+        self._stopped = self._done_status
 
 
 _PROCEED = object()
@@ -840,4 +1062,17 @@ class _Ledger:
 
 
 _UNRESOLVED = object()
+
+
+class _Answered(Exception):
+    """A wait was answered between reading it and parking the run (rolls back)."""
+
+
+def _seconds(value: float | timedelta | None, where: str) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ValueError(f"{where}: timeout must be > 0 seconds, got {seconds}")
+    return seconds
 _AGAIN = object()

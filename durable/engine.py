@@ -30,8 +30,10 @@ from .exceptions import (
     Suspend,
     WorkflowNotFound,
 )
+from .compensation import run_compensation
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
+from .waits import wake_due_for_run
 
 logger = logging.getLogger("durable.engine")
 
@@ -97,7 +99,8 @@ def _claimable(run: Run, now) -> bool:
     if run.status == RunStatus.RETRYING:
         return run.wake_at is None or run.wake_at <= now
     if run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING):
-        return run.lease_expires_at is None or run.lease_expires_at < now
+        return (not run.lease_token or run.lease_expires_at is None
+                or run.lease_expires_at < now)
     return False
 
 
@@ -117,7 +120,8 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
         run = qs.first()
         if run is None or not _claimable(run, now):
             return None
-        recovering = run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING)
+        recovering = run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING) and bool(
+            run.lease_token)
         events = []
         if recovering:
             run.cursor_lost += 1
@@ -145,12 +149,21 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
 
 
 def release(run_id: str, token: str, *, status: str | None = None) -> None:
-    """Give the lease back (only if we still hold it)."""
+    """Give the lease back (only if we still hold it).
+
+    Without ``status``, a run that is still running keeps its lease until it expires:
+    the worker stopped mid-run (an exception escaped the engine), so recovery must count
+    the interrupted attempt, and a running run without a lease would have no owner
+    (the ``run_running_has_lease`` constraint refuses it).
+    """
     fields = {"lease_token": "", "lease_owner": "", "lease_expires_at": None,
               "updated_at": timezone.now()}
+    qs = Run.objects.filter(pk=run_id, lease_token=token)
     if status:
         fields["status"] = status
-    Run.objects.filter(pk=run_id, lease_token=token).update(**fields)
+    else:
+        qs = qs.exclude(status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING))
+    qs.update(**fields)
 
 
 def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
@@ -163,10 +176,17 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     token = uuid.uuid4().hex
     claimed = claim(run_id, token=token, worker_id=worker_id)
     if claimed is None:
-        return None
+        # a timer's own countdown message: fire the run's due waits, then try again
+        if not wake_due_for_run(run_id):
+            return None
+        claimed = claim(run_id, token=token, worker_id=worker_id)
+        if claimed is None:
+            return None
     run, steps = claimed
+    compensating = run.status == RunStatus.COMPENSATING
     try:
-        spec = registry.get_workflow(run.workflow_name, run.workflow_version)
+        spec = None if compensating else registry.get_workflow(run.workflow_name,
+                                                                run.workflow_version)
     except WorkflowNotFound:
         # another worker may have this version; leave the run pending for it
         logger.warning("durable: run %s needs workflow %s version %s, not registered in this "
@@ -184,8 +204,10 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                           heartbeat=heartbeat)
     try:
         try:
-            workflow_input = run.input_value()
-            result = spec.fn(ctx, workflow_input)
+            if compensating:
+                result = run_compensation(ctx)
+            else:
+                result = spec.fn(ctx, run.input_value())
         except (Suspend, StepFailed, NonDeterminismError, RunStopped):
             pass
         except LeaseLost:

@@ -47,7 +47,7 @@ class RunQuerySet(models.QuerySet):
     def expired_leases(self, now=None) -> RunQuerySet:
         now = now or timezone.now()
         return self.filter(status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING),
-                           lease_expires_at__lt=now)
+                           lease_expires_at__lt=now).exclude(lease_token="")
 
     def due(self, now=None) -> RunQuerySet:
         """Runs whose retry is due (status retrying, wake_at reached)."""
@@ -55,8 +55,10 @@ class RunQuerySet(models.QuerySet):
         return self.filter(status=RunStatus.RETRYING, wake_at__lte=now)
 
     def undispatched(self, older_than) -> RunQuerySet:
-        """Pending runs whose last dispatch is older than ``older_than`` (a datetime)."""
-        return self.filter(status=RunStatus.PENDING).filter(
+        """Runs ready for a worker (pending, or compensating without a lease) whose last
+        dispatch is older than ``older_than`` (a datetime)."""
+        return self.filter(Q(status=RunStatus.PENDING)
+                           | Q(status=RunStatus.COMPENSATING, lease_token="")).filter(
             Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
 
 
@@ -125,7 +127,7 @@ class Run(models.Model):
                 condition=~Q(status="retrying") | Q(wake_at__isnull=False),
                 name="run_retrying_has_wake_at"),
             models.CheckConstraint(
-                condition=~Q(status__in=["running", "compensating"])
+                condition=~Q(status="running")
                 | (~Q(lease_token="") & Q(lease_expires_at__isnull=False)),
                 name="run_running_has_lease"),
         ]
@@ -177,6 +179,8 @@ class Step(models.Model):
     output = models.TextField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    budget_base = models.PositiveIntegerField(
+        default=0, help_text="attempts before the last resume; the retry budget counts from here")
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -338,6 +342,8 @@ class Wait(models.Model):
     wait_id = models.CharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=WaitKind.choices)
+    key = models.CharField(max_length=255, blank=True, default="",
+                           help_text="the signal name or approval key the wait is for")
     status = models.CharField(max_length=16, choices=WaitStatus.choices,
                               default=WaitStatus.PENDING)
     title = models.CharField(max_length=300, blank=True, default="")
@@ -359,6 +365,7 @@ class Wait(models.Model):
             models.Index(fields=["wake_at"], name="wait_due_idx", condition=Q(status="pending")),
             models.Index(fields=["kind", "created_at"], name="wait_pending_kind_idx",
                          condition=Q(status="pending")),
+            models.Index(fields=["run", "kind", "key"], name="wait_run_key_idx"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["run", "wait_id"], name="wait_unique_id_per_run"),
@@ -371,6 +378,38 @@ class Wait(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.wait_id} {self.kind} ({self.status})"
+
+
+class Signal(models.Model):
+    """A message to a run, kept in its mailbox until a ``wait_for_signal`` consumes it.
+
+    A signal that arrives before its wait exists is delivered when the wait is reached
+    (SCENARIOS S08); a repeated ``dedupe_key`` is stored once.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="signals")
+    name = models.CharField(max_length=200)
+    payload = models.TextField(null=True, blank=True)
+    dedupe_key = models.CharField(max_length=255, blank=True, default="")
+    sent_by = models.CharField(max_length=200, blank=True, default="")
+    wait = models.OneToOneField(Wait, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="signal")
+    created_at = models.DateTimeField(default=timezone.now)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["run", "name", "id"], name="signal_unconsumed_idx",
+                         condition=Q(wait__isnull=True)),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "dedupe_key"], name="signal_dedupe",
+                                    condition=~Q(dedupe_key="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} signal {self.name}"
 
 
 class Safety(models.TextChoices):

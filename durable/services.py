@@ -119,3 +119,229 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         if outcome != "abort":
             dispatch_on_commit(run.id)
     return op
+
+
+def _lock_run(run_id: str) -> Run:
+    run = Run.objects.select_for_update().filter(pk=str(run_id)).first()
+    if run is None:
+        from .exceptions import RunNotFound
+
+        raise RunNotFound(run_id)
+    return run
+
+
+def _event(run: Run, kind: str, actor: str, message: str, **data: Any) -> None:
+    TraceEvent.objects.create(run=run, kind=kind, actor=actor, message=message,
+                              data=data or None)
+
+
+def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
+    """Cancel a run: no new step starts after this commits; pending waits are cancelled.
+
+    A step already executing finishes; its late result (or failure) is recorded but
+    starts nothing. Completed effects stay (compensation is a separate action). Raises
+    :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
+    """
+    from . import transitions
+
+    actor = _actor(by)
+    now = timezone.now()
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        transitions.check("cancel", run)
+        previous = run.status
+        run.status = RunStatus.CANCELLED
+        run.finished_at = now
+        run.updated_at = now
+        run.wake_at = None
+        run.error = {"type": "Cancelled", "classification": "permanent", "step_id": "",
+                     "message": f"cancelled by {actor}" + (f": {reason}" if reason else "")}
+        run.error_type = "Cancelled"
+        # the lease stays with a worker that is executing, so its late result is fenced
+        # in as "recorded, starts nothing"; an idle run has no lease to keep
+        run.save(update_fields=["status", "finished_at", "updated_at", "wake_at", "error",
+                                "error_type"])
+        from .waits import close_wait_txn
+
+        for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
+            close_wait_txn(wait, status=WaitStatus.CANCELLED, result=None, by=actor, now=now,
+                           reason="run cancelled")
+        _event(run, "cancelled", actor, run.error["message"], previous=previous)
+    return run
+
+
+def _reopen_failed_steps_txn(run: Run, now) -> list[str]:
+    """Give failed steps a fresh attempt budget (status retrying, due now)."""
+    from .models import Step, StepStatus
+
+    reopened = []
+    for step in Step.objects.select_for_update().filter(run=run, status=StepStatus.FAILED):
+        step.status = StepStatus.RETRYING
+        step.budget_base = step.attempts
+        step.next_attempt_at = now
+        step.finished_at = None
+        step.save(update_fields=["status", "budget_base", "next_attempt_at", "finished_at"])
+        reopened.append(step.step_id)
+    return reopened
+
+
+def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: int = 0,
+               deadline_seconds: float | None = None) -> Run:
+    """Retry a failed run from its failed step with a fresh attempt budget.
+
+    Completed steps replay; the failed step runs again (its attempt count goes on, its
+    budget restarts). ``extra_steps`` raises the step budget and ``deadline_seconds``
+    sets a new deadline from now, for runs that failed on a budget. An unknown outcome
+    that an operator aborted is opened for a decision again.
+    """
+    from datetime import timedelta
+
+    from . import transitions
+
+    actor = _actor(by)
+    now = timezone.now()
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        transitions.check("resume", run)
+        reopened = _reopen_failed_steps_txn(run, now)
+        Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).update(
+            resolution="", resolved_by="", updated_at=now)
+        run.status = RunStatus.PENDING
+        run.error = None
+        run.error_type = ""
+        run.finished_at = None
+        run.updated_at = now
+        run.cursor_lost = 0
+        if extra_steps:
+            run.max_steps += int(extra_steps)
+        if deadline_seconds:
+            run.deadline_at = now + timedelta(seconds=float(deadline_seconds))
+        run.save(update_fields=["status", "error", "error_type", "finished_at", "updated_at",
+                                "cursor_lost", "max_steps", "deadline_at"])
+        _event(run, "resumed", actor, f"resumed by {actor}" + (f": {reason}" if reason else ""),
+               steps=reopened)
+        dispatch_on_commit(run.id)
+    return run
+
+
+def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
+    """Undo a failed or cancelled run's completed writes (newest first), durably.
+
+    From COMPENSATION_FAILED it retries the failed compensation with a fresh budget.
+    """
+    from . import transitions
+
+    actor = _actor(by)
+    now = timezone.now()
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        transitions.check("compensate", run)
+        if run.status == RunStatus.COMPENSATION_FAILED:
+            _reopen_failed_steps_txn(run, now)
+        previous = run.status
+        run.status = RunStatus.COMPENSATING
+        run.finished_at = None
+        run.updated_at = now
+        run.lease_token = ""
+        run.lease_owner = ""
+        run.lease_expires_at = None
+        run.save(update_fields=["status", "finished_at", "updated_at", "lease_token",
+                                "lease_owner", "lease_expires_at"])
+        _event(run, "compensating", actor,
+               f"compensation requested by {actor}" + (f": {reason}" if reason else ""),
+               previous=previous)
+        dispatch_on_commit(run.id)
+    return run
+
+
+def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
+             new_run_id: str | None = None) -> Run:
+    """Start a new run of the same workflow and input that reuses the recorded results
+    of every step before ``from_step`` (which, and everything after it, executes anew).
+
+    Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
+    (``from_step`` is not a step of the run).
+    """
+    from . import transitions
+    from .models import Step, StepStatus
+
+    actor = _actor(by)
+    now = timezone.now()
+    with transaction.atomic():
+        source = _lock_run(run_id)
+        transitions.check("fork", source)
+        pivot = Step.objects.filter(run=source, step_id=from_step).first()
+        if pivot is None:
+            known = list(Step.objects.filter(run=source).order_by("position")
+                         .values_list("step_id", flat=True)[:20])
+            raise ValueError(f"run {source.id} has no step {from_step!r}; its steps: "
+                             f"{', '.join(known) or 'none'}")
+        kwargs: dict[str, Any] = {}
+        if new_run_id:
+            kwargs["id"] = new_run_id
+        fork = Run.objects.create(
+            workflow_name=source.workflow_name, workflow_version=source.workflow_version,
+            input=source.input, input_hash=source.input_hash, status=RunStatus.PENDING,
+            max_steps=source.max_steps, tags=list(source.tags or []),
+            started_by=by if getattr(by, "pk", None) else None, forked_from=source,
+            created_at=now, updated_at=now, **kwargs)
+        copied = [
+            Step(run=fork, step_id=s.step_id, position=s.position, kind=s.kind,
+                 tool_name=s.tool_name, status=StepStatus.SUCCEEDED, input=s.input,
+                 output=s.output, error=s.error, attempts=s.attempts, started_at=s.started_at,
+                 finished_at=s.finished_at)
+            for s in Step.objects.filter(run=source, position__lt=pivot.position,
+                                         status=StepStatus.SUCCEEDED).order_by("position")]
+        Step.objects.bulk_create(copied)
+        fork.cursor_position = len(copied)
+        fork.save(update_fields=["cursor_position"])
+        _event(fork, "created", actor, f"forked from {source.id} at step {from_step!r} by "
+               f"{actor}" + (f": {reason}" if reason else ""), forked_from=source.id,
+               reused_steps=len(copied))
+        _event(source, "forked", actor, f"forked into {fork.id} at step {from_step!r}",
+               fork=fork.id)
+        dispatch_on_commit(fork.id)
+    return fork
+
+
+def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,
+               by: Any = None) -> Any:
+    """Send a signal to a run: delivered to its ``wait_for_signal(name)``, now or later.
+
+    Kept in the run's mailbox until a wait consumes it (so it may arrive before the wait
+    exists); a repeated ``dedupe_key`` is stored and delivered once. Returns the
+    :class:`~durable.models.Signal`. Raises :class:`~durable.RunNotFound`,
+    :class:`~durable.IllegalTransition` (the run has finished), ``ValueError`` (bad
+    name), :class:`~durable.PayloadError` (payload not storable).
+    """
+    from . import transitions
+    from .models import Signal
+    from .waits import close_wait_txn
+
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ValueError("signal name must be a string of 1-200 characters")
+    actor = _actor(by)
+    payload_text = codec.dumps_checked(payload, what="signal payload")
+    now = timezone.now()
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        transitions.check("signal", run)
+        if dedupe_key:
+            existing = Signal.objects.filter(run=run, dedupe_key=dedupe_key).first()
+            if existing is not None:
+                return existing
+        signal = Signal.objects.create(run=run, name=name, payload=payload_text,
+                                       dedupe_key=dedupe_key or "", sent_by=actor,
+                                       created_at=now)
+        wait = (Wait.objects.select_for_update()
+                .filter(run=run, kind=WaitKind.SIGNAL, key=name, status=WaitStatus.PENDING)
+                .order_by("position").first())
+        _event(run, "signal_received", actor, f"signal {name!r}"
+               + (" delivered" if wait else " kept in the mailbox"), signal=signal.pk)
+        if wait is not None:
+            signal.wait = wait
+            signal.consumed_at = now
+            signal.save(update_fields=["wait", "consumed_at"])
+            close_wait_txn(wait, status=WaitStatus.RESOLVED, result=payload, by=actor, now=now,
+                           reason=f"signal {name!r} received")
+    return signal

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from . import conf
 from .dispatch import _send
-from .models import Run, RunStatus, TraceEvent
+from .models import Run, TraceEvent
+from .waits import wake_due
 
 logger = logging.getLogger("durable.sweeper")
 
@@ -43,7 +44,7 @@ def sweep(now=None) -> dict[str, Any]:
     timers = _wake_due_timers(now)
     pending = _pick(Run.objects.undispatched(stale))
 
-    run_ids = list(dict.fromkeys(expired + due + timers + pending))
+    run_ids = list(dict.fromkeys(expired + due + pending))  # woken timers dispatch themselves
     if run_ids:
         with transaction.atomic():
             Run.objects.filter(pk__in=run_ids).update(dispatched_at=now)
@@ -64,10 +65,5 @@ def sweep(now=None) -> dict[str, Any]:
 
 
 def _wake_due_timers(now) -> list[str]:
-    """Resolve due timer waits and expire timed-out waits; return the runs to dispatch."""
-    from .waits import wake_due
-
+    """Fire due timers and expire timed-out waits; return the runs to dispatch."""
     return wake_due(now)
-
-
-__all__ = ["sweep", "RunStatus"]

@@ -43,3 +43,36 @@ class _NotFound:
 
 
 NOT_FOUND = _NotFound()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to ``ctx.wait_for_approval``.
+
+    ``approved``; ``decided_by`` (usernames, in order; ``["timeout"]`` on expiry);
+    ``decided_at`` (ISO 8601 text); ``comment``; ``edited`` (the approver's edited
+    parameters, when the policy allows editing, else ``None``); ``expired``.
+    """
+
+    approved: bool
+    decided_by: tuple[str, ...] = ()
+    decided_at: str = ""
+    comment: str = ""
+    edited: Any = None
+    expired: bool = False
+
+    def __bool__(self) -> bool:
+        return self.approved
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        return cls(approved=bool(data.get("approved")),
+                   decided_by=tuple(data.get("decided_by") or ()),
+                   decided_at=str(data.get("decided_at") or ""),
+                   comment=str(data.get("comment") or ""),
+                   edited=data.get("edited"), expired=bool(data.get("expired")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"approved": self.approved, "decided_by": list(self.decided_by),
+                "decided_at": self.decided_at, "comment": self.comment,
+                "edited": self.edited, "expired": self.expired}

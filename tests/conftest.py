@@ -7,4 +7,4 @@ import pytest
 def _manual_dispatch(settings):
     """In-process tests drive runs themselves; process tests override this."""
     settings.DURABLE = {**settings.DURABLE, "DISPATCH": "manual",
-                        "WORKFLOW_MODULES": ["tests.workflows"]}
+                        "WORKFLOW_MODULES": ["tests.workflows", "tests.waits_workflows"]}

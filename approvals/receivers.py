@@ -1,0 +1,55 @@
+"""Keep approval requests in step with the engine's waits (signals from ``durable``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import Group
+
+from durable import codec
+from durable.models import Wait, WaitKind, WaitStatus
+from durable.signals import wait_closed, wait_created
+
+from .models import ApprovalRequest, ApprovalStatus
+
+
+def _group(name: Any) -> Group | None:
+    if not name:
+        return None
+    group, _ = Group.objects.get_or_create(name=str(name)[:150])
+    return group
+
+
+def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any) -> None:
+    """Create the ApprovalRequest of a new approval wait (inside the engine's transaction)."""
+    if wait.kind != WaitKind.APPROVAL:
+        return
+    run = wait.run
+    timeout = spec.get("timeout")
+    display = {k: spec.get(k) for k in ("payload", "params") if spec.get(k) is not None}
+    ApprovalRequest.objects.create(
+        wait=wait, run=run, key=wait.key, title=str(spec.get("title") or wait.title)[:300],
+        payload=codec.dumps_checked(display, what="approval payload", step_id=wait.wait_id)
+        if display else None,
+        tool_name=spec.get("tool") or "", safety=spec.get("safety") or "",
+        allow_edit=bool(spec.get("allow_edit")), four_eyes=bool(spec.get("four_eyes")),
+        required_approvals=int(spec.get("required") or 1),
+        approver_group=_group(spec.get("approvers")), escalate_to=_group(spec.get("escalate_to")),
+        on_timeout=spec.get("on_timeout") or "reject", timeout_seconds=timeout,
+        expires_at=wait.created_at + timedelta(seconds=timeout) if timeout else None,
+        requested_by_id=run.started_by_id, created_at=wait.created_at)
+
+
+def on_wait_closed(sender: Any, wait: Wait, reason: str, **kwargs: Any) -> None:
+    """A wait closed by the engine (run cancelled) closes its pending approval request."""
+    if wait.kind != WaitKind.APPROVAL or wait.status != WaitStatus.CANCELLED:
+        return
+    ApprovalRequest.objects.filter(wait=wait, status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.CANCELLED, decided_at=wait.resolved_at, decided_by=wait.resolved_by,
+        comment=reason)
+
+
+def connect() -> None:
+    wait_created.connect(on_wait_created, dispatch_uid="approvals.on_wait_created")
+    wait_closed.connect(on_wait_closed, dispatch_uid="approvals.on_wait_closed")
