@@ -157,6 +157,7 @@ if _broker.startswith("filesystem://"):
         "data_folder_in": str(_queue),
         "data_folder_out": str(_queue),
         "processed_folder": str(_processed),
+        "control_folder": str(VAR_DIR / "broker" / "control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True

@@ -65,6 +65,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
         deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
         tags=list(tags or []),
         started_by=started_by if getattr(started_by, "pk", None) else None,
+        dispatched_at=now,
     )
     if run_id is not None:
         existing = Run.objects.filter(pk=run_id).first()
@@ -76,7 +77,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
             TraceEvent.objects.create(
                 run=run, kind="created", actor=_actor(started_by),
                 message=f"started {spec.name} version {spec.version}")
-            dispatch_on_commit(run.id)
+            dispatch_on_commit(run.id, mark=False)
     except IntegrityError:
         existing = Run.objects.filter(pk=run_id).first() if run_id else None
         if existing is None:

@@ -805,6 +805,10 @@ class WorkflowContext:
                     retry_delay=delay, started_at=started_at, finished_at=now)
             if ledger is not None:
                 ledger.failure_txn(info)
+            if delay is not None and not inprocess:
+                from .dispatch import dispatch_on_commit
+
+                dispatch_on_commit(self.run_id, countdown=delay)
 
         self._write(run_fields, work, events=events)
         if delay is None:
@@ -812,8 +816,7 @@ class WorkflowContext:
             raise StepFailed(step_id=sid, error_type=info["type"], message=info["message"],
                              attempts=attempt, reason=reason)
         if not inprocess:
-            from .dispatch import dispatch_on_commit
-            dispatch_on_commit(self.run_id, countdown=delay)
+            self._stopped = RunStatus.RETRYING
             raise Suspend(f"retry of {sid} scheduled at {next_at.isoformat()}")
         return delay
 

@@ -25,15 +25,27 @@ def _send(run_id: str, countdown: float | None) -> None:
                          "dispatch it again", run_id)
 
 
-def dispatch_on_commit(run_id: str, *, countdown: float | None = None) -> None:
+#: a delayed hint further out than this (seconds) is not sent: brokers hold delayed
+#: messages in worker memory, so long timers and retries are left to the sweeper
+MAX_COUNTDOWN_SECONDS = 300.0
+
+
+def dispatch_on_commit(run_id: str, *, countdown: float | None = None,
+                       mark: bool = True) -> None:
     """Ask a worker to execute ``run_id`` once the current transaction commits.
 
-    ``countdown``: seconds to wait before the worker looks (a retry's due time). With
-    ``DURABLE['DISPATCH'] == "manual"`` nothing is sent (tests drive execution).
+    ``countdown``: seconds to wait before the worker looks (a retry's or timer's due
+    time); beyond ``MAX_COUNTDOWN_SECONDS`` nothing is sent and the sweeper dispatches
+    the run when it is due. ``mark``: record ``dispatched_at`` (pass False when the
+    caller already set it). With ``DURABLE['DISPATCH'] == "manual"`` nothing is sent
+    (tests drive execution).
     """
     if conf.get("DISPATCH") != "celery":
         return
-    from .models import Run
+    if countdown is not None and countdown > MAX_COUNTDOWN_SECONDS:
+        return
+    if mark:
+        from .models import Run
 
-    Run.objects.filter(pk=run_id).update(dispatched_at=timezone.now())
+        Run.objects.filter(pk=run_id).update(dispatched_at=timezone.now())
     transaction.on_commit(lambda: _send(run_id, countdown))

@@ -20,7 +20,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from . import conf, registry
-from .context import WorkflowContext, error_info
+from .context import WorkflowContext, _safe_traceback, error_info
 from .exceptions import (
     DurableError,
     LeaseLost,
@@ -234,7 +234,9 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
 def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:
     if ctx._stopped is not None:
         return
+    info = error_info(exc, classification=PERMANENT)
+    info["traceback"] = _safe_traceback(exc)
     try:
-        ctx._fail_run(error_info(exc, classification=PERMANENT), event="failed")
+        ctx._fail_run(info, event="failed")
     except (RunStopped, LeaseLost):
         pass

@@ -1,0 +1,77 @@
+"""Give every registered tool a :class:`~durable.models.Tool` row for the admin to edit.
+
+:func:`sync_tools` creates the missing rows from the code's declarations and never
+touches an existing row: what an operator set in the admin stays. Importing this module
+connects it to ``post_migrate``, so ``manage.py migrate`` creates the rows
+(``DurableConfig.ready()`` imports it).
+
+Note that a row overrides the code for safety, approval, edit, timeout and retry
+(:func:`durable.registry.effective_tool`): once the row exists, changing those in the
+code changes nothing until the row is edited or deleted.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.apps import apps as global_apps
+from django.db import DEFAULT_DB_ALIAS, router
+from django.db.models.signals import post_migrate
+
+from . import registry
+
+__all__ = ["sync_tools", "tool_defaults"]
+
+
+def tool_defaults(spec: registry.ToolSpec) -> dict[str, Any]:
+    """The Tool row fields a code declaration implies (``approver_group`` excepted:
+    with the row's group empty, the code's group name applies)."""
+    timeout = spec.timeout if spec.timeout is not None and spec.timeout > 0 else None
+    return {
+        "description": spec.description,
+        "safety": spec.safety,
+        "requires_approval": spec.requires_approval,
+        "allow_edit": spec.allow_edit,
+        "timeout_seconds": timeout,
+        "retry_policy": spec.retry.to_dict() if spec.retry is not None else None,
+    }
+
+
+def sync_tools(*, using: str = DEFAULT_DB_ALIAS, model: Any = None) -> list[str]:
+    """Create a Tool row for each registered tool that has none; return the names created.
+
+    Existing rows are never changed. Safe to run concurrently (``get_or_create`` on the
+    unique name). ``model`` is the Tool model to use (the migration state's in
+    ``post_migrate``; default :class:`durable.models.Tool`).
+    """
+    if model is None:
+        from .models import Tool
+
+        model = Tool
+    created = []
+    for spec in registry.tools():
+        _, was_created = model._default_manager.using(using).get_or_create(
+            name=spec.name, defaults=tool_defaults(spec))
+        if was_created:
+            created.append(spec.name)
+    return created
+
+
+def _on_post_migrate(sender: Any, *, using: str = DEFAULT_DB_ALIAS, apps: Any = global_apps,
+                     verbosity: int = 1, **kwargs: Any) -> None:
+    if getattr(sender, "label", None) != "durable":
+        return
+    try:
+        model = apps.get_model("durable", "Tool")
+    except LookupError:  # migrated backwards past the Tool table
+        return
+    if not router.allow_migrate_model(using, model):
+        return
+    created = sync_tools(using=using, model=model)
+    if created and verbosity >= 2:
+        stdout = kwargs.get("stdout") or sys.stdout
+        stdout.write(f"Durable: created tool settings for {', '.join(created)}\n")
+
+
+post_migrate.connect(_on_post_migrate, dispatch_uid="durable.toolsync.sync_tools")
