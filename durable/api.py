@@ -32,7 +32,7 @@ class RunFailed(DurableError):
 def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
           version: str | None = None, tags: list[str] | None = None,
           started_by: Any = None, max_steps: int | None = None,
-          deadline_seconds: float | None = None) -> Run:
+          deadline_seconds: float | None = None, max_tokens: int | None = None) -> Run:
     """Start a run of ``workflow_name`` with ``input`` and dispatch it on commit.
 
     Idempotent on ``run_id``: the same id with the same workflow and input returns the
@@ -64,6 +64,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
         max_steps=steps_budget,
         deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
         tags=list(tags or []),
+        max_tokens=max_tokens if max_tokens is not None else conf.get("MAX_TOKENS"),
         started_by=started_by if getattr(started_by, "pk", None) else None,
         dispatched_at=now,
     )

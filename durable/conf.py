@@ -51,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "REDACT_PATTERNS": list(DEFAULT_REDACT_PATTERNS),
     # key for encrypting redacted values at rest; derived from SECRET_KEY when empty
     "ENCRYPTION_KEY": "",
+    # default token budget of a run's LLM calls (None: unlimited)
+    "MAX_TOKENS": None,
+    # {model: [input, output]} in US dollars per million tokens, for the trace's cost
+    "LLM_PRICES": {},
 }
 
 

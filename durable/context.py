@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable.engine")
 
+#: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
+LLM_POLICY = RetryPolicy(max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0,
+                         max_interval=30.0)
+
 #: seconds after which the worker re-reads the run's status before starting a step
 AUTHORIZATION_STALE_SECONDS = 0.1
 
@@ -263,6 +267,39 @@ class WorkflowContext:
         return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.TOOL, tool_name=name,
                              call=call, policy=policy, safety=spec.safety,
                              input_text=input_text, ledger=ledger)
+
+    def llm(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+            model: str | None = None, step_id: str | None = None,
+            retry: RetryPolicy | None = None, timeout: float = 60.0, **options: Any) -> Any:
+        """One LLM chat completion as a durable step (see :mod:`durable.llm`).
+
+        The request (redacted) and the response, token usage and cost are recorded; a
+        replay returns the recorded response, so no call is paid twice. Tokens count
+        against the run's ``max_tokens`` budget (:class:`~durable.BudgetExceeded` when
+        spent). Returns ``{"content", "tool_calls": [{"id", "name", "arguments"}],
+        "usage", "model", "finish_reason", "cost_usd", "scripted"}``, or a
+        :class:`~durable.ModelRecoverable` for malformed tool-call JSON or a 400/422.
+        """
+        from . import llm as llm_module
+
+        sid, pos, rec = self._next_call(step_id or "llm")
+        if rec is not None and rec.status == StepStatus.SUCCEEDED:
+            return self._replay(rec)
+        if self.run.max_tokens is not None and self.run.tokens_used >= self.run.max_tokens:
+            exc = BudgetExceeded(run_id=self.run_id, budget="max_tokens",
+                                 limit=self.run.max_tokens, used=self.run.tokens_used)
+            self._fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
+                           event="budget_exceeded")
+            raise exc
+        request = {"model": model or llm_module.default_model(), "messages": messages}
+        if tools:
+            request["tools"] = tools
+        input_text = self._encode_step_input(sid, (), request)
+        return self._execute(
+            sid=sid, pos=pos, rec=rec, kind=StepKind.LLM, tool_name=request["model"],
+            call=lambda: llm_module.chat(messages, model=model, tools=tools, timeout=timeout,
+                                         **options),
+            policy=retry or LLM_POLICY, safety=None, input_text=input_text)
 
     def _compensation_step(self, sid: str, fn: Callable[..., Any], tool_name: str,
                            policy: RetryPolicy) -> Any:
@@ -747,12 +784,24 @@ class WorkflowContext:
             if ledger is not None:
                 ledger.succeeded_txn(value, output)
 
-        self._write({"cursor_position": pos + 1, "cursor_lost": 0,
-                     "steps_executed": F("steps_executed") + 1}, work,
+        run_fields: dict[str, Any] = {"cursor_position": pos + 1, "cursor_lost": 0,
+                                      "steps_executed": F("steps_executed") + 1}
+        tokens = 0
+        if kind == StepKind.LLM and isinstance(value, dict):
+            tokens = int((value.get("usage") or {}).get("total_tokens") or 0)
+            if tokens:
+                run_fields["tokens_used"] = F("tokens_used") + tokens
+            if value.get("scripted") and "scripted-llm" not in (self.run.tags or []):
+                self.run.tags = [*(self.run.tags or []), "scripted-llm"]
+                run_fields["tags"] = self.run.tags
+        self._write(run_fields, work,
                     events=[self._event("step_executed", sid, data={
                         "attempt": attempt, "kind": kind, "tool": tool_name,
                         "seconds": round((now - started_at).total_seconds(), 6),
-                        "model_recoverable": error is not None})])
+                        "model_recoverable": error is not None,
+                        **({"tokens": tokens, "cost_usd": value.get("cost_usd")}
+                           if kind == StepKind.LLM and isinstance(value, dict) else {})})])
+        self.run.tokens_used += tokens
         return value
 
     def _record_failure(self, *, sid: str, pos: int, rec: Step | None, kind: str,

@@ -97,6 +97,9 @@ class Run(models.Model):
     # budgets
     max_steps = models.PositiveIntegerField(default=10_000)
     deadline_at = models.DateTimeField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(null=True, blank=True,
+                                             help_text="token budget of the run's LLM calls")
+    tokens_used = models.PositiveIntegerField(default=0)
     steps_executed = models.PositiveIntegerField(default=0)
     steps_replayed = models.PositiveIntegerField(default=0)
 
