@@ -9,7 +9,7 @@ class DurableConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers system checks)
+        from . import checks, toolsync  # noqa: F401  (system checks; Tool rows on migrate)
         from .registry import autodiscover
 
         autodiscover()
