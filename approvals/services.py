@@ -80,7 +80,7 @@ def approval_decide(*, request_id: int, user: Any, approve: bool, comment: str =
     now = timezone.now()
     comment = (comment or "").strip()[:4000]
     with transaction.atomic():
-        req = (ApprovalRequest.objects.select_for_update().select_related("approver_group")
+        req = (ApprovalRequest.objects.select_for_update(of=("self",)).select_related("approver_group")
                .filter(pk=request_id).first())
         if req is None:
             raise ApprovalNotFound(request_id)

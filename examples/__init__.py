@@ -1,0 +1,1 @@
+"""Sample workflows and tools. ``examples.hello`` is the demo that ``make up`` starts."""

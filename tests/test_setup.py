@@ -1,0 +1,99 @@
+"""The project's front door: `make up`, `make test`, the Procfile, CI, the README, the demo."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+import durable
+from durable.models import RunStatus
+from durable.testing import drive
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def read(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", read("Makefile"), re.MULTILINE))
+
+
+def test_makefile_has_up_test_lint_clean():
+    assert {"up", "test", "lint", "clean"} <= make_targets()
+    makefile = read("Makefile")
+    assert "-m venv" in makefile and "pip install -e '.[test]'" in makefile
+    assert "honcho start" in makefile
+    assert "pytest" in makefile
+
+
+def test_procfile_runs_web_worker_and_beat():
+    entries = dict(line.split(":", 1) for line in read("Procfile").splitlines()
+                   if line.strip() and not line.startswith("#"))
+    entries = {name.strip(): cmd.strip() for name, cmd in entries.items()}
+    assert {"web", "worker", "beat"} <= set(entries)
+    assert entries["web"].startswith("daphne ") and "config.asgi:application" in entries["web"]
+    assert entries["worker"].startswith("celery -A config worker")
+    assert entries["beat"].startswith("celery -A config beat")
+
+
+def test_ci_runs_make_test_on_both_configurations():
+    ci = read(".ci/run")
+    assert ci.startswith(("#!/usr/bin/env bash", "#!/bin/bash"))
+    assert "set -euo pipefail" in ci
+    assert ci.count("make test") >= 2
+    assert "DATABASE_URL=postgres://" in ci and "CELERY_BROKER_URL=redis://" in ci
+    assert "DURABLE_VAR_DIR" in ci  # the embedded run gets a fresh folder
+    assert "pg_isready" in ci and "redis-cli" in ci
+
+
+def test_readme_quick_start_has_both_commands():
+    readme = read("README.md")
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "make up" in quick and "make test" in quick
+    for section in ("## Settings", "## Running in production", "## Management commands",
+                    "## Architecture map", "## Waits and approvals", "## Dashboard"):
+        assert section in readme
+
+
+def test_readme_lists_every_environment_variable_of_the_settings():
+    names = set(re.findall(r"""environ(?:\.get)?\(\s*["']([A-Z_]+)["']|"""
+                           r"""env_(?:bool|list|float)\(\s*["']([A-Z_]+)["']""",
+                           read("config/settings.py")))
+    names = {a or b for a, b in names}
+    assert "DATABASE_URL" not in names  # read by dj-database-url
+    names |= {"DATABASE_URL"}
+    missing = sorted(n for n in names if f"`{n}`" not in read("README.md"))
+    assert not missing, f"README.md's settings table misses {missing}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hello_example_runs_to_completion():
+    run = drive(durable.start("examples.hello", {"name": "  ada   lovelace ", "language": "fr"}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value() == {"message": "Bonjour, Ada Lovelace!", "language": "fr"}
+    assert list(run.steps.order_by("position").values_list("step_id", flat=True)) == [
+        "normalize_name", "examples.lookup_greeting", "compose"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_durable_demo_starts_one_run_per_day_and_ensures_admin():
+    out = StringIO()
+    call_command("durable_demo", stdout=out)
+    call_command("durable_demo", stdout=out)  # same day: the same run, not a new one
+    run_ids = re.findall(r"Demo run (\S+) ", out.getvalue())
+    assert len(run_ids) == 2 and run_ids[0] == run_ids[1]
+    assert drive(run_ids[0]).output_value()["message"] == "Hello, World!"
+
+    out = StringIO()
+    call_command("durable_demo", "--ensure-admin", stdout=out)
+    call_command("durable_demo", "--ensure-admin", stdout=out)
+    user = get_user_model().objects.get(username="admin")
+    assert user.is_superuser and user.check_password("admin")
+    assert "log in as admin / admin" in out.getvalue()
