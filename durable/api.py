@@ -45,7 +45,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     budget).
     """
     spec = registry.get_workflow(workflow_name, version)
-    if run_id is not None and not _RUN_ID_RE.match(str(run_id)):
+    if run_id is not None and not _RUN_ID_RE.fullmatch(str(run_id)):  # '$' allows a '\n'
         raise ValueError(f"run id {run_id!r} is not valid: use 1-128 characters of letters, "
                          "digits, '.', '_' and '-', starting with a letter or digit")
     if tags is not None and (not isinstance(tags, list | tuple)
@@ -53,6 +53,10 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
         raise ValueError("tags must be a list of strings")
     input_text = codec.dumps_checked(input, what="run input")
     input_hash = codec.fingerprint(input)
+    if max_steps is not None and max_steps < 1:  # 0 must not silently mean "the default"
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if deadline_seconds is not None and not deadline_seconds > 0:
+        raise ValueError(f"deadline_seconds must be > 0, got {deadline_seconds}")
     steps_budget = max_steps or spec.max_steps or int(conf.get("MAX_STEPS"))
     if steps_budget < 1:
         raise ValueError("max_steps must be >= 1")

@@ -161,12 +161,13 @@ def _tz_extra(out: dict[str, Any], value: dt.datetime | dt.time) -> dict[str, An
 class _Encoder:
     """One traversal: turns a value into a JSON-able structure in a single pass."""
 
-    __slots__ = ("active", "canonical", "is_secret_key", "search")
+    __slots__ = ("active", "canonical", "is_secret_key", "known", "search")
 
     def __init__(self, *, redact: bool = True, canonical: bool = False,
                  active: set[int] | None = None) -> None:
         self.is_secret_key = redaction.key_matcher() if redact else None
         self.search = redaction.pattern_matcher() if redact else None
+        self.known = redaction.known_secrets() if redact else frozenset()
         self.canonical = canonical
         self.active: set[int] = set() if active is None else active
 
@@ -195,6 +196,8 @@ class _Encoder:
             if not value.isascii():
                 _check_str(value)
             if self.search is not None and self.search(value):
+                return self.secret(value)
+            if self.known and any(secret in value for secret in self.known):
                 return self.secret(value)
             return value
         if t is int:
@@ -366,7 +369,7 @@ def _encode(value: Any, where: str, step_id: str | None) -> str:
         return "null" if value is None else ("true" if value else "false")
     if t is int and value.bit_length() <= _INT_MAX_BITS:
         return repr(value)
-    if t is str and value.isascii():
+    if t is str and value.isascii() and not redaction.known_secrets():
         search = redaction.pattern_matcher()
         if search is None or not search(value):
             return _dumps(value)

@@ -64,8 +64,11 @@ logger = logging.getLogger("durable.engine")
 LLM_POLICY = RetryPolicy(max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0,
                          max_interval=30.0)
 
-#: seconds after which the worker re-reads the run's status before starting a step
-AUTHORIZATION_STALE_SECONDS = 0.1
+#: seconds after which the worker re-reads the run's status before starting a step.
+#: 0: before every step (one primary-key read). Any caching lets a step start after a
+#: cancel committed -- e.g. a cancel landing between a checkpoint and the next step
+#: (SCENARIOS S04; tests/approvals/test_transitions.py::test_cancel_committed_between_*).
+AUTHORIZATION_STALE_SECONDS = 0.0
 
 
 class StepTimeout(DurableError):
@@ -156,6 +159,7 @@ class WorkflowContext:
         self._last_auth = time.monotonic()
         self._tool_rows: dict[str, Any] | None = None
         self._pending_lost: list[StepAttempt] = []
+        self._budget_base: dict[int, int] = {}
         compensating = run.status == RunStatus.COMPENSATING
         self._fail_status = RunStatus.COMPENSATION_FAILED if compensating else RunStatus.FAILED
         self._done_status = RunStatus.COMPENSATED if compensating else RunStatus.SUCCEEDED
@@ -614,11 +618,13 @@ class WorkflowContext:
             # resumed runs reset their failed step; seeing one here means it failed for good
             self._stopped = RunStatus.FAILED
             raise RunStopped(RunStatus.FAILED)
-        attempt = (rec.attempts if rec is not None else 0) + self._lost_attempts(sid, pos, rec)
-        max_lost = int(conf.get("MAX_WORKER_LOST_ATTEMPTS"))
-        lost_count = len(self._pending_lost)
-        budget_used = attempt - (rec.budget_base if rec is not None else 0)
-        if lost_count and (lost_count >= max_lost or budget_used >= policy.max_attempts) and (
+        lost_count = self._lost_attempts(sid, pos, rec)
+        attempt = (rec.attempts if rec is not None else 0) + lost_count
+        # a lost worker is not the step's failure (the worker may have died before the
+        # step began): lost tries do not use up the retry budget, but a step that keeps
+        # killing its worker (a poison step) fails after MAX_WORKER_LOST_ATTEMPTS
+        self._budget_base[pos] = (rec.budget_base if rec is not None else 0) + lost_count
+        if lost_count and lost_count >= int(conf.get("MAX_WORKER_LOST_ATTEMPTS")) and (
                 ledger is None):
             exc = StepTimeout(f"the worker was lost {lost_count} time(s) while this step ran")
             self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
@@ -666,8 +672,7 @@ class WorkflowContext:
                     classification = "transient"  # reconciled: it did not happen
                 retryable = classification in ("transient", AMBIGUOUS)
                 delay = None
-                budget_base = rec.budget_base if rec is not None else 0
-                if retryable and attempt - budget_base < policy.max_attempts:
+                if retryable and attempt - self._budget_base[pos] < policy.max_attempts:
                     delay = policy.next_delay(attempt, retry_after)
                 if ledger is not None:
                     ledger.after_failure(ambiguous=classification == AMBIGUOUS)
@@ -736,6 +741,8 @@ class WorkflowContext:
                           data=data, actor=self.worker_id)
 
     def _save_step(self, rec: Step | None, pos: int, **fields: Any) -> Step:
+        if pos in self._budget_base:
+            fields["budget_base"] = self._budget_base[pos]
         if rec is None:
             rec = Step.objects.create(run_id=self.run_id, position=pos, **fields)
             self._by_position[pos] = rec

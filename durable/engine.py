@@ -22,7 +22,6 @@ from django.utils import timezone
 from . import conf, registry
 from .context import WorkflowContext, _safe_traceback, error_info
 from .exceptions import (
-    DurableError,
     LeaseLost,
     NonDeterminismError,
     RunStopped,
@@ -33,6 +32,7 @@ from .exceptions import (
 from .compensation import run_compensation
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
+from .redaction import secrets_in, secrets_scope
 from .waits import wake_due_for_run
 
 logger = logging.getLogger("durable.engine")
@@ -204,31 +204,36 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                           heartbeat=heartbeat)
     try:
         try:
-            if compensating:
-                result = run_compensation(ctx)
-            else:
-                result = spec.fn(ctx, run.input_value())
-        except (Suspend, StepFailed, NonDeterminismError, RunStopped):
-            pass
-        except LeaseLost:
-            logger.warning("durable: worker %s lost the lease of run %s; it stops without "
-                           "recording anything more", worker_id, run.id)
-        except DurableError as exc:
-            _fail_unless_stopped(ctx, exc)
-        except Exception as exc:  # noqa: BLE001 - user workflow code failed
+            workflow_input = run.input_value()
+        except Exception as exc:  # noqa: BLE001 - e.g. the encryption key was changed
             _fail_unless_stopped(ctx, exc)
         else:
-            if ctx._stopped is None:
-                try:
-                    ctx.complete(result)
-                except (RunStopped, LeaseLost):
-                    pass
+            with secrets_scope(secrets_in(workflow_input)):
+                _run_workflow(ctx, spec, workflow_input, compensating)
     finally:
         heartbeat.stop()
         if ctx._stopped in (RunStatus.CANCELLED, None):
             release(run.id, token)
         close_old_connections()
     return Run.objects.filter(pk=run.id).values_list("status", flat=True).first()
+
+
+def _run_workflow(ctx: WorkflowContext, spec, workflow_input, compensating: bool) -> None:
+    """Run the workflow (or the compensation) to its end, a wait, or a stop."""
+    try:
+        if compensating:
+            result = run_compensation(ctx)
+        else:
+            result = spec.fn(ctx, workflow_input)
+        if ctx._stopped is None:
+            ctx.complete(result)
+    except (Suspend, StepFailed, NonDeterminismError, RunStopped):
+        pass
+    except LeaseLost:
+        logger.warning("durable: worker %s lost the lease of run %s; it stops without "
+                       "recording anything more", ctx.worker_id, ctx.run_id)
+    except Exception as exc:  # noqa: BLE001 - user workflow code failed
+        _fail_unless_stopped(ctx, exc)
 
 
 def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:

@@ -41,8 +41,8 @@ class TransientError(DurableError):
     """A failure that is safe to retry (429, 503, a timeout before the request was sent).
 
     ``retry_after`` -- seconds to wait before the next attempt, as a server's
-    ``Retry-After`` header says (RFC 9110 section 10.2.3); it overrides the backoff
-    when larger, and is still capped by the policy's ``max_interval``.
+    ``Retry-After`` header says (RFC 9110 section 10.2.3); the next try never comes
+    earlier than it, even past the policy's ``max_interval``.
     """
 
     classification = "transient"

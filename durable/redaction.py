@@ -14,7 +14,9 @@ pattern matches out of free text (error messages, tracebacks, logs).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any
 
@@ -199,10 +201,65 @@ def matches_secret_pattern(text: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """Return ``text`` with every ``REDACT_PATTERNS`` match replaced by ``[REDACTED]``.
+    """Return ``text`` with every ``REDACT_PATTERNS`` match, and every secret known in
+    this context (:func:`secrets_scope`), replaced by ``[REDACTED]``.
 
     For free text that is stored or shown as is: error messages, tracebacks, logs.
     """
     for p in _current_patterns().compiled:
         text = p.sub(REDACTED, text)
+    for secret in known_secrets():
+        if secret in text:
+            text = text.replace(secret, REDACTED)
     return text
+
+
+# --- secrets known by value -------------------------------------------------------------
+# A value chosen as secret by its dict key ({"password": "hunter2"}) is just a str once
+# the workflow passes it on (ctx.step(..., data["password"])). While a run executes, the
+# engine remembers such values so they stay redacted wherever they travel.
+
+_KNOWN: ContextVar[frozenset[str]] = ContextVar("durable_known_secrets", default=frozenset())
+
+#: shorter values are not remembered: redacting every "1" or "no" would be noise
+MIN_KNOWN_SECRET_LENGTH = 4
+
+
+def known_secrets() -> frozenset[str]:
+    """Secret values remembered in the current context."""
+    return _KNOWN.get()
+
+
+def secrets_in(value: Any, *, _depth: int = 0) -> set[str]:
+    """The str values found under secret keys (and inside ``Secret``) anywhere in ``value``."""
+    from .secrets import Secret
+
+    found: set[str] = set()
+    if _depth > 50:
+        return found
+    if isinstance(value, Secret):
+        inner = value.reveal()
+        if isinstance(inner, str) and len(inner) >= MIN_KNOWN_SECRET_LENGTH:
+            found.add(inner)
+        return found
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and isinstance(item, str) and is_secret_key(key):
+                if len(item) >= MIN_KNOWN_SECRET_LENGTH:
+                    found.add(item)
+            else:
+                found |= secrets_in(item, _depth=_depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            found |= secrets_in(item, _depth=_depth + 1)
+    return found
+
+
+@contextmanager
+def secrets_scope(values: Iterable[str]) -> Iterator[None]:
+    """Remember ``values`` as secrets for every encode and redaction inside the block."""
+    token = _KNOWN.set(_KNOWN.get() | frozenset(values))
+    try:
+        yield
+    finally:
+        _KNOWN.reset(token)

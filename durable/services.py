@@ -170,12 +170,15 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     return run
 
 
-def _reopen_failed_steps_txn(run: Run, now) -> list[str]:
-    """Give failed steps a fresh attempt budget (status retrying, due now)."""
+def _reopen_failed_steps_txn(run: Run, now, *, kind: str | None = None) -> list[str]:
+    """Give failed steps (of ``kind``, if given) a fresh attempt budget (retrying, due now)."""
     from .models import Step, StepStatus
 
     reopened = []
-    for step in Step.objects.select_for_update().filter(run=run, status=StepStatus.FAILED):
+    failed = Step.objects.select_for_update().filter(run=run, status=StepStatus.FAILED)
+    if kind is not None:
+        failed = failed.filter(kind=kind)
+    for step in failed:
         step.status = StepStatus.RETRYING
         step.budget_base = step.attempts
         step.next_attempt_at = now
@@ -237,7 +240,11 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
         run = _lock_run(run_id)
         transitions.check("compensate", run)
         if run.status == RunStatus.COMPENSATION_FAILED:
-            _reopen_failed_steps_txn(run, now)
+            # only the failed compensation is retried; the workflow's own failed step
+            # stays failed (it is not re-run by compensation)
+            from .models import StepKind
+
+            _reopen_failed_steps_txn(run, now, kind=StepKind.COMPENSATION)
         previous = run.status
         run.status = RunStatus.COMPENSATING
         run.finished_at = None
