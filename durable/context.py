@@ -894,6 +894,17 @@ class WorkflowContext:
     def complete(self, result: Any) -> None:
         """Record the workflow's return value and mark the run SUCCEEDED (engine use)."""
         self._ensure_live()
+        if self._status != RunStatus.COMPENSATING:
+            unasked = sorted(pos for pos, step in self._by_position.items()
+                             if pos >= self._position and step.kind != StepKind.COMPENSATION)
+            if unasked:
+                step = self._by_position[unasked[0]]
+                exc = NonDeterminismError(run_id=self.run_id, position=unasked[0],
+                                          recorded_step_id=step.step_id,
+                                          requested_step_id="(the workflow returned)")
+                self._fail_run(error_info(exc, classification=PERMANENT, step_id=step.step_id),
+                               event="nondeterminism")
+                return
         try:
             output = codec.dumps_checked(result, what="workflow output")
         except PayloadError as exc:

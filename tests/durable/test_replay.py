@@ -309,3 +309,16 @@ def test_replayed_steps_are_loaded_not_requeried():
                     and '"durable_step"' in q["sql"].split("WHERE")[0]]
     assert len(step_selects) == 1, step_selects
     assert Step.objects.get(run=run, step_id="three").status == StepStatus.SUCCEEDED
+
+
+def test_code_that_returns_before_recorded_steps_is_nondeterministic():
+    ew.FAILS["three"] = [durable.TransientError("later")]
+    run = drive(durable.start("eng.shortened", None).id, wait_for_retries=False)
+    assert run.status == RunStatus.RETRYING
+    ew.FLAGS["short"] = True
+    ew.make_due(run.id)
+    run = drive(run.id)
+    assert run.status == RunStatus.FAILED
+    assert run.error_type == "NonDeterminismError"
+    assert "'two'" in run.error["message"] and "returned" in run.error["message"]
+    assert run.output is None
