@@ -37,7 +37,9 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
         required_approvals=int(spec.get("required") or 1),
         approver_group=_group(spec.get("approvers")), escalate_to=_group(spec.get("escalate_to")),
         on_timeout=spec.get("on_timeout") or "reject", timeout_seconds=timeout,
-        expires_at=wait.created_at + timedelta(seconds=timeout) if timeout else None,
+        # the wait's wake_at is the deadline the sweeper acts on; show the same instant
+        expires_at=(wait.wake_at or wait.created_at + timedelta(seconds=timeout))
+        if timeout else None,
         requested_by_id=run.started_by_id, created_at=wait.created_at)
 
 

@@ -80,11 +80,15 @@ def approval_decide(*, request_id: int, user: Any, approve: bool, comment: str =
     now = timezone.now()
     comment = (comment or "").strip()[:4000]
     with transaction.atomic():
-        req = (ApprovalRequest.objects.select_for_update(of=("self",)).select_related("approver_group")
-               .filter(pk=request_id).first())
-        if req is None:
+        run_id = (ApprovalRequest.objects.filter(pk=request_id)
+                  .values_list("run_id", flat=True).first())
+        if run_id is None:
             raise ApprovalNotFound(request_id)
-        run = Run.objects.select_for_update().get(pk=req.run_id)
+        # lock order: the run first, then its rows -- as run_cancel, run_signal and the
+        # sweeper do; locking the request first deadlocks against a concurrent cancel
+        run = Run.objects.select_for_update().get(pk=run_id)
+        req = (ApprovalRequest.objects.select_for_update(of=("self",))
+               .select_related("approver_group").get(pk=request_id))
         if req.status != ApprovalStatus.PENDING:
             raise AlreadyDecided(f"approval {req.pk} ({req.title}): {_describe(req)}",
                                  current=req.status)

@@ -190,6 +190,15 @@ if os.environ.get("CHANNEL_LAYER_REDIS_URL"):
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# --- Email (Django's SMTP backend; `make up` runs a local SMTP sink on 1025) ---------
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "127.0.0.1")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "1025"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Durable <durable@localhost>")
+
 # --- Durable -------------------------------------------------------------------------
 DURABLE = {
     "WORKFLOW_MODULES": env_list("DURABLE_WORKFLOW_MODULES"),

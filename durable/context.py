@@ -794,11 +794,14 @@ class WorkflowContext:
         run_fields: dict[str, Any] = {"cursor_position": pos + 1, "cursor_lost": 0,
                                       "steps_executed": F("steps_executed") + 1}
         tokens = 0
-        if kind == StepKind.LLM and isinstance(value, dict):
-            tokens = int((value.get("usage") or {}).get("total_tokens") or 0)
+        # a malformed reply was paid for too: its usage travels in the error's details
+        reply = (value.details if isinstance(value, ModelRecoverable)
+                 and isinstance(value.details, dict) else value)
+        if kind == StepKind.LLM and isinstance(reply, dict):
+            tokens = int((reply.get("usage") or {}).get("total_tokens") or 0)
             if tokens:
                 run_fields["tokens_used"] = F("tokens_used") + tokens
-            if value.get("scripted") and "scripted-llm" not in (self.run.tags or []):
+            if reply.get("scripted") and "scripted-llm" not in (self.run.tags or []):
                 self.run.tags = [*(self.run.tags or []), "scripted-llm"]
                 run_fields["tags"] = self.run.tags
         self._write(run_fields, work,
@@ -806,8 +809,8 @@ class WorkflowContext:
                         "attempt": attempt, "kind": kind, "tool": tool_name,
                         "seconds": round((now - started_at).total_seconds(), 6),
                         "model_recoverable": error is not None,
-                        **({"tokens": tokens, "cost_usd": value.get("cost_usd")}
-                           if kind == StepKind.LLM and isinstance(value, dict) else {})})])
+                        **({"tokens": tokens, "cost_usd": reply.get("cost_usd")}
+                           if kind == StepKind.LLM and isinstance(reply, dict) else {})})])
         self.run.tokens_used += tokens
         return value
 

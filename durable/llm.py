@@ -67,6 +67,11 @@ def parse_response(response: Any) -> dict[str, Any]:
     if not choices:
         raise PermanentError("the LLM answered without choices")
     message = choices[0].get("message") or {}
+    usage = data.get("usage") or {}
+    # what a malformed reply cost, so the run's token budget counts it (it was paid for)
+    spent = {"usage": {k: int(usage.get(k) or 0)
+                       for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+             "scripted": data.get("system_fingerprint") == SCRIPTED_FINGERPRINT}
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
@@ -78,14 +83,15 @@ def parse_response(response: Any) -> dict[str, Any]:
             raise ModelRecoverableError(
                 f"the arguments of tool call {name!r} are not valid JSON ({exc.msg} at "
                 f"character {exc.pos}); send the call again with a JSON object",
-                details={"tool": name, "arguments": raw[:2000], "tool_call_id": call.get("id")},
+                details={"tool": name, "arguments": raw[:2000], "tool_call_id": call.get("id"),
+                         **spent},
             ) from None
         if not isinstance(arguments, dict):
             raise ModelRecoverableError(
                 f"the arguments of tool call {name!r} must be a JSON object, got "
-                f"{type(arguments).__name__}", details={"tool": name, "tool_call_id": call.get("id")})
+                f"{type(arguments).__name__}",
+                details={"tool": name, "tool_call_id": call.get("id"), **spent})
         calls.append({"id": call.get("id") or "", "name": name, "arguments": arguments})
-    usage = data.get("usage") or {}
     return {
         "content": message.get("content"),
         "tool_calls": calls,

@@ -82,6 +82,9 @@ def _wake(qs, now: datetime) -> list[str]:
     woken: list[str] = []
     for wait_pk, run_id in list(qs.values_list("pk", "run_id")[:500]):
         with transaction.atomic():
+            # lock order: the run first, then its wait (as run_cancel, run_signal and
+            # approval_decide do), so expiring a wait cannot deadlock against them
+            Run.objects.select_for_update().filter(pk=run_id).first()
             wait = Wait.objects.select_for_update().filter(
                 pk=wait_pk, status=WaitStatus.PENDING, wake_at__lte=now).first()
             if wait is None:
