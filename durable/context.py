@@ -605,8 +605,9 @@ class WorkflowContext:
             self._pending_lost.append(StepAttempt(
                 run_id=self.run_id, attempt=prior + i + 1, outcome=AttemptOutcome.WORKER_LOST,
                 error_type="WorkerLost",
-                message="the worker running this attempt stopped (killed, crashed or lost its "
-                        "lease) before it recorded a result",
+                message="the worker stopped (killed, crashed or lost its lease) during this "
+                        "step, or between the previous checkpoint and this step, before it "
+                        "recorded a result",
                 classification=AMBIGUOUS, started_at=None, finished_at=now))
         self.run.cursor_lost = 0
         return lost
@@ -626,7 +627,9 @@ class WorkflowContext:
         self._budget_base[pos] = (rec.budget_base if rec is not None else 0) + lost_count
         if lost_count and lost_count >= int(conf.get("MAX_WORKER_LOST_ATTEMPTS")) and (
                 ledger is None):
-            exc = StepTimeout(f"the worker was lost {lost_count} time(s) while this step ran")
+            exc = StepTimeout(f"the worker was lost {lost_count} time(s) at this step (during "
+                              "it, or just before it began): a poison step or workflow code "
+                              "that kills its worker")
             self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
                                  input_text=input_text, attempt=attempt, exc=exc,
                                  classification=PERMANENT, delay=None, started_at=timezone.now(),
