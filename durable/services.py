@@ -64,18 +64,20 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():
-        qs = Operation.objects.select_for_update()
-        op = (qs.filter(pk=int(operation_id)).first() if str(operation_id).isdigit()
-              else qs.filter(idempotency_key=str(operation_id)).first())
-        if op is None:
+        lookup = ({"pk": int(operation_id)} if str(operation_id).isdigit()
+                  else {"idempotency_key": str(operation_id)})
+        run_id = Operation.objects.filter(**lookup).values_list("run_id", flat=True).first()
+        if run_id is None:
             raise OperationNotFound(operation_id)
+        # lock order: the run first, then its rows (as the engine and the other services)
+        run = Run.objects.select_for_update().get(pk=run_id)
+        op = Operation.objects.select_for_update().get(**lookup)
         if op.status != OperationStatus.UNKNOWN or op.resolution:
             raise IllegalTransition(
                 f"operation {op.pk} ({op.idempotency_key}) is {op.status}"
                 + (f", already decided: {op.resolution} by {op.resolved_by}" if op.resolution
                    else "") + "; only an unknown outcome can be reconciled",
                 current=op.status)
-        run = Run.objects.select_for_update().get(pk=op.run_id)
         wait = Wait.objects.select_for_update().filter(
             operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).first()
         if run.status != RunStatus.WAITING or wait is None:

@@ -90,7 +90,8 @@ def _wake(qs, now: datetime) -> list[str]:
             if wait is None:
                 continue
             try:
-                closed = _expire_one(wait, now)
+                with transaction.atomic():  # a savepoint: a failure undoes only this wait
+                    closed = _expire_one(wait, now)
             except Exception:  # noqa: BLE001 - one bad wait must not stop the sweep
                 logger.exception("durable: could not expire wait %s of run %s", wait_pk, run_id)
                 continue
