@@ -1,4 +1,8 @@
-"""ASGI entry point, served by daphne: HTTP through Django, websockets through Channels."""
+"""ASGI entry point, served by daphne: HTTP through Django, websockets through Channels.
+
+Websockets (the dashboard's live updates) go through the session authentication of
+``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
+"""
 
 import os
 
@@ -7,6 +11,14 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from dashboard.routing import websocket_urlpatterns
+
+application = ProtocolTypeRouter({
+    "http": django_asgi_app,
+    "websocket": AllowedHostsOriginValidator(
+        AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+})

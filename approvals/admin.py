@@ -1,0 +1,91 @@
+"""Django admin for approvals: read-only. Decisions are made in the dashboard's inbox
+(``/approvals/``), through :func:`approvals.services.approval_decide`; the admin only
+shows requests and their decisions. Payloads are shown with
+:func:`durable.codec.decode_for_display` (escaped, secrets stay ``[REDACTED]``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from durable import codec
+
+from .models import ApprovalDecision, ApprovalRequest
+
+PAYLOAD_DISPLAY_CHARS = 100_000
+_PRE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 40em; overflow: auto"
+
+
+def _payload_html(text: str | None) -> SafeString | str:
+    if text is None:
+        return "-"
+    try:
+        value = codec.decode_for_display(text)
+    except ValueError as exc:
+        return format_html("<em>unreadable payload: {}</em>", str(exc))
+    shown = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(shown) > PAYLOAD_DISPLAY_CHARS:
+        shown = shown[:PAYLOAD_DISPLAY_CHARS] + f"\n… cut: {len(shown)} characters in all"
+    return format_html('<pre style="{}">{}</pre>', _PRE, shown)
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ApprovalDecisionInline(ReadOnlyMixin, admin.TabularInline):
+    model = ApprovalDecision
+    extra = 0
+    can_delete = False
+    fields = ("user", "approved", "comment", "edited_display", "created_at")
+    readonly_fields = fields
+
+    @admin.display(description="edited parameters")
+    def edited_display(self, obj: ApprovalDecision) -> SafeString | str:
+        return _payload_html(obj.edited)
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "title", "status", "tool_name", "safety", "run_link", "created_at",
+                    "expires_at", "decided_by")
+    list_filter = ("status", "safety", "four_eyes", "allow_edit")
+    search_fields = ("title", "key", "tool_name", "run__id", "decided_by")
+    date_hierarchy = "created_at"
+    list_select_related = ("run",)
+    inlines = (ApprovalDecisionInline,)
+    fields = ("title", "key", "status", "run_link", "dashboard_link", "tool_name", "safety",
+              "payload_display", "allow_edit", "four_eyes", "required_approvals",
+              "approver_group", "escalate_to", "on_timeout", "timeout_seconds", "expires_at",
+              "escalated_at", "requested_by", "created_at", "decided_at", "decided_by",
+              "comment")
+    readonly_fields = fields
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: ApprovalRequest) -> SafeString:
+        return format_html('<a href="{}">{}</a>',
+                           reverse("admin:durable_run_change", args=[obj.run_id]), obj.run_id)
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, obj: ApprovalRequest) -> SafeString:
+        return format_html('<a href="{}">run page</a> · <a href="{}#approval-{}">inbox</a>',
+                           reverse("dashboard:run", args=[obj.run_id]),
+                           reverse("dashboard:approvals"), obj.pk)
+
+    @admin.display(description="payload")
+    def payload_display(self, obj: ApprovalRequest) -> SafeString | str:
+        return _payload_html(obj.payload)

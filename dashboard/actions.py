@@ -1,0 +1,231 @@
+"""The dashboard's POST actions: thin wrappers around the services.
+
+Each action checks its permission (403 naming it), validates a small form (422 with the
+errors), calls one service, and answers:
+
+- HTMX: the page's refreshed fragment with a message -- 200 when it worked, 409 when the
+  action became illegal while the page was open (``IllegalTransition``,
+  ``AlreadyDecided``), 422 for bad input;
+- a plain form post: a redirect to the page with a message (POST/redirect/GET), or the
+  whole page with the message and the same status codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from approvals.services import AlreadyDecided, ApprovalNotFound, NotAllowed, approval_decide
+from durable.exceptions import IllegalTransition, PayloadError, RunNotFound
+from durable.models import Operation
+from durable.services import (
+    OperationNotFound,
+    operation_reconcile,
+    run_cancel,
+    run_compensate,
+    run_fork,
+    run_resume,
+)
+
+from . import views
+from .access import require_perm
+from .forms import DecisionForm, ForkForm, ReasonForm, ReconcileForm, ResumeForm
+from .roles import DECIDE_APPROVAL, OPERATE_RUN
+
+SUCCESS, ERROR = "success", "error"
+
+
+def _flash(level: str, text: str) -> dict[str, str]:
+    return {"level": level, "text": text}
+
+
+def _answer(request: HttpRequest, *, page: str, run_id: str = "", level: str, text: str,
+            status: int = 200, extra: dict[str, Any] | None = None) -> HttpResponse:
+    """Re-render ``page`` ("detail", "attention" or "approvals") with a message."""
+    extra = dict(extra or {})
+    if page == "attention":
+        template, fragment, url = "dashboard/attention.html", "content", reverse("dashboard:attention")
+        build: Callable[..., dict[str, Any]] = views.attention_context
+        args: tuple = ()
+    elif page == "approvals":
+        template, fragment, url = "dashboard/approvals.html", "inbox", reverse("dashboard:approvals")
+        build, args = views.inbox_context, ()
+    else:
+        template, fragment = "dashboard/run_detail.html", "main"
+        url = reverse("dashboard:run", args=[run_id])
+        build, args = views.run_context, (run_id,)
+    if not views.wants_fragment(request) and status == 200:
+        messages.add_message(request, messages.SUCCESS if level == SUCCESS else messages.ERROR,
+                             text)
+        return redirect(url)
+    context = build(request, *args, flash=_flash(level, text), **extra)
+    return views.page_or_fragment(request, template, fragment, context, status=status)
+
+
+def _form_errors(form: Any) -> str:
+    parts = []
+    for field_name, errors in form.errors.items():
+        label = form.fields[field_name].label if field_name in form.fields else ""
+        label = label or field_name.replace("_", " ").capitalize()
+        parts.append(f"{label}: {' '.join(errors)}" if field_name != "__all__"
+                     else " ".join(errors))
+    return "Please correct the form. " + " ".join(parts)
+
+
+def _kept(form: Any, key: Any, **extra: Any) -> dict[str, Any]:
+    """What the user typed into a refused form, to show it again with its errors."""
+    data = {name: form.data.get(name, "") for name in form.fields}
+    return {"refused": {"key": key, "data": data, "errors": form.errors, **extra}}
+
+
+def _return_to(form: Any, default: str = "detail") -> str:
+    value = form.data.get("return_to")
+    return value if value in ("detail", "attention") else default
+
+
+# --- runs ------------------------------------------------------------------------------
+
+RUN_ACTIONS = {
+    "cancel": (ReasonForm, ("Cancelled run {id}. Steps already done stay done; compensate "
+                            "to undo its writes.")),
+    "compensate": (ReasonForm, ("Compensation of run {id} started: its completed writes "
+                                "are undone, newest first.")),
+    "resume": (ResumeForm, ("Resumed run {id}: completed steps replay, the failed step "
+                            "runs again.")),
+    "fork": (ForkForm, "Forked run {id} into {new}."),
+}
+
+
+@require_POST
+@require_perm(OPERATE_RUN)
+def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
+    if action not in RUN_ACTIONS:
+        raise Http404(f"There is no action “{action}”.")
+    form_class, done = RUN_ACTIONS[action]
+    run = views.selectors.get_run(run_id)
+    if run is None:
+        raise Http404(f"There is no run with the id “{run_id}”.")
+    if form_class is ForkForm:
+        form = ForkForm(request.POST, step_ids=list(
+            run.steps.order_by("position").values_list("step_id", flat=True)))
+    else:
+        form = form_class(request.POST)
+    page = _return_to(form)
+    if not form.is_valid():
+        return _answer(request, page=page, run_id=run_id, level=ERROR,
+                       text=_form_errors(form), status=422)
+    data = form.cleaned_data
+    reason = data.get("reason") or ""
+    try:
+        if action == "cancel":
+            run_cancel(run_id=run_id, by=request.user, reason=reason)
+        elif action == "compensate":
+            run_compensate(run_id=run_id, by=request.user, reason=reason)
+        elif action == "resume":
+            minutes = data.get("deadline_minutes")
+            run_resume(run_id=run_id, by=request.user, reason=reason,
+                       extra_steps=data.get("extra_steps") or 0,
+                       deadline_seconds=minutes * 60 if minutes else None)
+        else:
+            fork = run_fork(run_id=run_id, from_step=data["from_step"], by=request.user,
+                            reason=reason)
+            messages.success(request, done.format(id=run_id, new=fork.id))
+            url = reverse("dashboard:run", args=[fork.id])
+            if views.wants_fragment(request):
+                return HttpResponseClientRedirect(url)
+            return redirect(url)
+    except RunNotFound as exc:
+        raise Http404(str(exc)) from exc
+    except IllegalTransition as exc:
+        return _answer(request, page=page, run_id=run_id, level=ERROR, status=409,
+                       text=f"Nothing changed: {exc}. The page now shows the run as it is.")
+    except ValueError as exc:
+        return _answer(request, page=page, run_id=run_id, level=ERROR, text=str(exc),
+                       status=422)
+    return _answer(request, page=page, run_id=run_id, level=SUCCESS,
+                   text=done.format(id=run_id, new=""))
+
+
+# --- operations -----------------------------------------------------------------------
+
+RECONCILED = {
+    "happened": "Recorded that {tool} happened; run {run} continues with that result.",
+    "not_happened": "Recorded that {tool} did not happen; run {run} calls it again with "
+                    "the same idempotency key.",
+    "abort": "Aborted run {run} at the unknown outcome of {tool}.",
+}
+
+
+@require_POST
+@require_perm(OPERATE_RUN)
+def operation_reconcile_view(request: HttpRequest, operation_id: int) -> HttpResponse:
+    op = Operation.objects.filter(pk=operation_id).only("pk", "run_id", "tool_name").first()
+    if op is None:
+        raise Http404(f"There is no operation {operation_id}.")
+    form = ReconcileForm(request.POST)
+    page = _return_to(form, default="attention")
+    if not form.is_valid():
+        return _answer(request, page=page, run_id=op.run_id, level=ERROR,
+                       text=_form_errors(form), status=422,
+                       extra=_kept(form, f"op-{op.pk}-{form.data.get('outcome', '')}"))
+    data = form.cleaned_data
+    try:
+        operation_reconcile(operation_id=op.pk, outcome=data["outcome"],
+                            result=data.get("result"),
+                            external_id=data.get("external_id") or "",
+                            by=request.user, reason=data.get("reason") or "")
+    except OperationNotFound as exc:
+        raise Http404(str(exc)) from exc
+    except IllegalTransition as exc:
+        return _answer(request, page=page, run_id=op.run_id, level=ERROR, status=409,
+                       text=f"Nothing changed: {exc}. The page now shows what is left to decide.")
+    except (PayloadError, ValueError) as exc:
+        return _answer(request, page=page, run_id=op.run_id, level=ERROR, text=str(exc),
+                       status=422, extra=_kept(form, f"op-{op.pk}-{data['outcome']}"))
+    return _answer(request, page=page, run_id=op.run_id, level=SUCCESS,
+                   text=RECONCILED[data["outcome"]].format(tool=op.tool_name, run=op.run_id))
+
+
+# --- approvals ------------------------------------------------------------------------
+
+
+@require_POST
+@require_perm(DECIDE_APPROVAL)
+def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, page="approvals", level=ERROR, text=_form_errors(form),
+                       status=422, extra=_kept(form, f"approval-{request_id}"))
+    data = form.cleaned_data
+    approve = data["decision"] in ("approve", "edit")
+    edited = data.get("parameters")
+    try:
+        req = approval_decide(request_id=request_id, user=request.user, approve=approve,
+                              comment=data.get("comment") or "", edited=edited)
+    except ApprovalNotFound as exc:
+        raise Http404(str(exc)) from exc
+    except NotAllowed as exc:
+        return _answer(request, page="approvals", level=ERROR, status=403,
+                       text=f"Not allowed: {exc}. Missing: {', '.join(exc.missing)}.")
+    except (AlreadyDecided, IllegalTransition) as exc:
+        return _answer(request, page="approvals", level=ERROR, status=409,
+                       text=f"Nothing changed: {exc}.")
+    except (PayloadError, ValueError) as exc:
+        return _answer(request, page="approvals", level=ERROR, text=str(exc), status=422,
+                       extra=_kept(form, f"approval-{request_id}"))
+    if req.status == "pending":
+        text = (f"Your approval of “{req.title}” is recorded; it needs "
+                f"{req.required_approvals} approvals in all.")
+    elif approve:
+        text = f"Approved “{req.title}”" + (" with edited parameters." if edited is not None
+                                            else ".") + f" Run {req.run_id} continues."
+    else:
+        text = f"Rejected “{req.title}”. The agent of run {req.run_id} receives your comment."
+    return _answer(request, page="approvals", level=SUCCESS, text=text)

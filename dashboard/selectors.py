@@ -1,0 +1,572 @@
+"""Reads for the dashboard's pages (ARCHITECTURE.md: reads live in selectors, not templates).
+
+Every function here issues a fixed number of queries, whatever the number of rows: the
+tests pin that with ``django_assert_max_num_queries``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Value,
+    Window,
+)
+from django.db.models.functions import Coalesce, RowNumber
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest
+from approvals.selectors import pending_for
+from durable import codec, registry
+from durable.exceptions import ToolNotFound
+from durable.models import (
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+    Step,
+    StepAttempt,
+    Tool,
+    TraceEvent,
+    Wait,
+    WaitKind,
+    WaitStatus,
+)
+
+PAGE_SIZE = 50
+#: characters of a payload shown before "show all"
+PAYLOAD_PREVIEW_CHARS = 2000
+#: trace events shown on a run's page (the newest)
+EVENTS_SHOWN = 200
+#: steps of each run shown in the approvals inbox
+INBOX_LAST_STEPS = 3
+INBOX_LIMIT = 100
+ATTENTION_LIMIT = 200
+
+#: pseudo statuses of the runs filter, besides the RunStatus values
+STATUS_APPROVAL = "approval"
+STATUS_ATTENTION = "attention"
+
+SORTS = {
+    "-created": ("created", True),
+    "created": ("created", False),
+    "-duration": ("duration", True),
+    "duration": ("duration", False),
+}
+
+
+# --- shared expressions --------------------------------------------------------------
+
+
+def _unknown_operation() -> Exists:
+    """The run has a write whose outcome is unknown and that nobody decided yet."""
+    return Exists(Operation.objects.filter(run=OuterRef("pk"), status=OperationStatus.UNKNOWN,
+                                           resolution=""))
+
+
+def _pending_approval() -> Exists:
+    return Exists(Wait.objects.filter(run=OuterRef("pk"), kind=WaitKind.APPROVAL,
+                                      status=WaitStatus.PENDING))
+
+
+def attention_q() -> Q:
+    """Runs that need a human: failed, or stuck on an unknown outcome."""
+    return Q(status__in=(RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)) | Q(_unknown_operation())
+
+
+def run_duration(run: Run, now: datetime | None = None) -> timedelta | None:
+    """Wall-clock time of a run: from its start (or creation) to its end (or now)."""
+    start = run.started_at or run.created_at
+    if start is None:
+        return None
+    end = run.finished_at or now or timezone.now()
+    return max(end - start, timedelta(0))
+
+
+def _duration_expr(now: datetime) -> ExpressionWrapper:
+    return ExpressionWrapper(
+        Coalesce("finished_at", Value(now, output_field=DateTimeField()))
+        - Coalesce("started_at", "created_at"), output_field=DurationField())
+
+
+# --- runs list -----------------------------------------------------------------------
+
+
+@dataclass
+class RunFilters:
+    status: str = ""
+    workflow: str = ""
+    version: str = ""
+    started_by: str = ""
+    created_from: Any = None  # date
+    created_to: Any = None  # date
+    waiting_minutes: int | None = None
+    retries: int | None = None
+    q: str = ""
+    sort: str = "-created"
+
+    @classmethod
+    def from_cleaned(cls, data: dict[str, Any]) -> RunFilters:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and v not in
+                 (None, "")}
+        return cls(**known)
+
+
+def _day_start(day: Any) -> datetime:
+    return timezone.make_aware(datetime.combine(day, datetime.min.time()))
+
+
+def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Run]:
+    """Runs matching ``filters`` (not ordered, not paginated)."""
+    now = now or timezone.now()
+    qs = Run.objects.all()
+    status = filters.status
+    if status == STATUS_APPROVAL:
+        qs = qs.filter(_pending_approval(), status=RunStatus.WAITING)
+    elif status == STATUS_ATTENTION:
+        qs = qs.filter(attention_q())
+    elif status:
+        qs = qs.filter(status=status)
+    if filters.workflow:
+        qs = qs.filter(workflow_name=filters.workflow)
+    if filters.version:
+        qs = qs.filter(workflow_version=filters.version)
+    if filters.started_by:
+        qs = qs.filter(started_by__username=filters.started_by)
+    if filters.created_from:
+        qs = qs.filter(created_at__gte=_day_start(filters.created_from))
+    if filters.created_to:
+        qs = qs.filter(created_at__lt=_day_start(filters.created_to) + timedelta(days=1))
+    if filters.waiting_minutes:
+        cutoff = now - timedelta(minutes=filters.waiting_minutes)
+        qs = qs.filter(Exists(Wait.objects.filter(run=OuterRef("pk"), status=WaitStatus.PENDING,
+                                                  created_at__lte=cutoff)),
+                       status=RunStatus.WAITING)
+    if filters.retries:
+        # a step retried N times was tried N + 1 times (Step.attempts counts all tries)
+        qs = qs.filter(Exists(Step.objects.filter(run=OuterRef("pk"),
+                                                  attempts__gt=filters.retries)))
+    if filters.q:
+        term = filters.q.strip()
+        qs = qs.filter(Q(id__icontains=term) | Q(tags__icontains=term)
+                       | Q(input__icontains=term))
+    return qs
+
+
+@dataclass
+class RunRow:
+    run: Run
+    duration: timedelta | None
+    current_wait: Wait | None
+    needs_attention: bool
+
+
+@dataclass
+class RunsPage:
+    rows: list[RunRow]
+    next_cursor: str = ""
+    prev_cursor: str = ""
+
+
+def encode_cursor(value: Any, run_id: str) -> str:
+    raw = json.dumps([value, run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, kind: str) -> tuple[Any, str] | None:
+    """The (key, id) a cursor names, or None when it is malformed (then: first page)."""
+    if not cursor or len(cursor) > 600:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value, run_id = json.loads(raw)
+        if not isinstance(run_id, str):
+            return None
+        if kind == "created":
+            key = datetime.fromisoformat(value)
+            if timezone.is_naive(key):
+                return None
+        else:
+            key = timedelta(microseconds=int(value))
+        return key, run_id
+    except (ValueError, TypeError, binascii.Error, OverflowError, UnicodeDecodeError):
+        return None
+
+
+def _cursor_for(run: Run, kind: str) -> str:
+    if kind == "created":
+        return encode_cursor(run.created_at.isoformat(), run.id)
+    dur = run.sort_duration or timedelta(0)
+    return encode_cursor(dur // timedelta(microseconds=1), run.id)
+
+
+def runs_page(filters: RunFilters, *, after: str = "", before: str = "",
+              page_size: int = PAGE_SIZE, now: datetime | None = None) -> RunsPage:
+    """One page of runs, keyset-paginated on (created_at, id) or (duration, id).
+
+    ``after``/``before``: cursors of the last/first row of the neighbouring page. Three
+    queries: the page, the pending waits of its runs, nothing else.
+    """
+    now = now or timezone.now()
+    kind, descending = SORTS.get(filters.sort, SORTS["-created"])
+    key_field = "created_at" if kind == "created" else "sort_duration"
+    qs = filter_runs(filters, now).select_related("started_by").annotate(
+        attention=_unknown_operation())
+    if kind == "duration":
+        qs = qs.annotate(sort_duration=_duration_expr(now))
+    backwards = bool(before) and not after
+    cursor = decode_cursor(before if backwards else after, kind)
+    # walking backwards is walking forwards in the opposite order
+    desc = descending != backwards
+    if cursor is not None:
+        key, run_id = cursor
+        cmp = "lt" if desc else "gt"
+        qs = qs.filter(Q(**{f"{key_field}__{cmp}": key})
+                       | Q(**{key_field: key, f"id__{cmp}": run_id}))
+    prefix = "-" if desc else ""
+    qs = qs.order_by(f"{prefix}{key_field}", f"{prefix}id").prefetch_related(
+        Prefetch("waits", queryset=Wait.objects.filter(status=WaitStatus.PENDING)
+                 .order_by("position"), to_attr="pending_waits"))
+    runs = list(qs[: page_size + 1])
+    more = len(runs) > page_size
+    runs = runs[:page_size]
+    if backwards:
+        runs.reverse()
+    page = RunsPage(rows=[
+        RunRow(run=r, duration=run_duration(r, now),
+               current_wait=r.pending_waits[0] if r.pending_waits else None,
+               needs_attention=r.status in (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
+               or r.attention)
+        for r in runs])
+    if runs:
+        has_next = more if not backwards else True
+        has_prev = (cursor is not None) if not backwards else more
+        if has_next:
+            page.next_cursor = _cursor_for(runs[-1], kind)
+        if has_prev:
+            page.prev_cursor = _cursor_for(runs[0], kind)
+    elif backwards:
+        page.next_cursor = ""
+    return page
+
+
+def status_counts() -> dict[str, int]:
+    """Runs per status, plus ``approval``, ``attention`` and ``all``.
+
+    Three index-friendly queries rather than one scan with subqueries per row: a GROUP BY
+    on the status index, then the (few) waiting runs with a pending approval, then the
+    runs with an undecided unknown outcome (the partial index on unknown operations).
+    """
+    counts = {value: 0 for value in RunStatus.values}
+    counts.update(Run.objects.order_by().values_list("status").annotate(n=Count("pk")))
+    counts["all"] = sum(counts[value] for value in RunStatus.values)
+    counts[STATUS_APPROVAL] = Run.objects.filter(
+        _pending_approval(), status=RunStatus.WAITING).count()
+    failed = (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
+    stuck = (Operation.objects.filter(status=OperationStatus.UNKNOWN, resolution="")
+             .exclude(run__status__in=failed).order_by().values("run_id").distinct().count())
+    counts[STATUS_ATTENTION] = sum(counts[value] for value in failed) + stuck
+    return counts
+
+
+def workflow_names() -> list[str]:
+    """Names of workflows with runs, and of registered ones (for the filter's choices)."""
+    names = set(Run.objects.order_by().values_list("workflow_name", flat=True).distinct())
+    names.update(spec.name for spec in registry.workflows())
+    return sorted(names)
+
+
+# --- payloads -----------------------------------------------------------------------
+
+
+@dataclass
+class Payload:
+    """A stored payload prepared for humans: pretty JSON, secrets shown as [REDACTED]."""
+
+    text: str
+    truncated: bool
+    size: int
+    empty: bool = False
+
+
+def display_value(text: str | None) -> str:
+    """Pretty-print codec text with :func:`durable.codec.decode_for_display` (never
+    ``decode``: that would decrypt secrets). Text that is not JSON is shown as it is."""
+    if text is None:
+        return ""
+    try:
+        value = codec.decode_for_display(text)
+    except ValueError:
+        return str(text)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def payload(text: str | None, *, limit: int | None = PAYLOAD_PREVIEW_CHARS) -> Payload:
+    if text is None:
+        return Payload(text="", truncated=False, size=0, empty=True)
+    shown = display_value(text)
+    size = len(shown)
+    if limit is not None and size > limit:
+        return Payload(text=shown[:limit], truncated=True, size=size)
+    return Payload(text=shown, truncated=False, size=size)
+
+
+def json_payload(value: Any, *, limit: int | None = PAYLOAD_PREVIEW_CHARS) -> Payload:
+    """A payload already decoded (a JSONField, e.g. a step's error dict)."""
+    if value is None:
+        return Payload(text="", truncated=False, size=0, empty=True)
+    shown = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if limit is not None and len(shown) > limit:
+        return Payload(text=shown[:limit], truncated=True, size=len(shown))
+    return Payload(text=shown, truncated=False, size=len(shown))
+
+
+#: kind of payload -> (model, field); the "show all" link names one of these
+PAYLOAD_FIELDS: dict[str, tuple[type, str]] = {
+    "run-input": (Run, "input"),
+    "run-output": (Run, "output"),
+    "step-input": (Step, "input"),
+    "step-output": (Step, "output"),
+    "op-params": (Operation, "params"),
+    "op-result": (Operation, "result"),
+    "wait-payload": (Wait, "payload"),
+    "wait-result": (Wait, "result"),
+    "approval-payload": (ApprovalRequest, "payload"),
+}
+
+
+def full_payload(run_id: str, kind: str, pk: str) -> Payload | None:
+    """The whole payload ``kind`` of object ``pk`` belonging to run ``run_id``; None if
+    there is no such object (or it belongs to another run)."""
+    if kind not in PAYLOAD_FIELDS:
+        return None
+    model, field_name = PAYLOAD_FIELDS[kind]
+    if model is Run:
+        qs = Run.objects.filter(pk=run_id)
+    else:
+        if not str(pk).isdigit():
+            return None
+        qs = model.objects.filter(pk=int(pk), run_id=run_id)
+    row = qs.values_list(field_name, flat=True)
+    found = list(row[:1])
+    if not found:
+        return None
+    return payload(found[0], limit=None)
+
+
+# --- run detail ---------------------------------------------------------------------
+
+
+@dataclass
+class StepRow:
+    step: Step
+    operation: Operation | None
+    safety: str
+    input: Payload
+    output: Payload
+    error: Payload
+    bar_left: float
+    bar_width: float
+    attempts: list[StepAttempt]
+
+
+@dataclass
+class WaitRow:
+    wait: Wait
+    payload: Payload
+    result: Payload
+    approval: ApprovalRequest | None
+
+
+@dataclass
+class RunDetail:
+    run: Run
+    duration: timedelta | None
+    input: Payload
+    output: Payload
+    error: Payload
+    steps: list[StepRow]
+    waits: list[WaitRow]
+    events: list[TraceEvent]
+    events_total: int
+    last_event_id: int
+    pending_reconcile: list[Operation] = field(default_factory=list)
+    step_ids: list[str] = field(default_factory=list)
+
+
+def _tool_safety(names: set[str]) -> dict[str, str]:
+    """Safety class of each tool: its Tool row (admin setting) over the code's spec."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = registry.get_tool(name).safety
+        except ToolNotFound:  # a tool of another deployment, or a removed one
+            pass
+    if names:
+        found.update(dict(Tool.objects.filter(name__in=names).values_list("name", "safety")))
+    return found
+
+
+def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
+    """Everything the run page shows, in a fixed number of queries (about seven)."""
+    now = now or timezone.now()
+    steps = list(Step.objects.filter(run=run).order_by("position").prefetch_related(
+        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt"))))
+    operations = {op.step_id: op for op in Operation.objects.filter(run=run)}
+    safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
+    start = run.started_at or run.created_at
+    end = run.finished_at or now
+    for s in steps:
+        if s.started_at and s.started_at < start:
+            start = s.started_at  # a fork's copied steps started before the fork
+        if s.finished_at and s.finished_at > end:
+            end = s.finished_at
+    total = max((end - start).total_seconds(), 0.001)
+    rows = []
+    for s in steps:
+        op = operations.get(s.step_id)
+        s_start = s.started_at or start
+        s_end = s.finished_at or (now if s.status in ("running", "retrying", "waiting") else s_start)
+        left = min(max((s_start - start).total_seconds() / total * 100, 0.0), 100.0)
+        width = min(max((s_end - s_start).total_seconds() / total * 100, 0.6), 100.0 - left)
+        rows.append(StepRow(
+            step=s, operation=op,
+            safety=(op.safety if op is not None else safety.get(s.tool_name, "")),
+            input=payload(s.input), output=payload(s.output), error=json_payload(s.error),
+            bar_left=round(left, 2), bar_width=round(max(width, 0.6), 2),
+            attempts=list(s.attempt_rows.all())))
+    waits = [WaitRow(wait=w, payload=payload(w.payload), result=payload(w.result),
+                     approval=getattr(w, "approval", None))
+             for w in Wait.objects.filter(run=run).select_related("approval", "operation")
+             .order_by("position", "created_at")]
+    events = list(TraceEvent.objects.filter(run=run).order_by("-id")[:EVENTS_SHOWN])
+    events.reverse()
+    events_total = (len(events) if len(events) < EVENTS_SHOWN
+                    else TraceEvent.objects.filter(run=run).count())
+    pending_reconcile = [w.wait.operation for w in waits
+                         if w.wait.kind == WaitKind.RECONCILE and w.wait.status == WaitStatus.PENDING
+                         and w.wait.operation is not None
+                         and w.wait.operation.status == OperationStatus.UNKNOWN
+                         and not w.wait.operation.resolution]
+    return RunDetail(
+        run=run, duration=run_duration(run, now), input=payload(run.input),
+        output=payload(run.output), error=json_payload(run.error), steps=rows, waits=waits,
+        events=events, events_total=events_total,
+        last_event_id=events[-1].id if events else 0,
+        pending_reconcile=pending_reconcile,
+        step_ids=[s.step_id for s in steps])
+
+
+def get_run(run_id: str) -> Run | None:
+    return Run.objects.select_related("started_by", "forked_from").filter(pk=run_id).first()
+
+
+def last_event_id(run_id: str | None = None) -> int:
+    """Id of the newest trace event (of one run), 0 if none: the live socket's start."""
+    qs = TraceEvent.objects.all() if run_id is None else TraceEvent.objects.filter(run_id=run_id)
+    found = qs.order_by("-id").values_list("id", flat=True).first()
+    return found or 0
+
+
+# --- approvals ----------------------------------------------------------------------
+
+
+def inbox_for(user: Any) -> QuerySet[ApprovalRequest]:
+    """Pending requests ``user`` may decide and has not decided yet (N-of-M), oldest first.
+
+    ``approvals.selectors.pending_for`` still lists a request this user already approved
+    while it waits for other approvers; the dashboard leaves those out.
+    """
+    return pending_for(user).exclude(decisions__user=user) if user.is_authenticated else \
+        ApprovalRequest.objects.none()
+
+
+def inbox_count(user: Any) -> int:
+    return inbox_for(user).count()
+
+
+@dataclass
+class InboxItem:
+    request: ApprovalRequest
+    payload: Payload
+    kind: str  # what the payload shows: "params" (a tool call's), "payload" or "both"
+    params_json: str
+    last_steps: list[Step]
+    approvals_so_far: int
+
+
+def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
+    """The approvals inbox: (items, total pending). Three queries."""
+    requests = list(inbox_for(user).select_related("run__started_by", "requested_by")
+                    .annotate(approvals_so_far=Count("decisions", filter=Q(decisions__approved=True)))
+                    [: limit + 1])
+    more = len(requests) > limit
+    requests = requests[:limit]
+    total = inbox_count(user) if more else len(requests)
+    run_ids = {r.run_id for r in requests}
+    last: dict[str, list[Step]] = {}
+    if run_ids:
+        ranked = (Step.objects.filter(run_id__in=run_ids)
+                  .annotate(rank=Window(RowNumber(), partition_by=[F("run_id")],
+                                        order_by=F("position").desc()))
+                  .filter(rank__lte=INBOX_LAST_STEPS).order_by("run_id", "position"))
+        for s in ranked:
+            last.setdefault(s.run_id, []).append(s)
+    items = []
+    for r in requests:
+        shown = r.payload_for_display() if r.payload else None
+        params = shown.get("params") if isinstance(shown, dict) else None
+        # show what the request is about: the tool's parameters, or the workflow's payload
+        if isinstance(shown, dict) and set(shown) == {"params"}:
+            kind, view = "params", json_payload(shown["params"])
+        elif isinstance(shown, dict) and set(shown) == {"payload"}:
+            kind, view = "payload", json_payload(shown["payload"])
+        else:
+            kind, view = "both", json_payload(shown)
+        items.append(InboxItem(
+            request=r, payload=view, kind=kind,
+            params_json=json.dumps(params, indent=2, ensure_ascii=False, default=str)
+            if isinstance(params, dict) else "{}",
+            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far))
+    return items, total
+
+
+# --- needs attention ----------------------------------------------------------------
+
+
+def unknown_operations(limit: int = ATTENTION_LIMIT) -> list[Operation]:
+    """Writes with an unknown outcome that nobody decided, oldest first; each with
+    ``awaiting`` (its run waits for the decision)."""
+    awaiting = Exists(Wait.objects.filter(operation=OuterRef("pk"), kind=WaitKind.RECONCILE,
+                                          status=WaitStatus.PENDING))
+    return list(Operation.objects.needs_attention().filter(resolution="")
+                .select_related("run").annotate(awaiting=awaiting)
+                .order_by("updated_at", "id")[:limit])
+
+
+def failed_runs(limit: int = ATTENTION_LIMIT) -> list[Run]:
+    """Failed runs (and failed compensations) waiting for someone to resume or
+    compensate them, newest first."""
+    return list(Run.objects.filter(status__in=(RunStatus.FAILED, RunStatus.COMPENSATION_FAILED))
+                .select_related("started_by").order_by("-finished_at", "-id")[:limit])
+
+
+def operation_payloads(operations: list[Operation]) -> dict[int, Payload]:
+    return {op.pk: payload(op.params) for op in operations}

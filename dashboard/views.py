@@ -1,0 +1,166 @@
+"""The dashboard's pages. Each page is one template with inline partials; an HTMX request
+gets only the partial it swaps (``"page.html#name"``), a normal request the whole page.
+
+The POST actions are in :mod:`dashboard.actions`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
+
+from durable import transitions
+
+from . import selectors
+from .access import require_perm
+from .forms import RunFilterForm
+from .roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def wants_fragment(request: HttpRequest) -> bool:
+    """An HTMX request that swaps a fragment (not a history restore, which needs a page)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request
+
+
+def page_or_fragment(request: HttpRequest, template: str, fragment: str,
+                     context: dict[str, Any], status: int = 200) -> HttpResponse:
+    fragment_only = wants_fragment(request)
+    name = f"{template}#{fragment}" if fragment_only else template
+    return render(request, name, {**context, "is_fragment": fragment_only}, status=status)
+
+
+# --- runs list -----------------------------------------------------------------------
+
+
+ADVANCED_FILTERS = ("version", "started_by", "created_from", "created_to", "waiting_minutes",
+                    "retries")
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@require_perm(VIEW_RUN)
+def runs(request: HtmxHttpRequest) -> HttpResponse:
+    form = RunFilterForm(request.GET or None, workflows=selectors.workflow_names())
+    filters = form.filters() if request.GET else selectors.RunFilters()
+    page = selectors.runs_page(filters, after=request.GET.get("after", ""),
+                               before=request.GET.get("before", ""))
+    context = {
+        "form": form,
+        "advanced_fields": [form[name] for name in ADVANCED_FILTERS],
+        "filters": filters,
+        "page": page,
+        "counts": selectors.status_counts(),
+        "status_links": _status_links(),
+        "since": selectors.last_event_id(),
+        "current_url": request.get_full_path(),
+        "nav": "runs",
+    }
+    return page_or_fragment(request, "dashboard/runs.html", "table", context)
+
+
+def _status_links() -> list[tuple[str, str]]:
+    from durable.models import RunStatus
+
+    return ([("", "All")] + [(selectors.STATUS_ATTENTION, "Needs attention"),
+                             (selectors.STATUS_APPROVAL, "Waiting for approval")]
+            + list(RunStatus.choices))
+
+
+# --- run detail ----------------------------------------------------------------------
+
+
+def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, Any]:
+    """The run page's context; raises Http404 for an unknown run."""
+    run = selectors.get_run(run_id)
+    if run is None:
+        raise Http404(f"There is no run with the id “{run_id}”.")
+    detail = selectors.run_detail(run)
+    may_operate = request.user.has_perm(OPERATE_RUN)
+    actions = {name: may_operate and transitions.can(name, run)
+               for name in ("cancel", "compensate", "resume", "fork")}
+    actions["fork"] = actions["fork"] and bool(detail.step_ids)
+    context = {
+        "run": run,
+        "detail": detail,
+        "actions": actions,
+        "any_action": any(actions.values()),
+        "may_operate": may_operate,
+        "may_decide": request.user.has_perm(DECIDE_APPROVAL),
+        "since": detail.last_event_id,
+        "nav": "runs",
+    }
+    context.update(extra)
+    return context
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@require_perm(VIEW_RUN)
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    return page_or_fragment(request, "dashboard/run_detail.html", "main",
+                            run_context(request, run_id))
+
+
+@require_GET
+@require_perm(VIEW_RUN)
+def run_payload(request: HtmxHttpRequest, run_id: str, kind: str, pk: str) -> HttpResponse:
+    """The whole of one payload (what "show all" loads)."""
+    found = selectors.full_payload(run_id, kind, pk)
+    if found is None:
+        raise Http404(f"Run “{run_id}” has no {kind.replace('-', ' ')} {pk}.")
+    context = {"payload": found, "run_id": run_id, "kind": kind, "pk": pk}
+    return page_or_fragment(request, "dashboard/payload.html", "full", context)
+
+
+# --- approvals -----------------------------------------------------------------------
+
+
+def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    items, total = selectors.inbox(request.user)
+    context = {"items": items, "total": total, "since": selectors.last_event_id(),
+               "nav": "approvals"}
+    context.update(extra)
+    return context
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@require_perm(DECIDE_APPROVAL)
+def approvals(request: HtmxHttpRequest) -> HttpResponse:
+    return page_or_fragment(request, "dashboard/approvals.html", "inbox",
+                            inbox_context(request))
+
+
+# --- needs attention -----------------------------------------------------------------
+
+
+def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    operations = selectors.unknown_operations()
+    context = {
+        "operations": operations,
+        "params": selectors.operation_payloads(operations),
+        "failed": selectors.failed_runs(),
+        "may_operate": request.user.has_perm(OPERATE_RUN),
+        "since": selectors.last_event_id(),
+        "nav": "attention",
+    }
+    context.update(extra)
+    return context
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@require_perm(VIEW_RUN)
+def attention(request: HtmxHttpRequest) -> HttpResponse:
+    return page_or_fragment(request, "dashboard/attention.html", "content",
+                            attention_context(request))

@@ -1,0 +1,91 @@
+"""Fixture workflows and tools for the dashboard tests.
+
+Importing this module registers them; ``tests/dashboard/conftest.py`` also lists it in
+``DURABLE['WORKFLOW_MODULES']``. ``KNOBS`` make steps fail a given number of times.
+"""
+
+from __future__ import annotations
+
+import durable
+from durable import AmbiguousOutcomeError, PermanentError, RetryPolicy, TransientError
+
+KNOBS: dict[str, int] = {"flaky": 0, "unknown": 0}
+
+
+def reset() -> None:
+    for name in KNOBS:
+        KNOBS[name] = 0
+
+
+def _echo(value: object) -> object:
+    return value
+
+
+def _flaky() -> str:
+    if KNOBS["flaky"] > 0:
+        KNOBS["flaky"] -= 1
+        raise TransientError("503 from upstream <b>bold</b>")
+    return "ok"
+
+
+def _always_transient() -> str:
+    raise TransientError("429 rate limited")
+
+
+def _boom(why: str) -> None:
+    raise PermanentError(f"cannot do it: {why}")
+
+
+@durable.tool(name="dash.send_money", safety="unsafe_write")
+def send_money(amount: int, *, idempotency_key: str = "") -> dict:
+    """An unsafe write without reconcile: an unknown outcome waits for an operator."""
+    if KNOBS["unknown"] > 0:
+        KNOBS["unknown"] -= 1
+        raise AmbiguousOutcomeError("timed out after the request was sent")
+    return {"transfer": f"tr_{amount}", "amount": amount}
+
+
+@durable.tool(name="dash.lookup", safety="read_only")
+def lookup(query: str) -> dict:
+    return {"query": query, "hits": 1}
+
+
+@durable.workflow(name="dash.echo", version="1")
+def echo(ctx, data):
+    return {"echo": ctx.step("echo", _echo, data)}
+
+
+@durable.workflow(name="dash.echo", version="2")
+def echo_v2(ctx, data):
+    return {"echo": ctx.step("echo", _echo, data), "v": 2}
+
+
+@durable.workflow(name="dash.big", version="1")
+def big(ctx, data):
+    return ctx.step("big", _echo, "x" * data["size"] + "<script>alert(1)</script>" + "END")
+
+
+@durable.workflow(name="dash.flaky", version="1")
+def flaky(ctx, data):
+    ctx.call_tool("dash.lookup", {"query": "q"})
+    return ctx.step("flaky", _flaky,
+                    retry=RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False))
+
+
+@durable.workflow(name="dash.slow_retry", version="1")
+def slow_retry(ctx, data):
+    return ctx.step("slow", _always_transient,
+                    retry=RetryPolicy(max_attempts=5, initial_interval=3600, jitter=False,
+                                      max_interval=3600))
+
+
+@durable.workflow(name="dash.fail", version="1")
+def fail(ctx, data):
+    ctx.step("first", _echo, 1)
+    ctx.step("boom", _boom, data.get("why", "no reason"), retry=RetryPolicy(max_attempts=1))
+
+
+@durable.workflow(name="dash.transfer", version="1")
+def transfer(ctx, data):
+    receipt = ctx.call_tool("dash.send_money", {"amount": data["amount"]})
+    return {"receipt": receipt}
