@@ -28,7 +28,8 @@ class ApprovalRequestQuerySet(models.QuerySet):
         """Pending requests ``user`` may decide (permission and approver group), oldest first."""
         if user is None or not user.is_active or not user.has_perm("approvals.decide_approval"):
             return self.none()
-        qs = self.pending()
+        # with N-of-M, a request this user already approved waits for the others
+        qs = self.pending().exclude(decisions__user=user)
         if not user.is_superuser:
             qs = qs.filter(Q(approver_group__isnull=True)
                            | Q(approver_group__in=user.groups.all()))

@@ -39,8 +39,7 @@ def run_compensation(ctx: WorkflowContext) -> dict[str, Any]:
         if spec is None or spec.compensate is None:
             skipped.append(op.step_id)
             continue
-        stored = codec.decode(op.params) or {}  # the step input: {"kwargs": params}
-        params = stored.get("kwargs", {}) if isinstance(stored, dict) else {}
+        params = codec.decode(op.params) or {}
         result = codec.decode(op.result)
         hook = spec.compensate
 

@@ -267,7 +267,8 @@ class WorkflowContext:
             return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.TOOL, tool_name=name,
                                  call=call, policy=policy, safety=spec.safety,
                                  input_text=input_text)
-        ledger = _Ledger(self, spec, key, params, input_text)
+        ledger = _Ledger(self, spec, key, params, input_text,
+                         codec.dumps_checked(params, what="tool parameters", step_id=sid))
         return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.TOOL, tool_name=name,
                              call=call, policy=policy, safety=spec.safety,
                              input_text=input_text, ledger=ledger)
@@ -939,12 +940,13 @@ class _Ledger:
     """The operation-ledger side of one write (ARCHITECTURE.md point 6)."""
 
     def __init__(self, ctx: WorkflowContext, spec: ToolSpec, key: str, params: dict[str, Any],
-                 params_text: str | None) -> None:
+                 input_text: str | None, params_text: str) -> None:
         self.ctx = ctx
         self.spec = spec
         self.key = key
         self.params = params
-        self.params_text = params_text
+        self.input_text = input_text  # the step's input, as every step stores it
+        self.params_text = params_text  # the operation's parameters
         self.params_hash = codec.fingerprint(params)
         self.op: Operation | None = None
         self.resolution = ""
@@ -989,7 +991,7 @@ class _Ledger:
             ctx._write({"cursor_position": pos}, work, record_if_stopped=False)
         except IdempotencyConflict as exc:
             ctx._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=self.spec.name,
-                                input_text=self.params_text, attempt=attempt, exc=exc,
+                                input_text=self.input_text, attempt=attempt, exc=exc,
                                 classification=PERMANENT, delay=None,
                                 started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
                                 reason="idempotency key reused with other parameters")
@@ -1001,7 +1003,7 @@ class _Ledger:
         if action == "settled":
             value = codec.decode(op.result)
             return ctx._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
-                                       tool_name=self.spec.name, input_text=self.params_text,
+                                       tool_name=self.spec.name, input_text=self.input_text,
                                        attempt=max(attempt - 1, 1), value=value,
                                        started_at=op.created_at, ledger=None)
         settled = self._settle_unknown(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt)
@@ -1028,7 +1030,7 @@ class _Ledger:
                 self.resolution = "reconciled: happened"
                 return ctx._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
                                            tool_name=self.spec.name,
-                                           input_text=self.params_text,
+                                           input_text=self.input_text,
                                            attempt=max(attempt - 1, 1), value=found,
                                            started_at=op.created_at, ledger=self)
         if op.status == OperationStatus.STARTED and self.spec.safety == "idempotent_write":
@@ -1056,7 +1058,7 @@ class _Ledger:
                 self.resolution = "reconciled: happened"
                 return ctx._record_success(sid=sid, pos=pos, rec=rec, kind=kind,
                                            tool_name=self.spec.name,
-                                           input_text=self.params_text, attempt=attempt,
+                                           input_text=self.input_text, attempt=attempt,
                                            value=found, started_at=started_at, ledger=self)
             if found is NOT_FOUND or found is None:
                 self._set_status_now(OperationStatus.FAILED, "reconciled: did not happen")
@@ -1073,7 +1075,7 @@ class _Ledger:
             Operation.objects.filter(pk=op.pk).update(
                 status=OperationStatus.UNKNOWN, error=info, updated_at=now)
             step = ctx._save_step(rec, pos, step_id=sid, kind=kind, tool_name=self.spec.name,
-                                  status=StepStatus.WAITING, input=self.params_text, error=info,
+                                  status=StepStatus.WAITING, input=self.input_text, error=info,
                                   attempts=attempt, next_attempt_at=None,
                                   started_at=rec.started_at if rec is not None else started_at)
             ctx._flush_lost(step)

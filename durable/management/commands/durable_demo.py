@@ -6,6 +6,10 @@
   (``demo-hello-YYYYMMDD``), so running it again the same day finds the same run instead
   of piling up new ones; ``--run-id`` picks another id and ``--new`` a random one.
 - ``--wait SECONDS``: wait for the run to finish and print its output.
+- ``--seed``: the live demo of ``make up`` (``examples/demo.py``): once the example
+  services answer, start the reference-agent runs that show a pending approval, runs in
+  progress, a failed run to compensate and an unknown outcome to reconcile; ``--stay``
+  then keeps the process alive (honcho stops every process when one exits).
 
 The run is created in the database and dispatched on commit; a worker picks it up when
 it starts (with the embedded ``filesystem://`` broker the message waits in ``var/``).
@@ -39,6 +43,11 @@ class Command(BaseCommand):
                             help="start a run with a random id instead of the daily one")
         parser.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                             help="wait up to SECONDS for the run to finish and print its output")
+        parser.add_argument("--seed", action="store_true",
+                            help="seed the reference-agent demo runs (needs the example "
+                                 "services and a worker; see the Procfile)")
+        parser.add_argument("--stay", action="store_true",
+                            help="with --seed: keep running afterwards (for honcho)")
         parser.add_argument("--url", default=None,
                             help="base URL printed with the login "
                                  "(default: http://127.0.0.1:$PORT/, PORT defaulting to 8000)")
@@ -47,7 +56,35 @@ class Command(BaseCommand):
         if options["ensure_admin"]:
             self._ensure_admin(options["url"])
             return
+        if options["seed"]:
+            self._seed(options)
+            return
         self._start_demo(options)
+
+    # ------------------------------------------------------------------ live demo
+
+    def _seed(self, options) -> None:
+        import importlib
+        import time
+
+        demo = importlib.import_module("examples.demo")  # durable/ does not import examples
+
+        def log(text: str) -> None:
+            self.stdout.write(f"[demo] {text}")
+            self.stdout.flush()
+
+        try:
+            ids = demo.seed(log)
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from exc
+        base = options["url"] or f"http://127.0.0.1:{os.environ.get('PORT') or '8000'}/"
+        self.stdout.write(self.style.SUCCESS(
+            f"\nThe demo is at {base} -- log in as {ADMIN_USERNAME} / {ADMIN_PASSWORD}."))
+        for label, run_id in ids.items():
+            self.stdout.write(f"  {label:<18} {base}runs/{run_id}/")
+        self.stdout.flush()
+        while options["stay"]:
+            time.sleep(3600)
 
     # ------------------------------------------------------------------ admin user
 
