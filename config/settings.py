@@ -160,7 +160,13 @@ if _broker.startswith("filesystem://"):
         "processed_folder": str(_processed),
         "control_folder": str(VAR_DIR / "broker" / "control"),
         "store_processed": False,
+        # kombu polls the folder; its 1 s default is the whole latency of a dispatch
+        "polling_interval": 0.1,
     }
+# keep database connections across tasks (Celery closes them around every task by
+# default: a new PostgreSQL backend per run); the engine drops broken or too-old ones
+# itself with close_old_connections() at the start and end of each execution
+CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True

@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from datetime import timedelta
 
@@ -30,6 +29,7 @@ from .exceptions import (
     WorkflowNotFound,
 )
 from .compensation import run_compensation
+from .heartbeat import Heartbeat
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
@@ -41,56 +41,6 @@ logger = logging.getLogger("durable.engine")
 def worker_identity() -> str:
     """``host:pid:thread`` of this executor, written as the lease owner."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
-
-
-class Heartbeat:
-    """Extends a run's lease every ``conf.heartbeat_seconds()`` while the run executes.
-
-    If the lease turns out to be gone (another worker claimed the run after it expired),
-    ``lost`` becomes True and the workflow stops at its next durable call; the fencing
-    token makes any write it still attempts fail.
-    """
-
-    def __init__(self, run_id: str, token: str) -> None:
-        self.run_id = run_id
-        self.token = token
-        self.lost = False
-        self._last = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"durable-heartbeat-{run_id}",
-                                        daemon=True)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def extended(self) -> None:
-        """Called after a checkpoint, which extends the lease itself."""
-        self._last = time.monotonic()
-
-    def _loop(self) -> None:
-        interval = conf.heartbeat_seconds()
-        try:
-            while not self._stop.wait(min(interval, 1.0)):
-                if time.monotonic() - self._last < interval:
-                    continue
-                try:
-                    updated = Run.objects.filter(pk=self.run_id, lease_token=self.token).update(
-                        lease_expires_at=timezone.now() + timedelta(seconds=conf.lease_seconds()))
-                except Exception:  # noqa: BLE001 - a failed beat is retried next interval
-                    logger.warning("durable: heartbeat of run %s failed", self.run_id,
-                                   exc_info=True)
-                    continue
-                self._last = time.monotonic()
-                if not updated:
-                    self.lost = True
-                    return
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 def _claimable(run: Run, now) -> bool:
@@ -122,6 +72,7 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
             return None
         recovering = run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING) and bool(
             run.lease_token)
+        first_claim = run.claims == 0 and run.cursor_position == 0  # nothing recorded yet
         events = []
         if recovering:
             run.cursor_lost += 1
@@ -144,7 +95,8 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
         events.append(TraceEvent(run_id=run.id, kind="claimed", actor=worker_id,
                                  data={"claim": run.claims}))
         TraceEvent.objects.bulk_create(events)
-        steps = list(Step.objects.filter(run_id=run.id).order_by("position"))
+        steps = ([] if first_claim else
+                 list(Step.objects.filter(run_id=run.id).order_by("position")))
     return run, steps
 
 
@@ -173,6 +125,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     Never raises for a workflow's failure: failures are recorded on the run.
     """
     worker_id = worker_id or worker_identity()
+    close_old_connections()  # as Django does per request: drop broken or too-old connections
     token = uuid.uuid4().hex
     claimed = claim(run_id, token=token, worker_id=worker_id)
     if claimed is None:
@@ -215,7 +168,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         if ctx._stopped in (RunStatus.CANCELLED, None):
             release(run.id, token)
         close_old_connections()
-    return Run.objects.filter(pk=run.id).values_list("status", flat=True).first()
+    return ctx._stopped or run.status
 
 
 def _run_workflow(ctx: WorkflowContext, spec, workflow_input, compensating: bool) -> None:
