@@ -1,0 +1,1 @@
+"""Browser tests: headless Chromium driving the real dashboard (see conftest.py)."""
