@@ -245,7 +245,7 @@ class WorkflowContext:
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
-        input_text = self._encode_step_input(sid, (), params)
+        input_text = self._encode_step_input(sid, (), params, tool=True)
         if spec is None:
             known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
             return self._record_model_error(
@@ -269,7 +269,7 @@ class WorkflowContext:
                                  call=call, policy=policy, safety=spec.safety,
                                  input_text=input_text)
         ledger = _Ledger(self, spec, key, params, input_text,
-                         codec.dumps_checked(params, what="tool parameters", step_id=sid))
+                         input_text or codec.encode({}))
         return self._execute(sid=sid, pos=pos, rec=rec, kind=StepKind.TOOL, tool_name=name,
                              call=call, policy=policy, safety=spec.safety,
                              input_text=input_text, ledger=ledger)
@@ -388,12 +388,17 @@ class WorkflowContext:
             raise RunStopped(row["status"])
         self._last_auth = time.monotonic()
 
-    def _encode_step_input(self, sid: str, args: tuple, kwargs: dict[str, Any]) -> str | None:
-        value: dict[str, Any] = {}
-        if args:
-            value["args"] = list(args)
-        if kwargs:
-            value["kwargs"] = kwargs
+    def _encode_step_input(self, sid: str, args: tuple, kwargs: dict[str, Any], *,
+                           tool: bool = False) -> str | None:
+        """The stored input of a step: ``{"args", "kwargs"}``; a tool's parameters as passed."""
+        value: Any = {}
+        if tool:
+            value = kwargs
+        else:
+            if args:
+                value["args"] = list(args)
+            if kwargs:
+                value["kwargs"] = kwargs
         if not value:
             return None
         try:
