@@ -118,6 +118,54 @@ class Durable:
         from durable import registry
 
         registry.get_workflow("bench.noop")  # the bench workflows are registered
+        self.tx = {"read": 0, "write": 0}
+        self._install_counter()
+
+    def _install_counter(self) -> None:
+        """Count transactions by kind from the client side: a statement in autocommit is
+        a transaction of its own; an atomic block is one transaction, a write one if any
+        of its statements writes. (``pg_stat_database.xact_commit`` counts both kinds.)"""
+        import re
+
+        from django.db import connections
+        from django.db.backends.signals import connection_created
+
+        writes = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+        tx = self.tx
+
+        def wrapper(execute, sql, params, many, context):
+            conn = context["connection"]
+            is_write = bool(writes.search(sql or "")) and not (
+                sql or "").lstrip().upper().startswith(("SAVEPOINT", "RELEASE", "ROLLBACK"))
+            if sql and sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE SAVEPOINT")):
+                return execute(sql, params, many, context)
+            if not conn.in_atomic_block:
+                tx["write" if is_write else "read"] += 1
+            else:
+                state = conn.__dict__.setdefault("_bench_tx", {"open": False, "write": False})
+                if is_write:
+                    state["write"] = True
+                if not state["open"]:
+                    state["open"] = True
+
+                    def done() -> None:
+                        tx["write" if state["write"] else "read"] += 1
+                        state["open"] = False
+                        state["write"] = False
+
+                    conn.on_commit(done)
+            return execute(sql, params, many, context)
+
+        def install(sender, connection, **_: Any) -> None:
+            if wrapper not in connection.execute_wrappers:
+                connection.execute_wrappers.append(wrapper)
+
+        connection_created.connect(install, weak=False)
+        for conn in connections.all(initialized_only=True):
+            install(None, conn)
+
+    def tx_counts(self) -> dict[str, int]:
+        return dict(self.tx)
 
     def rep(self, runs: int, steps: int, workflow: str = "noop", sleep: float = 0,
             **_: Any) -> None:
@@ -320,6 +368,7 @@ def main() -> None:
     serve({
         "rep": rep,
         "quiesce": impl.quiesce,
+        "tx_counts": lambda: getattr(impl, "tx_counts", dict)(),
         "profile": lambda **kw: _profile(impl, **kw),
     })
     close = getattr(impl, "close", None)

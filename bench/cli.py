@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import sys
@@ -151,8 +152,10 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                     srv = servers[(system, db)]
                     count = measure and db == "postgresql"
                     pre = _counted(cfg, srv, system, True) if count else None
+                    tx_pre = srv.ask("tx_counts") if count else {}
                     result = srv.ask("rep", runs=scen["runs"], steps=scen["steps"],
                                      workflow=scen["workflow"], sleep=scen.get("sleep", 0))
+                    tx_post = srv.ask("tx_counts") if count else {}
                     timings.setdefault((system, db, scen["key"]), []).append(result)
                     if pre is not None:
                         post = _counted(cfg, srv, system, False)
@@ -160,10 +163,15 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                             "commits": post["commits"] - pre["commits"],
                             "bytes": post["bytes"] - pre["bytes"],
                             "steps": result["steps"], "runs": result["runs"]}
+                        if tx_post:
+                            counts[(system, db, scen["key"])]["client_tx"] = {
+                                k: tx_post.get(k, 0) - tx_pre.get(k, 0) for k in tx_post}
             log(f"checkpoint: repetition {rep + 1}/{cfg.reps} done")
         profile = None
+        # pyinstrument is in the bench extra; `make test` (the smoke test) runs without it
+        can_profile = importlib.util.find_spec("pyinstrument") is not None
         for db in ("postgresql", "sqlite"):
-            if ("durable", db) in servers:
+            if can_profile and ("durable", db) in servers:
                 runs, steps = (1, 50) if cfg.quick else (5, 200)
                 log(f"checkpoint: profiling durable/{db}")
                 profile = servers[("durable", db)].ask("profile", runs=runs, steps=steps)
@@ -186,6 +194,9 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
             row["commits_per_step"] = c["commits"] / c["steps"]
             row["commits_per_run"] = c["commits"] / c["runs"]
             row["bytes_per_step"] = c["bytes"] / c["steps"]
+            if c.get("client_tx"):
+                row["client_tx_per_step"] = {k: v / c["steps"] for k, v in c["client_tx"].items()}
+                row["client_tx_per_run"] = {k: v / c["runs"] for k, v in c["client_tx"].items()}
         rows.append(row)
     # marginal commits of one more step: difference of the long and the one-step runs
     for db in cfg.dbs:

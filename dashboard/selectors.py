@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import (
     Count,
     DateTimeField,
@@ -20,17 +21,20 @@ from django.db.models import (
     Exists,
     ExpressionWrapper,
     F,
+    Max,
+    Min,
     OuterRef,
     Prefetch,
     Q,
     QuerySet,
+    Subquery,
     Value,
     Window,
 )
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import pending_for
 from durable import codec, registry
 from durable.exceptions import ToolNotFound
@@ -51,12 +55,23 @@ from durable.models import (
 PAGE_SIZE = 50
 #: characters of a payload shown before "show all"
 PAYLOAD_PREVIEW_CHARS = 2000
+#: characters of a step's input or output shown (collapsed) before "show all"
+STEP_PAYLOAD_PREVIEW_CHARS = 500
+#: steps shown on a run's page before "load more": the first and the last
+STEPS_HEAD = 50
+STEPS_TAIL = 50
+#: steps one "load more" adds
+STEPS_PAGE = 100
+#: seconds the runs list's status counts are reused (see status_counts)
+COUNTS_CACHE_SECONDS = 5
 #: trace events shown on a run's page (the newest)
-EVENTS_SHOWN = 200
+EVENTS_SHOWN = 50
 #: steps of each run shown in the approvals inbox
 INBOX_LAST_STEPS = 3
-INBOX_LIMIT = 100
+INBOX_LIMIT = 50
 ATTENTION_LIMIT = 200
+#: failed runs listed on the "needs attention" page (the newest; the runs list has all)
+FAILED_SHOWN = 50
 
 #: pseudo statuses of the runs filter, besides the RunStatus values
 STATUS_APPROVAL = "approval"
@@ -265,13 +280,36 @@ def runs_page(filters: RunFilters, *, after: str = "", before: str = "",
     return page
 
 
-def status_counts() -> dict[str, int]:
+def status_counts(since: int | None = None) -> dict[str, int]:
     """Runs per status, plus ``approval``, ``attention`` and ``all``.
 
     Three index-friendly queries rather than one scan with subqueries per row: a GROUP BY
     on the status index, then the (few) waiting runs with a pending approval, then the
     runs with an undecided unknown outcome (the partial index on unknown operations).
+
+    The GROUP BY still reads every run (about 40 ms at 100k runs), so the counts are
+    cached for :data:`COUNTS_CACHE_SECONDS`, keyed by the newest trace event and the
+    newest run: a run that is created or changes status (which writes an event) gets
+    fresh counts at once; the cache only spares the repeated reads of a quiet system.
     """
+    if since is None:
+        since = last_event_id()
+    key = f"dashboard:status_counts:{since}:{_newest_run_key()}"
+    found = cache.get(key)
+    if found is not None:
+        return found
+    counts = _status_counts()
+    cache.set(key, counts, COUNTS_CACHE_SECONDS)
+    return counts
+
+
+def _newest_run_key() -> str:
+    newest = (Run.objects.order_by("-created_at", "-id").values_list("id", "created_at")
+              .first())
+    return f"{newest[0]}@{newest[1].isoformat()}" if newest else "-"
+
+
+def _status_counts() -> dict[str, int]:
     counts = {value: 0 for value in RunStatus.values}
     counts.update(Run.objects.order_by().values_list("status").annotate(n=Count("pk")))
     counts["all"] = sum(counts[value] for value in RunStatus.values)
@@ -284,10 +322,13 @@ def status_counts() -> dict[str, int]:
     return counts
 
 
-def workflow_names() -> list[str]:
-    """Names of workflows with runs, and of registered ones (for the filter's choices)."""
-    names = set(Run.objects.order_by().values_list("workflow_name", flat=True).distinct())
-    names.update(spec.name for spec in registry.workflows())
+def workflow_names(current: str = "") -> list[str]:
+    """Names for the workflow filter's choices: the registered workflows (no scan of the
+    runs), plus ``current``, the one the request filters on, so that runs of a workflow
+    that is no longer registered can still be listed by a link."""
+    names = {spec.name for spec in registry.workflows()}
+    if current:
+        names.add(current)
     return sorted(names)
 
 
@@ -388,6 +429,17 @@ class StepRow:
 
 
 @dataclass
+class StepGap:
+    """Steps not shown between two shown ones: what "load more" fetches (positions
+    strictly between ``after`` and ``before``; ``before`` None: up to the end)."""
+
+    after: int
+    before: int | None
+    count: int
+    next_count: int = 0  # how many the next "load more" adds
+
+
+@dataclass
 class WaitRow:
     wait: Wait
     payload: Payload
@@ -409,6 +461,16 @@ class RunDetail:
     last_event_id: int
     pending_reconcile: list[Operation] = field(default_factory=list)
     step_ids: list[str] = field(default_factory=list)
+    #: all steps of the run (``steps`` may be the first and last ones only)
+    steps_total: int = 0
+    #: the steps left out between the first and the last ones, if any
+    gap: StepGap | None = None
+    #: the rows after the gap (the last steps); ``steps`` are the ones before it
+    tail: list[StepRow] = field(default_factory=list)
+
+    @property
+    def steps_shown(self) -> int:
+        return len(self.steps) + len(self.tail)
 
 
 def _tool_safety(names: set[str]) -> dict[str, str]:
@@ -424,21 +486,32 @@ def _tool_safety(names: set[str]) -> dict[str, str]:
     return found
 
 
-def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
-    """Everything the run page shows, in a fixed number of queries (about seven)."""
-    now = now or timezone.now()
-    steps = list(Step.objects.filter(run=run).order_by("position").prefetch_related(
-        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt"))))
-    operations = {op.step_id: op for op in Operation.objects.filter(run=run)}
-    safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
+def _steps_qs(run: Run) -> QuerySet[Step]:
+    return Step.objects.filter(run=run).prefetch_related(
+        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt")))
+
+
+def _timeline_span(run: Run, now: datetime) -> tuple[datetime, float]:
+    """Start of the run's timeline and its length in seconds (one aggregate query), so
+    that any slice of the steps draws its bars on the same scale."""
     start = run.started_at or run.created_at
     end = run.finished_at or now
-    for s in steps:
-        if s.started_at and s.started_at < start:
-            start = s.started_at  # a fork's copied steps started before the fork
-        if s.finished_at and s.finished_at > end:
-            end = s.finished_at
-    total = max((end - start).total_seconds(), 0.001)
+    span = Step.objects.filter(run=run).aggregate(first=Min("started_at"),
+                                                  last=Max("finished_at"))
+    if span["first"] and span["first"] < start:
+        start = span["first"]  # a fork's copied steps started before the fork
+    if span["last"] and span["last"] > end:
+        end = span["last"]
+    return start, max((end - start).total_seconds(), 0.001)
+
+
+def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
+               now: datetime) -> list[StepRow]:
+    """Rows of ``steps`` (two queries: their operations and their tools' safety)."""
+    ids = [s.step_id for s in steps]
+    operations = ({op.step_id: op for op in Operation.objects.filter(run=run, step_id__in=ids)}
+                  if ids else {})
+    safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
     rows = []
     for s in steps:
         op = operations.get(s.step_id)
@@ -449,17 +522,67 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         rows.append(StepRow(
             step=s, operation=op,
             safety=(op.safety if op is not None else safety.get(s.tool_name, "")),
-            input=payload(s.input), output=payload(s.output), error=json_payload(s.error),
+            input=_lazy_payload(s.input), output=_lazy_payload(s.output),
+            error=json_payload(s.error),
             bar_left=round(left, 2), bar_width=round(max(width, 0.6), 2),
             attempts=list(s.attempt_rows.all())))
+    return rows
+
+
+def _lazy_payload(text: str | None) -> Payload:
+    """A step's payload, not decoded: the timeline loads it when its "Input and output"
+    is opened (the "show all" endpoint), so a long run's page neither decodes nor sends
+    every step's payloads. ``size`` is the stored text's length (roughly what is shown)."""
+    if text is None:
+        return Payload(text="", truncated=False, size=0, empty=True)
+    return Payload(text="", truncated=True, size=len(text))
+
+
+def _gap(run: Run, after: int, before: int | None) -> StepGap | None:
+    qs = Step.objects.filter(run=run, position__gt=after)
+    if before is not None:
+        qs = qs.filter(position__lt=before)
+    count = qs.count()
+    if not count:
+        return None
+    return StepGap(after=after, before=before, count=count, next_count=min(count, STEPS_PAGE))
+
+
+def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
+    """Everything the run page shows, in a fixed number of queries (about ten).
+
+    A long run shows its first :data:`STEPS_HEAD` and last :data:`STEPS_TAIL` steps; the
+    ones between are loaded on demand (:func:`step_page`, keyset on the position).
+    """
+    now = now or timezone.now()
+    # one query for both ends: row numbers from each end, and the total
+    shown = list(_steps_qs(run).annotate(
+        from_start=Window(RowNumber(), order_by=F("position").asc()),
+        from_end=Window(RowNumber(), order_by=F("position").desc()),
+        total=Window(Count("pk")),
+    ).filter(Q(from_start__lte=STEPS_HEAD) | Q(from_end__lte=STEPS_TAIL)).order_by("position"))
+    steps_total = shown[0].total if shown else 0
+    head = [s for s in shown if s.from_start <= STEPS_HEAD]
+    tail = [s for s in shown if s.from_start > STEPS_HEAD]
+    gap = None
+    hidden = steps_total - len(shown)
+    if hidden > 0 and head and tail:
+        gap = StepGap(after=head[-1].position, before=tail[0].position, count=hidden,
+                      next_count=min(hidden, STEPS_PAGE))
+    start, total = _timeline_span(run, now)
+    rows = _step_rows(run, head + tail, start, total, now)
+    head_rows, tail_rows = rows[:len(head)], rows[len(head):]
+    step_ids = list(Step.objects.filter(run=run).order_by("position")
+                    .values_list("step_id", flat=True)) if hidden else [s.step_id for s in shown]
     waits = [WaitRow(wait=w, payload=payload(w.payload), result=payload(w.result),
                      approval=getattr(w, "approval", None))
              for w in Wait.objects.filter(run=run).select_related("approval", "operation")
              .order_by("position", "created_at")]
     events = list(TraceEvent.objects.filter(run=run).order_by("-id")[:EVENTS_SHOWN])
     events.reverse()
-    events_total = (len(events) if len(events) < EVENTS_SHOWN
-                    else TraceEvent.objects.filter(run=run).count())
+    # always counted (an index-only count), so that the page's queries do not depend on
+    # the length of the run
+    events_total = TraceEvent.objects.filter(run=run).count()
     pending_reconcile = [w.wait.operation for w in waits
                          if w.wait.kind == WaitKind.RECONCILE and w.wait.status == WaitStatus.PENDING
                          and w.wait.operation is not None
@@ -467,11 +590,34 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
                          and not w.wait.operation.resolution]
     return RunDetail(
         run=run, duration=run_duration(run, now), input=payload(run.input),
-        output=payload(run.output), error=json_payload(run.error), steps=rows, waits=waits,
-        events=events, events_total=events_total,
+        output=payload(run.output), error=json_payload(run.error), steps=head_rows,
+        waits=waits, events=events, events_total=events_total,
         last_event_id=events[-1].id if events else 0,
         pending_reconcile=pending_reconcile,
-        step_ids=[s.step_id for s in steps])
+        step_ids=step_ids, steps_total=steps_total, gap=gap, tail=tail_rows)
+
+
+@dataclass
+class StepPage:
+    rows: list[StepRow]
+    gap: StepGap | None
+
+
+def step_page(run: Run, after: int, before: int | None = None,
+              now: datetime | None = None) -> StepPage:
+    """The next :data:`STEPS_PAGE` steps after position ``after`` (and before ``before``),
+    and the gap that is left after them: what one "load more" shows."""
+    now = now or timezone.now()
+    qs = _steps_qs(run).filter(position__gt=after)
+    if before is not None:
+        qs = qs.filter(position__lt=before)
+    steps = list(qs.order_by("position")[:STEPS_PAGE + 1])
+    more = len(steps) > STEPS_PAGE
+    steps = steps[:STEPS_PAGE]
+    start, total = _timeline_span(run, now)
+    rows = _step_rows(run, steps, start, total, now)
+    gap = _gap(run, steps[-1].position, before) if more else None
+    return StepPage(rows=rows, gap=gap)
 
 
 def get_run(run_id: str) -> Run | None:
@@ -498,8 +644,18 @@ def inbox_for(user: Any) -> QuerySet[ApprovalRequest]:
         ApprovalRequest.objects.none()
 
 
-def inbox_count(user: Any) -> int:
-    return inbox_for(user).count()
+def inbox_count(user: Any, *, cached: bool = False) -> int:
+    """Pending approvals ``user`` may decide. ``cached``: reuse the count for
+    :data:`COUNTS_CACHE_SECONDS` while no trace event was written (a new request or a
+    decision writes one) — the navigation badge asks on every page."""
+    if not cached or not getattr(user, "pk", None):
+        return inbox_for(user).count()
+    key = f"dashboard:inbox_count:{user.pk}:{last_event_id()}"
+    found = cache.get(key)
+    if found is None:
+        found = inbox_for(user).count()
+        cache.set(key, found, COUNTS_CACHE_SECONDS)
+    return found
 
 
 @dataclass
@@ -514,12 +670,16 @@ class InboxItem:
 
 def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
     """The approvals inbox: (items, total pending). Three queries."""
+    # the approvals so far as a correlated subquery, not a GROUP BY over every pending
+    # request: PostgreSQL evaluates it after the ORDER BY ... LIMIT, for the shown rows only
+    so_far = (ApprovalDecision.objects.filter(request=OuterRef("pk"), approved=True).order_by()
+              .values("request").annotate(n=Count("pk")).values("n"))
     requests = list(inbox_for(user).select_related("run__started_by", "requested_by")
-                    .annotate(approvals_so_far=Count("decisions", filter=Q(decisions__approved=True)))
+                    .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))
                     [: limit + 1])
     more = len(requests) > limit
     requests = requests[:limit]
-    total = inbox_count(user) if more else len(requests)
+    total = inbox_count(user, cached=True) if more else len(requests)
     run_ids = {r.run_id for r in requests}
     last: dict[str, list[Step]] = {}
     if run_ids:

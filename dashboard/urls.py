@@ -11,6 +11,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.runs, name="runs"),
     path("runs/<str:run_id>/", views.run_detail, name="run"),
+    path("runs/<str:run_id>/steps/", views.run_steps, name="steps"),
     path("runs/<str:run_id>/payload/<slug:kind>/<str:pk>/", views.run_payload, name="payload"),
     path("runs/<str:run_id>/<slug:action>/", actions.run_action, name="run_action"),
     path("operations/<int:operation_id>/reconcile/", actions.operation_reconcile_view,

@@ -50,18 +50,20 @@ ADVANCED_FILTERS = ("version", "started_by", "created_from", "created_to", "wait
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def runs(request: HtmxHttpRequest) -> HttpResponse:
-    form = RunFilterForm(request.GET or None, workflows=selectors.workflow_names())
+    form = RunFilterForm(request.GET or None, workflows=selectors.workflow_names(
+        request.GET.get("workflow", "")[:200]))
     filters = form.filters() if request.GET else selectors.RunFilters()
     page = selectors.runs_page(filters, after=request.GET.get("after", ""),
                                before=request.GET.get("before", ""))
+    since = selectors.last_event_id()
     context = {
         "form": form,
         "advanced_fields": [form[name] for name in ADVANCED_FILTERS],
         "filters": filters,
         "page": page,
-        "counts": selectors.status_counts(),
+        "counts": selectors.status_counts(since),
         "status_links": _status_links(),
-        "since": selectors.last_event_id(),
+        "since": since,
         "current_url": request.get_full_path(),
         "nav": "runs",
     }
@@ -111,6 +113,32 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
                             run_context(request, run_id))
 
 
+def _position(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or len(value) > 9:
+        raise Http404("Not a step position.")
+    return int(value)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@require_perm(VIEW_RUN)
+def run_steps(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The steps of a long run that the run page leaves out ("load more"): the next
+    ``selectors.STEPS_PAGE`` after position ``after`` (keyset), up to ``before``."""
+    run = selectors.get_run(run_id)
+    if run is None:
+        raise Http404(f"There is no run with the id “{run_id}”.")
+    after = _position(request.GET.get("after"))
+    if after is None:
+        after = -1
+    before = _position(request.GET.get("before"))
+    page = selectors.step_page(run, after, before)
+    context = {"run": run, "page": page, "after": after, "nav": "runs"}
+    return page_or_fragment(request, "dashboard/steps.html", "rows", context)
+
+
 @require_GET
 @require_perm(VIEW_RUN)
 def run_payload(request: HtmxHttpRequest, run_id: str, kind: str, pk: str) -> HttpResponse:
@@ -127,6 +155,8 @@ def run_payload(request: HtmxHttpRequest, run_id: str, kind: str, pk: str) -> Ht
 
 def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     items, total = selectors.inbox(request.user)
+    # the navigation's badge shows the same number: count it once per request
+    request._dashboard_inbox_count = total  # type: ignore[attr-defined]
     context = {"items": items, "total": total, "since": selectors.last_event_id(),
                "nav": "approvals"}
     context.update(extra)
@@ -146,10 +176,12 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
 
 def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     operations = selectors.unknown_operations()
+    failed = selectors.failed_runs(limit=selectors.FAILED_SHOWN + 1)
     context = {
         "operations": operations,
         "params": selectors.operation_payloads(operations),
-        "failed": selectors.failed_runs(),
+        "failed": failed[:selectors.FAILED_SHOWN],
+        "failed_more": len(failed) > selectors.FAILED_SHOWN,
         "may_operate": request.user.has_perm(OPERATE_RUN),
         "since": selectors.last_event_id(),
         "nav": "attention",

@@ -64,7 +64,7 @@ def pending_approvals(context: template.Context) -> int | None:
         return None
     cache = getattr(request, "_dashboard_inbox_count", None)
     if cache is None:
-        cache = selectors.inbox_count(user)
+        cache = selectors.inbox_count(user, cached=True)
         request._dashboard_inbox_count = cache
     return cache
 
