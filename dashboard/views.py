@@ -50,12 +50,14 @@ ADVANCED_FILTERS = ("version", "started_by", "created_from", "created_to", "wait
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def runs(request: HtmxHttpRequest) -> HttpResponse:
+    # the live cursor is read before the rows: an event written while the page renders
+    # is then after it, and the socket sends a refresh at once (no read skew)
+    since = selectors.last_event_id()
     form = RunFilterForm(request.GET or None, workflows=selectors.workflow_names(
         request.GET.get("workflow", "")[:200]))
     filters = form.filters() if request.GET else selectors.RunFilters()
     page = selectors.runs_page(filters, after=request.GET.get("after", ""),
                                before=request.GET.get("before", ""))
-    since = selectors.last_event_id()
     context = {
         "form": form,
         "advanced_fields": [form[name] for name in ADVANCED_FILTERS],
@@ -83,6 +85,7 @@ def _status_links() -> list[tuple[str, str]]:
 
 def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, Any]:
     """The run page's context; raises Http404 for an unknown run."""
+    since = selectors.last_event_id(run_id)  # before the run is read: see runs()
     run = selectors.get_run(run_id)
     if run is None:
         raise Http404(f"There is no run with the id “{run_id}”.")
@@ -98,7 +101,7 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
         "any_action": any(actions.values()),
         "may_operate": may_operate,
         "may_decide": request.user.has_perm(DECIDE_APPROVAL),
-        "since": detail.last_event_id,
+        "since": since,
         "nav": "runs",
     }
     context.update(extra)
@@ -154,10 +157,11 @@ def run_payload(request: HtmxHttpRequest, run_id: str, kind: str, pk: str) -> Ht
 
 
 def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    since = selectors.last_event_id()  # before the rows: see runs()
     items, total = selectors.inbox(request.user)
     # the navigation's badge shows the same number: count it once per request
     request._dashboard_inbox_count = total  # type: ignore[attr-defined]
-    context = {"items": items, "total": total, "since": selectors.last_event_id(),
+    context = {"items": items, "total": total, "since": since,
                "nav": "approvals"}
     context.update(extra)
     return context
@@ -175,6 +179,7 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    since = selectors.last_event_id()  # before the rows: see runs()
     operations = selectors.unknown_operations()
     failed = selectors.failed_runs(limit=selectors.FAILED_SHOWN + 1)
     context = {
@@ -183,7 +188,7 @@ def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
         "failed": failed[:selectors.FAILED_SHOWN],
         "failed_more": len(failed) > selectors.FAILED_SHOWN,
         "may_operate": request.user.has_perm(OPERATE_RUN),
-        "since": selectors.last_event_id(),
+        "since": since,
         "nav": "attention",
     }
     context.update(extra)
