@@ -16,6 +16,11 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 # extra arguments for pytest, e.g. `make test PYTEST_ARGS="-x -k ledger"`
 PYTEST_ARGS ?=
+# the example services of the live demo (Procfile: llm, payments, smtp)
+FAKE_LLM_PORT       ?= 8010
+PAYMENTS_PORT       ?= 8020
+SMTP_PORT           ?= 1025
+SMTP_SINK_HTTP_PORT ?= 1080
 
 # the Procfile's commands (daphne, celery) come from the virtualenv
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -23,7 +28,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: help install up test lint clean
 
 help:
-	@echo "make up     install, migrate, seed a demo run, start web + worker + beat (honcho)"
+	@echo "make up     install, migrate, start web, worker, beat and the example services"
+	@echo "            (scripted LLM, payments, SMTP sink; honcho) and seed the live demo"
 	@echo "make test   install, run the whole pytest suite"
 	@echo "make lint   ruff check"
 	@echo "make clean  remove var/ (the embedded database, broker folder and secret key)"
@@ -38,12 +44,27 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# the demo's agents talk to the local services unless the environment says otherwise
+# (e.g. `make up OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-...`)
+up: export FAKE_LLM_PORT := $(FAKE_LLM_PORT)
+up: export PAYMENTS_PORT := $(PAYMENTS_PORT)
+up: export SMTP_PORT := $(SMTP_PORT)
+up: export SMTP_SINK_HTTP_PORT := $(SMTP_SINK_HTTP_PORT)
+up: export OPENAI_BASE_URL ?= http://127.0.0.1:$(FAKE_LLM_PORT)/v1
+up: export OPENAI_API_KEY ?= scripted
+up: export DURABLE_PAYMENTS_URL ?= http://127.0.0.1:$(PAYMENTS_PORT)
+up: export DURABLE_SMTP_SINK_URL ?= http://127.0.0.1:$(SMTP_SINK_HTTP_PORT)
+up: export EMAIL_HOST ?= 127.0.0.1
+up: export EMAIL_PORT ?= $(SMTP_PORT)
+up: export DURABLE_DEMO_URL ?= http://127.0.0.1:$(PORT)/
 up: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py durable_demo
 	@echo
 	@PORT=$(PORT) $(BIN)/python manage.py durable_demo --ensure-admin
-	@echo "Starting web (daphne on 127.0.0.1:$(PORT)), worker and beat; Ctrl-C stops them all."
+	@echo "Starting web (daphne on 127.0.0.1:$(PORT)), worker, beat, the scripted LLM"
+	@echo "(:$(FAKE_LLM_PORT)), the payments service (:$(PAYMENTS_PORT)) and the SMTP sink"
+	@echo "(:$(SMTP_PORT)); the demo runs are seeded once they answer. Ctrl-C stops them all."
 	@echo
 	exec $(BIN)/honcho start -p $(PORT) -f Procfile
 

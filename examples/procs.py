@@ -1,0 +1,152 @@
+"""Starting the example services as processes (for the chaos audit and the tests).
+
+``ServiceSet.start(folder)`` starts the scripted LLM, the payments service and the SMTP
+sink, each in its own session on a free port (``--port 0 --port-file``), with its state
+and log in ``folder``; ``env()`` is what points the tools (and workers) at them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+READY_TIMEOUT = 30.0
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def start_service(name: str, module: str, args: list[str], folder: Path,
+                  env: dict[str, str] | None = None) -> Service:
+    """Start ``python -m module args --port-file F`` and wait until it wrote its port(s)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port_file = folder / f"{name}.port"
+    port_file.unlink(missing_ok=True)
+    log_path = folder / f"{name}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - owned by the child from here on
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args, "--port-file", str(port_file)], cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, stdout=log,
+        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    service = Service(name, proc, log_path)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not port_file.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{service.log_text()}")
+        if time.monotonic() > deadline:
+            service.stop(signal.SIGKILL)
+            raise RuntimeError(f"{name} did not start in {READY_TIMEOUT} s:\n"
+                               f"{service.log_text()}")
+        time.sleep(0.05)
+    text = port_file.read_text().strip()
+    service.ports = json.loads(text) if text.startswith("{") else {"http": int(text)}
+    return service
+
+
+class ServiceSet:
+    """The scripted LLM, the payments service and the SMTP sink, as processes."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.llm: Service | None = None
+        self.payments: Service | None = None
+        self.sink: Service | None = None
+
+    @classmethod
+    def start(cls, folder: Path) -> ServiceSet:
+        services = cls(folder)
+        try:
+            services.llm = start_service("fake_llm", "examples.fake_llm", ["--port", "0"],
+                                         folder)
+            services.start_payments()
+            services.sink = start_service(
+                "smtp_sink", "examples.smtp_sink",
+                ["--smtp-port", "0", "--http-port", "0", "--db", str(folder / "sink.sqlite3")],
+                folder)
+        except BaseException:
+            services.stop()
+            raise
+        return services
+
+    def start_payments(self, port: int = 0) -> Service:
+        """(Re)start the payments service on ``port`` (0: a free one), keeping its data."""
+        self.payments = start_service(
+            "payments", "examples.payments_service",
+            ["--port", str(port), "--db", str(self.folder / "payments.sqlite3")], self.folder)
+        return self.payments
+
+    def all(self) -> list[Service]:
+        return [s for s in (self.llm, self.payments, self.sink) if s is not None]
+
+    def stop(self) -> None:
+        for service in self.all():
+            service.stop()
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def llm_url(self) -> str:
+        assert self.llm is not None
+        return f"http://127.0.0.1:{self.llm.ports['http']}"
+
+    @property
+    def payments_url(self) -> str:
+        assert self.payments is not None
+        return f"http://127.0.0.1:{self.payments.ports['http']}"
+
+    @property
+    def sink_url(self) -> str:
+        assert self.sink is not None
+        return f"http://127.0.0.1:{self.sink.ports['http']}"
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point the tools and ``ctx.llm`` at these services."""
+        assert self.sink is not None
+        return {"OPENAI_BASE_URL": f"{self.llm_url}/v1", "OPENAI_API_KEY": "scripted",
+                "DURABLE_LLM_MODEL": "scripted", "DURABLE_PAYMENTS_URL": self.payments_url,
+                "DURABLE_SMTP_SINK_URL": self.sink_url, "EMAIL_HOST": "127.0.0.1",
+                "EMAIL_PORT": str(self.sink.ports["smtp"])}
+
+
+def admin(base_url: str, method: str, path: str, body: Any = None) -> Any:
+    """Call a service's JSON admin API (``/_admin/...``) and return the decoded answer."""
+    response = httpx.request(method, f"{base_url}{path}", json=body, timeout=10.0)
+    response.raise_for_status()
+    return response.json()

@@ -1,0 +1,87 @@
+"""The chaos audit (``manage.py durable chaos``) as a test: runs on workers SIGKILLed at
+random must leave zero duplicate refunds, tickets, orders and emails and lose no run.
+
+The CI-sized audit runs 24 reference-agent runs with a kill about every 2 s and 5 % of
+the payments service's writes answered with 429, 503 or commit-then-drop. The 200-run
+audit is ``@pytest.mark.slow``. Restarting PostgreSQL and Redis half way is opt-in
+(``DURABLE_CHAOS_RESTART_SERVICES=1``): it restarts the machine's services, which only
+CI owns.
+"""
+
+from __future__ import annotations
+
+import os
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from durable.models import Run
+from examples.chaos import restart_services, run_chaos
+
+
+def assert_clean(report) -> None:
+    assert report.ok, report.table()
+    assert report.statuses == {"succeeded": len(report.runs)}, report.table()
+    assert report.kills > 0, report.table()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.processes
+@pytest.mark.timeout(240)
+def test_chaos_audit_of_24_runs_with_kills_is_clean(proc_env):
+    out = StringIO()
+    call_command("durable", "chaos", "--runs", "24", "--kill-every", "2", "--workers", "3",
+                 "--timeout", "170", "--seed", "5", "--service-faults", "0.05", stdout=out)
+    text = out.getvalue()
+    assert "AUDIT CLEAN: zero duplicates, zero losses" in text, text
+    assert Run.objects.filter(id__startswith="chaos-", status="succeeded").count() == 24, text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.processes
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_chaos_audit_of_200_runs_with_kills_is_clean(proc_env, request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a 200-run soak: opt-in with pytest -m slow")
+    report = run_chaos(runs=200, kill_every=3.0, workers=4, timeout=1500, seed=200,
+                       service_faults=0.05)
+    print(report.table())
+    assert_clean(report)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.processes
+@pytest.mark.skipif(os.environ.get("DURABLE_CHAOS_RESTART_SERVICES") != "1",
+                    reason="restarts the machine's PostgreSQL and Redis: opt-in with "
+                           "DURABLE_CHAOS_RESTART_SERVICES=1 (CI)")
+@pytest.mark.timeout(600)
+def test_chaos_audit_survives_postgres_and_redis_restarts(proc_env, settings):
+    if connection.vendor != "postgresql" or not str(settings.CELERY_BROKER_URL).startswith(
+            "redis://"):
+        pytest.skip("needs the PostgreSQL + Redis configuration")
+    report = run_chaos(runs=24, kill_every=2.0, workers=3, timeout=480, seed=7,
+                       midway=restart_services)
+    print(report.table())
+    assert report.restarts == 1
+    assert_clean(report)
+
+
+def test_the_audit_fails_on_a_duplicate_or_a_lost_run():
+    from examples.chaos import Report
+
+    clean = Report(runs={"r1": "support"}, kills=3)
+    clean.statuses["succeeded"] = 1
+    assert clean.ok and "AUDIT CLEAN" in clean.table()
+
+    dup = Report(runs={"r1": "support"})
+    dup.duplicates["refund"].append("r1 x2")
+    assert not dup.ok
+    assert "AUDIT FAILED: duplicate refund: r1 x2" in dup.table()
+
+    lost = Report(runs={"r1": "support", "r2": "invoice"}, lost=["r2"], not_terminal=["r1"])
+    assert not lost.ok
+    table = lost.table()
+    assert "lost: r2" in table and "not terminal: r1" in table
