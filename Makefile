@@ -25,13 +25,14 @@ SMTP_SINK_HTTP_PORT ?= 1080
 # the Procfile's commands (daphne, celery) come from the virtualenv
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install up test lint clean
+.PHONY: help install up test lint bench clean
 
 help:
 	@echo "make up     install, migrate, start web, worker, beat and the example services"
 	@echo "            (scripted LLM, payments, SMTP sink; honcho) and seed the live demo"
 	@echo "make test   install, run the whole pytest suite"
 	@echo "make lint   ruff check"
+	@echo "make bench side-by-side benchmarks against DBOS, LangGraph and the commit floor"
 	@echo "make clean  remove var/ (the embedded database, broker folder and secret key)"
 
 $(BIN)/python:
@@ -73,6 +74,13 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# side-by-side benchmarks (bench/README.md): installs the peers (DBOS, LangGraph) into
+# .venv through the bench extra; needs PostgreSQL and Redis (BENCH_ARGS="--quick" for a
+# short run)
+bench: install
+	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf var/
