@@ -101,6 +101,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
             return self.run_ordering
         return super().get_ordering(request)
 
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: Any) -> SafeString:
+        """A link to the row's run (every history row belongs to one)."""
+        return _run_link(obj.run_id)
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -212,9 +217,6 @@ class StepAdmin(ReadOnlyAdmin):
               "input_display", "output_display", "error_display")
     readonly_fields = ("input_display", "output_display", "error_display")
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Step) -> SafeString:
-        return _run_link(obj.run_id)
 
     @admin.display(description="input")
     def input_display(self, obj: Step) -> SafeString | str:
@@ -245,9 +247,6 @@ class StepAttemptAdmin(ReadOnlyAdmin):
     def step_name(self, obj: StepAttempt) -> str:
         return obj.step.step_id
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: StepAttempt) -> SafeString:
-        return _run_link(obj.run_id)
 
     @admin.display(description="message")
     def message_line(self, obj: StepAttempt) -> str:
@@ -273,9 +272,6 @@ class OperationAdmin(ReadOnlyAdmin):
     readonly_fields = ("params_display", "result_display", "error_display")
     actions = ("reconcile_not_happened", "reconcile_abort")
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Operation) -> SafeString:
-        return _run_link(obj.run_id)
 
     @admin.display(description="params")
     def params_display(self, obj: Operation) -> SafeString | str:
@@ -336,9 +332,6 @@ class WaitAdmin(ReadOnlyAdmin):
               "resolved_by")
     readonly_fields = ("payload_display", "result_display")
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Wait) -> SafeString:
-        return _run_link(obj.run_id)
 
     @admin.display(description="payload")
     def payload_display(self, obj: Wait) -> SafeString | str:
@@ -357,9 +350,6 @@ class SignalAdmin(ReadOnlyAdmin):
               "consumed_at")
     readonly_fields = ("payload_display",)
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Signal) -> SafeString:
-        return _run_link(obj.run_id)
 
     @admin.display(description="payload")
     def payload_display(self, obj: Signal) -> SafeString | str:
@@ -374,9 +364,6 @@ class TraceEventAdmin(ReadOnlyAdmin):
     fields = ("run", "kind", "step_id", "actor", "message", "data_display", "created_at")
     readonly_fields = ("data_display",)
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: TraceEvent) -> SafeString:
-        return _run_link(obj.run_id)
 
     @admin.display(description="message")
     def message_line(self, obj: TraceEvent) -> str:
