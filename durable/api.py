@@ -105,6 +105,18 @@ def _actor(user: Any) -> str:
     return str(getattr(user, "get_username", lambda: user)())
 
 
+def _why_not_running(run: Run) -> str:
+    """A hint for a run that never got going: no worker had its workflow version."""
+    if run.status != RunStatus.PENDING:
+        return ""
+    event = run.events.order_by("-id").first()
+    if event is not None and event.kind == "version_unavailable":
+        return (f"; {event.message} -- the worker must load the module that registers "
+                f"{run.workflow_name} version {run.workflow_version} "
+                "(an installed app's workflows.py or DURABLE_WORKFLOW_MODULES)")
+    return ""
+
+
 def get_run(run_id: str) -> Run:
     """The run with this id. Raises :class:`~durable.RunNotFound`."""
     run = Run.objects.filter(pk=str(run_id)).first()
@@ -129,6 +141,7 @@ def result(run_id: str, timeout: float | None = 60.0, *, poll: float = 0.05) -> 
                 return run.output_value()
             raise RunFailed(run)
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+            raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s"
+                               + _why_not_running(run))
         time.sleep(delay)
         delay = min(delay * 1.5, 1.0)

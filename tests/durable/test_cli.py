@@ -463,3 +463,47 @@ def test_reconcile_needs_exactly_one_outcome():
 def test_no_subcommand_is_an_error():
     exc, _, _ = cli_error()
     assert "subcommand" in str(exc)
+
+
+# --- transitions from the command line (the same services as the dashboard) ----------
+
+
+def test_signal_cancel_and_compensate_from_the_command_line():
+    from tests import waits_workflows as ww
+
+    waiting = drive(durable.start("tests.signal", {}).id)
+    assert waiting.status == RunStatus.WAITING
+    out, _ = cli("signal", waiting.id, "go", "--payload", '{"n": 1}')
+    assert "delivered to its wait" in out
+    assert drive(waiting.id).output_value() == {"got": {"n": 1}}
+
+    other = drive(durable.start("tests.signal", {}).id)
+    out, _ = cli("cancel", other.id, "--reason", "not needed", "--by", "ops")
+    assert f"run {other.id} is cancelled" in out
+    assert Run.objects.get(pk=other.id).status == RunStatus.CANCELLED
+    with pytest.raises(CommandError) as exc:
+        cli("cancel", other.id)
+    assert exc.value.returncode == 2 and "only pending, running" in str(exc.value)
+
+    ww.EFFECTS.clear()
+    failed = drive(durable.start("tests.charge_then_fail", {}).id)
+    assert failed.status == RunStatus.FAILED
+    out, _ = cli("compensate", failed.id)
+    assert "is compensating" in out
+    assert drive(failed.id).status == RunStatus.COMPENSATED
+    assert [e[0] for e in ww.EFFECTS].count("refund") == 2
+
+    out, _ = cli("fork", failed.id, "--from-step", "boom")
+    fork = Run.objects.get(forked_from_id=failed.id)
+    assert fork.id in out and Step.objects.filter(run=fork).count() == 2
+
+    with pytest.raises(CommandError) as exc:
+        cli("resume", "no-such-run")
+    assert exc.value.returncode == 2 and "does not exist" in str(exc.value)
+
+
+def test_workflows_lists_tools_with_their_safety_class():
+    from tests import waits_workflows  # noqa: F401  (registers waits.send)
+
+    out, _ = cli("workflows")
+    assert "waits.send" in out and "unsafe_write" in out

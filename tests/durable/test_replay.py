@@ -191,6 +191,8 @@ def test_run_of_unregistered_version_is_released_pending():
     assert run.status == RunStatus.PENDING
     assert run.lease_token == "" and run.lease_expires_at is None
     event = TraceEvent.objects.get(run=run, kind="version_unavailable")
+    with pytest.raises(TimeoutError, match="does not have eng.three_steps version 99"):
+        durable.result(run.id, timeout=0.05)  # the caller learns why nothing happens
     assert "99" in event.message and event.actor == "old-worker"
     assert not ew.CALLS
     assert not Step.objects.filter(run=run).exists()

@@ -225,6 +225,26 @@ class Command(BaseCommand):
         p.add_argument("--by", default=None, metavar="NAME",
                        help="who decides (default: cli:<login name>)")
 
+        for action, what in (("cancel", "cancel a run (no new step starts)"),
+                             ("resume", "retry a failed run from its failed step"),
+                             ("compensate", "undo a failed or cancelled run's writes")):
+            p = sub.add_parser(action, help=what)
+            p.add_argument("run_id")
+            p.add_argument("--reason", default="", help="why (kept in the trace)")
+            p.add_argument("--by", default=None, metavar="NAME",
+                           help="who acts (default: cli:<login name>)")
+        p = sub.add_parser("fork", help="start a new run reusing results before a step")
+        p.add_argument("run_id")
+        p.add_argument("--from-step", required=True, metavar="STEP_ID")
+        p.add_argument("--reason", default="")
+        p.add_argument("--by", default=None, metavar="NAME")
+        p = sub.add_parser("signal", help="send a signal to a run's wait_for_signal")
+        p.add_argument("run_id")
+        p.add_argument("name")
+        p.add_argument("--payload", default="null", help="JSON (default: null)")
+        p.add_argument("--dedupe-key", default=None)
+        p.add_argument("--by", default=None, metavar="NAME")
+
         p = sub.add_parser(
             "chaos", help="chaos audit: N reference-agent runs on workers SIGKILLed at random",
             description="Start N reference-agent runs (examples.support, .invoice, "
@@ -253,6 +273,47 @@ class Command(BaseCommand):
         handler = getattr(self, f"do_{options['subcommand']}")
         handler(options)
 
+    # --- transitions (the same services as the dashboard and the admin) ---------------
+
+    def _transition(self, options: dict[str, Any], call: Any) -> Run:
+        try:
+            return call()
+        except RunNotFound as exc:
+            raise CommandError(f"{_clean(exc)}; list runs with: manage.py durable runs",
+                               returncode=USER_ERROR) from None
+        except (IllegalTransition, PayloadError, ValueError) as exc:
+            raise CommandError(_clean(exc), returncode=USER_ERROR) from None
+
+    def _run_action(self, options: dict[str, Any], service: Any) -> None:
+        run = self._transition(options, lambda: service(
+            run_id=options["run_id"], by=options["by"] or _default_actor(),
+            reason=options["reason"]))
+        self.stdout.write(f"run {run.id} is {run.status}")
+
+    def do_cancel(self, options: dict[str, Any]) -> None:
+        self._run_action(options, services.run_cancel)
+
+    def do_resume(self, options: dict[str, Any]) -> None:
+        self._run_action(options, services.run_resume)
+
+    def do_compensate(self, options: dict[str, Any]) -> None:
+        self._run_action(options, services.run_compensate)
+
+    def do_fork(self, options: dict[str, Any]) -> None:
+        fork = self._transition(options, lambda: services.run_fork(
+            run_id=options["run_id"], from_step=options["from_step"],
+            by=options["by"] or _default_actor(), reason=options["reason"]))
+        self.stdout.write(f"run {fork.id} started, forked from {options['run_id']} at step "
+                          f"{options['from_step']!r}")
+
+    def do_signal(self, options: dict[str, Any]) -> None:
+        payload = _parse_json(options["payload"], "--payload")
+        signal = self._transition(options, lambda: services.run_signal(
+            run_id=options["run_id"], name=options["name"], payload=payload,
+            dedupe_key=options["dedupe_key"], by=options["by"] or _default_actor()))
+        state = "delivered to its wait" if signal.wait_id else "kept in the run's mailbox"
+        self.stdout.write(f"signal {options['name']!r} to run {options['run_id']}: {state}")
+
     # --- workflows -------------------------------------------------------------------
 
     def do_chaos(self, options: dict[str, Any]) -> None:
@@ -277,6 +338,14 @@ class Command(BaseCommand):
             self.stdout.write("No workflows are registered. Declare them with "
                               "@durable.workflow in an installed app's workflows.py or in "
                               "a module listed in DURABLE['WORKFLOW_MODULES'].")
+        tools = sorted(registry.tools(), key=lambda t: t.name)
+        if tools:
+            self.stdout.write("")
+            self.stdout.write(table(
+                ["tool", "safety", "approval", "reconcile", "compensate"],
+                [[t.name, t.safety, "yes" if t.requires_approval else "",
+                  "yes" if t.reconcile else "", "yes" if t.compensate else ""]
+                 for t in tools]))
         errors = dict(registry.load_errors)
         for module, tb in sorted(errors.items()):
             lines = tb.strip().splitlines()
