@@ -42,8 +42,8 @@ def _changed_since(since: int, run_id: str | None) -> int:
 class _LiveConsumer(AsyncJsonWebsocketConsumer):
     group: str = ""
 
-    def group_name(self) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def group_name(self) -> str:  # pragma: no cover - every consumer below defines it
+        raise TypeError(f"{type(self).__name__} must say which live group it follows")
 
     def run_id(self) -> str | None:
         return None
