@@ -224,7 +224,10 @@ class WorkflowContext:
         if upcoming is not None:  # replaying: the history says whether approval was asked
             needs_approval = upcoming.step_id == self._peek_id(approval_base)
         else:
-            needs_approval = spec is not None and spec.requires_approval
+            # arguments that do not fit the tool go back to the model before any person is
+            # asked to approve a call that cannot run
+            needs_approval = (spec is not None and spec.requires_approval
+                              and _arguments_fit(spec, params))
         if needs_approval:
             safety = spec.safety if spec is not None else ""
             decision = self._approval(approval_base, base, f"{name}: {safety.replace('_', ' ')}", {
@@ -1206,6 +1209,18 @@ class _Ledger:
 
 
 _UNRESOLVED = object()
+
+
+def _arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:
+    """Whether ``params`` (plus the idempotency key, if taken) bind to the tool's signature."""
+    kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
+    if registry.accepts_keyword(spec.fn, "idempotency_key"):
+        kwargs["idempotency_key"] = ""
+    try:
+        inspect.signature(spec.fn).bind(**kwargs)
+    except TypeError:
+        return False
+    return True
 
 
 class _Answered(Exception):

@@ -90,9 +90,9 @@ def test_llm_401_is_permanent_and_fails_the_run(agent_env):
 
 
 def test_unknown_tool_and_wrong_arguments_are_corrected_by_the_model(agent_env, operator):
-    # the engine asks for the approval of a refund before it checks the arguments, so
-    # the refund with wrong arguments is approved, refused, corrected and approved again
-    for n, fault, approvals in ((5, "[fault:unknown_tool]", 1), (6, "[fault:wrong_args]", 2)):
+    # arguments that do not fit the tool go back to the model before a person is asked:
+    # the refund with wrong arguments is corrected first, then approved once
+    for n, fault, approvals in ((5, "[fault:unknown_tool]", 1), (6, "[fault:wrong_args]", 1)):
         run = durable.start("examples.support", support_input(n, faults=fault))
         done = drive(run.id)
         for _ in range(approvals):
@@ -103,6 +103,9 @@ def test_unknown_tool_and_wrong_arguments_are_corrected_by_the_model(agent_env, 
         refused = Step.objects.filter(run_id=run.id, error__classification="model_recoverable")
         assert refused.count() == 1
         assert len(objects(agent_env, "refund", run.id)) == 1
+        from approvals.models import ApprovalRequest
+
+        assert ApprovalRequest.objects.filter(run_id=run.id).count() == approvals
 
 
 def test_a_malformed_customer_message_fails_with_a_clear_error(agent_env):
