@@ -84,6 +84,18 @@ def _run_link(run_id: str) -> SafeString:
 # --- read-only base ------------------------------------------------------------------
 
 
+def shown(field: str, *, json_field: bool = False, description: str | None = None) -> Any:
+    """A read-only admin display of a payload column: decoded for display (never
+    decrypted) and escaped, pretty-printed."""
+    render = json_html if json_field else payload_html
+
+    @admin.display(description=description or field.replace("_", " "))
+    def display(self: Any, obj: Any) -> SafeString | str:
+        return render(getattr(obj, field))
+
+    return display
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Viewing only: the history changes through services, never through a form.
 
@@ -180,17 +192,9 @@ class RunAdmin(ReadOnlyAdmin):
     def workflow(self, obj: Run) -> str:
         return f"{obj.workflow_name}@{obj.workflow_version}"
 
-    @admin.display(description="input")
-    def input_display(self, obj: Run) -> SafeString | str:
-        return payload_html(obj.input)
-
-    @admin.display(description="output")
-    def output_display(self, obj: Run) -> SafeString | str:
-        return payload_html(obj.output)
-
-    @admin.display(description="error")
-    def error_display(self, obj: Run) -> SafeString | str:
-        return json_html(obj.error)
+    input_display = shown("input")
+    output_display = shown("output")
+    error_display = shown("error", json_field=True)
 
     @admin.display(description="history")
     def related(self, obj: Run) -> SafeString:
@@ -217,19 +221,9 @@ class StepAdmin(ReadOnlyAdmin):
               "input_display", "output_display", "error_display")
     readonly_fields = ("input_display", "output_display", "error_display")
 
-
-    @admin.display(description="input")
-    def input_display(self, obj: Step) -> SafeString | str:
-        return payload_html(obj.input)
-
-    @admin.display(description="output")
-    def output_display(self, obj: Step) -> SafeString | str:
-        return payload_html(obj.output)
-
-    @admin.display(description="error")
-    def error_display(self, obj: Step) -> SafeString | str:
-        return json_html(obj.error)
-
+    input_display = shown("input")
+    output_display = shown("output")
+    error_display = shown("error", json_field=True)
 
 @admin.register(StepAttempt)
 class StepAttemptAdmin(ReadOnlyAdmin):
@@ -246,7 +240,6 @@ class StepAttemptAdmin(ReadOnlyAdmin):
     @admin.display(description="step", ordering="step__step_id")
     def step_name(self, obj: StepAttempt) -> str:
         return obj.step.step_id
-
 
     @admin.display(description="message")
     def message_line(self, obj: StepAttempt) -> str:
@@ -272,18 +265,9 @@ class OperationAdmin(ReadOnlyAdmin):
     readonly_fields = ("params_display", "result_display", "error_display")
     actions = ("reconcile_not_happened", "reconcile_abort")
 
-
-    @admin.display(description="params")
-    def params_display(self, obj: Operation) -> SafeString | str:
-        return payload_html(obj.params)
-
-    @admin.display(description="result")
-    def result_display(self, obj: Operation) -> SafeString | str:
-        return payload_html(obj.result)
-
-    @admin.display(description="error")
-    def error_display(self, obj: Operation) -> SafeString | str:
-        return json_html(obj.error)
+    params_display = shown("params")
+    result_display = shown("result")
+    error_display = shown("error", json_field=True)
 
     def has_reconcile_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("durable.change_operation")
@@ -332,15 +316,8 @@ class WaitAdmin(ReadOnlyAdmin):
               "resolved_by")
     readonly_fields = ("payload_display", "result_display")
 
-
-    @admin.display(description="payload")
-    def payload_display(self, obj: Wait) -> SafeString | str:
-        return payload_html(obj.payload)
-
-    @admin.display(description="result")
-    def result_display(self, obj: Wait) -> SafeString | str:
-        return payload_html(obj.result)
-
+    payload_display = shown("payload")
+    result_display = shown("result")
 
 @admin.register(Signal)
 class SignalAdmin(ReadOnlyAdmin):
@@ -350,11 +327,7 @@ class SignalAdmin(ReadOnlyAdmin):
               "consumed_at")
     readonly_fields = ("payload_display",)
 
-
-    @admin.display(description="payload")
-    def payload_display(self, obj: Signal) -> SafeString | str:
-        return payload_html(obj.payload)
-
+    payload_display = shown("payload")
 
 @admin.register(TraceEvent)
 class TraceEventAdmin(ReadOnlyAdmin):
@@ -364,15 +337,11 @@ class TraceEventAdmin(ReadOnlyAdmin):
     fields = ("run", "kind", "step_id", "actor", "message", "data_display", "created_at")
     readonly_fields = ("data_display",)
 
-
     @admin.display(description="message")
     def message_line(self, obj: TraceEvent) -> str:
         return _first_line(obj.message)
 
-    @admin.display(description="data")
-    def data_display(self, obj: TraceEvent) -> SafeString | str:
-        return json_html(obj.data)
-
+    data_display = shown("data", json_field=True)
 
 # --- tools ---------------------------------------------------------------------------
 
