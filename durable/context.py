@@ -158,7 +158,7 @@ class WorkflowContext:
         self._replayed: list[int] = []
         self._stopped: str | None = None
         self._last_auth = time.monotonic()
-        self._tool_rows: dict[str, Any] | None = None
+        self._tool_rows: dict[str, Any] = {}
         self._pending_lost: list[StepAttempt] = []
         self._budget_base: dict[int, int] = {}
         compensating = run.status == RunStatus.COMPENSATING
@@ -593,15 +593,11 @@ class WorkflowContext:
 
     def _tool_spec(self, name: str) -> ToolSpec:
         spec = registry.get_tool(name)
-        if self._tool_rows is None:
+        if name not in self._tool_rows:  # one query per tool and execution, row or None
             from .models import Tool
-            self._tool_rows = {}
-            self._tool_rows_loaded: set[str] = set()
-        if name not in self._tool_rows_loaded:
-            from .models import Tool
+
             self._tool_rows[name] = Tool.objects.select_related("approver_group").filter(
                 name=name).first()
-            self._tool_rows_loaded.add(name)
         return registry.effective_tool(spec, self._tool_rows[name])
 
     def _lost_attempts(self, sid: str, pos: int, rec: Step | None) -> int:
@@ -742,8 +738,6 @@ class WorkflowContext:
                 work()
                 TraceEvent.objects.bulk_create(events)
         self._last_auth = time.monotonic()
-        if self.heartbeat is not None:
-            self.heartbeat.extended()
         if stopped:
             self._stopped = stopped
             raise RunStopped(stopped)

@@ -38,9 +38,6 @@ class Heartbeat:
         _service().register(self)
         return self
 
-    def extended(self) -> None:
-        """Kept for callers that extend the lease themselves (nothing to do)."""
-
     def stop(self) -> None:
         _service().unregister(self)
 
