@@ -19,6 +19,7 @@ import logging
 import re
 import signal
 import socket
+import sqlite3
 import struct
 import sys
 import threading
@@ -208,3 +209,17 @@ def run_forever(servers: list[Any], port: int | str, port_file: str | None, bann
     if on_stop is not None:
         on_stop()
     sys.stdout.flush()
+
+
+def thread_db(local: threading.local, path: str) -> sqlite3.Connection:
+    """This thread's autocommit SQLite connection to ``path`` (WAL, 30 s busy timeout),
+    opened once per thread: the example services keep their state in their own file."""
+    db = getattr(local, "db", None)
+    if db is None:
+        db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=30000")
+        local.db = db
+    return db

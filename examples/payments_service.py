@@ -57,6 +57,7 @@ from examples._http import (
     error,
     run_forever,
     start,
+    thread_db,
 )
 
 #: object kinds, their id prefixes and their collection paths
@@ -103,16 +104,7 @@ class Store:
         self.conn().executescript(SCHEMA)
 
     def conn(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                 check_same_thread=False)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=30000")
-            self._local.db = db
-        return db
+        return thread_db(self._local, self.path)
 
     def tx(self) -> _Tx:
         return _Tx(self.conn())

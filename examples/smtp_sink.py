@@ -41,7 +41,15 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP
 
-from examples._http import Request, Response, Router, error, start, write_port_file
+from examples._http import (
+    Request,
+    Response,
+    Router,
+    error,
+    start,
+    thread_db,
+    write_port_file,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -63,15 +71,7 @@ class Sink:
         self.conn().executescript(SCHEMA)
 
     def conn(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                 check_same_thread=False)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=30000")
-            self._local.db = db
-        return db
+        return thread_db(self._local, self.path)
 
     def fault(self, stage: str, haystack: str) -> dict[str, Any] | None:
         with self.lock:
