@@ -158,7 +158,9 @@ def test_expiry_and_decision_at_once_end_in_one_outcome(make_user):
     outcomes = set()
     for trial in range(8):
         run, req = waiting_request(data={"timeout": 3600})
-        Wait.objects.filter(pk=req.wait_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+        past = timezone.now() - timedelta(seconds=1)
+        Wait.objects.filter(pk=req.wait_id).update(wake_at=past)
+        ApprovalRequest.objects.filter(pk=req.pk).update(expires_at=past)
         fns = [lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True), sweep]
         if trial % 2:
             fns.reverse()
@@ -191,7 +193,9 @@ def test_expiry_and_cancel_at_once_end_in_one_outcome():
 
     for trial in range(8):
         run, req = waiting_request(data={"timeout": 3600})
-        Wait.objects.filter(pk=req.wait_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+        past = timezone.now() - timedelta(seconds=1)
+        Wait.objects.filter(pk=req.wait_id).update(wake_at=past)
+        ApprovalRequest.objects.filter(pk=req.pk).update(expires_at=past)
         fns = [lambda run=run: run_cancel(run_id=run.id, by="ops"), sweep]
         if trial % 2:
             fns.reverse()
