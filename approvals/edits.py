@@ -67,8 +67,7 @@ def _text_depth(text: str) -> int:
             in_string = True
         elif ch in "[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
+            deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
     return deepest

@@ -176,8 +176,8 @@ def approval_decide(*, request_id: int, user: Any, approve: bool, comment: str =
     """
     comment = (comment or "").strip()[:4000]
     if edited is not None and not approve:
-        raise InvalidEdit({"": ["an edit approves the edited arguments; a rejection takes "
-                                "no arguments"]})
+        raise InvalidEdit({"": [("an edit approves the edited arguments; a rejection takes "
+                                 "no arguments")]})
     expired: ApprovalExpired | None = None
     with transaction.atomic():
         run_id = (ApprovalRequest.objects.filter(pk=request_id)

@@ -107,7 +107,7 @@ def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_use
 
 def test_a_click_after_the_sweeper_escalated_is_refused_as_expired(make_user):
     buyer = make_user("buyer", groups=("buyers",))
-    run, req = waiting("tests.purchase", {"approvers": "buyers", "timeout": 600,
+    _run, req = waiting("tests.purchase", {"approvers": "buyers", "timeout": 600,
                                           "on_timeout": "escalate", "escalate_to": "finance"})
     backdate(req, 1)
     assert sweep()["timers"] == 0  # escalated, still pending
