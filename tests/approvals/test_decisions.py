@@ -305,3 +305,33 @@ def test_the_placeholder_means_kept_and_a_secret_cannot_be_changed(make_user):
                     edited={"amount": 12, "api_key": "[REDACTED]", "memo": "ok"})
     drive(run.id)
     assert ww.CALLS == [("pay", {"amount": 12, "api_key": SECRET, "memo": "ok"})]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def test_cli_refuses_a_late_approval_with_the_reason(make_user):
+    from django.core.management import CommandError, call_command
+
+    make_user("buyer", groups=("buyers",))
+    run, req = waiting("tests.purchase", {"approvers": "buyers", "timeout": 600})
+    backdate(req, 1)
+    with pytest.raises(CommandError, match="this request expired at") as err:
+        call_command("approvals", "approve", str(req.pk), "--as", "buyer")
+    assert err.value.returncode == 2
+    assert drive(run.id).output_value()["expired"] is True
+
+
+def test_cli_names_the_field_of_an_invalid_edit(make_user, capsys):
+    from django.core.management import CommandError, call_command
+
+    make_user("ed")
+    run, req = waiting("tests.refund", {})
+    call_command("approvals", "pending", "--as", "ed")
+    assert f"{req.pk}\t" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="amount"):
+        call_command("approvals", "approve", str(req.pk), "--as", "ed", "--edit",
+                     '{"charge_id": "ch_1", "amount": "forty"}')
+    call_command("approvals", "approve", str(req.pk), "--as", "ed", "--version", "1",
+                 "--edit", '{"charge_id": "ch_1", "amount": 40}')
+    assert drive(run.id).output_value() == {"result": {"refunded": 40, "charge": "ch_1"}}
