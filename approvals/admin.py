@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString
 
 from durable import codec
 
-from .models import ApprovalDecision, ApprovalRequest
+from .models import ApprovalArguments, ApprovalDecision, ApprovalRequest
 
 PAYLOAD_DISPLAY_CHARS = 100_000
 _PRE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 40em; overflow: auto"
@@ -51,12 +51,32 @@ class ApprovalDecisionInline(ReadOnlyMixin, admin.TabularInline):
     model = ApprovalDecision
     extra = 0
     can_delete = False
-    fields = ("user", "approved", "comment", "edited_display", "created_at")
+    fields = ("user", "approved", "version", "arguments_digest", "comment", "edited_display",
+              "created_at")
     readonly_fields = fields
+
+    @admin.display(description="arguments version")
+    def version(self, obj: ApprovalDecision) -> str:
+        return f"v{obj.arguments.number}" if obj.arguments_id else "-"
 
     @admin.display(description="edited parameters")
     def edited_display(self, obj: ApprovalDecision) -> SafeString | str:
         return _payload_html(obj.edited)
+
+
+class ApprovalArgumentsInline(ReadOnlyMixin, admin.TabularInline):
+    """Each version of the arguments: the proposal (v1) and every approver's edit."""
+
+    model = ApprovalArguments
+    fk_name = "request"
+    extra = 0
+    can_delete = False
+    fields = ("number", "value_display", "digest", "created_by", "comment", "created_at")
+    readonly_fields = fields
+
+    @admin.display(description="arguments")
+    def value_display(self, obj: ApprovalArguments) -> SafeString | str:
+        return _payload_html(obj.value)
 
 
 @admin.register(ApprovalRequest)
@@ -67,7 +87,7 @@ class ApprovalRequestAdmin(ReadOnlyMixin, admin.ModelAdmin):
     search_fields = ("title", "key", "tool_name", "run__id", "decided_by")
     date_hierarchy = "created_at"
     list_select_related = ("run",)
-    inlines = (ApprovalDecisionInline,)
+    inlines = (ApprovalArgumentsInline, ApprovalDecisionInline)
     fields = ("title", "key", "status", "run_link", "dashboard_link", "tool_name", "safety",
               "payload_display", "allow_edit", "four_eyes", "required_approvals",
               "approver_group", "escalate_to", "on_timeout", "timeout_seconds", "expires_at",

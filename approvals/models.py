@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from durable.models import TERMINAL, Run, Wait
@@ -28,8 +28,10 @@ class ApprovalRequestQuerySet(models.QuerySet):
         """Pending requests ``user`` may decide (permission and approver group), oldest first."""
         if user is None or not user.is_active or not user.has_perm("approvals.decide_approval"):
             return self.none()
-        # with N-of-M, a request this user already approved waits for the others
-        qs = self.pending().exclude(decisions__user=user)
+        # with N-of-M, a request this user already approved waits for the others -- until
+        # someone edits the arguments: a decision counts for one version only
+        qs = self.pending().filter(~Exists(ApprovalDecision.objects.filter(
+            request=OuterRef("pk"), user=user, arguments=OuterRef("arguments"))))
         if not user.is_superuser:
             qs = qs.filter(Q(approver_group__isnull=True)
                            | Q(approver_group__in=user.groups.all()))
@@ -65,6 +67,9 @@ class ApprovalRequest(models.Model):
     decided_by = models.CharField(max_length=400, blank=True, default="")
     comment = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
+    arguments = models.ForeignKey("ApprovalArguments", null=True, blank=True,
+                                  on_delete=models.SET_NULL, related_name="+",
+                                  help_text="the version of the arguments now asked about")
 
     objects = ApprovalRequestQuerySet.as_manager()
 
@@ -90,6 +95,45 @@ class ApprovalRequest(models.Model):
 
         return codec.decode_for_display(self.payload) if self.payload else None
 
+    def is_expired(self, now: Any = None) -> bool:
+        """Whether the deadline has passed (the timeout applies even before a sweep)."""
+        return self.expires_at is not None and (now or timezone.now()) >= self.expires_at
+
+
+class ApprovalArguments(models.Model):
+    """One version of what a request asks to approve: the tool's parameters (or the
+    workflow's payload). Version 1 is the proposal; each edit adds the next version, and
+    only approvals of the current version count."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE,
+                                related_name="versions")
+    number = models.PositiveIntegerField()
+    value = models.TextField(null=True, blank=True,
+                             help_text="codec JSON (secrets encrypted)")
+    digest = models.CharField(max_length=64, help_text="codec.fingerprint of the value")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+",
+                                   help_text="the approver who edited; empty: the proposal")
+    comment = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["request", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "number"],
+                                    name="one_arguments_version_number"),
+            models.CheckConstraint(condition=Q(number__gte=1),
+                                   name="arguments_version_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"request {self.request_id} arguments v{self.number}"
+
+    def value_for_display(self) -> Any:
+        from durable import codec
+
+        return codec.decode_for_display(self.value) if self.value else None
+
 
 class ApprovalDecision(models.Model):
     """One person's answer to a request; with N-of-M there are several per request."""
@@ -101,12 +145,16 @@ class ApprovalDecision(models.Model):
     approved = models.BooleanField()
     comment = models.TextField(blank=True, default="")
     edited = models.TextField(null=True, blank=True, help_text="edited parameters, codec JSON")
+    arguments = models.ForeignKey(ApprovalArguments, null=True, blank=True,
+                                  on_delete=models.PROTECT, related_name="decisions",
+                                  help_text="the version of the arguments decided on")
+    arguments_digest = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "id"]
-        constraints = [models.UniqueConstraint(fields=["request", "user"],
-                                               name="one_decision_per_user")]
+        constraints = [models.UniqueConstraint(fields=["request", "user", "arguments"],
+                                               name="one_decision_per_user_and_version")]
 
     def __str__(self) -> str:
         return f"{self.user} {'approved' if self.approved else 'rejected'} {self.request_id}"

@@ -11,7 +11,7 @@ from durable import codec
 from durable.models import Wait, WaitKind, WaitStatus
 from durable.signals import wait_closed, wait_created
 
-from .models import ApprovalRequest, ApprovalStatus
+from .models import ApprovalArguments, ApprovalRequest, ApprovalStatus
 
 
 def _group(name: Any) -> Group | None:
@@ -28,7 +28,7 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
     run = wait.run
     timeout = spec.get("timeout")
     display = {k: spec.get(k) for k in ("payload", "params") if spec.get(k) is not None}
-    ApprovalRequest.objects.create(
+    req = ApprovalRequest.objects.create(
         wait=wait, run=run, key=wait.key, title=str(spec.get("title") or wait.title)[:300],
         payload=codec.dumps_checked(display, what="approval payload", step_id=wait.wait_id)
         if display else None,
@@ -41,6 +41,14 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
         expires_at=(wait.wake_at or wait.created_at + timedelta(seconds=timeout))
         if timeout else None,
         requested_by_id=run.started_by_id, created_at=wait.created_at)
+    # version 1 of what is asked: the tool's parameters, or the workflow's payload
+    proposed = spec.get("params") if spec.get("tool") else spec.get("payload")
+    req.arguments = ApprovalArguments.objects.create(
+        request=req, number=1, created_at=wait.created_at,
+        value=None if proposed is None else codec.dumps_checked(
+            proposed, what="approval arguments", step_id=wait.wait_id),
+        digest=codec.fingerprint(proposed, where="approval arguments"))
+    req.save(update_fields=["arguments"])
 
 
 def on_wait_closed(sender: Any, wait: Wait, reason: str, **kwargs: Any) -> None:

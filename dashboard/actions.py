@@ -22,7 +22,15 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from approvals.services import AlreadyDecided, ApprovalNotFound, NotAllowed, approval_decide
+from approvals.services import (
+    AlreadyDecided,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ArgumentsChanged,
+    InvalidEdit,
+    NotAllowed,
+    approval_decide,
+)
 from durable.exceptions import IllegalTransition, PayloadError, RunNotFound
 from durable.models import Operation
 from durable.services import (
@@ -208,24 +216,46 @@ def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
     edited = data.get("parameters")
     try:
         req = approval_decide(request_id=request_id, user=request.user, approve=approve,
-                              comment=data.get("comment") or "", edited=edited)
+                              comment=data.get("comment") or "", edited=edited,
+                              version=data.get("version"))
     except ApprovalNotFound as exc:
         raise Http404(str(exc)) from exc
+    except ApprovalExpired as exc:
+        # the deadline passed: the timeout decided (rejected, or escalated) instead
+        return _answer(request, page="approvals", level=ERROR, status=409,
+                       text=f"Refused: {exc}.")
+    except ArgumentsChanged as exc:
+        return _answer(request, page="approvals", level=ERROR, status=409,
+                       text=f"Nothing recorded: {exc}.")
     except NotAllowed as exc:
         return _answer(request, page="approvals", level=ERROR, status=403,
                        text=f"Not allowed: {exc}. Missing: {', '.join(exc.missing)}.")
     except (AlreadyDecided, IllegalTransition) as exc:
         return _answer(request, page="approvals", level=ERROR, status=409,
                        text=f"Nothing changed: {exc}.")
+    except InvalidEdit as exc:
+        # the field errors go next to the edit box; the request stays pending
+        return _answer(request, page="approvals", level=ERROR, status=422,
+                       text="The edited parameters were refused; the request is still "
+                            "pending. " + _edit_errors(exc),
+                       extra=_kept(form, f"approval-{request_id}", arg_errors=[
+                           {"field": f, "messages": m} for f, m in exc.errors.items()]))
     except (PayloadError, ValueError) as exc:
         return _answer(request, page="approvals", level=ERROR, text=str(exc), status=422,
                        extra=_kept(form, f"approval-{request_id}"))
     if req.status == "pending":
         text = (f"Your approval of “{req.title}” is recorded; it needs "
                 f"{req.required_approvals} approvals in all.")
+        if edited is not None and req.required_approvals > 1:
+            text += " You edited the arguments: earlier approvals no longer count."
     elif approve:
         text = f"Approved “{req.title}”" + (" with edited parameters." if edited is not None
                                             else ".") + f" Run {req.run_id} continues."
     else:
         text = f"Rejected “{req.title}”. The agent of run {req.run_id} receives your comment."
     return _answer(request, page="approvals", level=SUCCESS, text=text)
+
+
+def _edit_errors(exc: InvalidEdit) -> str:
+    return " ".join(f"{field}: {'; '.join(msgs)}." if field else f"{'; '.join(msgs)}."
+                    for field, msgs in exc.errors.items())

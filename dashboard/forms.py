@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from approvals.edits import EDIT_MAX_BYTES, InvalidEdit, parse_edit
 from durable.models import RunStatus
 
 from . import selectors
@@ -87,15 +88,25 @@ def _json_object(text: str, what: str) -> Any:
 
 
 class DecisionForm(forms.Form):
-    """Approve, approve with edited parameters, or reject one approval request."""
+    """Approve, approve with edited parameters, or reject one approval request.
+
+    ``version``: the version of the arguments the page showed; a decision on a version
+    that is no longer current is refused (someone edited meanwhile). ``edited`` is
+    parsed with :func:`approvals.edits.parse_edit` (size and depth bounded before
+    parsing); secret parameters are not in it: the server keeps their stored values.
+    """
 
     decision = forms.ChoiceField(choices=[("approve", "Approve"),
                                           ("edit", "Approve with edited parameters"),
                                           ("reject", "Reject")])
     comment = forms.CharField(required=False, max_length=4000, widget=forms.Textarea(
         attrs={"rows": 2}))
-    edited = forms.CharField(required=False, max_length=200_000, label="Parameters (JSON)",
+    # a little over the edit limit, so that parse_edit names the limit in its message
+    edited = forms.CharField(required=False, max_length=EDIT_MAX_BYTES + 1,
+                             label="Parameters (JSON)", strip=False,
                              widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}))
+    version = forms.IntegerField(required=False, min_value=1, max_value=1_000_000,
+                                 widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -109,15 +120,9 @@ class DecisionForm(forms.Form):
                 self.add_error("edited", "Enter the parameters to approve, as a JSON object.")
             else:
                 try:
-                    value = _json_object(text, "The parameters")
-                except forms.ValidationError as exc:
-                    self.add_error("edited", exc)
-                else:
-                    if isinstance(value, dict):
-                        data["parameters"] = value
-                    else:
-                        self.add_error("edited",
-                                       "The parameters must be a JSON object ({...}).")
+                    data["parameters"] = parse_edit(text)
+                except InvalidEdit as exc:
+                    self.add_error("edited", [m for msgs in exc.errors.values() for m in msgs])
         return data
 
 

@@ -34,6 +34,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
+from approvals import edits
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import pending_for
 from durable import codec, registry
@@ -637,11 +638,10 @@ def last_event_id(run_id: str | None = None) -> int:
 def inbox_for(user: Any) -> QuerySet[ApprovalRequest]:
     """Pending requests ``user`` may decide and has not decided yet (N-of-M), oldest first.
 
-    ``approvals.selectors.pending_for`` still lists a request this user already approved
-    while it waits for other approvers; the dashboard leaves those out.
+    ``pending_for`` already leaves out a request whose current arguments this user
+    approved; after an edit (a new version) it is listed again.
     """
-    return pending_for(user).exclude(decisions__user=user) if user.is_authenticated else \
-        ApprovalRequest.objects.none()
+    return pending_for(user) if user.is_authenticated else ApprovalRequest.objects.none()
 
 
 def inbox_count(user: Any, *, cached: bool = False) -> int:
@@ -659,6 +659,14 @@ def inbox_count(user: Any, *, cached: bool = False) -> int:
 
 
 @dataclass
+class Reasked:
+    """This user approved an earlier version; someone edited the arguments since."""
+
+    version: int
+    at: datetime
+
+
+@dataclass
 class InboxItem:
     request: ApprovalRequest
     payload: Payload
@@ -666,15 +674,40 @@ class InboxItem:
     params_json: str
     last_steps: list[Step]
     approvals_so_far: int
+    version: int = 1
+    #: proposal (version 1) -> current version, when they differ
+    diff: list[edits.DiffRow] = field(default_factory=list)
+    edited_by: str = ""
+    edited_at: datetime | None = None
+    edit_comment: str = ""
+    reasked: Reasked | None = None
+    #: parameters that hold a secret: shown locked ("secret, kept"), never in the edit box
+    locked: list[str] = field(default_factory=list)
+    expired: bool = False
+    #: the deadline in milliseconds since the epoch (the countdown's data), or None
+    deadline_ms: int | None = None
+
+
+def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]:
+    """(display value, stored text) of the request's current version."""
+    current = r.arguments
+    if current is None:  # a request older than argument versions
+        if isinstance(shown, dict):
+            return shown.get("params", shown.get("payload")), None
+        return None, None
+    return current.value_for_display(), current.value
 
 
 def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
-    """The approvals inbox: (items, total pending). Three queries."""
-    # the approvals so far as a correlated subquery, not a GROUP BY over every pending
-    # request: PostgreSQL evaluates it after the ORDER BY ... LIMIT, for the shown rows only
-    so_far = (ApprovalDecision.objects.filter(request=OuterRef("pk"), approved=True).order_by()
+    """The approvals inbox: (items, total pending). Four queries."""
+    # the approvals so far (of the current arguments) as a correlated subquery, not a
+    # GROUP BY over every pending request: PostgreSQL evaluates it after the ORDER BY ...
+    # LIMIT, for the shown rows only
+    so_far = (ApprovalDecision.objects.filter(request=OuterRef("pk"), approved=True,
+                                              arguments=OuterRef("arguments")).order_by()
               .values("request").annotate(n=Count("pk")).values("n"))
-    requests = list(inbox_for(user).select_related("run__started_by", "requested_by")
+    requests = list(inbox_for(user).select_related("run__started_by", "requested_by",
+                                                   "arguments__created_by")
                     .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))
                     [: limit + 1])
     more = len(requests) > limit
@@ -682,6 +715,7 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
     total = inbox_count(user, cached=True) if more else len(requests)
     run_ids = {r.run_id for r in requests}
     last: dict[str, list[Step]] = {}
+    earlier: dict[int, Reasked] = {}
     if run_ids:
         ranked = (Step.objects.filter(run_id__in=run_ids)
                   .annotate(rank=Window(RowNumber(), partition_by=[F("run_id")],
@@ -689,22 +723,46 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
                   .filter(rank__lte=INBOX_LAST_STEPS).order_by("run_id", "position"))
         for s in ranked:
             last.setdefault(s.run_id, []).append(s)
+        edited = [r.pk for r in requests if r.arguments is not None and r.arguments.number > 1]
+        if edited:  # approvals of earlier versions: these approvers are asked again
+            for request_id, number, at in (ApprovalDecision.objects.filter(
+                    request_id__in=edited, user=user, approved=True)
+                    .order_by("created_at").values_list("request_id", "arguments__number",
+                                                        "created_at")):
+                earlier[request_id] = Reasked(version=number or 1, at=at)
+    now = timezone.now()
     items = []
     for r in requests:
         shown = r.payload_for_display() if r.payload else None
-        params = shown.get("params") if isinstance(shown, dict) else None
+        current, stored = _current_arguments(r, shown)
+        locked = edits.secret_keys(stored) if stored else frozenset()
         # show what the request is about: the tool's parameters, or the workflow's payload
         if isinstance(shown, dict) and set(shown) == {"params"}:
-            kind, view = "params", json_payload(shown["params"])
+            kind, view = "params", json_payload(current)
         elif isinstance(shown, dict) and set(shown) == {"payload"}:
-            kind, view = "payload", json_payload(shown["payload"])
+            kind, view = "payload", json_payload(current)
         else:
             kind, view = "both", json_payload(shown)
-        items.append(InboxItem(
+        editable = ({k: v for k, v in current.items() if k not in locked}
+                    if isinstance(current, dict) else None)
+        version = r.arguments.number if r.arguments is not None else 1
+        item = InboxItem(
             request=r, payload=view, kind=kind,
-            params_json=json.dumps(params, indent=2, ensure_ascii=False, default=str)
-            if isinstance(params, dict) else "{}",
-            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far))
+            params_json=json.dumps(editable, indent=2, ensure_ascii=False, default=str)
+            if editable is not None else "{}",
+            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far,
+            version=version, locked=sorted(locked), expired=r.is_expired(now),
+            deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None)
+        if version > 1 and r.arguments is not None:
+            proposed = shown.get("params", shown.get("payload")) if isinstance(shown, dict) \
+                else None
+            item.diff = edits.diff(proposed, current, locked=locked)
+            editor = r.arguments.created_by
+            item.edited_by = editor.get_username() if editor else ""
+            item.edited_at = r.arguments.created_at
+            item.edit_comment = r.arguments.comment
+            item.reasked = earlier.get(r.pk)
+        items.append(item)
     return items, total
 
 

@@ -6,6 +6,7 @@ The POST actions are in :mod:`dashboard.actions`.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -161,8 +162,9 @@ def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     items, total = selectors.inbox(request.user)
     # the navigation's badge shows the same number: count it once per request
     request._dashboard_inbox_count = total  # type: ignore[attr-defined]
-    context = {"items": items, "total": total, "since": since,
-               "nav": "approvals"}
+    # the countdown (static/dashboard/countdown.js) corrects the browser's clock by this
+    context = {"items": items, "total": total, "since": since, "nav": "approvals",
+               "server_now_ms": int(time.time() * 1000)}
     context.update(extra)
     return context
 

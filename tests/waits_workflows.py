@@ -64,3 +64,53 @@ def _boom():
     if EFFECTS and EFFECTS[-1] == ("fixed",):
         return "ok"
     raise durable.PermanentError("card declined")
+
+
+# --- the decision path: deadlines, edits, argument versions, secrets (SCENARIOS S17, S18)
+
+#: (tool, params) of every call of the tools below
+CALLS: list[tuple[str, dict]] = []
+
+
+@durable.tool(name="waits.refund", safety="idempotent_write", requires_approval=True,
+              allow_edit=True)
+def refund(charge_id: str, amount: int, *, idempotency_key: str) -> dict:
+    """SCENARIOS S18: a typed tool whose arguments an approver may edit."""
+    CALLS.append(("refund", {"charge_id": charge_id, "amount": amount}))
+    return {"refunded": amount, "charge": charge_id}
+
+
+@durable.tool(name="waits.pay", safety="idempotent_write", requires_approval=True,
+              allow_edit=True)
+def pay(amount: int, api_key: str, memo: str = "", *, idempotency_key: str) -> dict:
+    """A tool with a secret parameter: an edit must not round-trip it through a form."""
+    CALLS.append(("pay", {"amount": amount, "api_key": api_key, "memo": memo}))
+    return {"paid": amount, "memo": memo}
+
+
+@durable.workflow(name="tests.refund", version="1")
+def refund_flow(ctx, data):
+    result = ctx.call_tool("waits.refund", data.get("params", {"charge_id": "ch_1",
+                                                               "amount": 100}))
+    if isinstance(result, durable.ModelRecoverable):
+        return {"error": result.message, "type": result.error_type}
+    return {"result": result}
+
+
+@durable.workflow(name="tests.pay", version="1")
+def pay_flow(ctx, data):
+    result = ctx.call_tool("waits.pay", {"amount": data["amount"], "api_key": data["api_key"],
+                                         "memo": data.get("memo", "")})
+    if isinstance(result, durable.ModelRecoverable):
+        return {"error": result.message, "type": result.error_type}
+    return {"result": result}
+
+
+@durable.workflow(name="tests.purchase", version="1")
+def purchase_flow(ctx, data):
+    """SCENARIOS S17 and the N-of-M edit hole: one approval with options from the input."""
+    options = {k: data[k] for k in ("approvers", "timeout", "on_timeout", "escalate_to",
+                                    "required", "allow_edit") if k in data}
+    decision = ctx.wait_for_approval("purchase", title=data.get("title", "Buy it?"),
+                                     payload=data.get("payload"), **options)
+    return decision.to_dict()

@@ -12,7 +12,13 @@ from django.utils import timezone
 import durable
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from approvals.selectors import pending_for
-from approvals.services import AlreadyDecided, ApprovalNotFound, NotAllowed, approval_decide
+from approvals.services import (
+    AlreadyDecided,
+    ApprovalExpired,
+    ApprovalNotFound,
+    NotAllowed,
+    approval_decide,
+)
 from durable.exceptions import IllegalTransition
 from durable.models import Run, RunStatus, Step, TraceEvent, Wait, WaitStatus
 from durable.sweeper import sweep
@@ -395,7 +401,8 @@ def test_expiry_with_escalate_moves_the_request_then_a_member_decides(make_user)
     assert Run.objects.get(pk=run.id).status == RunStatus.WAITING
     assert sweep()["timers"] == 0  # not escalated (nor expired) twice
 
-    with pytest.raises(NotAllowed, match="directors"):
+    # the first line's click after the deadline: refused as expired (409), not a bare 403
+    with pytest.raises(ApprovalExpired, match="escalated to the group 'directors'"):
         approval_decide(request_id=req.pk, user=first_line, approve=True)
     approval_decide(request_id=req.pk, user=director, approve=True)
     run = drive(run.id)

@@ -158,7 +158,9 @@ def test_expiry_and_decision_at_once_end_in_one_outcome(make_user):
     outcomes = set()
     for trial in range(8):
         run, req = waiting_request(data={"timeout": 3600})
-        Wait.objects.filter(pk=req.wait_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+        past = timezone.now() - timedelta(seconds=1)
+        Wait.objects.filter(pk=req.wait_id).update(wake_at=past)
+        ApprovalRequest.objects.filter(pk=req.pk).update(expires_at=past)
         fns = [lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True), sweep]
         if trial % 2:
             fns.reverse()
@@ -191,7 +193,9 @@ def test_expiry_and_cancel_at_once_end_in_one_outcome():
 
     for trial in range(8):
         run, req = waiting_request(data={"timeout": 3600})
-        Wait.objects.filter(pk=req.wait_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+        past = timezone.now() - timedelta(seconds=1)
+        Wait.objects.filter(pk=req.wait_id).update(wake_at=past)
+        ApprovalRequest.objects.filter(pk=req.pk).update(expires_at=past)
         fns = [lambda run=run: run_cancel(run_id=run.id, by="ops"), sweep]
         if trial % 2:
             fns.reverse()
@@ -329,3 +333,57 @@ def test_s04_cancel_at_random_offsets_200_trials(monkeypatch, request):
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("opt-in soak: pytest -m slow")
     _s04(monkeypatch, trials=200)
+
+
+def test_decision_racing_the_deadline_has_one_outcome_that_agrees_with_it(make_user):
+    """A click within milliseconds of the deadline while the sweeper polls: either the
+    approval counted before the deadline (read under the row locks), or the timeout
+    rejected the request as of the deadline and the click was refused -- never both."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from approvals.services import ApprovalExpired
+    from durable.sweeper import sweep
+
+    alice = make_user("alice")
+    rng = random.Random(17)
+    outcomes = []
+    for _trial in range(10):
+        run, req = waiting_request(data={"timeout": 3600})
+        deadline = timezone.now() + timedelta(seconds=0.3)
+        Wait.objects.filter(pk=req.wait_id).update(wake_at=deadline)
+        ApprovalRequest.objects.filter(pk=req.pk).update(expires_at=deadline)
+        click_at = deadline + timedelta(seconds=rng.uniform(-0.15, 0.05))
+
+        def click(req=req, click_at=click_at):
+            ApprovalRequest.objects.filter(pk=req.pk).exists()  # connect before aiming
+            time.sleep(max(0.0, (click_at - timezone.now()).total_seconds()))
+            return approval_decide(request_id=req.pk, user=alice, approve=True)
+
+        def sweeper(req=req):
+            stop = time.monotonic() + 3
+            while time.monotonic() < stop:
+                sweep()
+                if not Wait.objects.filter(pk=req.wait_id, status=WaitStatus.PENDING).exists():
+                    return "closed"
+                time.sleep(0.003)
+            return "still pending"
+
+        decided, swept = run_together(click, sweeper)
+        assert swept == ("ok", "closed"), swept
+        req.refresh_from_db()
+        wait = Wait.objects.get(pk=req.wait_id)
+        if decided[0] == "ok":
+            outcomes.append("approved")
+            decision = ApprovalDecision.objects.get(request=req)
+            assert decision.created_at < deadline and req.decided_at < deadline
+            assert req.status == ApprovalStatus.APPROVED and wait.status == WaitStatus.RESOLVED
+        else:
+            outcomes.append("expired")
+            assert isinstance(decided[1], ApprovalExpired), decided
+            assert req.status == ApprovalStatus.EXPIRED and wait.status == WaitStatus.EXPIRED
+            assert req.decided_at == deadline and not req.decisions.exists()
+        out = drive(run.id).output_value()
+        assert out["approved"] is (decided[0] == "ok") and out["expired"] is (decided[0] != "ok")
+    print("outcomes seen:", outcomes)
