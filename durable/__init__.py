@@ -78,11 +78,17 @@ __all__ = [
 ]
 
 
-def start(workflow_name: str, input: Any = None, run_id: str | None = None, **options: Any):
-    """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`."""
+def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
+          started_by: Any = None, **options: Any):
+    """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`.
+
+    ``started_by``: who asks for it (a user, or a name such as ``"api:billing"``);
+    without it the starter is recorded as unknown, and four-eyes approvals of the run
+    need two approvers.
+    """
     from .api import start as _start
 
-    return _start(workflow_name, input, run_id, **options)
+    return _start(workflow_name, input, run_id, started_by=started_by, **options)
 
 
 def get_run(run_id: str):

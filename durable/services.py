@@ -13,7 +13,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec
+from . import codec, requesters
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, IllegalTransition
 from .models import (
@@ -268,6 +268,10 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
     """Start a new run of the same workflow and input that reuses the recorded results
     of every step before ``from_step`` (which, and everything after it, executes anew).
 
+    The fork is started by ``by`` (the forker); its four-eyes requesters are the forker
+    followed by the source run's requesters (its starter, and so on up the fork chain),
+    so nobody who asked for the source run can approve the fork's writes either.
+
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
     (``from_step`` is not a step of the run).
     """
@@ -275,6 +279,7 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
     from .models import Step, StepStatus
 
     actor = _actor(by)
+    forker, principal = requesters.resolve(by)
     now = timezone.now()
     with transaction.atomic():
         source = _lock_run(run_id)
@@ -292,7 +297,9 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
             workflow_name=source.workflow_name, workflow_version=source.workflow_version,
             input=source.input, input_hash=source.input_hash, status=RunStatus.PENDING,
             max_steps=source.max_steps, tags=list(source.tags or []),
-            started_by=by if getattr(by, "pk", None) else None, forked_from=source,
+            started_by=forker, started_by_name=principal["name"],
+            requesters=requesters.chain(principal, source.requesters or [requesters.UNKNOWN]),
+            forked_from=source,
             created_at=now, updated_at=now, **kwargs)
         copied = [
             Step(run=fork, step_id=s.step_id, position=s.position, kind=s.kind,
@@ -306,7 +313,8 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
         fork.save(update_fields=["cursor_position"])
         _event(fork, "created", actor, f"forked from {source.id} at step {from_step!r} by "
                f"{actor}" + (f": {reason}" if reason else ""), forked_from=source.id,
-               reused_steps=len(copied))
+               reused_steps=len(copied), requesters=[requesters.label(p)
+                                                     for p in fork.requesters])
         _event(source, "forked", actor, f"forked into {fork.id} at step {from_step!r}",
                fork=fork.id)
         dispatch_on_commit(fork.id)
