@@ -23,7 +23,7 @@ from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import codec, conf, registry
+from . import codec, conf, mailbox, registry
 from .exceptions import (
     BudgetExceeded,
     DurableError,
@@ -745,6 +745,9 @@ class WorkflowContext:
             else:
                 work()
                 TraceEvent.objects.bulk_create(events)
+                if fields.get("status") in mailbox.WORKFLOW_ENDS:
+                    mailbox.note_unconsumed_txn(self.run_id, fields["status"],
+                                                actor=self.worker_id)
         self._last_auth = time.monotonic()
         if stopped:
             self._stopped = stopped

@@ -316,11 +316,11 @@ class Command(BaseCommand):
 
     def do_signal(self, options: dict[str, Any]) -> None:
         payload = _parse_json(options["payload"], "--payload")
-        signal = self._transition(options, lambda: services.run_signal(
+        sent = self._transition(options, lambda: services.run_signal(
             run_id=options["run_id"], name=options["name"], payload=payload,
             dedupe_key=options["dedupe_key"], by=options["by"] or _default_actor()))
-        state = "delivered to its wait" if signal.wait_id else "kept in the run's mailbox"
-        self.stdout.write(f"signal {options['name']!r} to run {options['run_id']}: {state}")
+        # e.g. "run R: signal 'goods-received': kept; this run waits on goods_received, ..."
+        self.stdout.write(f"run {options['run_id']}: {_clean(sent.message)}")
 
     # --- workflows -------------------------------------------------------------------
 
