@@ -36,13 +36,15 @@ from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import pending_for
-from durable import codec, registry
+from approvals.services import own_request
+from durable import codec, mailbox, registry
 from durable.exceptions import ToolNotFound
 from durable.models import (
     Operation,
     OperationStatus,
     Run,
     RunStatus,
+    Signal,
     Step,
     StepAttempt,
     Tool,
@@ -70,6 +72,8 @@ EVENTS_SHOWN = 50
 INBOX_LAST_STEPS = 3
 INBOX_LIMIT = 50
 ATTENTION_LIMIT = 200
+#: undelivered signals listed on a run's page (the oldest)
+UNDELIVERED_SHOWN = 50
 #: failed runs listed on the "needs attention" page (the newest; the runs list has all)
 FAILED_SHOWN = 50
 
@@ -162,7 +166,9 @@ def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Ru
     if filters.version:
         qs = qs.filter(workflow_version=filters.version)
     if filters.started_by:
-        qs = qs.filter(started_by__username=filters.started_by)
+        # the account's username, or the recorded name ("os:alice", "api:billing")
+        qs = qs.filter(Q(started_by__username=filters.started_by)
+                       | Q(started_by_name=filters.started_by))
     if filters.created_from:
         qs = qs.filter(created_at__gte=_day_start(filters.created_from))
     if filters.created_to:
@@ -390,6 +396,7 @@ PAYLOAD_FIELDS: dict[str, tuple[type, str]] = {
     "wait-payload": (Wait, "payload"),
     "wait-result": (Wait, "result"),
     "approval-payload": (ApprovalRequest, "payload"),
+    "signal-payload": (Signal, "payload"),
 }
 
 
@@ -448,6 +455,14 @@ class WaitRow:
 
 
 @dataclass
+class UndeliveredSignal:
+    signal: Signal
+    payload: Payload
+    #: the run has waited on signals, never on this name: probably a typo
+    misaddressed: bool
+
+
+@dataclass
 class RunDetail:
     run: Run
     duration: timedelta | None
@@ -467,6 +482,11 @@ class RunDetail:
     gap: StepGap | None = None
     #: the rows after the gap (the last steps); ``steps`` are the ones before it
     tail: list[StepRow] = field(default_factory=list)
+    #: signals in the run's mailbox that no wait consumed, oldest first
+    undelivered: list[UndeliveredSignal] = field(default_factory=list)
+    #: signal names the run's pending waits are for, and every one it has waited on
+    waiting_on: tuple[str, ...] = ()
+    waited_on: tuple[str, ...] = ()
 
     @property
     def steps_shown(self) -> int:
@@ -588,7 +608,12 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
                          and w.wait.operation is not None
                          and w.wait.operation.status == OperationStatus.UNKNOWN
                          and not w.wait.operation.resolution]
+    waiting_on, waited_on = mailbox.signal_names(run.id)
+    undelivered = [UndeliveredSignal(signal=sig, payload=payload(sig.payload),
+                                     misaddressed=bool(waited_on) and sig.name not in waited_on)
+                   for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)]
     return RunDetail(
+        undelivered=undelivered, waiting_on=waiting_on, waited_on=waited_on,
         run=run, duration=run_duration(run, now), input=payload(run.input),
         output=payload(run.output), error=json_payload(run.error), steps=head_rows,
         waits=waits, events=events, events_total=events_total,
@@ -666,6 +691,8 @@ class InboxItem:
     params_json: str
     last_steps: list[Step]
     approvals_so_far: int
+    #: "starter", "requester" or "": whether the user asked for it (four-eyes)
+    own: str = ""
 
 
 def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
@@ -704,7 +731,8 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
             request=r, payload=view, kind=kind,
             params_json=json.dumps(params, indent=2, ensure_ascii=False, default=str)
             if isinstance(params, dict) else "{}",
-            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far))
+            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far,
+            own=own_request(user, r) if r.four_eyes else ""))
     return items, total
 
 
