@@ -61,6 +61,10 @@ class ApprovalRequest(models.Model):
     escalated_at = models.DateTimeField(null=True, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                      on_delete=models.SET_NULL, related_name="+")
+    requesters = models.JSONField(
+        default=list, blank=True,
+        help_text="who asked (durable/requesters.py): the run's requesters and the names "
+                  "the workflow gave; with four_eyes none of them may approve")
     status = models.CharField(max_length=16, choices=ApprovalStatus.choices,
                               default=ApprovalStatus.PENDING)
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -89,6 +93,20 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.title} ({self.status})"
+
+    @property
+    def requester_unknown(self) -> bool:
+        """Whether someone who asked for this request is unknown (four-eyes then needs
+        two different approvers; the receiver raised ``required_approvals``)."""
+        from durable.requesters import any_unknown
+
+        return any_unknown(self.requesters)
+
+    @property
+    def requesters_label(self) -> str:
+        from durable.requesters import describe
+
+        return describe(self.requesters)
 
     def payload_for_display(self) -> Any:
         from durable import codec

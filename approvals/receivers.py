@@ -7,8 +7,8 @@ from typing import Any
 
 from django.contrib.auth.models import Group
 
-from durable import codec
-from durable.models import Wait, WaitKind, WaitStatus
+from durable import codec, requesters
+from durable.models import TraceEvent, Wait, WaitKind, WaitStatus
 from durable.signals import wait_closed, wait_created
 
 from .models import ApprovalArguments, ApprovalRequest, ApprovalStatus
@@ -28,13 +28,24 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
     run = wait.run
     timeout = spec.get("timeout")
     display = {k: spec.get(k) for k in ("payload", "params") if spec.get(k) is not None}
+    four_eyes = bool(spec.get("four_eyes"))
+    asked, required = _requesters(run, spec)
+    if four_eyes and requesters.any_unknown(asked) and required < 2:
+        # four-eyes cannot tell the requester from an approver: two different people
+        # must approve, so at least one of them did not ask (docs/requesters-and-signals.md)
+        required = 2
+        TraceEvent.objects.create(
+            run=run, kind="four_eyes_requester_unknown", step_id=wait.wait_id,
+            message=f"{str(spec.get('title') or wait.title)[:200]}: who asked for this run is "
+                    "unknown, so this four-eyes approval needs two different approvers",
+            data={"requesters": [requesters.label(p) for p in asked]})
     req = ApprovalRequest.objects.create(
         wait=wait, run=run, key=wait.key, title=str(spec.get("title") or wait.title)[:300],
         payload=codec.dumps_checked(display, what="approval payload", step_id=wait.wait_id)
         if display else None,
         tool_name=spec.get("tool") or "", safety=spec.get("safety") or "",
-        allow_edit=bool(spec.get("allow_edit")), four_eyes=bool(spec.get("four_eyes")),
-        required_approvals=int(spec.get("required") or 1),
+        allow_edit=bool(spec.get("allow_edit")), four_eyes=four_eyes,
+        required_approvals=required, requesters=asked,
         approver_group=_group(spec.get("approvers")), escalate_to=_group(spec.get("escalate_to")),
         on_timeout=spec.get("on_timeout") or "reject", timeout_seconds=timeout,
         # the wait's wake_at is the deadline the sweeper acts on; show the same instant
@@ -49,6 +60,16 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
             proposed, what="approval arguments", step_id=wait.wait_id),
         digest=codec.fingerprint(proposed, where="approval arguments"))
     req.save(update_fields=["arguments"])
+
+
+def _requesters(run: Any, spec: dict[str, Any]) -> tuple[list[requesters.Principal], int]:
+    """Who asked for this approval: the run's requesters (an empty list, from before they
+    were recorded, counts as unknown), then the names the workflow gave; and the
+    number of approvals the workflow asked for."""
+    asked = list(run.requesters or [requesters.UNKNOWN])
+    named = [requesters.resolve(name)[1] for name in (spec.get("requesters") or [])
+             if isinstance(name, str) and name.strip()]
+    return requesters.chain(asked[0], asked[1:] + named), int(spec.get("required") or 1)
 
 
 def on_wait_closed(sender: Any, wait: Wait, reason: str, **kwargs: Any) -> None:

@@ -25,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
-from durable import codec, transitions
+from durable import codec, requesters, transitions
 from durable.exceptions import DurableError, IllegalTransition
 from durable.models import Run, TraceEvent, Wait, WaitStatus
 from durable.types import Decision
@@ -121,6 +121,22 @@ def authority_problems(user: Any, request: ApprovalRequest) -> list[str]:
             and not user.groups.filter(pk=request.approver_group_id).exists()):
         problems.append(f"membership of the group {request.approver_group.name!r}")
     return problems
+
+
+def own_request(user: Any, req: ApprovalRequest) -> str:
+    """Whether ``user`` asked for ``req``, for the four-eyes rule: ``"starter"`` (they
+    started its run), ``"requester"`` (they forked it, started a run it was forked from,
+    or the workflow named them) or ``""`` (they did not ask). See :mod:`durable.requesters`.
+    """
+    if user is None or getattr(user, "pk", None) is None:
+        return ""
+    asked = list(req.requesters or [])
+    if requesters.includes(user, asked[:1]) or (
+            req.requested_by_id is not None and req.requested_by_id == user.pk):
+        return "starter"
+    if requesters.includes(user, asked[1:]):
+        return "requester"
+    return ""
 
 
 def _describe(req: ApprovalRequest) -> str:
@@ -232,10 +248,16 @@ def _decide_txn(run: Run, req: ApprovalRequest, wait: Wait, *, user: Any, approv
         raise NotAllowed(f"{getattr(user, 'username', user)} may not decide approval "
                          f"{req.pk}: missing {', '.join(problems)}", missing=problems)
     assert fresh is not None
-    if approve and req.four_eyes and req.requested_by_id == fresh.pk:
-        raise NotAllowed(f"four-eyes rule: {fresh.get_username()} started run {run.id} and "
-                         "cannot approve its own unsafe write; another approver must",
-                         missing=["a different approver than the run's starter"])
+    own = own_request(fresh, req) if approve and req.four_eyes else ""
+    if own:
+        what = (f"started run {run.id}" if own == "starter" else
+                f"asked for run {run.id} (forked it, started a run it was forked from, "
+                "or is named as its requester)")
+        raise NotAllowed(f"four-eyes rule: {fresh.get_username()} {what} and cannot "
+                         "approve their own request; another approver must",
+                         missing=["a different approver than the run's starter"
+                                  if own == "starter" else
+                                  "a different approver than those who asked for it"])
     current = (ApprovalArguments.objects.select_related("created_by")
                .filter(pk=req.arguments_id).first()) or _first_version_txn(req)
     if version is not None and version != current.number:

@@ -40,14 +40,16 @@ from durable.services import (
     run_compensate,
     run_fork,
     run_resume,
+    run_signal,
 )
 
 from . import views
 from .access import require_perm
-from .forms import DecisionForm, ForkForm, ReasonForm, ReconcileForm, ResumeForm
+from .forms import DecisionForm, ForkForm, ReasonForm, ReconcileForm, ResumeForm, SignalForm
 from .roles import DECIDE_APPROVAL, OPERATE_RUN
 
-SUCCESS, ERROR = "success", "error"
+SUCCESS, WARNING, ERROR = "success", "warning", "error"
+_LEVELS = {SUCCESS: messages.SUCCESS, WARNING: messages.WARNING, ERROR: messages.ERROR}
 
 
 def _flash(level: str, text: str) -> dict[str, str]:
@@ -70,8 +72,7 @@ def _answer(request: HttpRequest, *, page: str, run_id: str = "", level: str, te
         url = reverse("dashboard:run", args=[run_id])
         build, args = views.run_context, (run_id,)
     if not views.wants_fragment(request) and status == 200:
-        messages.add_message(request, messages.SUCCESS if level == SUCCESS else messages.ERROR,
-                             text)
+        messages.add_message(request, _LEVELS.get(level, messages.ERROR), text)
         return redirect(url)
     context = build(request, *args, flash=_flash(level, text), **extra)
     return views.page_or_fragment(request, template, fragment, context, status=status)
@@ -159,6 +160,34 @@ def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
                        status=422)
     return _answer(request, page=page, run_id=run_id, level=SUCCESS,
                    text=done.format(id=run_id, new=""))
+
+
+@require_POST
+@require_perm(OPERATE_RUN)
+def run_signal_view(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Send a signal from the run page; the answer says whether a wait took it or it was
+    kept in the mailbox, and names the waits of the run when the name matches none."""
+    if views.selectors.get_run(run_id) is None:
+        raise Http404(f"There is no run with the id “{run_id}”.")
+    form = SignalForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, page="detail", run_id=run_id, level=ERROR,
+                       text=_form_errors(form), status=422, extra=_kept(form, "signal"))
+    data = form.cleaned_data
+    try:
+        sent = run_signal(run_id=run_id, name=data["name"], payload=data.get("payload"),
+                          by=request.user)
+    except RunNotFound as exc:
+        raise Http404(str(exc)) from exc
+    except IllegalTransition as exc:
+        return _answer(request, page="detail", run_id=run_id, level=ERROR, status=409,
+                       text=f"Nothing changed: {exc}. The page now shows the run as it is.")
+    except (PayloadError, ValueError) as exc:
+        return _answer(request, page="detail", run_id=run_id, level=ERROR, text=str(exc),
+                       status=422, extra=_kept(form, "signal"))
+    text = sent.message[:1].upper() + sent.message[1:] + "."
+    return _answer(request, page="detail", run_id=run_id,
+                   level=WARNING if sent.misaddressed else SUCCESS, text=text)
 
 
 # --- operations -----------------------------------------------------------------------

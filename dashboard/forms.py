@@ -144,3 +144,27 @@ class ReconcileForm(forms.Form):
         if not text:
             return None
         return _json_object(text, "The result")
+
+
+class SignalForm(forms.Form):
+    """Send a signal to a run: its name and an optional JSON payload."""
+
+    name = forms.CharField(max_length=200, label="Signal name", strip=True)
+    payload = forms.CharField(required=False, max_length=200_000, label="Payload (JSON)",
+                              widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}))
+
+    def clean_payload(self) -> Any:
+        text = (self.cleaned_data.get("payload") or "").strip()
+        if not text:
+            return None
+
+        def reject_constant(name: str) -> Any:
+            raise forms.ValidationError(f"The payload is not valid JSON: {name} is not "
+                                        "allowed; use null or a number.")
+
+        try:
+            return json.loads(text, parse_constant=reject_constant)
+        except ValueError as exc:
+            raise forms.ValidationError(f"The payload is not valid JSON: {exc}. Quote keys "
+                                        'and strings with double quotes, e.g. {"note": "DN-1"}.'
+                                        ) from exc

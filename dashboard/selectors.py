@@ -37,13 +37,15 @@ from django.utils import timezone
 from approvals import edits
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import pending_for
-from durable import codec, registry
+from approvals.services import own_request
+from durable import codec, mailbox, registry
 from durable.exceptions import ToolNotFound
 from durable.models import (
     Operation,
     OperationStatus,
     Run,
     RunStatus,
+    Signal,
     Step,
     StepAttempt,
     Tool,
@@ -71,6 +73,8 @@ EVENTS_SHOWN = 50
 INBOX_LAST_STEPS = 3
 INBOX_LIMIT = 50
 ATTENTION_LIMIT = 200
+#: undelivered signals listed on a run's page (the oldest)
+UNDELIVERED_SHOWN = 50
 #: failed runs listed on the "needs attention" page (the newest; the runs list has all)
 FAILED_SHOWN = 50
 
@@ -163,7 +167,9 @@ def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Ru
     if filters.version:
         qs = qs.filter(workflow_version=filters.version)
     if filters.started_by:
-        qs = qs.filter(started_by__username=filters.started_by)
+        # the account's username, or the recorded name ("os:alice", "api:billing")
+        qs = qs.filter(Q(started_by__username=filters.started_by)
+                       | Q(started_by_name=filters.started_by))
     if filters.created_from:
         qs = qs.filter(created_at__gte=_day_start(filters.created_from))
     if filters.created_to:
@@ -391,6 +397,7 @@ PAYLOAD_FIELDS: dict[str, tuple[type, str]] = {
     "wait-payload": (Wait, "payload"),
     "wait-result": (Wait, "result"),
     "approval-payload": (ApprovalRequest, "payload"),
+    "signal-payload": (Signal, "payload"),
 }
 
 
@@ -449,6 +456,14 @@ class WaitRow:
 
 
 @dataclass
+class UndeliveredSignal:
+    signal: Signal
+    payload: Payload
+    #: the run has waited on signals, never on this name: probably a typo
+    misaddressed: bool
+
+
+@dataclass
 class RunDetail:
     run: Run
     duration: timedelta | None
@@ -468,6 +483,11 @@ class RunDetail:
     gap: StepGap | None = None
     #: the rows after the gap (the last steps); ``steps`` are the ones before it
     tail: list[StepRow] = field(default_factory=list)
+    #: signals in the run's mailbox that no wait consumed, oldest first
+    undelivered: list[UndeliveredSignal] = field(default_factory=list)
+    #: signal names the run's pending waits are for, and every one it has waited on
+    waiting_on: tuple[str, ...] = ()
+    waited_on: tuple[str, ...] = ()
 
     @property
     def steps_shown(self) -> int:
@@ -589,7 +609,12 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
                          and w.wait.operation is not None
                          and w.wait.operation.status == OperationStatus.UNKNOWN
                          and not w.wait.operation.resolution]
+    waiting_on, waited_on = mailbox.signal_names(run.id)
+    undelivered = [UndeliveredSignal(signal=sig, payload=payload(sig.payload),
+                                     misaddressed=bool(waited_on) and sig.name not in waited_on)
+                   for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)]
     return RunDetail(
+        undelivered=undelivered, waiting_on=waiting_on, waited_on=waited_on,
         run=run, duration=run_duration(run, now), input=payload(run.input),
         output=payload(run.output), error=json_payload(run.error), steps=head_rows,
         waits=waits, events=events, events_total=events_total,
@@ -686,6 +711,8 @@ class InboxItem:
     expired: bool = False
     #: the deadline in milliseconds since the epoch (the countdown's data), or None
     deadline_ms: int | None = None
+    #: "starter", "requester" or "": whether the user asked for it (four-eyes)
+    own: str = ""
 
 
 def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]:
@@ -752,7 +779,8 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
             if editable is not None else "{}",
             last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far,
             version=version, locked=sorted(locked), expired=r.is_expired(now),
-            deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None)
+            deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None,
+            own=own_request(user, r) if r.four_eyes else "")
         if version > 1 and r.arguments is not None:
             proposed = shown.get("params", shown.get("payload")) if isinstance(shown, dict) \
                 else None

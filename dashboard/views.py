@@ -95,6 +95,7 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
     actions = {name: may_operate and transitions.can(name, run)
                for name in ("cancel", "compensate", "resume", "fork")}
     actions["fork"] = actions["fork"] and bool(detail.step_ids)
+    actions["signal"] = may_operate and transitions.can("signal", run)
     context = {
         "run": run,
         "detail": detail,

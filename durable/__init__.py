@@ -41,7 +41,7 @@ from .exceptions import (
 from .registry import tool, workflow
 from .retry import RetryPolicy
 from .secrets import Secret
-from .types import NOT_FOUND, Decision, ModelRecoverable
+from .types import NOT_FOUND, Decision, ModelRecoverable, SignalDelivery, SignalResult
 
 __all__ = [
     "NOT_FOUND",
@@ -61,6 +61,8 @@ __all__ = [
     "RunInputConflict",
     "RunNotFound",
     "Secret",
+    "SignalDelivery",
+    "SignalResult",
     "StepFailed",
     "ToolNotFound",
     "TransientError",
@@ -78,11 +80,17 @@ __all__ = [
 ]
 
 
-def start(workflow_name: str, input: Any = None, run_id: str | None = None, **options: Any):
-    """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`."""
+def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
+          started_by: Any = None, **options: Any):
+    """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`.
+
+    ``started_by``: who asks for it (a user, or a name such as ``"api:billing"``);
+    without it the starter is recorded as unknown, and four-eyes approvals of the run
+    need two approvers.
+    """
     from .api import start as _start
 
-    return _start(workflow_name, input, run_id, **options)
+    return _start(workflow_name, input, run_id, started_by=started_by, **options)
 
 
 def get_run(run_id: str):
@@ -100,8 +108,13 @@ def result(run_id: str, timeout: float | None = 60.0) -> Any:
 
 
 def signal(run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,
-           *, by: Any = None):
-    """Send signal ``name`` with ``payload`` to a run (see :func:`durable.services.run_signal`)."""
+           *, by: Any = None) -> SignalResult:
+    """Send signal ``name`` with ``payload`` to a run (see :func:`durable.services.run_signal`).
+
+    Returns a :class:`SignalResult`: ``.delivery`` is ``SignalDelivery.DELIVERED`` (a
+    pending wait took it) or ``KEPT`` (in the run's mailbox), ``.message`` says so and,
+    for a name the run never waited on, names the ones it waits on.
+    """
     from .services import run_signal
 
     return run_signal(run_id=run_id, name=name, payload=payload, dedupe_key=dedupe_key, by=by)

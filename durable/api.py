@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import codec, conf, registry
+from . import codec, conf, registry, requesters
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, RunInputConflict, RunNotFound
 from .models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
@@ -40,6 +40,13 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     :class:`~durable.RunInputConflict`. ``run_id`` is 1-128 characters of letters,
     digits, ``.``, ``_`` and ``-`` (default: a random UUID).
 
+    ``started_by`` says who asked for the run: a user object (a dashboard account), or a
+    name -- ``"os:<login>"`` from ``manage.py durable start``, ``"api:<client>"`` from an
+    API client, or any name of a person or program. A name that is a dashboard username
+    (with or without such a prefix) is recorded with that account. ``None`` records the
+    starter as unknown: its four-eyes approvals then need two approvers
+    (``durable/requesters.py``, ``docs/requesters-and-signals.md``).
+
     Raises :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
     storable or over ``DURABLE['MAX_PAYLOAD_BYTES']``), ``ValueError`` (bad run id or
     budget).
@@ -61,6 +68,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     if steps_budget < 1:
         raise ValueError("max_steps must be >= 1")
     deadline = deadline_seconds or spec.deadline_seconds or conf.get("DEADLINE_SECONDS")
+    starter, principal = requesters.resolve(started_by)
     now = timezone.now()
     fields = dict(
         workflow_name=spec.name, workflow_version=spec.version, input=input_text,
@@ -69,7 +77,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
         deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
         tags=list(tags or []),
         max_tokens=max_tokens if max_tokens is not None else conf.get("MAX_TOKENS"),
-        started_by=started_by if getattr(started_by, "pk", None) else None,
+        started_by=starter, started_by_name=principal["name"], requesters=[principal],
         dispatched_at=now,
     )
     if run_id is not None:
@@ -80,8 +88,9 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
         with transaction.atomic():
             run = Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
             TraceEvent.objects.create(
-                run=run, kind="created", actor=_actor(started_by),
-                message=f"started {spec.name} version {spec.version}")
+                run=run, kind="created", actor=principal["name"],
+                message=f"started {spec.name} version {spec.version} by "
+                        f"{requesters.label(principal)}")
             dispatch_on_commit(run.id, mark=False)
     except IntegrityError:
         existing = Run.objects.filter(pk=run_id).first() if run_id else None
@@ -97,12 +106,6 @@ def _same_run(existing: Run, workflow_name: str, input_hash: str) -> Run:
     if existing.input_hash != input_hash:
         raise RunInputConflict(existing.id, "input")
     return existing
-
-
-def _actor(user: Any) -> str:
-    if user is None:
-        return ""
-    return str(getattr(user, "get_username", lambda: user)())
 
 
 def _why_not_running(run: Run) -> str:

@@ -23,7 +23,7 @@ from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import codec, conf, registry
+from . import codec, conf, mailbox, registry
 from .exceptions import (
     BudgetExceeded,
     DurableError,
@@ -455,14 +455,18 @@ class WorkflowContext:
                           approvers: str | None = None, timeout: float | timedelta | None = None,
                           on_timeout: str = "reject", escalate_to: str | None = None,
                           required: int = 1, allow_edit: bool = False,
-                          four_eyes: bool = False) -> Decision:
+                          four_eyes: bool = False,
+                          requesters: list[str] | tuple[str, ...] = ()) -> Decision:
         """Suspend until people decide; returns a :class:`~durable.Decision`.
 
         ``approvers``: the name of a group whose members may decide (besides holding the
         ``approvals.decide_approval`` permission); ``required``: approvals needed (N of
         M); ``timeout`` (seconds) with ``on_timeout`` = ``"reject"`` or ``"escalate"``
         (to the group ``escalate_to``); ``allow_edit``: approvers may edit ``payload``;
-        ``four_eyes``: the user who started the run may not approve.
+        ``four_eyes``: nobody who asked may approve -- the run's starter, for a fork the
+        forker and the source run's requesters, and the dashboard usernames listed in
+        ``requesters`` (e.g. the person a purchase is for, named in the input). When the
+        starter is unknown, a four-eyes request needs two different approvers.
         """
         if on_timeout not in ("reject", "escalate"):
             raise ValueError("ctx.wait_for_approval: on_timeout must be 'reject' or 'escalate'")
@@ -475,6 +479,10 @@ class WorkflowContext:
                 "on_timeout": on_timeout, "escalate_to": escalate_to, "required": int(required),
                 "allow_edit": bool(allow_edit), "four_eyes": bool(four_eyes),
                 "timeout": wake_in}
+        if requesters:
+            if isinstance(requesters, str) or not all(isinstance(r, str) for r in requesters):
+                raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
+            spec["requesters"] = [r[:200] for r in requesters]
         return self._approval(f"approval:{key}", key, title, spec)
 
     def _approval(self, base: str, key: str, title: str, spec: dict[str, Any]) -> Decision:
@@ -737,6 +745,9 @@ class WorkflowContext:
             else:
                 work()
                 TraceEvent.objects.bulk_create(events)
+                if fields.get("status") in mailbox.WORKFLOW_ENDS:
+                    mailbox.note_unconsumed_txn(self.run_id, fields["status"],
+                                                actor=self.worker_id)
         self._last_auth = time.monotonic()
         if stopped:
             self._stopped = stopped

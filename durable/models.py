@@ -103,8 +103,16 @@ class Run(models.Model):
     steps_executed = models.PositiveIntegerField(default=0)
     steps_replayed = models.PositiveIntegerField(default=0)
 
+    # who asked for the run (durable/requesters.py): the dashboard account, when known,
+    # and the recorded name ("alice", "os:alice", "billing-bot"; "" = unknown)
     started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
+    started_by_name = models.CharField(max_length=200, blank=True, default="",
+                                       help_text="who started the run; empty: unknown")
+    requesters = models.JSONField(
+        default=list, blank=True,
+        help_text="four-eyes requesters: [{user, name}], the starter then (for a fork) the "
+                  "source run's requesters")
     tags = models.JSONField(default=list, blank=True)
     forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="forks")
@@ -141,6 +149,22 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def starter_label(self) -> str:
+        """Who started the run, as shown: a name, ``os:<login>``, or ``"unknown"``."""
+        if self.started_by_name:
+            return self.started_by_name
+        if self.started_by_id and self.started_by is not None:
+            return self.started_by.get_username()
+        return "unknown"
+
+    @property
+    def requester_unknown(self) -> bool:
+        """True when one of the run's requesters (its starter, a fork's source) is unknown."""
+        from .requesters import any_unknown
+
+        return any_unknown(self.requesters)
 
     def input_value(self) -> Any:
         from . import codec

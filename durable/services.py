@@ -13,7 +13,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec
+from . import codec, mailbox, requesters
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, IllegalTransition
 from .models import (
@@ -26,6 +26,7 @@ from .models import (
     WaitKind,
     WaitStatus,
 )
+from .types import SignalResult
 
 ReconcileOutcome = Literal["happened", "not_happened", "abort"]
 
@@ -118,6 +119,8 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         TraceEvent.objects.create(run=run, kind="operation_reconciled", step_id=op.step_id,
                                   actor=actor, message=note,
                                   data={"operation": op.pk, "outcome": outcome})
+        if outcome == "abort":
+            mailbox.note_unconsumed_txn(run.id, RunStatus.FAILED, actor=actor)
         if outcome != "abort":
             dispatch_on_commit(run.id)
     return op
@@ -169,6 +172,7 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
             close_wait_txn(wait, status=WaitStatus.CANCELLED, result=None, by=actor, now=now,
                            reason="run cancelled")
         _event(run, "cancelled", actor, run.error["message"], previous=previous)
+        mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
     return run
 
 
@@ -268,6 +272,10 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
     """Start a new run of the same workflow and input that reuses the recorded results
     of every step before ``from_step`` (which, and everything after it, executes anew).
 
+    The fork is started by ``by`` (the forker); its four-eyes requesters are the forker
+    followed by the source run's requesters (its starter, and so on up the fork chain),
+    so nobody who asked for the source run can approve the fork's writes either.
+
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
     (``from_step`` is not a step of the run).
     """
@@ -275,6 +283,7 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
     from .models import Step, StepStatus
 
     actor = _actor(by)
+    forker, principal = requesters.resolve(by)
     now = timezone.now()
     with transaction.atomic():
         source = _lock_run(run_id)
@@ -292,7 +301,9 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
             workflow_name=source.workflow_name, workflow_version=source.workflow_version,
             input=source.input, input_hash=source.input_hash, status=RunStatus.PENDING,
             max_steps=source.max_steps, tags=list(source.tags or []),
-            started_by=by if getattr(by, "pk", None) else None, forked_from=source,
+            started_by=forker, started_by_name=principal["name"],
+            requesters=requesters.chain(principal, source.requesters or [requesters.UNKNOWN]),
+            forked_from=source,
             created_at=now, updated_at=now, **kwargs)
         copied = [
             Step(run=fork, step_id=s.step_id, position=s.position, kind=s.kind,
@@ -306,7 +317,8 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
         fork.save(update_fields=["cursor_position"])
         _event(fork, "created", actor, f"forked from {source.id} at step {from_step!r} by "
                f"{actor}" + (f": {reason}" if reason else ""), forked_from=source.id,
-               reused_steps=len(copied))
+               reused_steps=len(copied), requesters=[requesters.label(p)
+                                                     for p in fork.requesters])
         _event(source, "forked", actor, f"forked into {fork.id} at step {from_step!r}",
                fork=fork.id)
         dispatch_on_commit(fork.id)
@@ -314,14 +326,18 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
 
 
 def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,
-               by: Any = None) -> Any:
+               by: Any = None) -> SignalResult:
     """Send a signal to a run: delivered to its ``wait_for_signal(name)``, now or later.
 
     Kept in the run's mailbox until a wait consumes it (so it may arrive before the wait
-    exists); a repeated ``dedupe_key`` is stored and delivered once. Returns the
-    :class:`~durable.models.Signal`. Raises :class:`~durable.RunNotFound`,
-    :class:`~durable.IllegalTransition` (the run has finished), ``ValueError`` (bad
-    name), :class:`~durable.PayloadError` (payload not storable).
+    exists); a repeated ``dedupe_key`` is stored and delivered once. Returns a
+    :class:`~durable.SignalResult`: delivered or kept, the names the run waits and has
+    waited on, and a message for the sender that points out a name the run never waited
+    on (:mod:`durable.mailbox`). It still reads like the stored
+    :class:`~durable.models.Signal` (``.pk``, ``.wait``, ...). Raises
+    :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition` (the run has
+    finished), ``ValueError`` (bad name), :class:`~durable.PayloadError` (payload not
+    storable).
     """
     from . import transitions
     from .models import Signal
@@ -335,22 +351,27 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
     with transaction.atomic():
         run = _lock_run(run_id)
         transitions.check("signal", run)
+        waiting_on, waited_on = mailbox.signal_names(run.id)
         if dedupe_key:
             existing = Signal.objects.filter(run=run, dedupe_key=dedupe_key).first()
             if existing is not None:
-                return existing
+                return mailbox.result_txn(existing, delivered=existing.wait_id is not None,
+                                          waiting_on=waiting_on, waited_on=waited_on,
+                                          duplicate=True)
         signal = Signal.objects.create(run=run, name=name, payload=payload_text,
                                        dedupe_key=dedupe_key or "", sent_by=actor,
                                        created_at=now)
         wait = (Wait.objects.select_for_update()
                 .filter(run=run, kind=WaitKind.SIGNAL, key=name, status=WaitStatus.PENDING)
                 .order_by("position").first())
-        _event(run, "signal_received", actor, f"signal {name!r}"
-               + (" delivered" if wait else " kept in the mailbox"), signal=signal.pk)
+        result = mailbox.result_txn(signal, delivered=wait is not None, waiting_on=waiting_on,
+                                    waited_on=waited_on)
+        _event(run, "signal_received", actor, result.message, signal=signal.pk,
+               delivery=result.delivery.value, misaddressed=result.misaddressed)
         if wait is not None:
             signal.wait = wait
             signal.consumed_at = now
             signal.save(update_fields=["wait", "consumed_at"])
             close_wait_txn(wait, status=WaitStatus.RESOLVED, result=payload, by=actor, now=now,
                            reason=f"signal {name!r} received")
-    return signal
+    return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 
@@ -76,3 +77,55 @@ class Decision:
         return {"approved": self.approved, "decided_by": list(self.decided_by),
                 "decided_at": self.decided_at, "comment": self.comment,
                 "edited": self.edited, "expired": self.expired}
+
+
+class SignalDelivery(str, Enum):
+    """Where :func:`durable.signal` put a signal."""
+
+    #: a pending ``wait_for_signal(name)`` received it; the run continues
+    DELIVERED = "delivered"
+    #: no wait for the name was pending: it waits in the run's mailbox for the next one
+    KEPT = "kept"
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    """What :func:`durable.signal` did with a signal, and what to tell the sender.
+
+    ``delivery`` (:class:`SignalDelivery`); ``name``; ``waiting_on``: the signal names
+    the run's pending waits are for now; ``waited_on``: every signal name the run has
+    waited on so far, in order; ``duplicate``: the ``dedupe_key`` was seen before and
+    nothing new was stored; ``message``: one sentence for the sender (it differs for a
+    name the run never waited on, to catch typos); ``signal``: the stored
+    :class:`~durable.models.Signal` row.
+
+    Backward compatible with the ``Signal`` row ``durable.signal`` used to return: it is
+    truthy, and attributes it does not define (``pk``, ``wait``, ``wait_id``,
+    ``payload``, ...) are read from ``signal``.
+    """
+
+    signal: Any
+    delivery: SignalDelivery
+    name: str = ""
+    waiting_on: tuple[str, ...] = ()
+    waited_on: tuple[str, ...] = ()
+    duplicate: bool = False
+    message: str = ""
+
+    @property
+    def delivered(self) -> bool:
+        return self.delivery == SignalDelivery.DELIVERED
+
+    @property
+    def misaddressed(self) -> bool:
+        """Kept although the run has waited on signals, never on this name (a typo?)."""
+        return (self.delivery == SignalDelivery.KEPT and bool(self.waited_on)
+                and self.name not in self.waited_on)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(object.__getattribute__(self, "signal"), attr)

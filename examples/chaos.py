@@ -50,6 +50,8 @@ from .procs import REPO, ServiceSet, admin
 CELERY = Path(sys.executable).parent / "celery"
 APPROVER_GROUPS = ("support-leads", "billing", "procurement", "finance")
 OPERATOR = "chaos-operator"
+#: who the chaos runs are started by (four-eyes: not the operator who approves them)
+REQUESTER = "os:chaos-requester"
 KINDS = ("support", "invoice", "procurement")
 #: what one succeeded run of each agent leaves in the services: (collection, count)
 EXPECTED = {
@@ -345,8 +347,9 @@ class Chaos:
         for i in range(self.n_runs):
             kind = KINDS[i % len(KINDS)]
             data, plan = _inputs(i, kind, self.rng)
+            # a known requester, not the operator: four-eyes lets the operator approve
             run = durable.start(f"examples.{kind}", data, run_id=f"chaos-{stamp}-{i:03d}-{kind}",
-                                tags=["chaos"], max_tokens=100_000)
+                                tags=["chaos"], max_tokens=100_000, started_by=REQUESTER)
             self.report.runs[run.id] = kind
             self.plans[run.id] = plan
             if plan.get("early_signal"):

@@ -34,6 +34,8 @@ from . import clients
 from .chaos import APPROVER_GROUPS
 
 DEMO_OPERATOR = "demo-operator"
+#: who the demo runs are started by: a known requester other than the approving operator
+DEMO_REQUESTER = "os:demo-requester"
 READY_TIMEOUT = 60.0
 SEED_TIMEOUT = 180.0
 
@@ -133,7 +135,8 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
     }
     for label, (workflow, data) in starts.items():
         try:
-            durable.start(workflow, data, run_id=ids[label], tags=["demo"], max_tokens=50_000)
+            durable.start(workflow, data, run_id=ids[label], tags=["demo"], max_tokens=50_000,
+                          started_by=DEMO_REQUESTER)
         except durable.RunInputConflict as exc:
             log(f"skipping {label}: {exc}")
     log(f"started the demo runs: {', '.join(ids.values())}")

@@ -238,7 +238,8 @@ def invoice(ctx, data):
         "send-invoice", title=f"Send invoice {inv['number']} ({total}) to {order['email']}?",
         payload={"invoice": inv["id"], "number": inv["number"], "customer": order["customer"],
                  "email": order["email"], "total": total, "lines": order["lines"]},
-        approvers="billing", timeout=order["approval_timeout"], on_timeout="reject")
+        approvers="billing", timeout=order["approval_timeout"], on_timeout="reject",
+        four_eyes=True)  # money leaves with the invoice: whoever asked may not approve
     if not decision.approved:
         ctx.call_tool("examples.invoices.void", {"invoice_id": inv["id"]})
         return {"invoice": inv["id"], "number": inv["number"], "status": "voided",
@@ -283,7 +284,10 @@ def read_purchase_request(data: Any) -> dict[str, Any]:
 @durable.workflow(name="examples.procurement", version="1")
 def procurement(ctx, data):
     """Procurement: submit a request, wait up to 3 days for approval (then the request
-    escalates to finance for 3 more), place the order, wait for "goods_received", close."""
+    escalates to finance for 3 more), place the order, wait for "goods_received", close.
+
+    The approval is four-eyes: neither the run's starter nor the purchase's
+    ``requester`` (a dashboard username, when it is one) may approve it."""
     req = ctx.step("read_request", read_purchase_request, data)
     pr = ctx.call_tool("examples.procurement.submit", {k: req[k] for k in (
         "requester", "item", "quantity", "amount_cents", "vendor")})
@@ -295,7 +299,9 @@ def procurement(ctx, data):
         payload={"purchase_request": pr["id"], **{k: req[k] for k in (
             "requester", "item", "quantity", "amount_cents", "vendor")}},
         approvers="procurement", timeout=req["approval_timeout"], on_timeout="escalate",
-        escalate_to="finance")
+        escalate_to="finance",
+        # the requester of the purchase may not approve it, nor may whoever started the run
+        four_eyes=True, requesters=[req["requester"]])
     if not decision.approved:
         outcome = "expired" if decision.expired else "rejected"
         ctx.call_tool("examples.procurement.close", {"purchase_request": pr["id"], "outcome": outcome})

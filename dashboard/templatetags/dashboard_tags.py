@@ -143,3 +143,11 @@ def kept(refused: Any, *parts: Any) -> Any:
         return None
     key = "-".join(str(p) for p in parts)
     return refused if refused.get("key") == key else None
+
+
+@register.filter
+def requesters_label(principals: Any) -> str:
+    """A run's or request's requesters as text: ``"otto, os:alice and someone unknown"``."""
+    from durable.requesters import describe
+
+    return describe(principals if isinstance(principals, list) else [])

@@ -340,3 +340,23 @@ def proc_approval_flow(ctx, data):
     decision = ctx.wait_for_approval("go", title="Go on after the crash?")
     ctx.step("B", body("B"), ctx.run_id)
     return decision.to_dict()
+
+
+# ------------------------------------------------------------ requesters and signals
+
+
+@durable.workflow(name="apf.named_requester", version="1")
+def named_requester_flow(ctx, data):
+    """A four-eyes approval that names the person it is for (as the reference procurement
+    workflow names the purchase's requester)."""
+    decision = ctx.wait_for_approval("purchase", title="Buy it?", four_eyes=True,
+                                     requesters=[data["requester"]])
+    return decision.to_dict()
+
+
+@durable.workflow(name="apf.goods", version="1")
+def goods_flow(ctx, data):
+    """SCENARIOS S21: wait on ``goods_received`` with a (2 s) timeout."""
+    goods = ctx.wait_for_signal("goods_received", timeout=data.get("timeout", 2.0),
+                                default=None)
+    return {"goods": goods}

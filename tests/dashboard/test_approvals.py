@@ -16,6 +16,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def tool_approval_run(**kwargs):
+    """A run waiting for the (four-eyes) approval of an unsafe write, started by a known
+    requester who is none of the fixture users unless ``started_by`` says otherwise."""
+    kwargs.setdefault("started_by", "os:requester")
     run = drive(durable.start("tests.tool_approval", {"to": "bob@example.com"}, **kwargs).id)
     assert run.status == "waiting"
     return run, ApprovalRequest.objects.get(run=run)

@@ -22,6 +22,8 @@ EXPECTED = sorted([
     "RunInputConflict",
     "RunNotFound",
     "Secret",
+    "SignalDelivery",
+    "SignalResult",
     "StepFailed",
     "ToolNotFound",
     "TransientError",

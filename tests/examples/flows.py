@@ -6,9 +6,20 @@ from typing import Any
 
 import httpx
 
+import durable
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
 from examples.procs import ServiceSet, admin
+
+#: who the reference-agent runs are started by: a known requester, not the approving
+#: operator (their approvals are four-eyes; an unknown starter would need two approvers)
+REQUESTER = "os:test-requester"
+
+
+def start_example(workflow: str, data: Any = None, **options: Any) -> Any:
+    """``durable.start`` with a known requester (``REQUESTER``) unless one is given."""
+    options.setdefault("started_by", REQUESTER)
+    return durable.start(workflow, data, **options)
 
 
 def support_input(n: int = 1, *, faults: str = "", charge: bool = True) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from tests.examples.flows import (
     llm_requests,
     objects,
     procurement_input,
+    start_example,
     support_input,
 )
 
@@ -30,7 +31,7 @@ def steps(run_id: str) -> list[str]:
 
 
 def test_support_agent_plans_once_refunds_after_approval_and_emails(agent_env, operator):
-    run = durable.start("examples.support", support_input(1), max_tokens=50_000)
+    run = start_example("examples.support", support_input(1), max_tokens=50_000)
     waiting = drive(run.id)
     assert waiting.status == RunStatus.WAITING
     assert objects(agent_env, "refund") == []  # nothing is refunded before the approval
@@ -55,7 +56,7 @@ def test_support_agent_plans_once_refunds_after_approval_and_emails(agent_env, o
 
 
 def test_invoice_sends_after_approval_and_completes(agent_env, operator):
-    run = durable.start("examples.invoice", invoice_input(1))
+    run = start_example("examples.invoice", invoice_input(1))
     assert drive(run.id).status == RunStatus.WAITING
     decide(run.id, operator)
     done = drive(run.id)
@@ -67,7 +68,7 @@ def test_invoice_sends_after_approval_and_completes(agent_env, operator):
 
 
 def test_procurement_escalates_then_waits_for_goods(agent_env, operator):
-    run = durable.start("examples.procurement", procurement_input(1, approval_timeout_seconds=1))
+    run = start_example("examples.procurement", procurement_input(1, approval_timeout_seconds=1))
     assert drive(run.id).status == RunStatus.WAITING
     import time
 

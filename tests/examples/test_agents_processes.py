@@ -23,6 +23,7 @@ from tests.examples.flows import (
     objects,
     pending_approval,
     procurement_input,
+    start_example,
     support_input,
 )
 from tests.harness import wait_for_run, wait_until
@@ -55,7 +56,7 @@ def assert_succeeded(run) -> None:
 
 def test_support_agent_on_a_worker(agent_env, operator, workers):
     workers.start(wait=True)
-    run = durable.start("examples.support", support_input(1), max_tokens=50_000)
+    run = start_example("examples.support", support_input(1), max_tokens=50_000)
     approve_when_asked(run.id, operator)
     done = wait_for_run(run.id, 60)
     assert_succeeded(done)
@@ -69,7 +70,7 @@ def test_support_agent_survives_a_sigkill_during_the_refund(agent_env, operator,
     admin(agent_env.payments_url, "POST", "/_admin/faults",
           {"fault": "slow", "seconds": 3, "path": "^/v1/refunds$", "method": "POST"})
     first = workers.start(wait=True)
-    run = durable.start("examples.support", support_input(2), max_tokens=50_000)
+    run = start_example("examples.support", support_input(2), max_tokens=50_000)
     approve_when_asked(run.id, operator)
     wait_until(lambda: requests_seen(agent_env, "/v1/refunds"), 60,
                what="the refund request to reach the payments service")
@@ -92,7 +93,7 @@ def test_support_agent_survives_a_sigkill_during_the_refund(agent_env, operator,
 
 def test_invoice_on_a_worker(agent_env, operator, workers):
     workers.start(wait=True)
-    run = durable.start("examples.invoice", invoice_input(1))
+    run = start_example("examples.invoice", invoice_input(1))
     approve_when_asked(run.id, operator)
     assert_succeeded(wait_for_run(run.id, 60))
     (inv,) = objects(agent_env, "invoice", run.id)
@@ -104,7 +105,7 @@ def test_invoice_survives_a_sigkill_while_its_email_is_sent(agent_env, operator,
     admin(agent_env.sink_url, "POST", "/_admin/faults",
           {"fault": "slow", "stage": "data", "match": "billing2@", "seconds": 3})
     first = workers.start(wait=True)
-    run = durable.start("examples.invoice", invoice_input(2))
+    run = start_example("examples.invoice", invoice_input(2))
     approve_when_asked(run.id, operator)
     wait_until(lambda: admin(agent_env.sink_url, "GET", "/_admin/stats")[
         "faults_injected"].get("slow"), 60, what="the invoice email to reach the sink")
@@ -122,7 +123,7 @@ def test_invoice_survives_a_sigkill_while_its_email_is_sent(agent_env, operator,
 
 def test_procurement_escalates_and_closes_on_goods_received(agent_env, operator, workers):
     workers.start(wait=True)
-    run = durable.start("examples.procurement", procurement_input(1, approval_timeout_seconds=2))
+    run = start_example("examples.procurement", procurement_input(1, approval_timeout_seconds=2))
     wait_until(lambda: (pending_approval(run.id) or None) and pending_approval(
         run.id).escalated_at, 60, what="the approval to escalate to finance")
     assert pending_approval(run.id).approver_group.name == "finance"
@@ -140,7 +141,7 @@ def test_procurement_survives_a_sigkill_while_ordering(agent_env, operator, work
     admin(agent_env.payments_url, "POST", "/_admin/faults",
           {"fault": "slow", "seconds": 3, "path": "^/v1/orders$", "method": "POST"})
     first = workers.start(wait=True)
-    run = durable.start("examples.procurement", procurement_input(2))
+    run = start_example("examples.procurement", procurement_input(2))
     durable.signal(run.id, "goods_received", {"note": "early"})  # kept in the mailbox
     approve_when_asked(run.id, operator)
     wait_until(lambda: requests_seen(agent_env, "/v1/orders"), 60, what="the order request")

@@ -15,7 +15,15 @@ from durable.models import Operation, OperationStatus, RunStatus, Step, StepAtte
 from durable.testing import drive
 from examples.mail import message_id_for
 from examples.procs import admin
-from tests.examples.flows import decide, emails, invoice_input, llm_requests, objects, support_input
+from tests.examples.flows import (
+    decide,
+    emails,
+    invoice_input,
+    llm_requests,
+    objects,
+    start_example,
+    support_input,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -34,7 +42,7 @@ def step(run_id: str, step_id: str) -> Step:
 
 def test_llm_429_is_retried_after_its_retry_after(agent_env):
     data = support_input(1, charge=False, faults="[fault:429x2] [fault:retry_after=1.5]")
-    run = drive(durable.start("examples.support", data).id)
+    run = drive(start_example("examples.support", data).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     failed = attempts(run.id, "plan")
     assert [(a.classification, a.outcome) for a in failed] == [("transient", "failed")] * 2
@@ -46,7 +54,7 @@ def test_llm_429_is_retried_after_its_retry_after(agent_env):
 
 def test_malformed_tool_call_json_is_fed_back_to_the_model(agent_env):
     data = support_input(2, charge=False, faults="[fault:malformed_json]")
-    run = drive(durable.start("examples.support", data).id)
+    run = drive(start_example("examples.support", data).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     first = step(run.id, "plan")
     assert first.error["classification"] == "model_recoverable"
@@ -59,7 +67,7 @@ def test_malformed_tool_call_json_is_fed_back_to_the_model(agent_env):
 
 def test_a_model_that_never_fixes_its_json_is_stopped_by_the_token_budget(agent_env):
     data = support_input(3, charge=False, faults="[fault:malformed_json_always]")
-    run = drive(durable.start("examples.support", data, max_tokens=1500).id)
+    run = drive(start_example("examples.support", data, max_tokens=1500).id)
     assert run.status == RunStatus.FAILED
     assert run.error["type"] == "BudgetExceeded"
     assert run.tokens_used >= 1500
@@ -70,7 +78,7 @@ def test_a_model_that_never_fixes_its_json_is_stopped_by_the_token_budget(agent_
 
 def test_a_provider_down_for_a_while_releases_the_run_and_keeps_its_place(agent_env):
     data = support_input(14, charge=False, faults="[fault:503] [fault:retry_after=6]")
-    run = drive(durable.start("examples.support", data).id, wait_for_retries=False)
+    run = drive(start_example("examples.support", data).id, wait_for_retries=False)
     # a Retry-After beyond the in-process limit: the worker is freed, the run waits
     assert run.status == RunStatus.RETRYING and run.wake_at is not None
     assert step(run.id, "plan").status == "retrying"
@@ -81,7 +89,7 @@ def test_a_provider_down_for_a_while_releases_the_run_and_keeps_its_place(agent_
 
 
 def test_llm_401_is_permanent_and_fails_the_run(agent_env):
-    run = drive(durable.start("examples.support", support_input(4, faults="[fault:401]")).id)
+    run = drive(start_example("examples.support", support_input(4, faults="[fault:401]")).id)
     assert run.status == RunStatus.FAILED
     (only,) = attempts(run.id, "plan")
     assert only.classification == "permanent"
@@ -93,7 +101,7 @@ def test_unknown_tool_and_wrong_arguments_are_corrected_by_the_model(agent_env, 
     # arguments that do not fit the tool go back to the model before a person is asked:
     # the refund with wrong arguments is corrected first, then approved once
     for n, fault, approvals in ((5, "[fault:unknown_tool]", 1), (6, "[fault:wrong_args]", 1)):
-        run = durable.start("examples.support", support_input(n, faults=fault))
+        run = start_example("examples.support", support_input(n, faults=fault))
         done = drive(run.id)
         for _ in range(approvals):
             assert done.status == RunStatus.WAITING
@@ -109,14 +117,14 @@ def test_unknown_tool_and_wrong_arguments_are_corrected_by_the_model(agent_env, 
 
 
 def test_a_malformed_customer_message_fails_with_a_clear_error(agent_env):
-    run = drive(durable.start("examples.support", {"customer": "X", "message": 42}).id)
+    run = drive(start_example("examples.support", {"customer": "X", "message": 42}).id)
     assert run.status == RunStatus.FAILED
     assert "'message' must be text" in run.error["message"]
     assert step(run.id, "read_message").error["classification"] == "permanent"
 
 
 def test_a_rejected_refund_reaches_the_model_and_nothing_is_paid(agent_env, operator):
-    run = durable.start("examples.support", support_input(7))
+    run = start_example("examples.support", support_input(7))
     drive(run.id)
     decide(run.id, operator, approve=False, comment="not a duplicate")
     done = drive(run.id)
@@ -131,7 +139,7 @@ def test_a_rejected_refund_reaches_the_model_and_nothing_is_paid(agent_env, oper
 def test_an_smtp_server_that_refuses_is_permanent_and_visible(agent_env):
     admin(agent_env.sink_url, "POST", "/_admin/faults",
           {"fault": "refuse", "stage": "rcpt", "match": "ann8@", "times": -1})
-    run = drive(durable.start("examples.support", support_input(8, charge=False)).id)
+    run = drive(start_example("examples.support", support_input(8, charge=False)).id)
     assert run.status == RunStatus.FAILED
     failed = step(run.id, "examples.email.send")
     assert failed.error["classification"] == "permanent"
@@ -145,7 +153,7 @@ def test_an_smtp_server_that_refuses_is_permanent_and_visible(agent_env):
 def test_an_smtp_tempfail_is_retried(agent_env):
     admin(agent_env.sink_url, "POST", "/_admin/faults",
           {"fault": "tempfail", "stage": "data", "match": "ann9@", "times": 1})
-    run = drive(durable.start("examples.support", support_input(9, charge=False)).id)
+    run = drive(start_example("examples.support", support_input(9, charge=False)).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert [a.classification for a in attempts(run.id, "examples.email.send")] == ["transient"]
     assert len(emails(agent_env, run.id)) == 1
@@ -154,7 +162,7 @@ def test_an_smtp_tempfail_is_retried(agent_env):
 def test_a_dropped_smtp_reply_is_reconciled_by_message_id(agent_env):
     admin(agent_env.sink_url, "POST", "/_admin/faults",
           {"fault": "drop", "stage": "data", "match": "ann10@", "times": 1})
-    run = drive(durable.start("examples.support", support_input(10, charge=False)).id)
+    run = drive(start_example("examples.support", support_input(10, charge=False)).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     (sent,) = emails(agent_env, run.id)
     assert sent["message_id"] == message_id_for(f"{run.id}:examples.email.send")
@@ -168,7 +176,7 @@ def test_a_dropped_smtp_reply_is_reconciled_by_message_id(agent_env):
 def test_a_refund_committed_then_dropped_is_reconciled_not_repeated(agent_env, operator):
     admin(agent_env.payments_url, "POST", "/_admin/faults",
           {"fault": "drop", "path": "^/v1/refunds$", "method": "POST", "times": 1})
-    run = durable.start("examples.support", support_input(11))
+    run = start_example("examples.support", support_input(11))
     drive(run.id)
     decide(run.id, operator)
     done = drive(run.id)
@@ -182,7 +190,7 @@ def test_a_refund_committed_then_dropped_is_reconciled_not_repeated(agent_env, o
 def test_service_rate_limits_are_retried_and_401_is_permanent(agent_env):
     admin(agent_env.payments_url, "POST", "/_admin/faults",
           {"fault": "429", "path": "^/v1/tickets$", "times": 2, "retry_after": 1})
-    run = drive(durable.start("examples.support", support_input(12, charge=False)).id)
+    run = drive(start_example("examples.support", support_input(12, charge=False)).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     tries = attempts(run.id, "examples.tickets.create")
     assert [a.classification for a in tries] == ["transient", "transient"]
@@ -191,7 +199,7 @@ def test_service_rate_limits_are_retried_and_401_is_permanent(agent_env):
 
     admin(agent_env.payments_url, "POST", "/_admin/faults",
           {"fault": "401", "path": "^/v1/tickets$", "times": -1})
-    run = drive(durable.start("examples.support", support_input(13, charge=False)).id)
+    run = drive(start_example("examples.support", support_input(13, charge=False)).id)
     assert run.status == RunStatus.FAILED
     assert [a.classification for a in attempts(run.id, "examples.tickets.create")] == [
         "permanent"]
@@ -203,7 +211,7 @@ def test_service_rate_limits_are_retried_and_401_is_permanent(agent_env):
 def test_a_failed_invoice_is_compensated_by_voiding_and_a_correction(agent_env, operator):
     admin(agent_env.payments_url, "POST", "/_admin/faults",
           {"fault": "401", "path": "/complete$", "times": -1})
-    run = durable.start("examples.invoice", invoice_input(2))
+    run = start_example("examples.invoice", invoice_input(2))
     drive(run.id)
     decide(run.id, operator)
     failed = drive(run.id)
@@ -223,7 +231,7 @@ def test_a_failed_invoice_is_compensated_by_voiding_and_a_correction(agent_env, 
 
 
 def test_a_rejected_invoice_is_voided_and_never_sent(agent_env, operator):
-    run = durable.start("examples.invoice", invoice_input(3))
+    run = start_example("examples.invoice", invoice_input(3))
     drive(run.id)
     decide(run.id, operator, approve=False, comment="wrong amount")
     done = drive(run.id)

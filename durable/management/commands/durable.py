@@ -24,7 +24,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from durable import api, codec, registry, services, sweeper
+from durable import api, codec, registry, requesters, services, sweeper
 from durable.exceptions import (
     IllegalTransition,
     PayloadError,
@@ -134,10 +134,14 @@ def _parse_json(text: str, option: str) -> Any:
 
 
 def _default_actor() -> str:
+    """``os:<login name>``: who runs this command, recorded as such (a dashboard account
+    of the same name is mapped to it by :func:`durable.requesters.resolve`); ``""``
+    (unknown) when the process has no login name."""
     try:
-        return f"cli:{getpass.getuser()}"
+        login = getpass.getuser()
     except Exception:  # noqa: BLE001 - no login name in some containers
-        return "cli"
+        return ""
+    return f"{requesters.OS_PREFIX}{login}" if login else ""
 
 
 def _positive_int(text: str) -> int:
@@ -187,6 +191,10 @@ class Command(BaseCommand):
         p.add_argument("--wait", type=_non_negative_float, default=None, metavar="SECONDS",
                        help="wait up to SECONDS for the run to end and print its output "
                             "as JSON (exit 1 if it did not succeed in time)")
+        p.add_argument("--by", default=None, metavar="NAME",
+                       help="who asks for the run: a dashboard username or another name "
+                            "(default: os:<login name>; a dashboard account with that "
+                            "name is recorded as the starter)")
 
         p = sub.add_parser("runs", help="list recent runs")
         p.add_argument("--status", choices=RunStatus.values, default=None)
@@ -223,7 +231,7 @@ class Command(BaseCommand):
                        help="with --happened: the id the external system gave the write")
         p.add_argument("--reason", default="", help="why (kept in the trace)")
         p.add_argument("--by", default=None, metavar="NAME",
-                       help="who decides (default: cli:<login name>)")
+                       help="who decides (default: os:<login name>)")
 
         for action, what in (("cancel", "cancel a run (no new step starts)"),
                              ("resume", "retry a failed run from its failed step"),
@@ -232,7 +240,7 @@ class Command(BaseCommand):
             p.add_argument("run_id")
             p.add_argument("--reason", default="", help="why (kept in the trace)")
             p.add_argument("--by", default=None, metavar="NAME",
-                           help="who acts (default: cli:<login name>)")
+                           help="who acts (default: os:<login name>)")
         p = sub.add_parser("fork", help="start a new run reusing results before a step")
         p.add_argument("run_id")
         p.add_argument("--from-step", required=True, metavar="STEP_ID")
@@ -308,11 +316,11 @@ class Command(BaseCommand):
 
     def do_signal(self, options: dict[str, Any]) -> None:
         payload = _parse_json(options["payload"], "--payload")
-        signal = self._transition(options, lambda: services.run_signal(
+        sent = self._transition(options, lambda: services.run_signal(
             run_id=options["run_id"], name=options["name"], payload=payload,
             dedupe_key=options["dedupe_key"], by=options["by"] or _default_actor()))
-        state = "delivered to its wait" if signal.wait_id else "kept in the run's mailbox"
-        self.stdout.write(f"signal {options['name']!r} to run {options['run_id']}: {state}")
+        # e.g. "run R: signal 'goods-received': kept; this run waits on goods_received, ..."
+        self.stdout.write(f"run {options['run_id']}: {_clean(sent.message)}")
 
     # --- workflows -------------------------------------------------------------------
 
@@ -365,7 +373,8 @@ class Command(BaseCommand):
         run_id = options["run_id"]
         existed = run_id is not None and Run.objects.filter(pk=run_id).exists()
         try:
-            run = api.start(options["workflow"], value, run_id, tags=options["tags"] or None)
+            run = api.start(options["workflow"], value, run_id, tags=options["tags"] or None,
+                            started_by=options["by"] or _default_actor())
         except WorkflowNotFound as exc:
             raise CommandError(f"{exc} List them with: manage.py durable workflows",
                                returncode=USER_ERROR) from None
@@ -499,6 +508,7 @@ class Command(BaseCommand):
             ("workflow", run.workflow_name),
             ("version", run.workflow_version),
             ("status", run.status),
+            ("started by", run.starter_label),
             ("created", _when(run.created_at)),
             ("started", _when(run.started_at)),
             ("finished", _when(run.finished_at)),
@@ -510,6 +520,10 @@ class Command(BaseCommand):
             ("claims", run.claims),
             ("tags", ", ".join(run.tags) if run.tags else "-"),
         ]
+        if run.forked_from_id or run.requester_unknown:
+            fields.append(("requesters", requesters.describe(run.requesters)
+                           + (" (four-eyes approvals need two approvers)"
+                              if run.requester_unknown else "")))
         if run.wake_at:
             fields.append(("retry at", _when(run.wake_at)))
         if run.error:
