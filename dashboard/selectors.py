@@ -686,6 +686,10 @@ class InboxItem:
     expired: bool = False
     #: the deadline in milliseconds since the epoch (the countdown's data), or None
     deadline_ms: int | None = None
+    #: what the timeout does ("counts as rejected", "escalated to finance"), and the
+    #: chip's text once the deadline passed
+    timeout_then: str = ""
+    expired_text: str = ""
 
 
 def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]:
@@ -707,7 +711,7 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
                                               arguments=OuterRef("arguments")).order_by()
               .values("request").annotate(n=Count("pk")).values("n"))
     requests = list(inbox_for(user).select_related("run__started_by", "requested_by",
-                                                   "arguments__created_by")
+                                                   "arguments__created_by", "escalate_to")
                     .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))
                     [: limit + 1])
     more = len(requests) > limit
@@ -753,6 +757,14 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
             last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far,
             version=version, locked=sorted(locked), expired=r.is_expired(now),
             deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None)
+        if r.expires_at is not None:
+            at = timezone.localtime(r.expires_at).strftime("%H:%M:%S")
+            if r.on_timeout == "escalate" and r.escalated_at is None and r.escalate_to_id:
+                item.timeout_then = f"escalated to {r.escalate_to.name}"
+                item.expired_text = f"expired at {at}: escalated to {r.escalate_to.name}"
+            else:
+                item.timeout_then = "counts as rejected"
+                item.expired_text = f"expired at {at}: rejected by the timeout"
         if version > 1 and r.arguments is not None:
             proposed = shown.get("params", shown.get("payload")) if isinstance(shown, dict) \
                 else None
