@@ -56,9 +56,15 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return typing.get_type_hints(fn)
     except Exception:  # noqa: BLE001 - an unresolvable name: fall back per parameter
         hints: dict[str, Any] = {}
+        namespace = getattr(fn, "__globals__", {})
         for name, ann in getattr(fn, "__annotations__", {}).items():
             if not isinstance(ann, str):
                 hints[name] = ann
+                continue
+            try:  # what get_type_hints does, one annotation at a time
+                hints[name] = eval(ann, namespace, {})  # the tool's own source text
+            except Exception:  # noqa: BLE001, S112 - left unchecked (Any)
+                continue
         return hints
 
 
