@@ -4,8 +4,8 @@ Authority is checked when the person acts, not when the request was made: the us
 still be active and still hold ``approvals.decide_approval`` (and be in the request's
 approver group), since a decision may come days after the request.
 
-Deadlines are exact. A decision counts at the instant read (from the database's clock on
-PostgreSQL) *after* the run, request and wait rows are locked; at or after
+Deadlines are exact. A decision counts at the instant read *after* the run, request and
+wait rows are locked (the clock that set the deadline and that the sweeper reads); at or after
 ``expires_at`` it is refused with :class:`ApprovalExpired`, and the timeout's outcome is
 applied in its place, as of the deadline, if the sweeper has not applied it yet. The
 sweeper takes the same locks, so a decision racing the timeout has exactly one outcome.
@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from durable import codec, requesters, transitions
@@ -144,16 +144,6 @@ def _describe(req: ApprovalRequest) -> str:
     return f"already {req.status} by {req.decided_by or 'the system'} at {when}"
 
 
-def db_now() -> datetime:
-    """The current time from the database's clock (PostgreSQL ``clock_timestamp()``), the
-    one clock every web and worker process shares; Python's clock on SQLite (one machine)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp()")
-            return cursor.fetchone()[0]
-    return timezone.now()
-
-
 def _display(text: str | None) -> Any:
     return codec.decode_for_display(text) if text else None
 
@@ -221,7 +211,7 @@ def approval_decide(*, request_id: int, user: Any, approve: bool, comment: str =
                                  current=wait.status)
         # the instant this decision counts: read while holding the locks, after which
         # nothing else can change this request before the commit
-        now = db_now()
+        now = timezone.now()
         if req.is_expired(now):
             deadline = req.expires_at
             outcome = _apply_timeout_txn(req, wait, now)

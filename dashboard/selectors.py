@@ -713,6 +713,10 @@ class InboxItem:
     deadline_ms: int | None = None
     #: "starter", "requester" or "": whether the user asked for it (four-eyes)
     own: str = ""
+    #: what the timeout does ("counts as rejected", "escalated to finance"), and the
+    #: chip's text once the deadline passed
+    timeout_then: str = ""
+    expired_text: str = ""
 
 
 def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]:
@@ -734,7 +738,7 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
                                               arguments=OuterRef("arguments")).order_by()
               .values("request").annotate(n=Count("pk")).values("n"))
     requests = list(inbox_for(user).select_related("run__started_by", "requested_by",
-                                                   "arguments__created_by")
+                                                   "arguments__created_by", "escalate_to")
                     .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))
                     [: limit + 1])
     more = len(requests) > limit
@@ -781,6 +785,14 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
             version=version, locked=sorted(locked), expired=r.is_expired(now),
             deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None,
             own=own_request(user, r) if r.four_eyes else "")
+        if r.expires_at is not None:
+            at = timezone.localtime(r.expires_at).strftime("%H:%M:%S")
+            if r.on_timeout == "escalate" and r.escalated_at is None and r.escalate_to_id:
+                item.timeout_then = f"escalated to {r.escalate_to.name}"
+                item.expired_text = f"expired at {at}: escalated to {r.escalate_to.name}"
+            else:
+                item.timeout_then = "counts as rejected"
+                item.expired_text = f"expired at {at}: rejected by the timeout"
         if version > 1 and r.arguments is not None:
             proposed = shown.get("params", shown.get("payload")) if isinstance(shown, dict) \
                 else None

@@ -24,6 +24,7 @@ import inspect
 import json
 import logging
 import typing
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -55,9 +56,15 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return typing.get_type_hints(fn)
     except Exception:  # noqa: BLE001 - an unresolvable name: fall back per parameter
         hints: dict[str, Any] = {}
+        namespace = getattr(fn, "__globals__", {})
         for name, ann in getattr(fn, "__annotations__", {}).items():
             if not isinstance(ann, str):
                 hints[name] = ann
+                continue
+            try:  # what get_type_hints does, one annotation at a time
+                hints[name] = eval(ann, namespace, {})  # the tool's own source text
+            except Exception:  # noqa: BLE001, S112 - left unchecked (Any)
+                continue
         return hints
 
 
@@ -82,6 +89,8 @@ def _model(fn: Callable[..., Any]) -> type[BaseModel]:
         if (param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
                 or param.name in RESERVED):
             continue  # tools are called with keyword arguments only
+        if param.name.startswith("_") or param.name == "model_config":
+            raise ValueError(f"parameter {param.name!r} cannot be a pydantic field")
         annotation = hints.get(param.name, Any)
         if annotation is not Any and not _buildable(annotation):
             logger.info("durable: %s.%s: annotation %r is not checked", fn.__qualname__,
@@ -89,9 +98,12 @@ def _model(fn: Callable[..., Any]) -> type[BaseModel]:
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    config = ConfigDict(extra=extra, strict=True, arbitrary_types_allowed=True)
-    return create_model(f"{getattr(fn, '__name__', 'tool')}_arguments",
-                        __config__=config, **fields)
+    config = ConfigDict(extra=extra, strict=True, arbitrary_types_allowed=True,
+                        protected_namespaces=())
+    with warnings.catch_warnings():  # a parameter named like a BaseModel attribute is fine
+        warnings.simplefilter("ignore")
+        return create_model(f"{getattr(fn, '__name__', 'tool')}_arguments",
+                            __config__=config, **fields)
 
 
 def _errors(exc: ValidationError) -> list[ArgumentError]:
@@ -108,6 +120,22 @@ def _errors(exc: ValidationError) -> list[ArgumentError]:
     return out
 
 
+def _binding_errors(fn: Callable[..., Any], arguments: dict[str, Any]) -> list[ArgumentError]:
+    """The names alone: what ``inspect.signature(fn).bind`` says (no types)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    kwargs = {k: v for k, v in arguments.items() if k not in RESERVED}
+    if "idempotency_key" in signature.parameters:
+        kwargs["idempotency_key"] = ""
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        return [ArgumentError("", str(exc))]
+    return []
+
+
 def validate_arguments(fn: Callable[..., Any], arguments: dict[str, Any], *,
                        unchecked: Iterable[str] = ()) -> list[ArgumentError]:
     """Return what is wrong with calling ``fn(**arguments)`` (empty: nothing).
@@ -120,15 +148,17 @@ def validate_arguments(fn: Callable[..., Any], arguments: dict[str, Any], *,
               for name in arguments if name in RESERVED]
     try:
         model = _model(fn)
-    except (TypeError, ValueError) as exc:  # no signature (a builtin): nothing to check
-        logger.info("durable: cannot check the arguments of %r: %s", fn, exc)
-        return errors
+    except Exception as exc:  # noqa: BLE001 - no signature, or names pydantic refuses
+        logger.info("durable: cannot build a model of the arguments of %r: %s", fn, exc)
+        return errors + _binding_errors(fn, arguments)
     skip = set(unchecked)
     checked = {k: (None if k in skip else v) for k, v in arguments.items() if k not in RESERVED}
     if skip:
         # a kept secret satisfies "present"; its type is not the edit's business
         fields = {name: (Any, ...) for name in skip if name in model.model_fields}
-        model = create_model(model.__name__, __base__=model, **fields)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = create_model(model.__name__, __base__=model, **fields)
     try:
         text = json.dumps(checked, allow_nan=False)
     except (TypeError, ValueError):
