@@ -91,7 +91,8 @@ class ApprovalRequestAdmin(ReadOnlyMixin, admin.ModelAdmin):
     fields = ("title", "key", "status", "run_link", "dashboard_link", "tool_name", "safety",
               "payload_display", "allow_edit", "four_eyes", "required_approvals",
               "approver_group", "escalate_to", "on_timeout", "timeout_seconds", "expires_at",
-              "escalated_at", "requested_by", "created_at", "decided_at", "decided_by",
+              "escalated_at", "requested_by", "requesters", "created_at", "decided_at",
+              "decided_by",
               "comment")
     readonly_fields = fields
 

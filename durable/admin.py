@@ -177,7 +177,7 @@ class RunAdmin(ReadOnlyAdmin):
     inlines = (StepInline,)
     fieldsets = (
         (None, {"fields": ("id", "workflow_name", "workflow_version", "status", "tags",
-                           "started_by", "forked_from")}),
+                           "started_by", "started_by_name", "requesters", "forked_from")}),
         ("Payloads", {"fields": ("input_display", "output_display", "input_hash")}),
         ("Error", {"fields": ("error_type", "error_display")}),
         ("Timings", {"fields": ("created_at", "started_at", "finished_at", "updated_at",

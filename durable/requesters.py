@@ -64,7 +64,7 @@ def resolve(by: Any) -> tuple[Any, Principal]:
     that account, so the run shows it and four-eyes applies to it. ``None`` or ``""``
     is the unknown principal.
     """
-    if by is None or by == "":
+    if by is None or by == "" or getattr(by, "is_anonymous", False) is True:
         return None, dict(UNKNOWN)  # type: ignore[return-value]
     if getattr(by, "pk", None) is not None and hasattr(by, "get_username"):
         return by, {"user": by.pk, "name": by.get_username()[:200]}

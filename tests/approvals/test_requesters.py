@@ -97,6 +97,9 @@ def test_sdk_and_dashboard_starters_are_recorded(make_user):
     assert (by_name.started_by_id, by_name.starter_label) == (None, "api:billing")
     assert nobody.starter_label == "unknown" and nobody.requester_unknown
     assert not by_user.requester_unknown and not by_name.requester_unknown
+    from django.contrib.auth.models import AnonymousUser
+
+    assert durable.start("apf.simple", {}, started_by=AnonymousUser()).requester_unknown
 
 
 # ------------------------------------------------------------------ unknown starter

@@ -47,7 +47,8 @@ def test_signal_before_wait_is_buffered():
 def test_tool_approval_edit_and_compensation():
     ww.EFFECTS.clear()
     alice = approver()
-    run = drive(durable.start("tests.tool_approval", {"to": "bob@example.com"}).id)
+    run = drive(durable.start("tests.tool_approval", {"to": "bob@example.com"},
+                              started_by="os:requester").id)  # four-eyes: a known starter
     assert run.status == RunStatus.WAITING and ww.EFFECTS == []
     req = ApprovalRequest.objects.get(run=run)
     approval_decide(request_id=req.pk, user=alice, approve=True,

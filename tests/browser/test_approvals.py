@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def waiting_for(workflow: str, data: dict) -> tuple[Run, ApprovalRequest]:
-    run = drive(durable.start(workflow, data).id)
+    # a known starter who is not the approver: four-eyes then needs one approval
+    run = drive(durable.start(workflow, data, started_by="os:requester").id)
     assert run.status == "waiting", run.error
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 

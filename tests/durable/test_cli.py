@@ -389,7 +389,8 @@ def test_reconcile_not_happened_by_pk_calls_the_tool_again_with_the_same_key():
     assert run.output_value() == {"receipt": {"charge_id": "ch_3", "amount": 3}}
     assert cw.CALLS == [("cli_charge", op.idempotency_key)] * 2
     op.refresh_from_db()
-    assert op.status == OperationStatus.SUCCEEDED and op.resolved_by.startswith("cli")
+    # the default actor of a CLI command is the OS login, recorded as "os:<login>"
+    assert op.status == OperationStatus.SUCCEEDED and op.resolved_by.startswith("os:")
 
 
 def test_reconcile_abort_fails_the_run():

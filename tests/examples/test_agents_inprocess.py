@@ -90,3 +90,45 @@ def test_procurement_escalates_then_waits_for_goods(agent_env, operator):
     (pr,) = objects(agent_env, "purchase_request", run.id)
     assert pr["status"] == "closed" and pr["outcome"] == "received"
     assert order["status"] == "placed"
+
+
+# ------------------------------------------------------------- four-eyes (S19)
+
+
+def test_s19_procurement_requester_cannot_approve_their_own_purchase(agent_env, operator):
+    """SCENARIOS S19: the purchase's requester (here a dashboard user) may not approve it,
+    even though someone else started the run; another approver may."""
+    from django.contrib.auth.models import Group, Permission, User
+
+    from approvals.services import NotAllowed
+    from tests.examples.flows import pending_approval
+
+    dana = User.objects.create_user("dana", password="x")
+    dana.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    dana.groups.add(Group.objects.get(name="procurement"))
+    run = start_example("examples.procurement", procurement_input(1, requester="dana"))
+    assert drive(run.id).status == RunStatus.WAITING
+    req = pending_approval(run.id)
+    assert req.four_eyes and req.required_approvals == 1
+    assert [p["name"] for p in req.requesters] == ["os:test-requester", "dana"]
+    with pytest.raises(NotAllowed, match="four-eyes"):
+        decide(run.id, dana)
+    assert objects(agent_env, "order", run.id) == []
+    decide(run.id, operator)
+    assert drive(run.id).status == RunStatus.WAITING  # now for goods_received
+    assert len(objects(agent_env, "order", run.id)) == 1
+
+
+def test_s19_invoice_and_refund_starters_cannot_approve_their_own(agent_env, operator):
+    from approvals.services import NotAllowed
+    from tests.examples.flows import pending_approval
+
+    invoice = start_example("examples.invoice", invoice_input(5), started_by=operator)
+    refund = start_example("examples.support", support_input(5), max_tokens=50_000,
+                           started_by="os:operator")  # the CLI login of the same person
+    for run in (invoice, refund):
+        assert drive(run.id).status == RunStatus.WAITING, run.id
+        assert pending_approval(run.id).four_eyes
+        with pytest.raises(NotAllowed, match="four-eyes"):
+            decide(run.id, operator)
+    assert objects(agent_env, "refund", refund.id) == []
