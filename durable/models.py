@@ -57,8 +57,12 @@ class RunQuerySet(models.QuerySet):
     def undispatched(self, older_than) -> RunQuerySet:
         """Runs ready for a worker (pending, or compensating without a lease) whose last
         dispatch is older than ``older_than`` (a datetime)."""
+        # a compensation that waits for an operator's decision is not ready
+        deciding = models.Exists(Wait.objects.filter(run=models.OuterRef("pk"),
+                                                     status=WaitStatus.PENDING))
         return self.filter(Q(status=RunStatus.PENDING)
-                           | Q(status=RunStatus.COMPENSATING, lease_token="")).filter(
+                           | (Q(status=RunStatus.COMPENSATING, lease_token="")
+                              & ~Q(deciding))).filter(
             Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
 
 
@@ -269,6 +273,11 @@ class OperationQuerySet(models.QuerySet):
     def needs_attention(self) -> OperationQuerySet:
         return self.filter(status=OperationStatus.UNKNOWN)
 
+    def owned_by(self, run_id: str) -> OperationQuerySet:
+        """Writes ``run_id`` answers for: its own (unless a fork adopted them) and the
+        ones it adopted as a fork (docs/compensation.md, "Forks own what they reuse")."""
+        return self.filter(Q(owner_run_id=run_id) | Q(owner_run__isnull=True, run_id=run_id))
+
 
 class Operation(models.Model):
     """The side-effect ledger: one row per write, keyed by its idempotency key.
@@ -294,6 +303,13 @@ class Operation(models.Model):
                                    help_text="the lease under which the last call started")
     resolved_by = models.CharField(max_length=200, blank=True, default="")
     resolution = models.CharField(max_length=200, blank=True, default="")
+    owner_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="adopted_operations",
+        help_text="the fork that adopted this write and answers for it (compensation); "
+                  "empty: the run that made it")
+    owners = models.JSONField(
+        default=list, blank=True,
+        help_text="ownership history: [{run, from, at, by}], oldest first")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -313,6 +329,11 @@ class Operation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.idempotency_key} ({self.status})"
+
+    @property
+    def owner_id(self) -> str:
+        """The id of the run that answers for this write (compensates it)."""
+        return self.owner_run_id or self.run_id
 
 
 class WaitKind(models.TextChoices):
