@@ -50,6 +50,7 @@ from durable.models import (
     Wait,
     WaitKind,
     WaitStatus,
+    run_lineage,
 )
 
 PAGE_SIZE = 50
@@ -509,8 +510,13 @@ def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
                now: datetime) -> list[StepRow]:
     """Rows of ``steps`` (two queries: their operations and their tools' safety)."""
     ids = [s.step_id for s in steps]
-    operations = ({op.step_id: op for op in Operation.objects.filter(run=run, step_id__in=ids)}
-                  if ids else {})
+    # a fork's reused steps show the write of the run that made it (and who owns it now)
+    lineage = [run.id] + (run_lineage(run.forked_from_id) if run.forked_from_id else [])
+    operations: dict[str, Operation] = {}
+    for op in (Operation.objects.filter(run_id__in=lineage, step_id__in=ids) if ids else []):
+        known = operations.get(op.step_id)
+        if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
+            operations[op.step_id] = op
     safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
     rows = []
     for s in steps:
@@ -588,6 +594,12 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
                          and w.wait.operation is not None
                          and w.wait.operation.status == OperationStatus.UNKNOWN
                          and not w.wait.operation.resolution]
+    if run.is_terminal:
+        # a finished run (e.g. cancelled while the decision was pending) still takes
+        # "it happened" / "it did not happen" into its ledger, for its compensation
+        pending_reconcile += list(Operation.objects.filter(
+            run=run, status=OperationStatus.UNKNOWN, resolution="")
+            .exclude(pk__in=[op.pk for op in pending_reconcile]))
     return RunDetail(
         run=run, duration=run_duration(run, now), input=payload(run.input),
         output=payload(run.output), error=json_payload(run.error), steps=head_rows,

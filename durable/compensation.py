@@ -28,9 +28,12 @@ from .models import (
     Operation,
     OperationStatus,
     RunStatus,
+    Step,
+    StepKind,
     Wait,
     WaitKind,
     WaitStatus,
+    run_lineage,
 )
 from .redaction import redact_text
 from .retry import AMBIGUOUS, DEFAULT_POLICY
@@ -55,11 +58,20 @@ def unsettled(run_id: str) -> list[Operation]:
 
 
 def owned_elsewhere(run_id: str) -> list[dict[str, str]]:
-    """The run's own writes that a fork adopted: ``[{"step_id", "owner"}]``."""
-    return [{"step_id": step_id, "owner": owner} for step_id, owner in
-            Operation.objects.filter(run_id=run_id, owner_run__isnull=False)
-            .exclude(owner_run_id=run_id).exclude(step_id__startswith="compensate:")
-            .order_by("-created_at", "-id").values_list("step_id", "owner_run_id")]
+    """Writes of the run's steps that another run answers for, newest first:
+    ``[{"step_id", "owner"}]`` -- its own writes a fork adopted, and (for a fork) the
+    reused writes it did not adopt. Compensating the run leaves them."""
+    step_ids = Step.objects.filter(run_id=run_id).exclude(kind=StepKind.COMPENSATION) \
+        .values_list("step_id", flat=True)
+    lineage = run_lineage(run_id)
+    nearest: dict[str, Operation] = {}  # per step, the write of the nearest run in the lineage
+    for op in Operation.objects.filter(run_id__in=lineage, step_id__in=step_ids):
+        known = nearest.get(op.step_id)
+        if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
+            nearest[op.step_id] = op
+    ops = sorted((op for op in nearest.values() if op.owner_id != run_id),
+                 key=lambda op: (op.created_at, op.pk), reverse=True)
+    return [{"step_id": op.step_id, "owner": op.owner_id} for op in ops]
 
 
 def run_compensation(ctx: WorkflowContext) -> dict[str, Any]:

@@ -155,6 +155,16 @@ class Run(models.Model):
         return codec.decode(self.output)
 
 
+def run_lineage(run_id: str, limit: int = 50) -> list[str]:
+    """``run_id`` and the runs it was forked from (fork of a fork ...), nearest first."""
+    ids = [run_id]
+    parent = Run.objects.filter(pk=run_id).values_list("forked_from_id", flat=True).first()
+    while parent and parent not in ids and len(ids) < limit:
+        ids.append(parent)
+        parent = Run.objects.filter(pk=parent).values_list("forked_from_id", flat=True).first()
+    return ids
+
+
 class StepKind(models.TextChoices):
     STEP = "step", "Step"
     TOOL = "tool", "Tool call"

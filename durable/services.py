@@ -25,6 +25,7 @@ from .models import (
     Wait,
     WaitKind,
     WaitStatus,
+    run_lineage,
 )
 
 ReconcileOutcome = Literal["happened", "not_happened", "abort"]
@@ -366,16 +367,6 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
 GAVE_UP = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPENSATION_FAILED)
 
 
-def _lineage(run: Run, limit: int = 50) -> list[str]:
-    """``run``'s id and its sources' (fork of a fork ...), nearest first."""
-    ids = [run.id]
-    parent = run.forked_from_id
-    while parent and parent not in ids and len(ids) < limit:
-        ids.append(parent)
-        parent = Run.objects.filter(pk=parent).values_list("forked_from_id", flat=True).first()
-    return ids
-
-
 def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, now) -> None:
     """The fork adopts the writes it reuses, when their owner gave its result up.
 
@@ -390,7 +381,7 @@ def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, n
     if not step_ids:
         return
     ops = list(Operation.objects.select_for_update()
-               .filter(run_id__in=_lineage(source), step_id__in=step_ids,
+               .filter(run_id__in=run_lineage(source.id), step_id__in=step_ids,
                        status=OperationStatus.SUCCEEDED)
                .exclude(step_id__startswith="compensate:").order_by("created_at", "id"))
     owners = {r.id: r for r in Run.objects.filter(pk__in={op.owner_id for op in ops})}

@@ -116,7 +116,7 @@ class _Completions:
 
 
 class FakeClient:
-    class chat:  # noqa: N801 - mirrors openai.OpenAI().chat.completions
+    class chat:  # mirrors openai.OpenAI().chat.completions
         completions = _Completions()
 
 
