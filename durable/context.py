@@ -837,8 +837,13 @@ class WorkflowContext:
                 sid=sid, pos=pos, kind=kind, tool_name=tool_name, input_text=input_text,
                 output=output, error=error, attempt=attempt, started_at=started_at, now=now,
                 tokens=tokens, event_data=event_data)):
-            self._write(run_fields, work,
-                        events=[self._event("step_executed", sid, data=event_data)])
+            try:
+                self._write(run_fields, work,
+                            events=[self._event("step_executed", sid, data=event_data)])
+            except LeaseLost:
+                if ledger is not None:  # the write happened: the ledger keeps its result
+                    ledger.record_late_result(value, output)
+                raise
         self.run.tokens_used += tokens
         return value
 
@@ -1200,6 +1205,36 @@ class _Ledger:
     def failed_known(self) -> None:
         if self.op is not None:
             self._set_status_now(OperationStatus.FAILED, "model-recoverable error")
+
+    def record_late_result(self, value: Any, output: str) -> None:
+        """The call returned after this worker lost its lease: record the write's result
+        in the ledger anyway (the external effect happened), fenced by the operation's
+        own lease token -- only while it is still ``started`` by this worker; once
+        another worker settled or re-sent it, that worker's view stands."""
+        if self.op is None:
+            return
+        external_id = ""
+        if self.spec.external_id is not None:
+            try:
+                external_id = str(self.spec.external_id(value) or "")[:400]
+            except Exception:  # noqa: BLE001 - an id is nice to have, never fatal
+                external_id = ""
+        ctx = self.ctx
+        with transaction.atomic():
+            updated = Operation.objects.filter(
+                pk=self.op.pk, status=OperationStatus.STARTED, lease_token=ctx.token).update(
+                status=OperationStatus.SUCCEEDED, result=output, external_id=external_id,
+                resolution="late result: recorded after the worker lost its lease",
+                updated_at=timezone.now())
+            if updated:
+                TraceEvent.objects.create(
+                    run_id=ctx.run_id, kind="late_result", step_id=self.op.step_id,
+                    actor=ctx.worker_id,
+                    message=f"{self.spec.name} answered after this worker lost its lease; "
+                            "its result is recorded in the ledger",
+                    data={"operation": self.op.pk})
+        if updated:
+            self.op.status = OperationStatus.SUCCEEDED
 
     def mark_succeeded_unstorable(self) -> None:
         if self.op is not None:

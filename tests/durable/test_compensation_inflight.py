@@ -162,3 +162,24 @@ def test_it_happened_can_be_recorded_for_a_cancelled_run():
     run = drive(run.id)
     assert run.status == RunStatus.COMPENSATED, run.error
     assert [v["refund"] for v in cw.PROVIDER["voids"]] == ["re_2", "re_1"]
+
+
+def test_a_late_result_is_kept_in_the_ledger_after_the_worker_lost_its_lease():
+    cw.PROVIDER["slow"]["ch_b"] = {"commit_after": 1.0, "answer_after": 1.5}
+    run = durable.start("comp.s22", {})
+    worker = in_worker(run.id)
+    assert cw.PROVIDER["started"].wait(10), "refund_b did not start"
+    durable.cancel(run.id)
+    # the worker's lease is gone (expired and cleared, as after a long stall)
+    Run.objects.filter(pk=run.id).update(lease_token="", lease_owner="", lease_expires_at=None)
+    durable.compensate(run.id)
+    worker.join(20)
+    assert not worker.is_alive()
+
+    refund_b = op(run.id, "refund_b")
+    assert refund_b.status == OperationStatus.SUCCEEDED and "re_2" in refund_b.result
+    assert refund_b.resolution.startswith("late result")
+    assert durable.get_run(run.id).events.filter(kind="late_result").exists()
+    run = drive(run.id)
+    assert run.status == RunStatus.COMPENSATED, run.error
+    assert [v["refund"] for v in cw.PROVIDER["voids"]] == ["re_2", "re_1"]
