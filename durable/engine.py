@@ -168,7 +168,9 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         heartbeat.stop()
         if ctx._stopped in (RunStatus.CANCELLED, None):
             release(run.id, token)
-        elif ctx._stopped == RunStatus.COMPENSATING and not compensating:
+        if ctx._stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING) and not compensating:
+            # compensation requested while this worker still held the lease (possibly
+            # between its stop and its release above)
             _hand_over_to_compensation(run.id, token, worker_id)
         close_old_connections()
     return ctx._stopped or run.status

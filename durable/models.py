@@ -59,6 +59,7 @@ class RunQuerySet(models.QuerySet):
         dispatch is older than ``older_than`` (a datetime)."""
         # a compensation that waits for an operator's decision is not ready
         deciding = models.Exists(Wait.objects.filter(run=models.OuterRef("pk"),
+                                                     kind=WaitKind.RECONCILE,
                                                      status=WaitStatus.PENDING))
         return self.filter(Q(status=RunStatus.PENDING)
                            | (Q(status=RunStatus.COMPENSATING, lease_token="")

@@ -118,6 +118,12 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
             setattr(op, name, value)
         op.save(update_fields=list(fields))
         if record_only:
+            if wait is not None:  # a finished run left it open: the question is answered
+                wait.status = WaitStatus.RESOLVED
+                wait.resolved_at = now
+                wait.resolved_by = actor
+                wait.result = codec.encode({"outcome": outcome, "reason": reason})
+                wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
             TraceEvent.objects.create(run=run, kind="operation_reconciled", step_id=op.step_id,
                                       actor=actor, message=f"{note} (run {run.status}: recorded "
                                       "in the ledger)",

@@ -11,7 +11,7 @@ import time
 from django.utils import timezone
 
 from .engine import execute
-from .models import TERMINAL, Run, RunStatus, WaitStatus
+from .models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
 
 
 def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = True,
@@ -27,7 +27,8 @@ def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = Tr
         if run.status in TERMINAL or run.status == RunStatus.WAITING:
             return run
         if (run.status == RunStatus.COMPENSATING and not run.lease_token
-                and run.waits.filter(status=WaitStatus.PENDING).exists()):
+                and run.waits.filter(kind=WaitKind.RECONCILE,
+                                     status=WaitStatus.PENDING).exists()):
             return run  # the compensation waits for an operator's decision
         if run.status == RunStatus.RETRYING:
             if not wait_for_retries:

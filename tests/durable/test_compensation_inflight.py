@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 import durable
 from durable.engine import execute
@@ -107,11 +109,15 @@ def test_s22_unknown_outcome_waits_in_compensating_for_the_operator_then_voids_i
     # a second execution (a duplicate message) does not get further
     run = drive(run_id)
     assert run.status == RunStatus.COMPENSATING and cw.PROVIDER["voids"] == []
+    # and the sweeper does not send it to workers again and again while it waits
+    later = timezone.now() + timedelta(hours=1)
+    assert not Run.objects.undispatched(later).filter(pk=run_id).exists()
 
     provider_refund = cw.PROVIDER["refunds"][f"{run_id}:refund_b"]
     operation_reconcile(operation_id=op(run_id, "refund_b").pk, outcome="happened",
                         result=provider_refund, by="ops", reason="seen at the provider")
     assert durable.get_run(run_id).status == RunStatus.COMPENSATING
+    assert Run.objects.undispatched(later).filter(pk=run_id).exists()  # ready again
 
     run = drive(run_id)
     assert run.status == RunStatus.COMPENSATED, run.error
