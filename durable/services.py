@@ -90,12 +90,14 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
             operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).first()
         from . import transitions
 
-        # WAITING: the "reconcile" row; a compensating or finished run: the "settle" row
-        transitions.check("reconcile" if run.status == RunStatus.WAITING else "settle", run)
-        waiting = wait is not None and run.status in (RunStatus.WAITING,
-                                                      RunStatus.COMPENSATING)
+        # WAITING: the "reconcile" row of the table; a compensating run that waits for
+        # the decision, or a finished run: the "settle" row
+        waiting = wait is not None and (
+            transitions.can("reconcile", run)
+            or (run.status == RunStatus.COMPENSATING and transitions.can("settle", run)))
         # a finished run: the decision only records what happened in the ledger
-        record_only = not waiting and run.is_terminal
+        record_only = (not waiting and run.status != RunStatus.COMPENSATING
+                       and transitions.can("settle", run))
         if not waiting and not record_only:
             raise IllegalTransition(
                 f"run {run.id} is {run.status}, not waiting for a decision on operation "
