@@ -32,7 +32,7 @@ from approvals.services import (
     approval_decide,
 )
 from durable.exceptions import IllegalTransition, PayloadError, RunNotFound
-from durable.models import Operation
+from durable.models import TERMINAL, Operation, Run, RunStatus
 from durable.services import (
     OperationNotFound,
     operation_reconcile,
@@ -226,8 +226,18 @@ def operation_reconcile_view(request: HttpRequest, operation_id: int) -> HttpRes
     except (PayloadError, ValueError) as exc:
         return _answer(request, page=page, run_id=op.run_id, level=ERROR, text=str(exc),
                        status=422, extra=_kept(form, f"op-{op.pk}-{data['outcome']}"))
-    return _answer(request, page=page, run_id=op.run_id, level=SUCCESS,
-                   text=RECONCILED[data["outcome"]].format(tool=op.tool_name, run=op.run_id))
+    status = Run.objects.filter(pk=op.run_id).values_list("status", flat=True).first()
+    if status == RunStatus.COMPENSATING:
+        text = (f"Recorded that {op.tool_name} "
+                f"{'happened' if data['outcome'] == 'happened' else 'did not happen'}; "
+                f"the compensation of run {op.run_id} goes on.")
+    elif status in TERMINAL and data["outcome"] != "abort":
+        text = (f"Recorded in the ledger that {op.tool_name} "
+                f"{'happened' if data['outcome'] == 'happened' else 'did not happen'}; "
+                f"run {op.run_id} stays {status}.")
+    else:
+        text = RECONCILED[data["outcome"]].format(tool=op.tool_name, run=op.run_id)
+    return _answer(request, page=page, run_id=op.run_id, level=SUCCESS, text=text)
 
 
 # --- approvals ------------------------------------------------------------------------

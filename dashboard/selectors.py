@@ -53,6 +53,7 @@ from durable.models import (
     Wait,
     WaitKind,
     WaitStatus,
+    run_lineage,
 )
 
 PAGE_SIZE = 50
@@ -530,8 +531,13 @@ def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
                now: datetime) -> list[StepRow]:
     """Rows of ``steps`` (two queries: their operations and their tools' safety)."""
     ids = [s.step_id for s in steps]
-    operations = ({op.step_id: op for op in Operation.objects.filter(run=run, step_id__in=ids)}
-                  if ids else {})
+    # a fork's reused steps show the write of the run that made it (and who owns it now)
+    lineage = [run.id] + (run_lineage(run.forked_from_id) if run.forked_from_id else [])
+    operations: dict[str, Operation] = {}
+    for op in (Operation.objects.filter(run_id__in=lineage, step_id__in=ids) if ids else []):
+        known = operations.get(op.step_id)
+        if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
+            operations[op.step_id] = op
     safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
     rows = []
     for s in steps:
@@ -613,6 +619,12 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
     undelivered = [UndeliveredSignal(signal=sig, payload=payload(sig.payload),
                                      misaddressed=bool(waited_on) and sig.name not in waited_on)
                    for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)]
+    if run.is_terminal:
+        # a finished run (e.g. cancelled while the decision was pending) still takes
+        # "it happened" / "it did not happen" into its ledger, for its compensation
+        pending_reconcile += list(Operation.objects.filter(
+            run=run, status=OperationStatus.UNKNOWN, resolution="")
+            .exclude(pk__in=[op.pk for op in pending_reconcile]))
     return RunDetail(
         undelivered=undelivered, waiting_on=waiting_on, waited_on=waited_on,
         run=run, duration=run_duration(run, now), input=payload(run.input),

@@ -259,9 +259,10 @@ class OperationAdmin(ReadOnlyAdmin):
                     "attempts", "run_link", "resolution", "updated_at")
     list_filter = ("status", "safety", "tool_name")
     search_fields = ("=idempotency_key", "^run__id", "external_id")
-    fields = ("idempotency_key", "run", "step_id", "tool_name", "safety", "status",
-              "external_id", "attempts", "params_display", "result_display", "error_display",
-              "params_hash", "resolution", "resolved_by", "created_at", "updated_at")
+    fields = ("idempotency_key", "run", "owner_run", "owners", "step_id", "tool_name",
+              "safety", "status", "external_id", "attempts", "params_display",
+              "result_display", "error_display", "params_hash", "resolution", "resolved_by",
+              "created_at", "updated_at")
     readonly_fields = ("params_display", "result_display", "error_display")
     actions = ("reconcile_not_happened", "reconcile_abort")
 

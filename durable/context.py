@@ -294,12 +294,7 @@ class WorkflowContext:
         sid, pos, rec = self._next_call(step_id or "llm")
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
-        if self.run.max_tokens is not None and self.run.tokens_used >= self.run.max_tokens:
-            exc = BudgetExceeded(run_id=self.run_id, budget="max_tokens",
-                                 limit=self.run.max_tokens, used=self.run.tokens_used)
-            self._fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                           event="budget_exceeded")
-            raise exc
+        self._check_token_budget(sid)
         request = {"model": model or llm_module.default_model(), "messages": messages}
         if tools:
             request["tools"] = tools
@@ -369,6 +364,20 @@ class WorkflowContext:
             exc = BudgetExceeded(run_id=self.run_id, budget="deadline",
                                  limit=run.deadline_at.isoformat())
         if exc is not None:
+            self._fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
+                           event="budget_exceeded")
+            raise exc
+
+    def _check_token_budget(self, sid: str) -> None:
+        """Refuse an LLM call once the billed tokens reached ``max_tokens``.
+
+        Checked before every attempt (a retry is a new billed call); ``tokens_used``
+        counts every billed reply, stored or not (SCENARIOS S27).
+        """
+        run = self.run
+        if run.max_tokens is not None and run.tokens_used >= run.max_tokens:
+            exc = BudgetExceeded(run_id=self.run_id, budget="max_tokens",
+                                 limit=run.max_tokens, used=run.tokens_used)
             self._fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
                            event="budget_exceeded")
             raise exc
@@ -659,6 +668,8 @@ class WorkflowContext:
                 rec = self._by_position.get(pos, rec)
             else:
                 self._ensure_authorized()
+            if kind == StepKind.LLM and attempt > 1:
+                self._check_token_budget(sid)  # the failed tries were billed too
             started_at = timezone.now()
             try:
                 value = call()
@@ -700,7 +711,9 @@ class WorkflowContext:
                     classification=classification, delay=delay, started_at=started_at,
                     outcome=(AttemptOutcome.TIMED_OUT if isinstance(exc, StepTimeout)
                              else AttemptOutcome.FAILED),
-                    reason=reason, ledger=ledger)
+                    reason=reason, ledger=ledger,
+                    tokens=_billed_tokens(getattr(exc, "billed_usage", None))
+                    if kind == StepKind.LLM else 0)
                 rec = self._by_position.get(pos, rec)
                 time.sleep(delay)
                 continue
@@ -787,6 +800,12 @@ class WorkflowContext:
             stored = value.to_dict()
             error = {"classification": MODEL_RECOVERABLE, "type": value.error_type,
                      "message": redact_text(value.message)[:4000], "step_id": sid}
+        # a reply is paid for whether or not it can be stored: a malformed one carries
+        # its usage in the error's details, an oversized one is counted with its failure
+        reply = (value.details if isinstance(value, ModelRecoverable)
+                 and isinstance(value.details, dict) else value)
+        tokens = (_billed_tokens(reply.get("usage"))
+                  if kind == StepKind.LLM and isinstance(reply, dict) else 0)
         try:
             output = codec.dumps_checked(stored, what="step output", step_id=sid)
         except PayloadError as exc:
@@ -796,7 +815,7 @@ class WorkflowContext:
                                  input_text=input_text, attempt=attempt, exc=exc,
                                  classification=PERMANENT, delay=None, started_at=started_at,
                                  outcome=AttemptOutcome.FAILED,
-                                 reason="cannot store the step's output")
+                                 reason="cannot store the step's output", tokens=tokens)
             raise AssertionError("unreachable")
         now = timezone.now()
 
@@ -811,12 +830,7 @@ class WorkflowContext:
 
         run_fields: dict[str, Any] = {"cursor_position": pos + 1, "cursor_lost": 0,
                                       "steps_executed": F("steps_executed") + 1}
-        tokens = 0
-        # a malformed reply was paid for too: its usage travels in the error's details
-        reply = (value.details if isinstance(value, ModelRecoverable)
-                 and isinstance(value.details, dict) else value)
         if kind == StepKind.LLM and isinstance(reply, dict):
-            tokens = int((reply.get("usage") or {}).get("total_tokens") or 0)
             if tokens:
                 run_fields["tokens_used"] = F("tokens_used") + tokens
             if reply.get("scripted") and "scripted-llm" not in (self.run.tags or []):
@@ -834,8 +848,13 @@ class WorkflowContext:
                 sid=sid, pos=pos, kind=kind, tool_name=tool_name, input_text=input_text,
                 output=output, error=error, attempt=attempt, started_at=started_at, now=now,
                 tokens=tokens, event_data=event_data)):
-            self._write(run_fields, work,
-                        events=[self._event("step_executed", sid, data=event_data)])
+            try:
+                self._write(run_fields, work,
+                            events=[self._event("step_executed", sid, data=event_data)])
+            except LeaseLost:
+                if ledger is not None:  # the write happened: the ledger keeps its result
+                    ledger.record_late_result(value, output)
+                raise
         self.run.tokens_used += tokens
         return value
 
@@ -896,8 +915,11 @@ class WorkflowContext:
                         tool_name: str, input_text: str | None, attempt: int,
                         exc: BaseException, classification: str, delay: float | None,
                         started_at: datetime, outcome: str, reason: str,
-                        ledger: _Ledger | None = None, skip_attempt_row: bool = False) -> float:
+                        ledger: _Ledger | None = None, skip_attempt_row: bool = False,
+                        tokens: int = 0) -> float:
         """Record a failed try. Returns the in-process delay (seconds) before the next try.
+
+        ``tokens``: what a failed LLM attempt was billed; counted in the same commit.
 
         Raises :class:`Suspend` when the retry is far enough to release the run, and
         :class:`StepFailed` (run marked FAILED) when there is no next try.
@@ -927,6 +949,10 @@ class WorkflowContext:
                                    "lease_token": "", "lease_owner": "",
                                    "lease_expires_at": None})
 
+        if tokens:
+            run_fields["tokens_used"] = F("tokens_used") + tokens
+            events[0].data = {**events[0].data, "tokens": tokens}
+
         def work() -> None:
             step = self._save_step(rec, pos, step_id=sid, kind=kind, tool_name=tool_name,
                                    status=step_status, input=input_text, error=info,
@@ -948,6 +974,7 @@ class WorkflowContext:
                 dispatch_on_commit(self.run_id, countdown=delay)
 
         self._write(run_fields, work, events=events)
+        self.run.tokens_used += tokens
         if delay is None:
             self._stopped = self._fail_status
             raise StepFailed(step_id=sid, error_type=info["type"], message=info["message"],
@@ -1190,6 +1217,36 @@ class _Ledger:
         if self.op is not None:
             self._set_status_now(OperationStatus.FAILED, "model-recoverable error")
 
+    def record_late_result(self, value: Any, output: str) -> None:
+        """The call returned after this worker lost its lease: record the write's result
+        in the ledger anyway (the external effect happened), fenced by the operation's
+        own lease token -- only while it is still ``started`` by this worker; once
+        another worker settled or re-sent it, that worker's view stands."""
+        if self.op is None:
+            return
+        external_id = ""
+        if self.spec.external_id is not None:
+            try:
+                external_id = str(self.spec.external_id(value) or "")[:400]
+            except Exception:  # noqa: BLE001 - an id is nice to have, never fatal
+                external_id = ""
+        ctx = self.ctx
+        with transaction.atomic():
+            updated = Operation.objects.filter(
+                pk=self.op.pk, status=OperationStatus.STARTED, lease_token=ctx.token).update(
+                status=OperationStatus.SUCCEEDED, result=output, external_id=external_id,
+                resolution="late result: recorded after the worker lost its lease",
+                updated_at=timezone.now())
+            if updated:
+                TraceEvent.objects.create(
+                    run_id=ctx.run_id, kind="late_result", step_id=self.op.step_id,
+                    actor=ctx.worker_id,
+                    message=f"{self.spec.name} answered after this worker lost its lease; "
+                            "its result is recorded in the ledger",
+                    data={"operation": self.op.pk})
+        if updated:
+            self.op.status = OperationStatus.SUCCEEDED
+
     def mark_succeeded_unstorable(self) -> None:
         if self.op is not None:
             self._set_status_now(OperationStatus.SUCCEEDED, "result too large to store")
@@ -1214,6 +1271,16 @@ class _Ledger:
 
 
 _UNRESOLVED = object()
+
+
+def _billed_tokens(usage: Any) -> int:
+    """``total_tokens`` of an LLM reply's usage dict (0 when unknown)."""
+    if not isinstance(usage, dict):
+        return 0
+    try:
+        return max(0, int(usage.get("total_tokens") or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:

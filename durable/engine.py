@@ -29,6 +29,7 @@ from .exceptions import (
     WorkflowNotFound,
 )
 from .compensation import run_compensation
+from .dispatch import dispatch_on_commit
 from .heartbeat import Heartbeat
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
@@ -167,8 +168,26 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         heartbeat.stop()
         if ctx._stopped in (RunStatus.CANCELLED, None):
             release(run.id, token)
+        if ctx._stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING) and not compensating:
+            # compensation requested while this worker still held the lease (possibly
+            # between its stop and its release above)
+            _hand_over_to_compensation(run.id, token, worker_id)
         close_old_connections()
     return ctx._stopped or run.status
+
+
+def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
+    """The run was cancelled and compensated while this worker executed a step: that
+    step's outcome is recorded now, so give the lease back for the compensation."""
+    with transaction.atomic():
+        if Run.objects.filter(pk=run_id, lease_token=token,
+                              status=RunStatus.COMPENSATING).exists():
+            release(run_id, token, status=RunStatus.COMPENSATING)
+            TraceEvent.objects.create(
+                run_id=run_id, kind="released", actor=worker_id,
+                message="the step in flight has finished and is recorded; the compensation "
+                        "can start")
+            dispatch_on_commit(run_id)
 
 
 def _run_workflow(ctx: WorkflowContext, spec, workflow_input, compensating: bool) -> None:

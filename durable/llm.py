@@ -54,6 +54,17 @@ def cost_usd(model: str, usage: dict[str, Any]) -> float | None:
     return round((prompt * prices[0] + completion * prices[1]) / 1_000_000, 8)
 
 
+def billed_usage(response: Any) -> dict[str, int]:
+    """``{prompt_tokens, completion_tokens, total_tokens}`` of a reply, 0 where missing."""
+    try:
+        data = response.model_dump() if hasattr(response, "model_dump") else dict(response)
+        usage = data.get("usage") or {}
+        return {k: int(usage.get(k) or 0)
+                for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    except Exception:  # noqa: BLE001 - an unreadable reply: nothing known to count
+        return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
 def parse_response(response: Any) -> dict[str, Any]:
     """Turn a chat completion into the plain dict a step records.
 
@@ -112,6 +123,12 @@ def chat(messages: list[dict[str, Any]], *, model: str | None = None,
     if tools:
         kwargs["tools"] = tools
     response = client(timeout).chat.completions.create(**kwargs)
-    result = parse_response(response)
+    try:
+        result = parse_response(response)
+    except Exception as exc:
+        # the reply was billed even though it cannot be used: the engine counts
+        # ``billed_usage`` against the run's token budget (SCENARIOS S27)
+        exc.billed_usage = billed_usage(response)  # type: ignore[attr-defined]
+        raise
     result["cost_usd"] = cost_usd(result["model"] or model, result["usage"])
     return result

@@ -57,8 +57,13 @@ class RunQuerySet(models.QuerySet):
     def undispatched(self, older_than) -> RunQuerySet:
         """Runs ready for a worker (pending, or compensating without a lease) whose last
         dispatch is older than ``older_than`` (a datetime)."""
+        # a compensation that waits for an operator's decision is not ready
+        deciding = models.Exists(Wait.objects.filter(run=models.OuterRef("pk"),
+                                                     kind=WaitKind.RECONCILE,
+                                                     status=WaitStatus.PENDING))
         return self.filter(Q(status=RunStatus.PENDING)
-                           | Q(status=RunStatus.COMPENSATING, lease_token="")).filter(
+                           | (Q(status=RunStatus.COMPENSATING, lease_token="")
+                              & ~Q(deciding))).filter(
             Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
 
 
@@ -173,6 +178,16 @@ class Run(models.Model):
     def output_value(self) -> Any:
         from . import codec
         return codec.decode(self.output)
+
+
+def run_lineage(run_id: str, limit: int = 50) -> list[str]:
+    """``run_id`` and the runs it was forked from (fork of a fork ...), nearest first."""
+    ids = [run_id]
+    parent = Run.objects.filter(pk=run_id).values_list("forked_from_id", flat=True).first()
+    while parent and parent not in ids and len(ids) < limit:
+        ids.append(parent)
+        parent = Run.objects.filter(pk=parent).values_list("forked_from_id", flat=True).first()
+    return ids
 
 
 class StepKind(models.TextChoices):
@@ -293,6 +308,11 @@ class OperationQuerySet(models.QuerySet):
     def needs_attention(self) -> OperationQuerySet:
         return self.filter(status=OperationStatus.UNKNOWN)
 
+    def owned_by(self, run_id: str) -> OperationQuerySet:
+        """Writes ``run_id`` answers for: its own (unless a fork adopted them) and the
+        ones it adopted as a fork (docs/compensation.md, "Forks own what they reuse")."""
+        return self.filter(Q(owner_run_id=run_id) | Q(owner_run__isnull=True, run_id=run_id))
+
 
 class Operation(models.Model):
     """The side-effect ledger: one row per write, keyed by its idempotency key.
@@ -318,6 +338,13 @@ class Operation(models.Model):
                                    help_text="the lease under which the last call started")
     resolved_by = models.CharField(max_length=200, blank=True, default="")
     resolution = models.CharField(max_length=200, blank=True, default="")
+    owner_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="adopted_operations",
+        help_text="the fork that adopted this write and answers for it (compensation); "
+                  "empty: the run that made it")
+    owners = models.JSONField(
+        default=list, blank=True,
+        help_text="ownership history: [{run, from, at, by}], oldest first")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -337,6 +364,11 @@ class Operation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.idempotency_key} ({self.status})"
+
+    @property
+    def owner_id(self) -> str:
+        """The id of the run that answers for this write (compensates it)."""
+        return self.owner_run_id or self.run_id
 
 
 class WaitKind(models.TextChoices):

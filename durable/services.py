@@ -25,6 +25,7 @@ from .models import (
     Wait,
     WaitKind,
     WaitStatus,
+    run_lineage,
 )
 from .types import SignalResult
 
@@ -56,9 +57,16 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
       the same idempotency key.
     - ``"abort"``: the run fails; the operation stays ``unknown`` with the decision noted.
 
+    A compensating run that waits for this decision stays COMPENSATING and goes on
+    (``"abort"``: COMPENSATION_FAILED). For a run that has finished (cancelled, failed, a
+    failed compensation...) ``"happened"`` / ``"not_happened"`` record the fact in the
+    ledger and leave the run as it is, so its compensation knows what to undo
+    (docs/compensation.md).
+
     ``operation_id`` is the Operation's primary key or its idempotency key. Raises
     :class:`OperationNotFound`, :class:`~durable.IllegalTransition` (the operation's
-    outcome is not unknown, or its run is not waiting for this decision).
+    outcome is not unknown, or its run is not waiting for this decision and has not
+    finished, or ``"abort"`` for a run that is not waiting).
     """
     if outcome not in ("happened", "not_happened", "abort"):
         raise ValueError(f"outcome must be happened, not_happened or abort, got {outcome!r}")
@@ -81,10 +89,24 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
                 current=op.status)
         wait = Wait.objects.select_for_update().filter(
             operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).first()
-        if run.status != RunStatus.WAITING or wait is None:
+        from . import transitions
+
+        # WAITING: the "reconcile" row of the table; a compensating run that waits for
+        # the decision, or a finished run: the "settle" row
+        waiting = wait is not None and (
+            transitions.can("reconcile", run)
+            or (run.status == RunStatus.COMPENSATING and transitions.can("settle", run)))
+        # a finished run: the decision only records what happened in the ledger
+        record_only = (not waiting and run.status != RunStatus.COMPENSATING
+                       and transitions.can("settle", run))
+        if not waiting and not record_only:
             raise IllegalTransition(
                 f"run {run.id} is {run.status}, not waiting for a decision on operation "
                 f"{op.pk}", current=run.status)
+        if record_only and outcome == "abort":
+            raise IllegalTransition(
+                f"run {run.id} is {run.status}: there is nothing to abort; record whether "
+                f"operation {op.pk} happened or not", current=run.status)
         note = f"operator: {outcome.replace('_', ' ')}" + (f" ({reason})" if reason else "")
         fields: dict[str, Any] = {"resolved_by": actor, "resolution": note[:200],
                                   "updated_at": now}
@@ -98,12 +120,36 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         for name, value in fields.items():
             setattr(op, name, value)
         op.save(update_fields=list(fields))
+        if record_only:
+            if wait is not None:  # a finished run left it open: the question is answered
+                wait.status = WaitStatus.RESOLVED
+                wait.resolved_at = now
+                wait.resolved_by = actor
+                wait.result = codec.encode({"outcome": outcome, "reason": reason})
+                wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
+            TraceEvent.objects.create(run=run, kind="operation_reconciled", step_id=op.step_id,
+                                      actor=actor, message=f"{note} (run {run.status}: recorded "
+                                      "in the ledger)",
+                                      data={"operation": op.pk, "outcome": outcome})
+            return op
+        assert wait is not None
         wait.status = WaitStatus.RESOLVED if outcome != "abort" else WaitStatus.CANCELLED
         wait.resolved_at = now
         wait.resolved_by = actor
         wait.result = codec.encode({"outcome": outcome, "reason": reason})
         wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-        if outcome == "abort":
+        if run.status == RunStatus.COMPENSATING:
+            # the compensation waited for this write to settle: it goes on (or stops)
+            if outcome == "abort":
+                run.status = RunStatus.COMPENSATION_FAILED
+                run.finished_at = now
+                run.error = {"type": "AbortedByOperator", "classification": "ambiguous",
+                             "step_id": op.step_id,
+                             "message": f"{actor} stopped the compensation at the unknown "
+                                        f"outcome of {op.tool_name} ({op.idempotency_key})"
+                                        + (f": {reason}" if reason else "")}
+                run.error_type = "AbortedByOperator"
+        elif outcome == "abort":
             run.status = RunStatus.FAILED
             run.finished_at = now
             run.error = {"type": "AbortedByOperator", "classification": "ambiguous",
@@ -255,14 +301,25 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
         run.status = RunStatus.COMPENSATING
         run.finished_at = None
         run.updated_at = now
-        run.lease_token = ""
-        run.lease_owner = ""
-        run.lease_expires_at = None
+        in_flight = bool(run.lease_token and run.lease_expires_at is not None
+                         and run.lease_expires_at > now)
+        if not in_flight:
+            run.lease_token = ""
+            run.lease_owner = ""
+            run.lease_expires_at = None
+        # else a worker is still executing a step of the cancelled run: it keeps the
+        # lease, records that step's late result (a write's outcome goes to the ledger)
+        # and then hands the run to the compensation; if it dies, its lease expires and
+        # the compensation settles the write through reconcile (docs/compensation.md)
+        # a write an operator aborted on is put to a decision again
+        Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).exclude(
+            resolution="").update(resolution="", resolved_by="", updated_at=now)
         run.save(update_fields=["status", "finished_at", "updated_at", "lease_token",
                                 "lease_owner", "lease_expires_at"])
         _event(run, "compensating", actor,
-               f"compensation requested by {actor}" + (f": {reason}" if reason else ""),
-               previous=previous)
+               f"compensation requested by {actor}" + (f": {reason}" if reason else "")
+               + ("; it starts when the step in flight has finished" if in_flight else ""),
+               previous=previous, in_flight=in_flight)
         dispatch_on_commit(run.id)
     return run
 
@@ -319,10 +376,63 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
                f"{actor}" + (f": {reason}" if reason else ""), forked_from=source.id,
                reused_steps=len(copied), requesters=[requesters.label(p)
                                                      for p in fork.requesters])
+        _adopt_writes_txn(source, fork, [s.step_id for s in copied], actor, now)
         _event(source, "forked", actor, f"forked into {fork.id} at step {from_step!r}",
                fork=fork.id)
         dispatch_on_commit(fork.id)
     return fork
+
+
+#: an owner in one of these statuses has given up its result: a fork may adopt its writes
+GAVE_UP = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPENSATION_FAILED)
+
+
+def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, now) -> None:
+    """The fork adopts the writes it reuses, when their owner gave its result up.
+
+    Rule (docs/compensation.md, "Forks own what they reuse"): ownership passes only from
+    a run that failed, was cancelled or failed to compensate, and only for a write that
+    was not undone yet. A succeeded or live owner keeps it (so of two forks, the first
+    that is live or succeeded keeps a write; a later fork reuses it without owning it),
+    and a compensated owner has undone it already.
+    """
+    from .models import Step, StepStatus
+
+    if not step_ids:
+        return
+    ops = list(Operation.objects.select_for_update()
+               .filter(run_id__in=run_lineage(source.id), step_id__in=step_ids,
+                       status=OperationStatus.SUCCEEDED)
+               .exclude(step_id__startswith="compensate:").order_by("created_at", "id"))
+    owners = {r.id: r for r in Run.objects.filter(pk__in={op.owner_id for op in ops})}
+    undone = set(Step.objects.filter(
+        run_id__in=list(owners), status=StepStatus.SUCCEEDED,
+        step_id__in=[f"compensate:{op.step_id}" for op in ops])
+        .values_list("run_id", "step_id"))
+    for op in ops:
+        owner = owners.get(op.owner_id)
+        if (owner is not None and owner.status in GAVE_UP
+                and (owner.id, f"compensate:{op.step_id}") not in undone):
+            op.owners = [*(op.owners or []), {"run": fork.id, "from": owner.id,
+                                              "at": now.isoformat(), "by": actor}]
+            op.owner_run = fork
+            op.updated_at = now
+            op.save(update_fields=["owner_run", "owners", "updated_at"])
+            _event(fork, "operation_adopted", actor,
+                   f"adopted {op.tool_name} ({op.idempotency_key}) from run {owner.id}: "
+                   "compensating this run undoes it", operation=op.pk, owner_was=owner.id)
+            if owner.id != fork.id:
+                _event(owner, "operation_handed_over", actor,
+                       f"{op.tool_name} ({op.idempotency_key}) now belongs to fork {fork.id}: "
+                       "compensating this run leaves it", operation=op.pk, owner=fork.id)
+        else:
+            why = ("it was undone already" if owner is not None and
+                   (owner.id, f"compensate:{op.step_id}") in undone else
+                   f"that run is {owner.status if owner is not None else 'gone'}")
+            _event(fork, "operation_reused", actor,
+                   f"reuses {op.tool_name} ({op.idempotency_key}) owned by run {op.owner_id} "
+                   f"({why}): compensating this run leaves it", operation=op.pk,
+                   owner=op.owner_id)
 
 
 def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,

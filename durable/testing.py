@@ -11,12 +11,13 @@ import time
 from django.utils import timezone
 
 from .engine import execute
-from .models import TERMINAL, Run, RunStatus
+from .models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
 
 
 def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = True,
           worker_id: str = "test-worker") -> Run:
-    """Execute ``run_id`` here until it is terminal or waiting; returns the fresh Run.
+    """Execute ``run_id`` here until it is terminal or waiting (a compensation waiting
+    for an operator included); returns the fresh Run.
 
     ``wait_for_retries``: sleep until a scheduled retry is due (keep retry intervals
     short in tests). Raises ``RuntimeError`` after ``max_executions`` executions.
@@ -25,6 +26,10 @@ def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = Tr
         run = Run.objects.get(pk=run_id)
         if run.status in TERMINAL or run.status == RunStatus.WAITING:
             return run
+        if (run.status == RunStatus.COMPENSATING and not run.lease_token
+                and run.waits.filter(kind=WaitKind.RECONCILE,
+                                     status=WaitStatus.PENDING).exists()):
+            return run  # the compensation waits for an operator's decision
         if run.status == RunStatus.RETRYING:
             if not wait_for_retries:
                 return run

@@ -22,6 +22,10 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str | None]] = {
     "signal": (frozenset({S.PENDING, S.RUNNING, S.RETRYING, S.WAITING}), None),
     "decide": (frozenset({S.PENDING, S.RUNNING, S.RETRYING, S.WAITING}), None),
     "reconcile": (frozenset({S.WAITING}), S.PENDING),
+    # an unknown outcome decided for a compensating run (which waits for it and goes on)
+    # or a finished one (the ledger records it for the compensation): no status change
+    "settle": (frozenset({S.COMPENSATING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.COMPENSATED,
+                          S.COMPENSATION_FAILED}), None),
 }
 
 _WHY = {
@@ -32,6 +36,7 @@ _WHY = {
     "signal": "signals are accepted only by runs that have not finished",
     "decide": "decisions on cancelled or finished runs are refused",
     "reconcile": "only a run waiting for an operator's decision can be reconciled",
+    "settle": "an outcome is recorded for a compensating or finished run only",
 }
 
 

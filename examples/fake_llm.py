@@ -29,7 +29,10 @@ and replays them deterministically):
   plan's tool-call arguments are not valid JSON until the agent fed the error back N
   times;
 - ``[fault:unknown_tool]``, ``[fault:wrong_args]``: the plan names a tool that does not
-  exist / passes a wrong argument name, and is corrected once the tool result says so.
+  exist / passes a wrong argument name, and is corrected once the tool result says so;
+- ``[fault:eager_email]``: the plan is three calls -- search, the refund, and an email
+  that already says "Your refund of $X has been issued" (a model that takes the
+  refund's approval for granted).
 
 Also by a header ``X-Fault: 429`` (``503``, ``500``, ``401``, ``slow=2``) or queued
 with ``POST /_admin/faults {"fault": ..., "times": n, "match": text}``.
@@ -158,6 +161,15 @@ def support_script(conv: Conversation) -> dict[str, Any]:
     """The support agent: plan, correct refused calls, summarise."""
     facts = _support_facts(conv.first_user)
     subject = (facts["message"].splitlines() or ["Customer request"])[0][:80] or "Customer request"
+    if conv.turn == 0 and conv.fault("eager_email") and facts["charge"] and facts["cents"]:
+        return {"content": None, "tool_calls": [
+            ("kb_search", {"query": "refund policy duplicate charge"}),
+            ("payments_refund", {"charge_id": facts["charge"], "amount_cents": facts["cents"],
+                                 "reason": "duplicate charge reported by the customer"}),
+            ("email_send", {"to": facts["email"], "subject": f"Re: {subject}",
+                            "body": f"Hello {facts['name']},\n\nYour refund of "
+                                    f"{_money(facts['cents'])} has been issued.\n\n"
+                                    "The support team"})]}
     if conv.turn == 0:  # nothing executed yet: plan
         calls = [
             ("kb_search", {"query": "refund policy duplicate charge" if facts["charge"]

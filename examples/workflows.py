@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 import durable
+from durable import registry
 
 from . import tools as _tools  # noqa: F401 - registers the reference agents' tools
 
@@ -146,6 +147,18 @@ def _tool_message(call_id: str, result: Any) -> dict[str, Any]:
             "content": json.dumps(content, default=str)[:8000]}
 
 
+def _is_write(tool: str) -> bool:
+    """Whether a registered tool changes something (its code's safety class)."""
+    return registry.get_tool(tool).safety != "read_only"
+
+
+def _skipped(name: str, rejected: durable.ModelRecoverable) -> durable.ModelRecoverable:
+    """What the model is told about a call of its turn that was not run."""
+    return durable.ModelRecoverable(
+        f"{name} was not run: an earlier call of the same turn was rejected "
+        f"({rejected.message}); decide again with that in mind", "SkippedAfterRejection")
+
+
 @durable.workflow(name="examples.support", version="1")
 def support(ctx, data):
     """Support agent: the LLM plans from a customer message, the tools act, the LLM sums up.
@@ -154,7 +167,8 @@ def support(ctx, data):
     back instead of asking the model again. Tool errors the model can fix (an unknown
     tool, wrong arguments, a rejected refund) go back to it as tool results; an
     unusable reply (malformed tool-call JSON) goes back as a message. The run's token
-    budget bounds how often.
+    budget bounds how often. Once a person rejects a call of a turn, the turn's later
+    writes are not run: each goes back to the model as a skipped call.
     """
     request = ctx.step("read_message", read_customer_message, data)
     messages: list[dict[str, Any]] = [
@@ -177,12 +191,21 @@ def support(ctx, data):
             {"id": c["id"], "type": "function",
              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
             for c in reply["tool_calls"]]})
+        rejected: durable.ModelRecoverable | None = None
         for call in reply["tool_calls"]:
             tool = SUPPORT_TOOL_NAMES.get(call["name"])
+            if rejected is not None and tool is not None and _is_write(tool):
+                # a person said no to a call of this turn: the turn's later writes were
+                # planned on the assumption it would go through (S20), so they do not run
+                messages.append(_tool_message(call["id"], _skipped(call["name"], rejected)))
+                continue
             if tool is not None:
                 result = ctx.call_tool(tool, call["arguments"])
             else:
                 result = ctx.step("refuse_tool", _refuse_tool, call["name"])
+            if (isinstance(result, durable.ModelRecoverable)
+                    and result.error_type == "ApprovalRejected"):
+                rejected = result
             if not isinstance(result, durable.ModelRecoverable) and isinstance(result, dict):
                 key = {"tickets_create": "ticket", "payments_refund": "refund",
                        "email_send": "email"}.get(call["name"])

@@ -583,6 +583,11 @@ class Command(BaseCommand):
                           f"{outcome.replace('_', ' ')}")
         if outcome == "abort":
             self.stdout.write(f"run {run.id} is {run.status}")
+        elif run.status == RunStatus.COMPENSATING:
+            self.stdout.write(f"run {run.id} is compensating: a worker goes on with it")
+        elif run.is_terminal:
+            self.stdout.write(f"run {run.id} stays {run.status}: recorded in the ledger (its "
+                              "compensation undoes what happened)")
         else:
             self.stdout.write(f"run {run.id} is {run.status}: a worker resumes it"
                               + (" and calls the tool again with the same idempotency key"
