@@ -9,8 +9,6 @@ the lease alive with a heartbeat thread while it runs.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import uuid
 from datetime import timedelta
@@ -31,7 +29,7 @@ from .exceptions import (
     WorkflowNotFound,
 )
 from .compensation import run_compensation
-from .heartbeat import Heartbeat
+from .heartbeat import Heartbeat, process_key
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
@@ -41,8 +39,9 @@ logger = logging.getLogger("durable.engine")
 
 
 def worker_identity() -> str:
-    """``host:pid:thread`` of this executor, written as the lease owner."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+    """``host:pid:thread`` of this executor, written as the lease owner (it starts with
+    :func:`~durable.heartbeat.process_key`, which the sweeper's liveness check uses)."""
+    return f"{process_key()}:{threading.get_ident() % 100000}"
 
 
 def _claimable(run: Run, now, token: str = "") -> bool:

@@ -45,3 +45,29 @@ def _drop_broken_connections(sender=None, task=None, **kwargs) -> None:
 
     if not connection.in_atomic_block:
         close_old_connections()
+        if kwargs.get("signal") is task_prerun:
+            _announce_process()
+
+
+_announced_pid = 0
+
+
+def _announce_process() -> None:
+    """Write this process's liveness row before its first task (a prefork child or a
+    solo worker), so that a process that dies before its heartbeat thread's first beat
+    is already known to the sweeper (``durable.heartbeat``). Once per process."""
+    global _announced_pid
+    import os
+
+    from .dbconn import is_db_fault
+    from .heartbeat import beat_process
+
+    if _announced_pid == os.getpid():
+        return
+    try:
+        beat_process()
+    except Exception as exc:  # noqa: BLE001 - the heartbeat thread's beats follow
+        if not is_db_fault(exc):
+            raise
+        return
+    _announced_pid = os.getpid()

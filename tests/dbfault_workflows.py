@@ -82,6 +82,16 @@ def two_steps(ctx, data):
     return {"n": data["n"], "ticket": first["ticket"], "charge": charged["charge_id"]}
 
 
+@durable.workflow(name="dbf.swallow", version="1")
+def swallow(ctx, data):
+    """Workflow code that catches everything around a step (it must not hide a fault)."""
+    try:
+        ctx.step("first", open_ticket, 1, 0.0)
+    except Exception:  # noqa: BLE001 - the point of the test
+        return "swallowed"
+    return "recorded"
+
+
 def effect_counts(folder: Path) -> dict[tuple[str, str], int]:
     """``{(service, key): effects}`` of the ``effects.jsonl`` in ``folder``."""
     counts: dict[tuple[str, str], int] = {}
