@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from . import conf, registry
 from .context import WorkflowContext, _safe_traceback, error_info
-from .dbconn import is_db_fault, retry_db
+from .dbconn import drop_connection, is_db_fault, retry_db
 from .exceptions import (
     DatabaseUnavailable,
     LeaseLost,
@@ -167,6 +167,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     ctx = WorkflowContext(run=run, token=token, steps=steps, spec=spec, worker_id=worker_id,
                           heartbeat=heartbeat)
     fault: DatabaseUnavailable | None = None
+    released = False
     try:
         try:
             workflow_input = run.input_value()
@@ -183,7 +184,8 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
             logger.warning("durable: run %s stopped on worker %s because its database work "
                            "failed (%s); releasing it for a retry from its last checkpoint",
                            run.id, worker_id, fault)
-            release_after_db_fault(run.id, token, worker_id=worker_id, error=fault.error)
+            released = release_after_db_fault(run.id, token, worker_id=worker_id,
+                                              error=fault.error)
         elif ctx._stopped in (RunStatus.CANCELLED, None):
             try:
                 retry_db(lambda: release(run.id, token), what=f"the release of run {run.id}")
@@ -193,7 +195,11 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                 logger.warning("durable: could not release run %s (%s); its lease expires",
                                run.id, exc)
         close_old_connections()
-    return RunStatus.RETRYING if fault is not None else (ctx._stopped or run.status)
+    if fault is not None:
+        # released: retrying; not released: the failed statement may have committed the
+        # run's end, or the database is still away (the lease then expires)
+        return RunStatus.RETRYING if released else None
+    return ctx._stopped or run.status
 
 
 #: seconds after which a run released by a database fault is dispatched again
@@ -237,6 +243,7 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
                 dispatch_on_commit(run_id, countdown=DB_FAULT_RETRY_SECONDS)
         return bool(released)
 
+    drop_connection()  # most faults leave it unusable; a new one costs one connect
     try:
         return retry_db(release_txn, what=f"the release of run {run_id}")
     except Exception as exc:  # noqa: BLE001 - the lease expires into the recovery path
