@@ -146,3 +146,55 @@ def test_a_step_body_database_error_is_the_steps_failure_not_a_fault(crash_dir):
     assert Run.objects.get(pk=run.id).output_value() == 7
     assert ew.CALLS["flaky"] == 2
     assert not TraceEvent.objects.filter(run=run, kind="db_fault").exists()
+
+
+# ------------------------------------------------- a connection terminated between tasks
+
+
+def terminate_my_backend() -> None:
+    """Terminate this thread's PostgreSQL backend from a second connection and wait."""
+    import psycopg
+
+    pid = connection.connection.info.backend_pid
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in ("dbname", "user", "password", "host", "port") and v}
+    with psycopg.connect(**params, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+
+
+class _Task:
+    class request:  # noqa: N801 - the shape of a Celery task's request
+        is_eager = False
+
+
+def test_a_sweep_after_the_connection_was_terminated_runs_on_a_new_connection():
+    """The task_prerun hook drops the dead connection before the next task's first
+    query (SCENARIOS S28: 'fails every later task, sweeps included')."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
+    from celery.signals import task_postrun, task_prerun
+
+    from durable.sweeper import sweep
+    from durable.tasks import _drop_broken_connections
+
+    sweep()  # a first task used the connection
+    _drop_broken_connections(task=_Task, signal=task_postrun)
+    terminate_my_backend()
+    for _ in range(3):  # every later task
+        _drop_broken_connections(task=_Task, signal=task_prerun)
+        assert sweep()["run_ids"] == []
+        _drop_broken_connections(task=_Task, signal=task_postrun)
+
+
+def test_without_the_hook_the_dead_connection_fails_the_next_sweep():
+    """What the hook prevents (and what Celery's fix-up does not do with
+    CELERY_DB_REUSE_MAX): the first query after the termination fails."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
+    from durable.sweeper import sweep
+
+    sweep()
+    terminate_my_backend()
+    with pytest.raises(OperationalError):
+        sweep()
+    connection.close()
