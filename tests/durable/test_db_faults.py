@@ -163,7 +163,7 @@ def terminate_my_backend() -> None:
 
 
 class _Task:
-    class request:  # noqa: N801 - the shape of a Celery task's request
+    class request:  # the shape of a Celery task's request
         is_eager = False
 
 
