@@ -483,6 +483,12 @@ class TraceEvent(models.Model):
         super().save(*args, **kwargs)
 
 
+class WorkerProcessQuerySet(models.QuerySet):
+    def silent_since(self, cutoff) -> WorkerProcessQuerySet:
+        """Processes whose last liveness beat is older than ``cutoff`` (a datetime)."""
+        return self.filter(beat_at__lt=cutoff)
+
+
 class WorkerProcess(models.Model):
     """A worker process that is executing runs, and when it last said it was alive.
 
@@ -499,6 +505,8 @@ class WorkerProcess(models.Model):
     pid = models.PositiveIntegerField()
     started_at = models.DateTimeField(default=timezone.now)
     beat_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = WorkerProcessQuerySet.as_manager()
 
     class Meta:
         ordering = ["-beat_at"]

@@ -89,7 +89,7 @@ def _expire_leases_of_dead_processes(now) -> set[str]:
     Each gets an ``owner_dead`` trace event naming the process and its last beat.
     """
     cutoff = now - timedelta(seconds=conf.worker_dead_after_seconds())
-    dead = dict(WorkerProcess.objects.filter(beat_at__lt=cutoff).order_by("beat_at")
+    dead = dict(WorkerProcess.objects.silent_since(cutoff).order_by("beat_at")
                 .values_list("id", "beat_at")[:100])
     if not dead:
         return set()
@@ -124,6 +124,6 @@ def _expire_leases_of_dead_processes(now) -> set[str]:
                             f"{conf.worker_dead_after_seconds():g} s): its lease is released "
                             "for recovery"))
             TraceEvent.objects.bulk_create(events)
-    WorkerProcess.objects.filter(beat_at__lt=now - timedelta(
+    WorkerProcess.objects.silent_since(now - timedelta(
         seconds=FORGET_PROCESSES_AFTER_SECONDS)).delete()
     return orphaned

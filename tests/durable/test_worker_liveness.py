@@ -74,3 +74,13 @@ def test_beat_process_upserts_this_process():
     second = WorkerProcess.objects.get(pk=process_key())
     assert second.beat_at >= first.beat_at and second.started_at == first.started_at
     assert WorkerProcess.objects.count() == 1
+
+
+def test_admin_lists_worker_processes_and_which_are_silent(admin_client):
+    from django.urls import reverse
+
+    process("h9:1", beat_ago=0.1)
+    process("h9:2", beat_ago=120)
+    page = admin_client.get(reverse("admin:durable_workerprocess_changelist")).content.decode()
+    assert "h9:1" in page and "beating" in page
+    assert "s: presumed dead" in page and "silent for 12" in page
