@@ -276,7 +276,20 @@ def part_recovery(cfg: Config, log_dir: Path) -> dict[str, Any]:
         return {"skipped": problem}
     env = _proc_env(cfg, db="postgresql", broker="redis", DURABLE_LEASE_SECONDS="2",
                     DURABLE_SWEEP_INTERVAL_SECONDS="0.5")
-    return _procs(cfg, "recovery", env, log_dir)
+    out = _procs(cfg, "recovery", env, log_dir)
+    # the same with no setting changed: 30 s lease, sweeps every 5 s, liveness beats
+    # every 2 s and a process presumed dead after 6 s of silence
+    log("recovery: default settings")
+    clean = {k: v for k, v in os.environ.items() if k.startswith("DURABLE_") and k not in (
+        "DURABLE_VAR_DIR",)}
+    env = _proc_env(cfg, db="postgresql", broker="redis")
+    for name in clean:
+        env.pop(name, None)
+    env.update({"DURABLE_VAR_DIR": str(cfg.var_dir), "DURABLE_DISPATCH": "celery",
+                "DURABLE_WORKFLOW_MODULES": "bench.workflows", "BENCH_RECOVERY_KILLS":
+                "3" if cfg.quick else "10"})
+    out["default_settings"] = _procs(cfg, "recovery", env, log_dir)
+    return out
 
 
 def part_approval(cfg: Config, log_dir: Path) -> dict[str, Any]:
@@ -340,6 +353,9 @@ def parse(argv: list[str] | None = None) -> Config:
                                                      "redis://127.0.0.1:6379/13"),
                    help="Redis database the bench may flush; $BENCH_REDIS_URL")
     p.add_argument("--var-dir", default=os.environ.get("BENCH_VAR_DIR", "/tmp/bench_var"))
+    p.add_argument("--db-prefix", default=os.environ.get("BENCH_DB_PREFIX", "bench_"),
+                   help="prefix of the bench's PostgreSQL databases (several checkouts "
+                        "sharing a server need different ones)")
     p.add_argument("--out", default=str(RESULTS), help="folder of the results files")
     p.add_argument("--name", default="", help="results file name without extension "
                    "(default: the date; <date>-quick with --quick)")
@@ -366,7 +382,7 @@ def parse(argv: list[str] | None = None) -> Config:
                  reps=a.reps or (2 if a.quick else 3), parts=parts, systems=systems, dbs=dbs,
                  seed_runs=a.runs or (2000 if a.quick else 100_000),
                  seed_steps=a.steps or (20_000 if a.quick else 2_000_000), reseed=a.reseed,
-                 verbose=a.verbose)
+                 verbose=a.verbose, db_prefix=a.db_prefix)
     cfg.out = Path(a.out)  # type: ignore[attr-defined]
     cfg.merge = a.merge  # type: ignore[attr-defined]
     cfg.rerender = a.rerender  # type: ignore[attr-defined]

@@ -250,7 +250,7 @@ class Sweeper(threading.Thread):
 def recovery(quick: bool, log_dir: Path) -> dict[str, Any]:
     from durable import conf
 
-    kills = 3 if quick else 20
+    kills = int(os.environ.get("BENCH_RECOVERY_KILLS") or (3 if quick else 20))
     step_sleep = 0.25
     purge_broker()
     workers = [Worker(log_dir, "r"), Worker(log_dir, "r")]
@@ -284,6 +284,8 @@ def recovery(quick: bool, log_dir: Path) -> dict[str, Any]:
             "settings": {"DURABLE_LEASE_SECONDS": conf.lease_seconds(),
                          "DURABLE_HEARTBEAT_SECONDS": conf.heartbeat_seconds(),
                          "DURABLE_SWEEP_INTERVAL_SECONDS": conf.get("SWEEP_INTERVAL_SECONDS"),
+                         "DURABLE_WORKER_BEAT_SECONDS": conf.worker_beat_seconds(),
+                         "DURABLE_WORKER_DEAD_AFTER_SECONDS": conf.worker_dead_after_seconds(),
                          "step_seconds": step_sleep, "sweeper": "thread in the harness"}}
 
 
@@ -318,7 +320,12 @@ def _one_kill(workers: list[Worker], log_dir: Path, step_sleep: float, latencies
     latency = _ts(started) - t_kill
     latencies.append(latency)
     claimed = Run.objects.filter(pk=run_id).values_list("lease_owner", flat=True).first()
-    details.append({"latency_s": latency, "killed_pid": pid, "new_owner": claimed})
+    from durable.models import TraceEvent
+
+    released_by = list(TraceEvent.objects.filter(
+        run_id=run_id, kind__in=["owner_dead", "lease_expired"]).values_list("kind", flat=True))
+    details.append({"latency_s": latency, "killed_pid": pid, "new_owner": claimed,
+                    "released_by": released_by})
     replacement = Worker(log_dir, "r")
     workers.append(replacement)
     _wait(lambda: Run.objects.filter(pk=run_id, status=RunStatus.SUCCEEDED).exists(),

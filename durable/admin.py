@@ -32,6 +32,7 @@ from .models import (
     Tool,
     TraceEvent,
     Wait,
+    WorkerProcess,
 )
 from .retry import RetryPolicy
 
@@ -329,6 +330,27 @@ class SignalAdmin(ReadOnlyAdmin):
     readonly_fields = ("payload_display",)
 
     payload_display = shown("payload")
+
+@admin.register(WorkerProcess)
+class WorkerProcessAdmin(ReadOnlyAdmin):
+    """Worker processes that executed runs, and whether the sweeper presumes them dead."""
+
+    list_display = ("id", "hostname", "pid", "started_at", "beat_at", "state")
+    search_fields = ("id", "hostname")
+
+    @admin.display(description="state")
+    def state(self, obj: WorkerProcess) -> str:
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from . import conf
+
+        silent = timezone.now() - obj.beat_at
+        if silent <= timedelta(seconds=conf.worker_dead_after_seconds()):
+            return "beating"
+        return f"silent for {silent.total_seconds():.0f} s: presumed dead (or idle)"
+
 
 @admin.register(TraceEvent)
 class TraceEventAdmin(ReadOnlyAdmin):

@@ -39,6 +39,16 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                                   id="durable.E004"))
     except (TypeError, ValueError):
         pass
+    try:
+        if conf.worker_beat_seconds() <= 0 or (
+                conf.worker_dead_after_seconds() <= conf.worker_beat_seconds()):
+            messages.append(Error(
+                "a worker process must be presumed dead only after more than one missed "
+                "liveness beat", hint="set DURABLE['WORKER_DEAD_AFTER_SECONDS'] above "
+                "WORKER_BEAT_SECONDS (default: 3 beats), both positive", id="durable.E005"))
+    except (TypeError, ValueError):
+        messages.append(Error("DURABLE['WORKER_BEAT_SECONDS'] and "
+                              "['WORKER_DEAD_AFTER_SECONDS'] must be numbers", id="durable.E005"))
     for module, tb in registry.load_errors.items():
         last = tb.strip().splitlines()[-1] if tb.strip() else "import failed"
         messages.append(Warning(f"workflow module {module} failed to import: {last}",

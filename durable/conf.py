@@ -33,6 +33,11 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_SECONDS": 30.0,
     # seconds between heartbeats (a third of the lease by default)
     "HEARTBEAT_SECONDS": None,
+    # seconds between the liveness beats of a worker process that holds leases
+    "WORKER_BEAT_SECONDS": 2.0,
+    # a process silent this long (seconds) is presumed dead: the sweeper releases its
+    # leases at once instead of waiting for them to expire (None: 3 beats)
+    "WORKER_DEAD_AFTER_SECONDS": None,
     # seconds between sweeps (Celery beat)
     "SWEEP_INTERVAL_SECONDS": 5.0,
     # a pending run whose dispatch is older than this (seconds) is dispatched again
@@ -73,3 +78,12 @@ def lease_seconds() -> float:
 def heartbeat_seconds() -> float:
     hb = get("HEARTBEAT_SECONDS")
     return float(hb) if hb else lease_seconds() / 3.0
+
+
+def worker_beat_seconds() -> float:
+    return float(get("WORKER_BEAT_SECONDS"))
+
+
+def worker_dead_after_seconds() -> float:
+    value = get("WORKER_DEAD_AFTER_SECONDS")
+    return float(value) if value else 3.0 * worker_beat_seconds()

@@ -8,6 +8,7 @@ checks the lease token, so a worker that lost its lease records nothing.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -17,15 +18,17 @@ import traceback as tb_module
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from . import codec, conf, mailbox, registry
+from .dbconn import is_db_fault
 from .exceptions import (
     BudgetExceeded,
+    DatabaseUnavailable,
     DurableError,
     IdempotencyConflict,
     LeaseLost,
@@ -134,6 +137,29 @@ def _call_with_timeout(fn: Callable[..., Any], args: tuple, kwargs: dict[str, An
     return box["value"]
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _db_faults_stop_the_execution(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A database fault in the engine's own work (a checkpoint, the ledger, a status
+    read) becomes :class:`DatabaseUnavailable`, a ``BaseException`` like ``LeaseLost``,
+    so workflow code cannot swallow it with ``except Exception`` and go on without its
+    checkpoints. A step body's own errors never reach here (they are classified and
+    retried inside the call)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            if is_db_fault(exc):
+                raise DatabaseUnavailable(exc) from exc
+            raise
+
+    return wrapper
+
+
 class WorkflowContext:
     """Passed to every workflow function as ``ctx``. Create nothing yourself: the engine does.
 
@@ -172,6 +198,7 @@ class WorkflowContext:
         """True while the workflow is re-running through recorded calls."""
         return self._position < len(self._by_position)
 
+    @_db_faults_stop_the_execution
     def step(self, step_id: str | None, fn: Callable[..., Any], *args: Any,
              retry: RetryPolicy | None = None, timeout: float | None = None,
              **kwargs: Any) -> Any:
@@ -201,6 +228,7 @@ class WorkflowContext:
             call=lambda: _call_with_timeout(fn, args, call_kwargs, timeout, sid),
             policy=retry or DEFAULT_POLICY, safety=None, input_text=input_text)
 
+    @_db_faults_stop_the_execution
     def call_tool(self, name: str, params: dict[str, Any] | None = None, *,
                   step_id: str | None = None) -> Any:
         """Call the registered tool ``name`` with ``params`` (keyword arguments), durably.
@@ -277,6 +305,7 @@ class WorkflowContext:
                              call=call, policy=policy, safety=spec.safety,
                              input_text=input_text, ledger=ledger)
 
+    @_db_faults_stop_the_execution
     def llm(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
             model: str | None = None, step_id: str | None = None,
             retry: RetryPolicy | None = None, timeout: float = 60.0, **options: Any) -> Any:
@@ -305,6 +334,7 @@ class WorkflowContext:
                                          **options),
             policy=retry or LLM_POLICY, safety=None, input_text=input_text)
 
+    @_db_faults_stop_the_execution
     def _compensation_step(self, sid: str, fn: Callable[..., Any], tool_name: str,
                            policy: RetryPolicy) -> Any:
         sid, pos, rec = self._next_call(sid)
@@ -429,6 +459,7 @@ class WorkflowContext:
 
     # -------------------------------------------------------------------- waits
 
+    @_db_faults_stop_the_execution
     def sleep(self, duration: float | timedelta, *, step_id: str | None = None) -> None:
         """A durable timer: suspend the run for ``duration`` (seconds or a timedelta).
 
@@ -441,12 +472,14 @@ class WorkflowContext:
             raise ValueError(f"ctx.sleep: duration must be >= 0 seconds, got {seconds}")
         self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds)
 
+    @_db_faults_stop_the_execution
     def sleep_until(self, when: datetime, *, step_id: str | None = None) -> None:
         """A durable timer until the aware datetime ``when`` (a past time returns at once)."""
         if not isinstance(when, datetime) or timezone.is_naive(when):
             raise ValueError("ctx.sleep_until needs an aware datetime (with a time zone)")
         self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when)
 
+    @_db_faults_stop_the_execution
     def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None,
                         default: Any = None, step_id: str | None = None) -> Any:
         """Wait for ``durable.signal(run_id, name, payload)`` and return its payload.
@@ -460,6 +493,7 @@ class WorkflowContext:
         return self._wait(step_id or f"signal:{name}", kind=WaitKind.SIGNAL, key=name,
                           wake_in=wake_in, spec={"default": default})
 
+    @_db_faults_stop_the_execution
     def wait_for_approval(self, key: str, *, title: str, payload: Any = None,
                           approvers: str | None = None, timeout: float | timedelta | None = None,
                           on_timeout: str = "reject", escalate_to: str | None = None,
@@ -999,6 +1033,7 @@ class WorkflowContext:
 
     # ---------------------------------------------------------------- completion
 
+    @_db_faults_stop_the_execution
     def complete(self, result: Any) -> None:
         """Record the workflow's return value and mark the run SUCCEEDED (engine use)."""
         self._ensure_live()

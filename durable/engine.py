@@ -9,8 +9,6 @@ the lease alive with a heartbeat thread while it runs.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import uuid
 from datetime import timedelta
@@ -20,7 +18,9 @@ from django.utils import timezone
 
 from . import conf, registry
 from .context import WorkflowContext, _safe_traceback, error_info
+from .dbconn import drop_connection, is_db_fault, retry_db
 from .exceptions import (
+    DatabaseUnavailable,
     LeaseLost,
     NonDeterminismError,
     RunStopped,
@@ -30,7 +30,7 @@ from .exceptions import (
 )
 from .compensation import run_compensation
 from .dispatch import dispatch_on_commit
-from .heartbeat import Heartbeat
+from .heartbeat import Heartbeat, process_key
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
@@ -40,11 +40,15 @@ logger = logging.getLogger("durable.engine")
 
 
 def worker_identity() -> str:
-    """``host:pid:thread`` of this executor, written as the lease owner."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+    """``host:pid:thread`` of this executor, written as the lease owner (it starts with
+    :func:`~durable.heartbeat.process_key`, which the sweeper's liveness check uses)."""
+    return f"{process_key()}:{threading.get_ident() % 100000}"
 
 
-def _claimable(run: Run, now) -> bool:
+def _claimable(run: Run, now, token: str = "") -> bool:
+    if token and run.lease_token == token:
+        # our own claim, tried again because its commit's outcome was unknown
+        return run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING)
     if run.status == RunStatus.PENDING:
         return True
     if run.status == RunStatus.RETRYING:
@@ -61,7 +65,8 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
     One transaction: lock the row (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's
     IMMEDIATE transaction holds the write lock), check, update, load the steps.
     Returns ``None`` when the run is not claimable (another worker holds it, it is
-    finished, or waiting).
+    finished, or waiting). Safe to call again with the same ``token`` when a database
+    fault left the first call's commit unknown: a run that this token holds is claimed.
     """
     now = timezone.now()
     with transaction.atomic():
@@ -69,8 +74,10 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
         if connection.features.has_select_for_update_skip_locked:
             qs = qs.select_for_update(skip_locked=True)
         run = qs.first()
-        if run is None or not _claimable(run, now):
+        if run is None or not _claimable(run, now, token):
             return None
+        if run.lease_token == token:  # this claim committed already: load the steps
+            return run, list(Step.objects.filter(run_id=run.id).order_by("position"))
         recovering = run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING) and bool(
             run.lease_token)
         first_claim = run.claims == 0 and run.cursor_position == 0  # nothing recorded yet
@@ -128,12 +135,16 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     worker_id = worker_id or worker_identity()
     close_old_connections()  # as Django does per request: drop broken or too-old connections
     token = uuid.uuid4().hex
-    claimed = claim(run_id, token=token, worker_id=worker_id)
+
+    def claim_it() -> tuple[Run, list[Step]] | None:
+        return claim(run_id, token=token, worker_id=worker_id)
+
+    claimed = retry_db(claim_it, what=f"the claim of run {run_id}")
     if claimed is None:
         # a timer's own countdown message: fire the run's due waits, then try again
         if not wake_due_for_run(run_id):
             return None
-        claimed = claim(run_id, token=token, worker_id=worker_id)
+        claimed = retry_db(claim_it, what=f"the claim of run {run_id}")
         if claimed is None:
             return None
     run, steps = claimed
@@ -156,6 +167,8 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     heartbeat = Heartbeat(run.id, token).start()
     ctx = WorkflowContext(run=run, token=token, steps=steps, spec=spec, worker_id=worker_id,
                           heartbeat=heartbeat)
+    fault: DatabaseUnavailable | None = None
+    released = False
     try:
         try:
             workflow_input = run.input_value()
@@ -164,15 +177,34 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         else:
             with secrets_scope(secrets_in(workflow_input)):
                 _run_workflow(ctx, spec, workflow_input, compensating)
+    except DatabaseUnavailable as exc:
+        fault = exc
     finally:
         heartbeat.stop()
-        if ctx._stopped in (RunStatus.CANCELLED, None):
-            release(run.id, token)
-        if ctx._stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING) and not compensating:
+        if fault is not None:
+            logger.warning("durable: run %s stopped on worker %s because its database work "
+                           "failed (%s); releasing it for a retry from its last checkpoint",
+                           run.id, worker_id, fault)
+            released = release_after_db_fault(run.id, token, worker_id=worker_id,
+                                              error=fault.error)
+        elif ctx._stopped in (RunStatus.CANCELLED, None):
+            try:
+                retry_db(lambda: release(run.id, token), what=f"the release of run {run.id}")
+            except Exception as exc:  # noqa: BLE001 - the lease then expires into recovery
+                if not is_db_fault(exc):
+                    raise
+                logger.warning("durable: could not release run %s (%s); its lease expires",
+                               run.id, exc)
+        if (fault is None and not compensating
+                and ctx._stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)):
             # compensation requested while this worker still held the lease (possibly
             # between its stop and its release above)
             _hand_over_to_compensation(run.id, token, worker_id)
         close_old_connections()
+    if fault is not None:
+        # released: retrying; not released: the failed statement may have committed the
+        # run's end, or the database is still away (the lease then expires)
+        return RunStatus.RETRYING if released else None
     return ctx._stopped or run.status
 
 
@@ -190,6 +222,56 @@ def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
             dispatch_on_commit(run_id)
 
 
+#: seconds after which a run released by a database fault is dispatched again
+DB_FAULT_RETRY_SECONDS = 1.0
+
+
+def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
+                           error: BaseException) -> bool:
+    """Give back a run whose execution stopped on a database fault, for a retry.
+
+    Only if this execution still holds the lease (the failed statement may have
+    committed a completion, or another worker may have taken over). A running run
+    becomes RETRYING, due in :data:`DB_FAULT_RETRY_SECONDS`, and is dispatched again
+    on commit; a compensating run stays COMPENSATING without a lease. This is a retry
+    of the *execution*, not of a step: it does not count as a lost worker (a database
+    restart is not a poison step) and uses none of the step's attempts. The step that
+    was in progress runs again from the top, unless it was recorded; a write whose
+    operation was started is settled by the ledger (reconcile, repeat with the same
+    key, or an operator's decision). Returns whether the run was released; when the
+    database stays unreachable (about 4 s of retries), the lease expires and the
+    sweeper recovers the run as for a lost worker.
+    """
+    message = (f"database fault on worker {worker_id}: {type(error).__name__}: "
+               f"{str(error).strip()[:300]}; released, retrying from the last checkpoint")
+
+    def release_txn() -> bool:
+        now = timezone.now()
+        lease = {"lease_token": "", "lease_owner": "", "lease_expires_at": None,
+                 "updated_at": now}
+        with transaction.atomic():
+            mine = Run.objects.filter(pk=run_id, lease_token=token)
+            released = mine.filter(status=RunStatus.RUNNING).update(
+                status=RunStatus.RETRYING,
+                wake_at=now + timedelta(seconds=DB_FAULT_RETRY_SECONDS), **lease)
+            released = released or mine.filter(status=RunStatus.COMPENSATING).update(**lease)
+            if released:
+                TraceEvent.objects.create(run_id=run_id, kind="db_fault", actor=worker_id,
+                                          message=message)
+                dispatch_on_commit(run_id, countdown=DB_FAULT_RETRY_SECONDS)
+        return bool(released)
+
+    drop_connection()  # most faults leave it unusable; a new one costs one connect
+    try:
+        return retry_db(release_txn, what=f"the release of run {run_id}")
+    except Exception as exc:  # noqa: BLE001 - the lease expires into the recovery path
+        if not is_db_fault(exc):
+            raise
+        logger.error("durable: could not release run %s after a database fault (%s); it "
+                     "is recovered when its lease expires", run_id, exc)
+        return False
+
+
 def _run_workflow(ctx: WorkflowContext, spec, workflow_input, compensating: bool) -> None:
     """Run the workflow (or the compensation) to its end, a wait, or a stop."""
     try:
@@ -201,10 +283,14 @@ def _run_workflow(ctx: WorkflowContext, spec, workflow_input, compensating: bool
             ctx.complete(result)
     except (Suspend, StepFailed, NonDeterminismError, RunStopped):
         pass
+    except DatabaseUnavailable:
+        raise
     except LeaseLost:
         logger.warning("durable: worker %s lost the lease of run %s; it stops without "
                        "recording anything more", ctx.worker_id, ctx.run_id)
     except Exception as exc:  # noqa: BLE001 - user workflow code failed
+        if is_db_fault(exc):  # e.g. orchestration code's own query: not the workflow's fault
+            raise DatabaseUnavailable(exc) from exc
         _fail_unless_stopped(ctx, exc)
 
 
@@ -215,5 +301,11 @@ def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:
     info["traceback"] = _safe_traceback(exc)
     try:
         ctx._fail_run(info, event="failed")
+    except DatabaseUnavailable:
+        raise
     except (RunStopped, LeaseLost):
         pass
+    except Exception as fault:
+        if is_db_fault(fault):  # the failure could not be recorded: the retry records it
+            raise DatabaseUnavailable(fault) from fault
+        raise

@@ -221,6 +221,22 @@ class LeaseLost(_EngineControl):
     """This worker no longer holds the run's lease; it must record nothing more."""
 
 
+class DatabaseUnavailable(LeaseLost):
+    """The engine's own database work failed: the connection was terminated (server
+    restart, failover, ``pg_terminate_backend``, idle timeout, network), or the server
+    refused the statement for an operational reason (lock or statement timeout).
+
+    Handled like a lost lease: the execution stops at once and records nothing more;
+    the engine then releases the run for a retry from its last checkpoint (it is not
+    failed). ``error`` is the database error. A write whose call already happened
+    stays reconcilable through the operation ledger.
+    """
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class RunStopped(_EngineControl):
     """The run reached a terminal state (failed, cancelled) while its code was running."""
 

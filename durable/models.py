@@ -537,3 +537,35 @@ class TraceEvent(models.Model):
         if self.pk is not None and not kwargs.get("force_insert"):
             raise TypeError("trace events are append-only")
         super().save(*args, **kwargs)
+
+
+class WorkerProcessQuerySet(models.QuerySet):
+    def silent_since(self, cutoff) -> WorkerProcessQuerySet:
+        """Processes whose last liveness beat is older than ``cutoff`` (a datetime)."""
+        return self.filter(beat_at__lt=cutoff)
+
+
+class WorkerProcess(models.Model):
+    """A worker process that is executing runs, and when it last said it was alive.
+
+    The process's heartbeat thread writes ``beat_at`` every
+    ``DURABLE['WORKER_BEAT_SECONDS']`` while it holds at least one lease (one upsert per
+    process, whatever the number of runs). A process silent for
+    ``WORKER_DEAD_AFTER_SECONDS`` is presumed dead: the sweeper expires the leases it
+    holds at once instead of waiting for them to run out (``durable.sweeper``).
+    A run's ``lease_owner`` starts with its process's ``id`` and a colon.
+    """
+
+    id = models.CharField(primary_key=True, max_length=200, help_text="host:pid")
+    hostname = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    beat_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = WorkerProcessQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-beat_at"]
+
+    def __str__(self) -> str:
+        return f"worker process {self.id} (beat {self.beat_at:%H:%M:%S})"

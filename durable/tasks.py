@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import task_postrun, task_prerun, worker_ready
 
 
 @shared_task(name="durable.execute_run", acks_late=True, reject_on_worker_lost=True,
@@ -26,3 +26,48 @@ def sweep() -> dict[str, int]:
 @worker_ready.connect
 def _sweep_at_worker_start(sender=None, **kwargs) -> None:  # pragma: no cover - celery hook
     sweep.delay()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _drop_broken_connections(sender=None, task=None, **kwargs) -> None:
+    """Before and after every task, as Django does around every request: close a
+    connection that had an error or outlived ``CONN_MAX_AGE``, and arm the health check
+    (``CONN_HEALTH_CHECKS``) of the next query. Celery's own Django fix-up does this
+    only every ``CELERY_DB_REUSE_MAX`` tasks once that setting keeps connections, so
+    without this a terminated connection would fail every later sweep of the worker.
+    Not for eager calls: they run inside the caller's transaction.
+    """
+    request = getattr(task if task is not None else sender, "request", None)
+    if getattr(request, "is_eager", False):
+        return
+    from django.db import close_old_connections, connection
+
+    if not connection.in_atomic_block:
+        close_old_connections()
+        if kwargs.get("signal") is task_prerun:
+            _announce_process()
+
+
+_announced_pid = 0
+
+
+def _announce_process() -> None:
+    """Write this process's liveness row before its first task (a prefork child or a
+    solo worker), so that a process that dies before its heartbeat thread's first beat
+    is already known to the sweeper (``durable.heartbeat``). Once per process."""
+    global _announced_pid
+    import os
+
+    from .dbconn import is_db_fault
+    from .heartbeat import beat_process
+
+    if _announced_pid == os.getpid():
+        return
+    try:
+        beat_process()
+    except Exception as exc:  # noqa: BLE001 - the heartbeat thread's beats follow
+        if not is_db_fault(exc):
+            raise
+        return
+    _announced_pid = os.getpid()

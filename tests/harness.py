@@ -172,9 +172,10 @@ def purge_broker() -> int:
 
 
 class Worker:
-    """One ``celery worker --pool=solo`` process in its own session."""
+    """One ``celery worker`` process (``--pool=solo`` unless told) in its own session."""
 
-    def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, name: str, env: dict[str, str], log_path: Path, *,
+                 pool: str = "solo", concurrency: int = 1) -> None:
         self.name = name
         self.log_path = log_path
         self.env = env
@@ -182,7 +183,8 @@ class Worker:
         self.started_at = time.monotonic()
         self.ready_at: float | None = None
         self.proc = subprocess.Popen(
-            [str(CELERY), "-A", "config", "worker", "--pool=solo", "--concurrency=1",
+            [str(CELERY), "-A", "config", "worker", f"--pool={pool}",
+             f"--concurrency={concurrency}",
              "--without-mingle", "--without-gossip", "-n", f"{name}@%h", "--loglevel=INFO"],
             cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
@@ -256,13 +258,15 @@ class WorkerPool:
         self.workers: list[Worker] = []
 
     def start(self, *, crash_at: str = "", crash_dir: Path | None = None, wait: bool = False,
-              **extra_env: str) -> Worker:
-        """Start a worker; ``crash_at`` arms ``CRASH_AT``; ``wait``: until it is ready."""
+              pool: str = "solo", concurrency: int = 1, **extra_env: str) -> Worker:
+        """Start a worker; ``crash_at`` arms ``CRASH_AT``; ``wait``: until it is ready;
+        ``pool``/``concurrency``: Celery's (``prefork`` runs tasks in child processes)."""
         name = f"w{next(_names)}"
         env = worker_env(crash_dir or self.crash_dir, **extra_env)
         if crash_at:
             env["CRASH_AT"] = crash_at
-        worker = Worker(name, env, self.log_dir / f"{name}.log")
+        worker = Worker(name, env, self.log_dir / f"{name}.log", pool=pool,
+                        concurrency=concurrency)
         self.workers.append(worker)
         if wait:
             worker.wait_ready()

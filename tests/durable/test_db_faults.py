@@ -1,0 +1,200 @@
+"""Database faults inside one process: the execution stops, the run is released, the
+ledger settles what happened. (Real workers and terminated backends: tests/processes.)
+
+A fault is injected with ``connection.execute_wrapper``: the chosen statement raises
+``OperationalError`` instead of running, as a statement on a terminated connection does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError, connection
+from django.utils import timezone
+
+import durable
+from durable.engine import execute
+from durable.models import Operation, OperationStatus, Run, RunStatus, TraceEvent
+from tests import dbfault_workflows as dw
+from tests.crash_workflows import read_jsonl
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def crash_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRASH_TEST_DIR", str(tmp_path))
+    return tmp_path
+
+
+def fail_once(match):
+    """An execute wrapper: the first statement for which ``match(sql)`` is true raises."""
+    state = {"fired": 0, "sql": ""}
+
+    def wrapper(execute_, sql, params, many, context):
+        if not state["fired"] and match(" ".join(sql.replace('"', "").split())):
+            state["fired"] = 1
+            state["sql"] = sql
+            raise OperationalError("terminating connection due to administrator command "
+                                   "(injected)")
+        return execute_(sql, params, many, context)
+
+    wrapper.state = state
+    return wrapper
+
+
+def step_insert(sql: str) -> bool:
+    return "INSERT INTO durable_step" in sql
+
+
+def due_now(run_id: str) -> None:
+    Run.objects.filter(pk=run_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+
+
+def invocations(folder, run_id: str) -> Counter:
+    return Counter(i["step"] for i in read_jsonl(folder / "invocations.jsonl")
+                   if i["run"] == run_id and i["kind"] == "step")
+
+
+def test_checkpoint_fault_releases_the_run_for_a_retry_instead_of_failing_it(crash_dir):
+    run = durable.start("dbf.two_steps", {"n": 1})
+    fault = fail_once(step_insert)
+    with connection.execute_wrapper(fault):
+        status = execute(run.id)
+    assert fault.state["fired"], "the checkpoint was not attempted"
+    assert status == RunStatus.RETRYING
+    row = Run.objects.get(pk=run.id)
+    assert row.status == RunStatus.RETRYING and row.lease_token == "" and row.wake_at
+    assert row.error is None and row.cursor_lost == 0
+    event = TraceEvent.objects.get(run=run, kind="db_fault")
+    assert "OperationalError" in event.message and "released" in event.message
+    assert not TraceEvent.objects.filter(run=run, kind="failed").exists()
+
+    assert execute(run.id) is None  # not due yet: a hint that comes early does nothing
+    due_now(run.id)
+    assert execute(run.id) == RunStatus.SUCCEEDED
+    run = Run.objects.get(pk=run.id)
+    assert run.output_value()["ticket"] == "T-1"
+    # the body ran again (its checkpoint was lost), its effect did not happen again
+    assert invocations(crash_dir, run.id) == Counter({"first": 2, "dbf.charge": 1})
+    assert dw.effect_counts(crash_dir) == {("tickets", f"{run.id}:first"): 1,
+                                           ("charges", f"{run.id}:dbf.charge"): 1}
+    assert run.claims == 2
+    # a database fault is not a lost worker: no worker_lost attempt, no poison counting
+    assert not run.steps.filter(attempts__gt=1).exists()
+
+
+def test_workflow_code_cannot_swallow_a_checkpoint_fault(crash_dir):
+    run = durable.start("dbf.swallow", None)
+    with connection.execute_wrapper(fail_once(step_insert)):
+        assert execute(run.id) == RunStatus.RETRYING
+    row = Run.objects.get(pk=run.id)
+    assert row.status == RunStatus.RETRYING and row.output is None
+    due_now(run.id)
+    assert execute(run.id) == RunStatus.SUCCEEDED
+    assert Run.objects.get(pk=run.id).output_value() == "recorded"
+
+
+def test_fault_after_an_unsafe_write_is_settled_by_reconcile_not_repeated(crash_dir):
+    run = durable.start("dbf.two_steps", {"n": 2})
+    # the write's checkpoint: the step row of dbf.charge (the second step insert)
+    seen = {"inserts": 0}
+
+    def second_step_insert(sql: str) -> bool:
+        if step_insert(sql):
+            seen["inserts"] += 1
+            return seen["inserts"] == 2
+        return False
+
+    with connection.execute_wrapper(fail_once(second_step_insert)):
+        assert execute(run.id) == RunStatus.RETRYING
+    op = Operation.objects.get(run=run)
+    assert op.status == OperationStatus.STARTED  # called; its result not recorded
+    assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
+
+    due_now(run.id)
+    assert execute(run.id) == RunStatus.SUCCEEDED
+    op.refresh_from_db()
+    assert op.status == OperationStatus.SUCCEEDED and op.resolution == "reconciled: happened"
+    calls = Counter((i["kind"], i["step"]) for i in read_jsonl(crash_dir / "invocations.jsonl")
+                    if i["run"] == run.id)
+    assert calls == Counter({("step", "first"): 1, ("step", "dbf.charge"): 1,
+                             ("reconcile", "dbf.charge"): 1})
+    assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
+
+
+def test_claim_fault_is_retried_on_a_fresh_connection(crash_dir):
+    run = durable.start("dbf.two_steps", {"n": 3})
+    fault = fail_once(lambda sql: sql.startswith("SELECT") and "FROM durable_run" in sql)
+    with connection.execute_wrapper(fault):
+        assert execute(run.id) == RunStatus.SUCCEEDED
+    assert fault.state["fired"]
+    assert Run.objects.get(pk=run.id).claims == 1
+    assert not TraceEvent.objects.filter(run=run, kind="db_fault").exists()
+
+
+def test_a_step_body_database_error_is_the_steps_failure_not_a_fault(crash_dir):
+    """Only the engine's own database work is a fault: a body's error is retried."""
+    from tests.durable import engine_workflows as ew
+
+    ew.reset()
+    ew.FAILS["flaky"] = [OperationalError("the body's own query failed")]
+    run = durable.start("eng.single", {"label": "flaky", "value": 7})
+    assert execute(run.id) == RunStatus.SUCCEEDED
+    assert Run.objects.get(pk=run.id).output_value() == 7
+    assert ew.CALLS["flaky"] == 2
+    assert not TraceEvent.objects.filter(run=run, kind="db_fault").exists()
+
+
+# ------------------------------------------------- a connection terminated between tasks
+
+
+def terminate_my_backend() -> None:
+    """Terminate this thread's PostgreSQL backend from a second connection and wait."""
+    import psycopg
+
+    pid = connection.connection.info.backend_pid
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in ("dbname", "user", "password", "host", "port") and v}
+    with psycopg.connect(**params, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+
+
+class _Task:
+    class request:  # the shape of a Celery task's request
+        is_eager = False
+
+
+def test_a_sweep_after_the_connection_was_terminated_runs_on_a_new_connection():
+    """The task_prerun hook drops the dead connection before the next task's first
+    query (SCENARIOS S28: 'fails every later task, sweeps included')."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
+    from celery.signals import task_postrun, task_prerun
+
+    from durable.sweeper import sweep
+    from durable.tasks import _drop_broken_connections
+
+    sweep()  # a first task used the connection
+    _drop_broken_connections(task=_Task, signal=task_postrun)
+    terminate_my_backend()
+    for _ in range(3):  # every later task
+        _drop_broken_connections(task=_Task, signal=task_prerun)
+        assert sweep()["run_ids"] == []
+        _drop_broken_connections(task=_Task, signal=task_postrun)
+
+
+def test_without_the_hook_the_dead_connection_fails_the_next_sweep():
+    """What the hook prevents (and what Celery's fix-up does not do with
+    CELERY_DB_REUSE_MAX): the first query after the termination fails."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
+    from durable.sweeper import sweep
+
+    sweep()
+    terminate_my_backend()
+    with pytest.raises(OperationalError):
+        sweep()
+    connection.close()
