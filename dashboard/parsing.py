@@ -34,8 +34,8 @@ __all__ = [
     "MAX_YEAR",
     "MIN_YEAR",
     "BadParameter",
-    "PositiveIntConverter",
     "PayloadKeyConverter",
+    "PositiveIntConverter",
     "RunIdConverter",
     "bounded_datetime",
     "clean_text",
@@ -100,7 +100,7 @@ def bounded_datetime(value: dt.datetime | dt.date, what: str = "The date") -> An
         if timezone.is_naive(value):
             raise BadParameter(f"{what} has no time zone.")
         try:
-            utc = value.astimezone(dt.timezone.utc)
+            utc = value.astimezone(dt.UTC)
         except (OverflowError, ValueError):
             raise BadParameter(f"{what} is out of range.") from None
         year = utc.year

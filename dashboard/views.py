@@ -19,8 +19,8 @@ from durable import transitions
 
 from . import selectors
 from .access import require_perm
-from .parsing import BadParameter, clean_text, parse_int
 from .forms import RunFilterForm
+from .parsing import BadParameter, clean_text, parse_int
 from .roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 
 

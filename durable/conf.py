@@ -31,8 +31,8 @@ DEFAULT_REDACT_PATTERNS = (
     r"\bxapp-[0-9]-[A-Za-z0-9\-]{10,}",    # Slack app-level tokens
     r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b",  # AWS access key ids
     # private-key blocks (PEM), up to their END line or the end of the text
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*"
-    r"PRIVATE KEY( BLOCK)?-----|[\s\S]*)",
+    (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*"
+     r"PRIVATE KEY( BLOCK)?-----|[\s\S]*)"),
     r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",  # JWTs
 )
 

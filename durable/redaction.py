@@ -34,8 +34,8 @@ from durable.exceptions import DurableConfigurationError
 __all__ = [
     "REDACTED",
     "KeyMatcher",
-    "check_identifier",
     "PatternMatcher",
+    "check_identifier",
     "is_secret_key",
     "key_matcher",
     "matches_secret_pattern",

@@ -249,7 +249,7 @@ def _fuzz_every_route(role: str, world: dict, config: settings) -> None:
     for route in ROUTES:
         @config
         @given(data=st.data())
-        def check(data):
+        def check(data, route=route):
             _request(client, route, data, world)
 
         check()
