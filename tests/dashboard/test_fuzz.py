@@ -244,15 +244,19 @@ def test_every_hostile_kind_in_every_parameter(role, world, settings):
     _sweep(_client(role), world)
 
 
+def _fuzz_route(client: Client, route: str, world: dict, config: settings) -> None:
+    @config
+    @given(data=st.data())
+    def check(data):
+        _request(client, route, data, world)
+
+    check()
+
+
 def _fuzz_every_route(role: str, world: dict, config: settings) -> None:
     client = _client(role)
     for route in ROUTES:
-        @config
-        @given(data=st.data())
-        def check(data, route=route):
-            _request(client, route, data, world)
-
-        check()
+        _fuzz_route(client, route, world, config)
 
 
 @pytest.mark.parametrize("role", ROLES)
