@@ -489,6 +489,7 @@ class WorkflowContext:
               spec: dict[str, Any] | None = None) -> Any:
         step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
             kind, StepKind.WAIT)
+        check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)

@@ -28,7 +28,7 @@ def step_id(ctx, data):
 
 @durable.workflow(name="sec.signal", version="1")
 def signal(ctx, data):
-    return ctx.wait_for_signal(data["name"])
+    return ctx.wait_for_signal(data["name"], step_id=data.get("step_id"))
 
 
 @durable.workflow(name="sec.approval", version="1")

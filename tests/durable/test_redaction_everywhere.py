@@ -88,8 +88,9 @@ def test_credentials_in_an_error_message_are_stored_and_shown_redacted(admin, wh
 
 @pytest.mark.parametrize("workflow, data, what", [
     ("sec.step_id", {"step_id": "fetch-sk-live-abcdef123456"}, "step id"),
-    ("sec.signal", {"name": "ghp_" + "a" * 36}, "step id"),
-    ("sec.approval", {"key": "AKIAIOSFODNN7EXAMPLE", "title": "ok"}, "step id"),
+    ("sec.signal", {"name": "ghp_" + "a" * 36}, "wait key"),
+    ("sec.approval", {"key": "AKIAIOSFODNN7EXAMPLE", "title": "ok"}, "wait key"),
+    ("sec.signal", {"name": "xoxb-1234567890-abcdef", "step_id": "plain"}, "wait key"),
 ])
 def test_identifiers_that_look_like_secrets_are_refused(workflow, data, what):
     run = drive(durable.start(workflow, data).id)
