@@ -20,7 +20,8 @@ from durable import codec
 from .models import ApprovalArguments, ApprovalDecision, ApprovalRequest
 
 PAYLOAD_DISPLAY_CHARS = 100_000
-_PRE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 40em; overflow: auto"
+#: styled by durable/static/durable/admin.css (no inline style: the CSP forbids it)
+_PRE = "durable-payload"
 
 
 def _payload_html(text: str | None) -> SafeString | str:
@@ -33,7 +34,7 @@ def _payload_html(text: str | None) -> SafeString | str:
     shown = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     if len(shown) > PAYLOAD_DISPLAY_CHARS:
         shown = shown[:PAYLOAD_DISPLAY_CHARS] + f"\n… cut: {len(shown)} characters in all"
-    return format_html('<pre style="{}">{}</pre>', _PRE, shown)
+    return format_html('<pre class="{}">{}</pre>', _PRE, shown)
 
 
 class ReadOnlyMixin:

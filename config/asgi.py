@@ -1,6 +1,7 @@
 """ASGI entry point, served by daphne: HTTP through Django, websockets through Channels.
 
-Websockets (the dashboard's live updates) go through the session authentication of
+Request bodies over ``MAX_REQUEST_BODY_BYTES`` are answered 413 before Django reads
+them (:mod:`dashboard.bodylimit`). Websockets (the dashboard's live updates) go through the session authentication of
 ``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
 """
 
@@ -15,10 +16,11 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
+from dashboard.bodylimit import BodySizeLimitMiddleware
 from dashboard.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter({
-    "http": django_asgi_app,
+    "http": BodySizeLimitMiddleware(django_asgi_app),
     "websocket": AllowedHostsOriginValidator(
         AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

@@ -58,6 +58,31 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
+# --- HTTPS (only when asked for: the embedded default serves http on 127.0.0.1) -------
+# DJANGO_HTTPS=true turns on everything below at once; each variable can still override
+# its own setting. Behind a TLS-terminating proxy, the proxy must set X-Forwarded-Proto
+# (and strip it from client requests): see docs/security.md.
+HTTPS = env_bool("DJANGO_HTTPS", False)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", HTTPS)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or
+                          (31_536_000 if HTTPS else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS",
+                                          SECURE_HSTS_SECONDS > 0)
+# "preload" only offers the domain to browsers' HSTS preload lists; submitting it is a
+# separate, deliberate step (hstspreload.org). DJANGO_SECURE_HSTS_PRELOAD=false drops it.
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", HTTPS)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", HTTPS)
+if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", HTTPS):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# a request body over this many bytes is answered 413 before Django reads it
+# (dashboard/bodylimit.py, in front of Django in config/asgi.py)
+MAX_REQUEST_BODY_BYTES = int(os.environ.get("DURABLE_MAX_REQUEST_BYTES") or 4 * 1024 * 1024)
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -69,6 +94,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "csp",
+    "axes",
     "durable",
     "approvals",
     "dashboard",
@@ -84,8 +111,49 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # last, as django-axes asks: it turns a locked-out login into its 429 page
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Content-Security-Policy (django-csp): nothing inline, nothing from elsewhere ------
+# Every script and style is a file under static/; templates carry no <script>, <style>,
+# style="..." or on*="..." (tests/dashboard/test_security.py checks every template).
+# The live updates connect to ws(s):// on the same host: 'self' covers them in current
+# browsers (CSP Level 3).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# --- login throttling (django-axes) ---------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# after AXES_FAILURE_LIMIT failed logins for one username from one address, that pair is
+# locked out for AXES_COOLOFF_TIME hours (429); a successful login resets the count
+AXES_ENABLED = env_bool("DURABLE_LOGIN_THROTTLING", True)
+AXES_FAILURE_LIMIT = int(os.environ.get("DURABLE_LOGIN_FAILURE_LIMIT") or 5)
+AXES_COOLOFF_TIME = env_float("DURABLE_LOGIN_COOLOFF_HOURS", 0.25)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# the client address: REMOTE_ADDR, unless a trusted proxy count is configured, in which
+# case the address the proxy put into X-Forwarded-For (docs/security.md)
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("DURABLE_TRUSTED_PROXY_COUNT") or 0) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"])
 
 ROOT_URLCONF = "config.urls"
 TEMPLATES = [

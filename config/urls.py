@@ -6,3 +6,5 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("dashboard.urls")),
 ]
+
+handler400 = "dashboard.views.bad_request"

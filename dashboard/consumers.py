@@ -7,11 +7,18 @@ for an active user holding ``durable.view_run``; anyone else is closed with code
 
 ``?since=<event id>``: the newest event the page was rendered with. If the run (or any
 run, for the list) changed between the render and the connection, a refresh is sent at
-once, so nothing is missed in between (nor while a dropped socket reconnects).
+once, so nothing is missed in between (nor while a dropped socket reconnects). A
+malformed ``since`` (``²``, ``-1``, 40 digits) is ignored, like a missing one.
+
+Frames from the client are hints too: anything but a JSON ``{"type": "ping"}`` (text
+that is not JSON, binary frames, huge or deeply nested JSON) is ignored, never an error
+that closes the socket. Every socket that subscribed to the live follower unsubscribes
+exactly once, however its connect or its life ends (``_subscribed``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -19,9 +26,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from . import live
+from .parsing import BadParameter, parse_int
 from .roles import VIEW_RUN
 
 FORBIDDEN = 4403
+#: frames longer than this are ignored unread (clients only ever send a ping)
+MAX_FRAME_CHARS = 1024
 
 
 def _may_view(user: Any) -> bool:
@@ -41,6 +51,8 @@ def _changed_since(since: int, run_id: str | None) -> int:
 
 class _LiveConsumer(AsyncJsonWebsocketConsumer):
     group: str = ""
+    #: whether this socket holds one subscription of ``live.follower``
+    _subscribed: bool = False
 
     def group_name(self) -> str:  # pragma: no cover - every consumer below defines it
         raise TypeError(f"{type(self).__name__} must say which live group it follows")
@@ -49,9 +61,13 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         return None
 
     def since(self) -> int | None:
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        value = (query.get("since") or [""])[0]
-        return int(value) if value.isdigit() else None
+        """The ``since`` query parameter, or None when it is missing or malformed."""
+        raw = self.scope.get("query_string", b"")
+        query = parse_qs(raw.decode("latin-1") if isinstance(raw, bytes) else "")
+        try:
+            return parse_int((query.get("since") or [""])[0], what="since")
+        except BadParameter:
+            return None
 
     async def connect(self) -> None:
         if not await database_sync_to_async(_may_view)(self.scope.get("user")):
@@ -63,19 +79,52 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         self.group = self.group_name()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await live.follower.subscribe()
-        since = self.since()
-        if since is not None:
-            newest = await database_sync_to_async(_changed_since)(since, self.run_id())
-            if newest:
-                await self.send_json({"type": "refresh", "last": newest,
-                                      "runs": [self.run_id()] if self.run_id() else []})
+        # from here on, _release() gives the subscription back, whatever happens next
+        self._subscribed = True
+        try:
+            await live.follower.subscribe()
+            since = self.since()
+            if since is not None:
+                newest = await database_sync_to_async(_changed_since)(since, self.run_id())
+                if newest:
+                    await self.send_json({"type": "refresh", "last": newest,
+                                          "runs": [self.run_id()] if self.run_id() else []})
+        except BaseException:
+            await self._release()
+            raise
 
     async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-            await live.follower.unsubscribe()
-            self.group = ""
+        await self._release()
+
+    async def _release(self) -> None:
+        """Leave the group and give back the follower subscription (idempotent)."""
+        try:
+            if self.group:
+                group, self.group = self.group, ""
+                await self.channel_layer.group_discard(group, self.channel_name)
+        finally:
+            if self._subscribed:
+                self._subscribed = False
+                await live.follower.unsubscribe()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # a handler that raised ends the consumer without websocket.disconnect: release
+        # here too, or the follower would poll for a socket that is gone
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
+
+    async def receive(self, text_data: str | None = None,
+                      bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """Ignore anything but small JSON text frames (never close the socket for them)."""
+        if text_data is None or len(text_data) > MAX_FRAME_CHARS:
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            return
+        await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """Clients have nothing to say; a ping is answered so proxies keep the socket."""

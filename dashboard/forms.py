@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -11,6 +10,7 @@ from approvals.edits import EDIT_MAX_BYTES, InvalidEdit, parse_edit
 from durable.models import RunStatus
 
 from . import selectors
+from .parsing import BadParameter, bounded_datetime, load_json
 
 STATUS_CHOICES = [("", "Any status")] + [
     (value, label) for value, label in RunStatus.choices] + [
@@ -53,6 +53,21 @@ class RunFilterForm(forms.Form):
         self.fields["workflow"].choices = [("", "Any workflow")] + [
             (name, name) for name in (workflows or [])]
 
+    def _bounded_day(self, name: str) -> Any:
+        day = self.cleaned_data.get(name)
+        if day is None:
+            return None
+        try:
+            return bounded_datetime(day, "The date")
+        except BadParameter as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_created_from(self) -> Any:
+        return self._bounded_day("created_from")
+
+    def clean_created_to(self) -> Any:
+        return self._bounded_day("created_to")
+
     def filters(self) -> selectors.RunFilters:
         self.is_valid()  # populate cleaned_data with the valid fields
         return selectors.RunFilters.from_cleaned(getattr(self, "cleaned_data", {}) or {})
@@ -80,11 +95,8 @@ class ForkForm(ReasonForm):
 
 
 def _json_object(text: str, what: str) -> Any:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise forms.ValidationError(f"{what} is not valid JSON: {exc}") from exc
-    return value
+    """Parse a JSON form field: bounded size and depth (:func:`dashboard.parsing.load_json`)."""
+    return load_json(text, what=what)
 
 
 class DecisionForm(forms.Form):
@@ -157,14 +169,4 @@ class SignalForm(forms.Form):
         text = (self.cleaned_data.get("payload") or "").strip()
         if not text:
             return None
-
-        def reject_constant(name: str) -> Any:
-            raise forms.ValidationError(f"The payload is not valid JSON: {name} is not "
-                                        "allowed; use null or a number.")
-
-        try:
-            return json.loads(text, parse_constant=reject_constant)
-        except ValueError as exc:
-            raise forms.ValidationError(f"The payload is not valid JSON: {exc}. Quote keys "
-                                        'and strings with double quotes, e.g. {"note": "DN-1"}.'
-                                        ) from exc
+        return load_json(text, what="The payload")

@@ -56,7 +56,11 @@ from durable.models import (
     run_lineage,
 )
 
+from .parsing import BadParameter, bounded_datetime, clean_text, parse_int
+
 PAGE_SIZE = 50
+#: the longest run duration a "duration" cursor may name (100 years, in microseconds)
+MAX_CURSOR_MICROSECONDS = 100 * 366 * 86_400 * 1_000_000
 #: characters of a payload shown before "show all"
 PAYLOAD_PREVIEW_CHARS = 2000
 #: characters of a step's input or output shown (collapsed) before "show all"
@@ -220,14 +224,18 @@ def decode_cursor(cursor: str, kind: str) -> tuple[Any, str] | None:
         value, run_id = json.loads(raw)
         if not isinstance(run_id, str):
             return None
+        clean_text(run_id, "The cursor")
         if kind == "created":
-            key = datetime.fromisoformat(value)
-            if timezone.is_naive(key):
+            if not isinstance(value, str):
                 return None
+            key = bounded_datetime(datetime.fromisoformat(value), "The cursor")
         else:
-            key = timedelta(microseconds=int(value))
+            if type(value) is not int or abs(value) > MAX_CURSOR_MICROSECONDS:
+                return None
+            key = timedelta(microseconds=value)
         return key, run_id
-    except (ValueError, TypeError, binascii.Error, OverflowError, UnicodeDecodeError):
+    except (ValueError, TypeError, binascii.Error, OverflowError, UnicodeDecodeError,
+            RecursionError):
         return None
 
 
@@ -411,9 +419,13 @@ def full_payload(run_id: str, kind: str, pk: str) -> Payload | None:
     if model is Run:
         qs = Run.objects.filter(pk=run_id)
     else:
-        if not str(pk).isdigit():
+        try:
+            number = parse_int(str(pk), what="The id")
+        except BadParameter:
             return None
-        qs = model.objects.filter(pk=int(pk), run_id=run_id)
+        if number is None:
+            return None
+        qs = model.objects.filter(pk=number, run_id=run_id)
     row = qs.values_list(field_name, flat=True)
     found = list(row[:1])
     if not found:

@@ -1,23 +1,33 @@
-"""URLs of the dashboard (mounted at the site root by ``config/urls.py``)."""
+"""URLs of the dashboard (mounted at the site root by ``config/urls.py``).
+
+Path parameters use the strict converters of :mod:`dashboard.parsing`: a run id outside
+the run-id alphabet or a number that is not 1-18 ASCII digits does not match (404).
+"""
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, register_converter
 
 from . import actions, views
+from .parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
 app_name = "dashboard"
 
+register_converter(PositiveIntConverter, "id")
+register_converter(RunIdConverter, "run_id")
+register_converter(PayloadKeyConverter, "payload_key")
+
 urlpatterns = [
     path("", views.runs, name="runs"),
-    path("runs/<str:run_id>/", views.run_detail, name="run"),
-    path("runs/<str:run_id>/steps/", views.run_steps, name="steps"),
-    path("runs/<str:run_id>/payload/<slug:kind>/<str:pk>/", views.run_payload, name="payload"),
-    path("runs/<str:run_id>/signal/", actions.run_signal_view, name="run_signal"),
-    path("runs/<str:run_id>/<slug:action>/", actions.run_action, name="run_action"),
-    path("operations/<int:operation_id>/reconcile/", actions.operation_reconcile_view,
+    path("runs/<run_id:run_id>/", views.run_detail, name="run"),
+    path("runs/<run_id:run_id>/steps/", views.run_steps, name="steps"),
+    path("runs/<run_id:run_id>/payload/<slug:kind>/<payload_key:pk>/", views.run_payload,
+         name="payload"),
+    path("runs/<run_id:run_id>/signal/", actions.run_signal_view, name="run_signal"),
+    path("runs/<run_id:run_id>/<slug:action>/", actions.run_action, name="run_action"),
+    path("operations/<id:operation_id>/reconcile/", actions.operation_reconcile_view,
          name="reconcile"),
     path("approvals/", views.approvals, name="approvals"),
-    path("approvals/<int:request_id>/decide/", actions.approval_decide_view, name="decide"),
+    path("approvals/<id:request_id>/decide/", actions.approval_decide_view, name="decide"),
     path("attention/", views.attention, name="attention"),
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -20,6 +21,7 @@ from durable import transitions
 from . import selectors
 from .access import require_perm
 from .forms import RunFilterForm
+from .parsing import BadParameter, clean_text, parse_int
 from .roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 
 
@@ -55,7 +57,7 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
     # is then after it, and the socket sends a refresh at once (no read skew)
     since = selectors.last_event_id()
     form = RunFilterForm(request.GET or None, workflows=selectors.workflow_names(
-        request.GET.get("workflow", "")[:200]))
+        _clean_or_empty(request.GET.get("workflow", "")[:200])))
     filters = form.filters() if request.GET else selectors.RunFilters()
     page = selectors.runs_page(filters, after=request.GET.get("after", ""),
                                before=request.GET.get("before", ""))
@@ -71,6 +73,13 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
         "nav": "runs",
     }
     return page_or_fragment(request, "dashboard/runs.html", "table", context)
+
+
+def _clean_or_empty(value: str) -> str:
+    try:
+        return clean_text(value)
+    except BadParameter:
+        return ""  # not offered as a choice: the form then reports the field as invalid
 
 
 def _status_links() -> list[tuple[str, str]]:
@@ -118,12 +127,11 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
                             run_context(request, run_id))
 
 
-def _position(value: str | None) -> int | None:
-    if value is None or value == "":
-        return None
-    if not value.isdigit() or len(value) > 9:
-        raise Http404("Not a step position.")
-    return int(value)
+def _position(value: str | None, name: str) -> int | None:
+    try:
+        return parse_int(value, what=f"The step position “{name}”", max_digits=9)
+    except BadParameter as exc:
+        raise BadRequest(str(exc)) from None
 
 
 @require_GET
@@ -135,10 +143,10 @@ def run_steps(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = selectors.get_run(run_id)
     if run is None:
         raise Http404(f"There is no run with the id “{run_id}”.")
-    after = _position(request.GET.get("after"))
+    after = _position(request.GET.get("after"), "after")
     if after is None:
         after = -1
-    before = _position(request.GET.get("before"))
+    before = _position(request.GET.get("before"), "before")
     page = selectors.step_page(run, after, before)
     context = {"run": run, "page": page, "after": after, "nav": "runs"}
     return page_or_fragment(request, "dashboard/steps.html", "rows", context)
@@ -204,3 +212,13 @@ def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
 def attention(request: HtmxHttpRequest) -> HttpResponse:
     return page_or_fragment(request, "dashboard/attention.html", "content",
                             attention_context(request))
+
+
+# --- errors --------------------------------------------------------------------------
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler400``: the 400 page, with the parser's message (Django's default shows
+    none). Messages come from :mod:`dashboard.parsing` and never echo the input."""
+    message = str(exception) if isinstance(exception, BadRequest | BadParameter) else ""
+    return render(request, "400.html", {"exception": message}, status=400)

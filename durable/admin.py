@@ -41,7 +41,8 @@ PAYLOAD_DISPLAY_CHARS = 100_000
 #: steps shown inline on a run's page (the Steps list has them all)
 INLINE_STEPS = 200
 
-_PRE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 40em; overflow: auto"
+#: styled by durable/static/durable/admin.css (no inline style: the CSP forbids it)
+_PRE = "durable-payload"
 
 
 # --- display helpers -----------------------------------------------------------------
@@ -50,7 +51,7 @@ _PRE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 40
 def _pre(text: str) -> SafeString:
     if len(text) > PAYLOAD_DISPLAY_CHARS:
         text = text[:PAYLOAD_DISPLAY_CHARS] + f"\n… cut: {len(text)} characters in all"
-    return format_html('<pre style="{}">{}</pre>', _PRE, text)
+    return format_html('<pre class="{}">{}</pre>', _PRE, text)
 
 
 def payload_html(text: str | None) -> SafeString | str:

@@ -14,6 +14,7 @@ from . import codec, conf, registry, requesters
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, RunInputConflict, RunNotFound
 from .models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
+from .redaction import check_identifier
 
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
@@ -49,7 +50,8 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
 
     Raises :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
     storable or over ``DURABLE['MAX_PAYLOAD_BYTES']``), ``ValueError`` (bad run id or
-    budget).
+    budget), :class:`~durable.exceptions.SecretInIdentifier` (a ``ValueError``: a tag
+    or the run id matches ``DURABLE['REDACT_PATTERNS']``).
     """
     spec = registry.get_workflow(workflow_name, version)
     if run_id is not None and not _RUN_ID_RE.fullmatch(str(run_id)):  # '$' allows a '\n'
@@ -58,6 +60,10 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     if tags is not None and (not isinstance(tags, list | tuple)
                              or not all(isinstance(t, str) for t in tags)):
         raise ValueError("tags must be a list of strings")
+    for tag in tags or ():
+        check_identifier(tag, "tag")
+    if run_id is not None:
+        check_identifier(str(run_id), "run id")
     input_text = codec.dumps_checked(input, what="run input")
     input_hash = codec.fingerprint(input)
     if max_steps is not None and max_steps < 1:  # 0 must not silently mean "the default"

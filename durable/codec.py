@@ -25,14 +25,18 @@ tag            value
 ``dict``       list of ``[key, value]`` pairs: a dict with a non-str key, a key ``"$t"``
                or a key that looks like a token (so user data is never read as a tag)
 ``secret``     a redacted ``str``, Fernet-encrypted (:mod:`durable.secrets`)
+``sealed``     any other value under a secret key (number, list, dict, ...): the
+               encrypted JSON of its encoding; decodes back to the same value
 ``Secret``     a :class:`~durable.secrets.Secret`: the encrypted JSON of its value
 =============  =========================================================================
 
-Redaction while encoding (:mod:`durable.redaction`): a ``str`` under a dict key that
-:func:`~durable.redaction.is_secret_key` selects, and any ``str`` anywhere that matches
-a ``REDACT_PATTERNS`` entry, is stored encrypted; other values under secret keys are
-encoded normally (their own keys and strings are checked the same way). Decoding
-decrypts them back to ``str``; :func:`decode_for_display` shows ``[REDACTED]``.
+Redaction while encoding (:mod:`durable.redaction`): every value except ``None`` under a
+dict key that :func:`~durable.redaction.is_secret_key` selects -- a ``str`` (tag
+``secret``) or any other type, encrypted as a whole (tag ``sealed``: a list of tokens
+under ``"api_keys"`` or a card number stored as an ``int`` is never in clear, nor
+searchable) -- and any ``str`` anywhere that matches a ``REDACT_PATTERNS`` entry, is
+stored encrypted. Decoding decrypts them back to the original value;
+:func:`decode_for_display` shows ``[REDACTED]``.
 
 Only exact types are accepted: subclasses (``OrderedDict``, namedtuples, enums, ``str``
 subclasses), dataclasses and other objects raise
@@ -189,6 +193,22 @@ class _Encoder:
             return {TAG: "Secret", "h": keyed_digest(text)}
         return {TAG: "Secret", "v": encrypt(text)}
 
+    def sealed(self, value: Any, depth: int) -> dict[str, Any]:
+        """A non-str value under a secret key, encrypted as a whole."""
+        inner = _Encoder(redact=False, canonical=self.canonical, active=self.active)
+        text = _dumps(inner.enc(value, depth + 1))
+        if self.canonical:
+            return {TAG: "sealed", "h": keyed_digest(text)}
+        return {TAG: "sealed", "v": encrypt(text)}
+
+    def under_secret_key(self, item: Any, depth: int) -> Any:
+        t = type(item)
+        if t is str:
+            return self.secret(item)
+        if item is None or t is Secret:
+            return self.enc(item, depth)
+        return self.sealed(item, depth)
+
     # the one dispatch
     def enc(self, value: Any, depth: int) -> Any:
         t = type(value)
@@ -304,8 +324,8 @@ class _Encoder:
         k = None
         try:
             for k, item in value.items():
-                if type(item) is str and is_secret_key is not None and is_secret_key(k):
-                    out[k] = self.secret(item)
+                if is_secret_key is not None and is_secret_key(k):
+                    out[k] = self.under_secret_key(item, d)
                 else:
                     out[k] = enc(item, d)
         except _Fail as exc:
@@ -329,9 +349,8 @@ class _Encoder:
                     exc.segments.append(f"<key #{n}>")
                     raise
                 try:
-                    if (type(item) is str and type(k) is str and is_secret_key is not None
-                            and is_secret_key(k)):
-                        ev = self.secret(item)
+                    if type(k) is str and is_secret_key is not None and is_secret_key(k):
+                        ev = self.under_secret_key(item, d)
                     else:
                         ev = enc(item, d)
                 except _Fail as exc:
@@ -486,6 +505,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "int": lambda d: int(d["v"], 16),
     "dict": lambda d: {k: v for k, v in d["v"]},
     "secret": lambda d: decrypt(d["v"]),
+    "sealed": lambda d: decode(decrypt(d["v"])),
     "Secret": lambda d: Secret(decode(decrypt(d["v"]))),
 }
 
@@ -554,6 +574,7 @@ _DISPLAYERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "int": lambda d: f"0x{d['v']}" if not d["v"].startswith("-") else f"-0x{d['v'][1:]}",
     "dict": lambda d: {k if isinstance(k, str) else str(k): v for k, v in d["v"]},
     "secret": lambda d: redaction.REDACTED,
+    "sealed": lambda d: redaction.REDACTED,
     "Secret": lambda d: redaction.REDACTED,
 }
 

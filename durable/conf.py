@@ -17,11 +17,31 @@ DEFAULT_REDACT_KEYS = (
 )
 
 DEFAULT_REDACT_PATTERNS = (
-    r"sk-[A-Za-z0-9_\-]{6,}",             # OpenAI / Stripe style secret keys
-    r"(?i)bearer\s+[A-Za-z0-9._~+/\-]+=*",  # Authorization: Bearer <token>
-    r"gh[pousr]_[A-Za-z0-9]{20,}",         # GitHub tokens
-    r"xox[baprs]-[A-Za-z0-9\-]{10,}",      # Slack tokens
-    r"AKIA[0-9A-Z]{16}",                   # AWS access key ids
+    r"sk-[A-Za-z0-9_\-]{6,}",             # OpenAI / Anthropic style secret keys
+    r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{10,}",  # Stripe secret and restricted keys
+    # Authorization: <scheme> <credentials>, whatever the scheme
+    r"(?i)\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:[A-Za-z]+\s+)?[^\s\"',;]+",
+    r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]+=*",  # Bearer <token>
+    # Basic <base64 of user:password>: a digit, +, / or = or a lower-to-upper hump, so
+    # that prose ("basic settings", "Basic Authentication") is left alone
+    r"(?i:\bbasic)\s+(?=[A-Za-z0-9+/]*(?:[0-9+/=]|[a-z][A-Z]))[A-Za-z0-9+/]{8,}={0,2}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",       # GitHub tokens
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}",     # GitHub fine-grained tokens
+    r"\bxox[abeprs]-[A-Za-z0-9\-]{10,}",   # Slack tokens
+    r"\bxapp-[0-9]-[A-Za-z0-9\-]{10,}",    # Slack app-level tokens
+    r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b",  # AWS access key ids
+    # private-key blocks (PEM), up to their END line or the end of the text
+    (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*"
+     r"PRIVATE KEY( BLOCK)?-----|[\s\S]*)"),
+    r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",  # JWTs
+)
+
+#: normalised keys that contain a REDACT_KEYS entry but name counts, not secrets (the
+#: token usage of an LLM reply); matched exactly, after the same normalisation
+DEFAULT_REDACT_KEYS_ALLOW = (
+    "tokens", "max_tokens", "prompt_tokens", "completion_tokens", "total_tokens",
+    "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "token_count",
+    "tokens_used", "max_completion_tokens",
 )
 
 DEFAULTS: dict[str, Any] = {
@@ -54,6 +74,8 @@ DEFAULTS: dict[str, Any] = {
     # redaction: dict keys (case-insensitive, substring) and regex patterns
     "REDACT_KEYS": list(DEFAULT_REDACT_KEYS),
     "REDACT_PATTERNS": list(DEFAULT_REDACT_PATTERNS),
+    # keys that match REDACT_KEYS but are not secret (exact, after normalisation)
+    "REDACT_KEYS_ALLOW": list(DEFAULT_REDACT_KEYS_ALLOW),
     # key for encrypting redacted values at rest; derived from SECRET_KEY when empty
     "ENCRYPTION_KEY": "",
     # default token budget of a run's LLM calls (None: unlimited)

@@ -54,7 +54,7 @@ from .models import (
     WaitKind,
     WaitStatus,
 )
-from .redaction import redact_text
+from .redaction import check_identifier, redact_text
 from .retry import AMBIGUOUS, DEFAULT_POLICY, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from .signals import wait_created
 from .types import NOT_FOUND, Decision, ModelRecoverable
@@ -357,6 +357,7 @@ class WorkflowContext:
 
     def _next_call(self, base: str) -> tuple[str, int, Step | None]:
         self._ensure_live()
+        check_identifier(base, "step id")  # also wait keys and signal names: see _wait
         self._occurrences[base] += 1
         n = self._occurrences[base]
         sid = base if n == 1 else f"{base}#{n}"
@@ -518,6 +519,7 @@ class WorkflowContext:
         if int(required) < 1:
             raise ValueError("ctx.wait_for_approval: required must be >= 1")
         wake_in = _seconds(timeout, "ctx.wait_for_approval")
+        title = redact_text(str(title))  # free text shown to approvers: redacted, not refused
         spec = {"title": title, "payload": payload, "approvers": approvers,
                 "on_timeout": on_timeout, "escalate_to": escalate_to, "required": int(required),
                 "allow_edit": bool(allow_edit), "four_eyes": bool(four_eyes),
@@ -538,6 +540,7 @@ class WorkflowContext:
               spec: dict[str, Any] | None = None) -> Any:
         step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
             kind, StepKind.WAIT)
+        check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)

@@ -120,6 +120,22 @@ class PayloadError(DurableError):
         super().__init__(where + message)
 
 
+class SecretInIdentifier(DurableError, ValueError):
+    """An identifier (step id, wait or signal key, tag, run id) looks like a secret.
+
+    Identifiers are stored and shown in clear and are what searches and the replay key
+    on, so they are refused rather than redacted: a redacted step id would collide with
+    every other one. The message names the kind of identifier, never its value.
+    """
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(
+            f"the {what} looks like a secret (it matches DURABLE['REDACT_PATTERNS'] or a "
+            "secret value of this run); identifiers are stored and shown in clear, so "
+            "choose one that is not a secret")
+
+
 class WorkflowNotFound(DurableError):
     """No workflow of that name (and version) is registered in this process."""
 

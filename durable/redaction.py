@@ -4,11 +4,16 @@ Two settings drive it (see :mod:`durable.conf`):
 
 - ``DURABLE["REDACT_KEYS"]`` -- case-insensitive substrings of dict keys; ``-`` counts
   as ``_``, so ``"api_key"`` matches ``"X-Api-Key"`` and ``"openai_api_key"``.
+  ``DURABLE["REDACT_KEYS_ALLOW"]`` lists normalised keys that contain an entry but are
+  not secret (``"total_tokens"``), matched exactly.
 - ``DURABLE["REDACT_PATTERNS"]`` -- regular expressions for tokens found anywhere in a
-  string (``sk-...``, ``Bearer ...``, GitHub, Slack and AWS keys by default).
+  string (by default: ``sk-...`` and Stripe keys, ``Authorization:`` values, ``Bearer``
+  and ``Basic`` credentials, GitHub, Slack and AWS keys, PEM private-key blocks, JWTs).
 
-:mod:`durable.codec` encrypts the values these select; :func:`redact_text` blanks
-pattern matches out of free text (error messages, tracebacks, logs).
+:mod:`durable.codec` encrypts the values these select -- every value under a secret
+key, whatever its type, and every string matching a pattern; :func:`redact_text` blanks
+pattern matches out of free text (error messages, tracebacks, logs, approval titles);
+:func:`check_identifier` refuses identifiers that look like secrets.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ __all__ = [
     "REDACTED",
     "KeyMatcher",
     "PatternMatcher",
+    "check_identifier",
     "is_secret_key",
     "key_matcher",
     "matches_secret_pattern",
@@ -71,11 +77,12 @@ def _as_tuple(value: Any, name: str) -> tuple[str, ...]:
 class KeyMatcher:
     """``matcher(key) -> bool``: whether a dict key names a secret, with a result cache."""
 
-    __slots__ = ("_cache", "_regex")
+    __slots__ = ("_allow", "_cache", "_regex")
 
-    def __init__(self, keys: tuple[str, ...]) -> None:
+    def __init__(self, keys: tuple[str, ...], allow: tuple[str, ...] = ()) -> None:
         parts = sorted({_normalise(k) for k in keys if k}, key=len, reverse=True)
         self._regex = re.compile("|".join(map(re.escape, parts))) if parts else None
+        self._allow = frozenset(_normalise(k) for k in allow if k)
         self._cache: dict[str, bool] = {}
 
     def __call__(self, key: str) -> bool:
@@ -83,7 +90,9 @@ class KeyMatcher:
             return self._cache[key]
         except KeyError:
             pass
-        found = self._regex is not None and self._regex.search(_normalise(key)) is not None
+        normal = _normalise(key)
+        found = (self._regex is not None and normal not in self._allow
+                 and self._regex.search(normal) is not None)
         if len(self._cache) >= 8192:
             self._cache.clear()
         self._cache[key] = found
@@ -91,8 +100,8 @@ class KeyMatcher:
 
 
 @lru_cache(maxsize=16)
-def _key_matcher_for(keys: tuple[str, ...]) -> KeyMatcher:
-    return KeyMatcher(keys)
+def _key_matcher_for(keys: tuple[str, ...], allow: tuple[str, ...]) -> KeyMatcher:
+    return KeyMatcher(keys, allow)
 
 
 def key_matcher() -> KeyMatcher | None:
@@ -105,7 +114,8 @@ def key_matcher() -> KeyMatcher | None:
     except KeyError:
         pass
     keys = _as_tuple(conf.get("REDACT_KEYS"), "REDACT_KEYS")
-    matcher = _key_matcher_for(keys) if keys else None
+    allow = _as_tuple(conf.get("REDACT_KEYS_ALLOW"), "REDACT_KEYS_ALLOW")
+    matcher = _key_matcher_for(keys, allow) if keys else None
     _settings_cache["keys"] = matcher
     return matcher
 
@@ -115,7 +125,8 @@ def is_secret_key(key: str) -> bool:
 
     True when any ``REDACT_KEYS`` entry is a substring of ``key``, ignoring case and
     treating ``-`` as ``_`` (``"X-Api-Key"``, ``"openai_api_key"`` and
-    ``"Authorization"`` match the defaults). Non-str keys are never secret.
+    ``"Authorization"`` match the defaults), unless the normalised key is listed in
+    ``REDACT_KEYS_ALLOW`` (``"total_tokens"``). Non-str keys are never secret.
     """
     if not isinstance(key, str):
         return False
@@ -214,6 +225,27 @@ def redact_text(text: str) -> str:
     return text
 
 
+def check_identifier(value: str, what: str) -> str:
+    """Return ``value``; raise :class:`~durable.exceptions.SecretInIdentifier` when it
+    matches a ``REDACT_PATTERNS`` entry or contains a secret known in this context.
+
+    For identifiers that are stored and shown in clear and must stay distinct: step ids,
+    wait and signal keys, tags, run ids. ``what`` names the kind in the message (the
+    value itself is never in it).
+    """
+    from .exceptions import SecretInIdentifier
+
+    if not isinstance(value, str) or not value:
+        return value
+    matcher = pattern_matcher()
+    if matcher is not None and matcher.key(value):
+        raise SecretInIdentifier(what)
+    for secret in known_secrets():
+        if secret in value:
+            raise SecretInIdentifier(what)
+    return value
+
+
 # --- secrets known by value -------------------------------------------------------------
 # A value chosen as secret by its dict key ({"password": "hunter2"}) is just a str once
 # the workflow passes it on (ctx.step(..., data["password"])). While a run executes, the
@@ -247,11 +279,29 @@ def secrets_in(value: Any, *, _depth: int = 0) -> set[str]:
             if isinstance(key, str) and isinstance(item, str) and is_secret_key(key):
                 if len(item) >= MIN_KNOWN_SECRET_LENGTH:
                     found.add(item)
+            elif isinstance(key, str) and is_secret_key(key):
+                # a list or dict under a secret key: every str in it is secret
+                found |= _strings_in(item, _depth + 1)
             else:
                 found |= secrets_in(item, _depth=_depth + 1)
     elif isinstance(value, list | tuple | set | frozenset):
         for item in value:
             found |= secrets_in(item, _depth=_depth + 1)
+    return found
+
+
+def _strings_in(value: Any, depth: int) -> set[str]:
+    if depth > 50:
+        return set()
+    if isinstance(value, str):
+        return {value} if len(value) >= MIN_KNOWN_SECRET_LENGTH else set()
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for item in value.values():  # keys are structure, not the secret
+            found |= _strings_in(item, depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            found |= _strings_in(item, depth + 1)
     return found
 
 

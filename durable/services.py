@@ -13,7 +13,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, mailbox, requesters
+from . import codec, mailbox, redaction, requesters
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, IllegalTransition
 from .models import (
@@ -446,7 +446,8 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
     on (:mod:`durable.mailbox`). It still reads like the stored
     :class:`~durable.models.Signal` (``.pk``, ``.wait``, ...). Raises
     :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition` (the run has
-    finished), ``ValueError`` (bad name), :class:`~durable.PayloadError` (payload not
+    finished), ``ValueError`` (bad name; :class:`~durable.exceptions.SecretInIdentifier` for a
+    name that looks like a secret), :class:`~durable.PayloadError` (payload not
     storable).
     """
     from . import transitions
@@ -455,6 +456,7 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
 
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ValueError("signal name must be a string of 1-200 characters")
+    redaction.check_identifier(name, "signal name")  # stored and shown in clear
     actor = _actor(by)
     payload_text = codec.dumps_checked(payload, what="signal payload")
     now = timezone.now()

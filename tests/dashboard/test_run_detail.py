@@ -33,7 +33,7 @@ def test_header_timeline_and_events(viewer_client):
     assert block.count("Attempt ") == 2 and "TransientError" in block and "Transient" in block
     assert "next try after" in block
     assert "503 from upstream &lt;b&gt;bold&lt;/b&gt;" in block  # escaped
-    assert 'style="margin-left:' in block
+    assert re.search(r'<svg class="bar"[^>]*><rect x="[0-9.]+" width="[0-9.]+"', block)
     # events
     assert "Event log" in page and "created" in page and "completed" in page or "succeeded" in page
 

@@ -86,7 +86,7 @@ def test_load_more_fragment_pages_on_position(viewer_client):
     assert "y" * 3000 not in body and f"/payload/step-output/{step.pk}/" in body
     # without HTMX: a page of its own; bad positions are a 404
     assert "<!doctype html>" in viewer_client.get(url).content.decode()
-    assert viewer_client.get(f"/runs/{run.id}/steps/?after=x").status_code == 404
+    assert viewer_client.get(f"/runs/{run.id}/steps/?after=x").status_code == 400
     assert viewer_client.get("/runs/nope/steps/?after=1").status_code == 404
 
 

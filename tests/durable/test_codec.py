@@ -356,6 +356,27 @@ def test_secret_keys_follow_settings(settings):
     assert is_secret_key("password") is False
 
 
+@pytest.mark.parametrize("text", [
+    "Authorization: Basic dXNlcjpwYXNzd29yZA==", "authorization=Token abc123",
+    "basic YWxhZGRpbjpvcGVuc2VzYW1l", "Bearer eyJhbGciOi.xyz", "sk_live_abcdefghijklmn",
+    "ghp_" + "a" * 36, "github_pat_" + "b" * 30, "xoxb-1234567890-abcdef", "xapp-1-A0123456789",
+    "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----",
+    "-----BEGIN PRIVATE KEY----- truncated",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+])
+def test_default_patterns_cover_the_common_credential_formats(text):
+    assert matches_secret_pattern(text) is True
+    assert redact_text(f"before {text} after").startswith("before [REDACTED]")
+
+
+@pytest.mark.parametrize("text", ["basic settings", "Basic Authentication is required",
+                                  "the bearer", "a skiff", "AKIA", "eyJ alone",
+                                  "total_tokens", "authorization failed"])
+def test_default_patterns_leave_prose_alone(text):
+    assert matches_secret_pattern(text) is False
+
+
 def test_secret_patterns():
     assert matches_secret_pattern("key sk-live-abcdef123") is True
     assert matches_secret_pattern("Authorization: bearer abc.def") is True
@@ -386,14 +407,26 @@ def test_secret_key_without_pattern_match_is_encrypted():
     assert codec.decode(text) == {"X-Api-Key": "hunter2", "password": "correct horse"}
 
 
-def test_non_str_values_under_secret_keys_are_plain():
-    value = {"max_tokens": 100, "session": {"id": 7, "password": "pw-123", "note": "hi"}}
+def test_any_value_under_a_secret_key_is_encrypted_as_a_whole():
+    value = {"max_tokens": 100, "session": {"id": 7, "password": "pw-123", "note": "hi"},
+             "api_keys": ["key-one-1", "key-two-2"], "cvv": 123, "card_number": 4111111111111111,
+             "password_hint": None, "token": 1.5, "secret": (b"raw", True)}
     text = codec.encode(value)
-    assert '"max_tokens":100' in text
-    assert '"id":7' in text
-    assert '"note":"hi"' in text
-    assert "pw-123" not in text
-    assert codec.decode(text) == value
+    assert '"max_tokens":100' in text  # REDACT_KEYS_ALLOW: a count, not a secret
+    for clear in ('"id":7', '"note":"hi"', "pw-123", "key-one-1", "123", "4111111111111111",
+                  "1.5", "true", "cmF3"):
+        assert clear not in text.replace('"max_tokens":100', ""), clear
+    assert '"password_hint":null' in text  # nothing to hide in None
+    out = codec.decode(text)
+    assert out == value and type(out["secret"]) is tuple and type(out["cvv"]) is int
+    shown = codec.decode_for_display(text)
+    assert shown["session"] == shown["api_keys"] == shown["cvv"] == "[REDACTED]"
+    assert shown["max_tokens"] == 100
+
+
+def test_values_under_secret_keys_fingerprint_without_clear_text():
+    assert codec.fingerprint({"pin_token": [1, 2]}) == codec.fingerprint({"pin_token": [1, 2]})
+    assert codec.fingerprint({"pin_token": [1, 2]}) != codec.fingerprint({"pin_token": [1, 3]})
 
 
 def test_bearer_token_in_a_list_is_encrypted():
