@@ -36,6 +36,7 @@ from .exceptions import (
     Suspend,
     ToolNotFound,
 )
+from .fields import storable_json, storable_text
 from .models import (
     AttemptOutcome,
     Operation,
@@ -81,7 +82,7 @@ class StepTimeout(DurableError):
 def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:
     """A JSON-able, redacted description of an exception (for ``error`` columns)."""
     return {
-        "type": type(exc).__name__,
+        "type": type(exc).__name__[:200],
         "message": redact_text(_safe_str(exc))[:4000],
         "classification": classification,
         "step_id": step_id,
@@ -332,6 +333,7 @@ class WorkflowContext:
 
     def _next_call(self, base: str) -> tuple[str, int, Step | None]:
         self._ensure_live()
+        base = storable_text(base)  # the id compared on replay is the id stored
         self._occurrences[base] += 1
         n = self._occurrences[base]
         sid = base if n == 1 else f"{base}#{n}"
@@ -863,7 +865,7 @@ class WorkflowContext:
             SELECT id FROM s"""  # noqa: S608 - table names come from the models
         params = [now, pos + 1, tokens, self.run_id, self.token, self._status,
                   sid, pos, kind, tool_name, StepStatus.SUCCEEDED, input_text, output,
-                  json.dumps(error) if error is not None else None, attempt,
+                  json.dumps(storable_json(error)) if error is not None else None, attempt,
                   self._budget_base.get(pos, 0), started_at, now,
                   sid, json.dumps(event_data), self.worker_id, now]
         with connection.cursor() as cursor:

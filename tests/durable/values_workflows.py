@@ -1,0 +1,103 @@
+"""Fixture workflows and tools for the value-storage and duration tests.
+
+Importing this module registers them. Tests steer them through module-level state that
+:func:`reset` clears: ``RAISE[label]`` is a list of exceptions a body raises, one per
+call; ``RETURN[label]`` is the value a body returns (any object, storable or not);
+``CALLS`` counts body calls; ``SEEN`` records what the workflow saw.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import durable
+from durable import RetryPolicy
+
+CALLS: Counter[str] = Counter()
+RAISE: dict[str, list[BaseException]] = {}
+RETURN: dict[str, Any] = {}
+SEEN: list[tuple[str, Any]] = []
+EFFECTS: list[str] = []
+
+FAST = RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False)
+ONCE = RetryPolicy(max_attempts=1, initial_interval=0.01, jitter=False)
+
+
+def reset() -> None:
+    CALLS.clear()
+    RAISE.clear()
+    RETURN.clear()
+    SEEN.clear()
+    EFFECTS.clear()
+
+
+def body(label: str) -> Any:
+    CALLS[label] += 1
+    plan = RAISE.get(label)
+    if plan:
+        raise plan.pop(0)
+    return RETURN.get(label)
+
+
+@durable.tool(name="values_lookup", safety="read_only", retry=FAST)
+def values_lookup(q: str = "") -> Any:
+    """A read-only tool that raises what ``RAISE["lookup"]`` says."""
+    return body("lookup")
+
+
+@durable.tool(name="values_refund", safety="unsafe_write", retry=ONCE)
+def values_refund(amount: int, *, idempotency_key: str) -> Any:
+    """An unsafe write: the effect happens, then it returns ``RETURN["refund"]``."""
+    EFFECTS.append(idempotency_key)
+    return body("refund")
+
+
+@durable.tool(name="values_upsert", safety="idempotent_write", retry=ONCE)
+def values_upsert(name: str, *, idempotency_key: str) -> Any:
+    """An idempotent write returning ``RETURN["upsert"]``."""
+    EFFECTS.append(idempotency_key)
+    return body("upsert")
+
+
+@durable.workflow(name="values.lookup", version="1")
+def lookup(ctx, data):
+    value = ctx.call_tool("values_lookup", {"q": "x"})
+    SEEN.append(("lookup", value))
+    return value
+
+
+@durable.workflow(name="values.refund", version="1")
+def refund(ctx, data):
+    value = ctx.call_tool("values_refund", {"amount": 5})
+    SEEN.append(("refund", value))
+    return {"refund": value}
+
+
+@durable.workflow(name="values.upsert", version="1")
+def upsert(ctx, data):
+    value = ctx.call_tool("values_upsert", {"name": "n"})
+    SEEN.append(("upsert", value))
+    return {"upsert": value}
+
+
+@durable.workflow(name="values.step", version="1")
+def step(ctx, data):
+    """One step ``data["label"]`` (policy ``data["policy"]``: "once" or "fast")."""
+    policy = ONCE if (data or {}).get("policy", "once") == "once" else FAST
+    value = ctx.step(data["label"], body, data["label"], retry=policy)
+    SEEN.append(("step", value))
+    if isinstance(value, durable.ModelRecoverable):
+        return {"message": value.message, "details": value.details}
+    return value
+
+
+@durable.workflow(name="values.echo", version="1")
+def echo(ctx, data):
+    """Returns its input through a step (the step's output is the input)."""
+    return ctx.step("echo", lambda v: v, data)
+
+
+@durable.workflow(name="values.signal", version="1")
+def signal(ctx, data):
+    return ctx.wait_for_signal("go")
