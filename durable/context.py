@@ -16,6 +16,7 @@ import time
 import traceback as tb_module
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ from .models import (
     WaitStatus,
 )
 from .redaction import redact_text
+from .rendering import render
 from .retry import AMBIGUOUS, DEFAULT_POLICY, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from .signals import wait_created
 from .types import NOT_FOUND, Decision, ModelRecoverable
@@ -779,10 +781,22 @@ class WorkflowContext:
             error = {"classification": MODEL_RECOVERABLE, "type": value.error_type,
                      "message": redact_text(value.message)[:4000], "step_id": sid}
         try:
-            output = codec.dumps_checked(stored, what="step output", step_id=sid)
+            try:
+                output = codec.dumps_checked(stored, what="step output", step_id=sid)
+            except PayloadError as exc:
+                if not isinstance(value, ModelRecoverable):
+                    raise
+                # a fixable mistake stays fixable: store a rendering of what cannot be stored
+                value, output = _storable_model_error(value, exc, sid)
+                assert error is not None
+                error["details_note"] = redact_text(str(exc))[:1000]
         except PayloadError as exc:
             if ledger is not None:
-                ledger.mark_succeeded_unstorable()
+                # the write happened; only its result cannot be stored: an operator (or
+                # the reconcile hook) says what it was -- never a success without a result
+                return ledger.result_unstorable(sid=sid, pos=pos, rec=rec, kind=kind,
+                                                attempt=attempt, exc=exc,
+                                                started_at=started_at)
             self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
                                  input_text=input_text, attempt=attempt, exc=exc,
                                  classification=PERMANENT, delay=None, started_at=started_at,
@@ -1130,10 +1144,64 @@ class _Ledger:
                 return _AGAIN
         op = self.op
         assert op is not None
-        info = (error_info(exc, classification=AMBIGUOUS, step_id=sid) if exc is not None else
-                {"type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": sid,
-                 "message": "the worker stopped after this write was sent and before its "
-                            "result was recorded"})
+        if exc is not None:
+            info = error_info(exc, classification=AMBIGUOUS, step_id=sid)
+        elif op.status == OperationStatus.UNKNOWN and op.error:
+            info = op.error  # parked before: keep what was said then
+        else:
+            info = {"type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": sid,
+                    "message": "the worker stopped after this write was sent and before its "
+                               "result was recorded"}
+        return self._park_for_operator(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt,
+                                       exc=exc, started_at=started_at, info=info,
+                                       title=f"Did {self.spec.name} happen? ({self.key})",
+                                       what="outcome unknown")
+
+    def result_unstorable(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                          attempt: int, exc: PayloadError, started_at: datetime) -> Any:
+        """The write happened, but its result cannot be stored (SCENARIOS S26).
+
+        The ``reconcile`` hook is asked for the result; a storable one is recorded. Else
+        the run waits for an operator to record what happened (the unknown-outcome
+        decision of the ledger: ``durable reconcile <op> --happened --result JSON``).
+        The workflow never receives a result that was not recorded.
+        """
+        if self.spec.reconcile is not None:
+            try:
+                found = self.spec.reconcile(self.params, idempotency_key=self.key)
+            except Exception as rexc:  # noqa: BLE001 - an operator decides instead
+                logger.warning("reconcile of %s failed: %s", self.key,
+                               redact_text(_safe_str(rexc)))
+                found = _UNRESOLVED
+            if found is not _UNRESOLVED and found is not None and found is not NOT_FOUND:
+                try:
+                    codec.dumps_checked(found, what="step output", step_id=sid)
+                except PayloadError:
+                    pass
+                else:
+                    self.resolution = "reconciled: happened"
+                    return self.ctx._record_success(
+                        sid=sid, pos=pos, rec=rec, kind=kind, tool_name=self.spec.name,
+                        input_text=self.input_text, attempt=attempt, value=found,
+                        started_at=started_at, ledger=self)
+        info = {"type": "ResultNotStorable", "classification": AMBIGUOUS, "step_id": sid,
+                "message": redact_text(
+                    f"{self.spec.name} returned, so its effect happened, but its result "
+                    f"cannot be stored ({exc}); an operator must record the result it "
+                    "returned")[:4000]}
+        return self._park_for_operator(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt,
+                                       exc=exc, started_at=started_at, info=info,
+                                       title=f"{self.spec.name} happened: record its result "
+                                             f"({self.key})",
+                                       what="it happened but its result cannot be stored")
+
+    def _park_for_operator(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                           attempt: int, exc: BaseException | None, started_at: datetime,
+                           info: dict[str, Any], title: str, what: str) -> Any:
+        """Mark the operation unknown, open its decision wait and suspend the run."""
+        ctx = self.ctx
+        op = self.op
+        assert op is not None
         now = timezone.now()
 
         def work() -> None:
@@ -1154,13 +1222,13 @@ class _Ledger:
                 run_id=ctx.run_id, wait_id=f"reconcile:{sid}",
                 defaults={"position": pos, "kind": WaitKind.RECONCILE,
                           "status": WaitStatus.PENDING, "operation": op,
-                          "title": f"Did {self.spec.name} happen? ({self.key})",
+                          "title": title[:300],
                           "payload": self.params_text, "created_at": now,
                           "resolved_at": None, "resolved_by": "", "result": None})
 
         ctx._suspend_waiting(work, [ctx._event(
             "unknown_outcome", sid,
-            f"{self.spec.name}: outcome unknown; an operator must decide "
+            f"{self.spec.name}: {what}; an operator must decide "
             f"(manage.py durable reconcile {op.pk} --happened/--not-happened)",
             {"operation": op.pk, "idempotency_key": self.key})])
         raise Suspend(f"unknown outcome of {self.key}")
@@ -1180,10 +1248,6 @@ class _Ledger:
     def failed_known(self) -> None:
         if self.op is not None:
             self._set_status_now(OperationStatus.FAILED, "model-recoverable error")
-
-    def mark_succeeded_unstorable(self) -> None:
-        if self.op is not None:
-            self._set_status_now(OperationStatus.SUCCEEDED, "result too large to store")
 
     def succeeded_txn(self, value: Any, output: str) -> None:
         if self.op is None:
@@ -1205,6 +1269,27 @@ class _Ledger:
 
 
 _UNRESOLVED = object()
+
+
+def _storable_model_error(value: ModelRecoverable, exc: PayloadError,
+                          sid: str) -> tuple[ModelRecoverable, str]:
+    """``value`` with details the codec can store (durable/rendering.py), and its text.
+
+    Falls back to a note in place of the details, then to a shortened message, so a
+    model-recoverable error is always stored as one (never a permanent failure).
+    """
+    candidates = [replace(value, details=render(value.details)),
+                  replace(value, details=f"<details not stored: {exc}>"[:2000]),
+                  replace(value, message=value.message[:4000],
+                          details=f"<details not stored: {exc}>"[:2000])]
+    for candidate in candidates:
+        try:
+            return candidate, codec.dumps_checked(candidate.to_dict(), what="step output",
+                                                  step_id=sid)
+        except PayloadError:
+            continue
+    plain = ModelRecoverable(storable_text(_safe_str(exc))[:4000], value.error_type[:200])
+    return plain, codec.encode(plain.to_dict())
 
 
 def _arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:

@@ -101,3 +101,22 @@ def echo(ctx, data):
 @durable.workflow(name="values.signal", version="1")
 def signal(ctx, data):
     return ctx.wait_for_signal("go")
+
+
+def _reconcile_refund(params: dict[str, Any], *, idempotency_key: str) -> Any:
+    return RETURN.get("reconciled", durable.NOT_FOUND)
+
+
+@durable.tool(name="values_refund_reconciled", safety="unsafe_write", retry=ONCE,
+              reconcile=_reconcile_refund)
+def values_refund_reconciled(amount: int, *, idempotency_key: str) -> Any:
+    """An unsafe write with a reconcile hook that returns ``RETURN["reconciled"]``."""
+    EFFECTS.append(idempotency_key)
+    return body("refund")
+
+
+@durable.workflow(name="values.refund_reconciled", version="1")
+def refund_reconciled(ctx, data):
+    value = ctx.call_tool("values_refund_reconciled", {"amount": 5})
+    SEEN.append(("refund", value))
+    return {"refund": value}
