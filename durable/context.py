@@ -25,10 +25,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import codec, conf, registry
+from .durations import check_duration, check_retry_after
 from .exceptions import (
     BudgetExceeded,
     DurableError,
     IdempotencyConflict,
+    InvalidDuration,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
@@ -191,9 +193,13 @@ class WorkflowContext:
         the step fails for good (the run is then FAILED).
         """
         base = step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step")
+        timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)",
+                                    positive=True)
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, StepKind.STEP, invalid)
         key = self.idempotency_key(sid)
         call_kwargs = dict(kwargs)
         if registry.accepts_keyword(fn, "idempotency_key"):
@@ -258,6 +264,10 @@ class WorkflowContext:
                 sid, pos, rec, StepKind.TOOL, name, input_text,
                 ModelRecoverable(f"tool {name!r} is not registered; available tools: {known}",
                                  "ToolNotFound"))
+        _, invalid = _checked(spec.timeout, call=f"tool {name!r} timeout", positive=True)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, StepKind.TOOL, invalid, tool_name=name,
+                                input_text=input_text)
         key = self.idempotency_key(sid)
         call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
         if registry.accepts_keyword(spec.fn, "idempotency_key"):
@@ -294,9 +304,12 @@ class WorkflowContext:
         """
         from . import llm as llm_module
 
+        _, invalid = _checked(timeout, call="ctx.llm(timeout=...)", positive=True)
         sid, pos, rec = self._next_call(step_id or "llm")
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, StepKind.LLM, invalid)
         if self.run.max_tokens is not None and self.run.tokens_used >= self.run.max_tokens:
             exc = BudgetExceeded(run_id=self.run_id, budget="max_tokens",
                                  limit=self.run.max_tokens, used=self.run.tokens_used)
@@ -422,6 +435,18 @@ class WorkflowContext:
                              started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
                              reason="cannot store the step's input")
 
+    def _fail_call_now(self, sid: str, pos: int, rec: Step | None, kind: str,
+                       exc: DurableError, *, tool_name: str = "",
+                       input_text: str | None = None) -> None:
+        """Fail this call for good before it runs (e.g. a duration that cannot be
+        scheduled); raises :class:`StepFailed` with the run marked failed."""
+        self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
+                             input_text=input_text,
+                             attempt=(rec.attempts if rec is not None else 0) + 1, exc=exc,
+                             classification=PERMANENT, delay=None, started_at=timezone.now(),
+                             outcome=AttemptOutcome.FAILED, reason="invalid duration")
+        raise AssertionError("unreachable")  # _record_failure raised StepFailed
+
     # -------------------------------------------------------------------- waits
 
     def sleep(self, duration: float | timedelta, *, step_id: str | None = None) -> None:
@@ -430,17 +455,33 @@ class WorkflowContext:
         The wake time is stored when the timer is first reached; the worker is freed and
         the sweeper wakes the run when it is due -- never early, and once even if no
         worker was up at the time.
+
+        ``duration`` must be finite, >= 0 and at most 10 years
+        (:mod:`durable.durations`); otherwise the timer step fails at once, for good
+        (:class:`~durable.StepFailed`, the error names the call and the value).
         """
-        seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-        if seconds < 0:
-            raise ValueError(f"ctx.sleep: duration must be >= 0 seconds, got {seconds}")
-        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds)
+        seconds, invalid = _checked(duration, call="ctx.sleep")
+        if duration is None:
+            invalid = InvalidDuration(call="ctx.sleep", value=None,
+                                      reason="give seconds as an int or a float, or a timedelta")
+        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds or 0.0,
+                   invalid=invalid)
 
     def sleep_until(self, when: datetime, *, step_id: str | None = None) -> None:
-        """A durable timer until the aware datetime ``when`` (a past time returns at once)."""
+        """A durable timer until the aware datetime ``when`` (a past time returns at once).
+
+        A time more than 10 years ahead fails the timer step at once, as ``ctx.sleep``.
+        """
         if not isinstance(when, datetime) or timezone.is_naive(when):
             raise ValueError("ctx.sleep_until needs an aware datetime (with a time zone)")
-        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when)
+        invalid = None
+        ahead = (when - timezone.now()).total_seconds()
+        if ahead > 0:
+            _, invalid = _checked(ahead, call="ctx.sleep_until")
+            if invalid is not None:
+                invalid = InvalidDuration(call="ctx.sleep_until", value=when,
+                                          reason=invalid.reason)
+        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when, invalid=invalid)
 
     def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None,
                         default: Any = None, step_id: str | None = None) -> Any:
@@ -451,9 +492,10 @@ class WorkflowContext:
         """
         if not name or len(name) > 200:
             raise ValueError("ctx.wait_for_signal: name must be 1-200 characters")
-        wake_in = _seconds(timeout, "ctx.wait_for_signal")
+        wake_in, invalid = _checked(timeout, call="ctx.wait_for_signal(timeout=...)",
+                                    positive=True)
         return self._wait(step_id or f"signal:{name}", kind=WaitKind.SIGNAL, key=name,
-                          wake_in=wake_in, spec={"default": default})
+                          wake_in=wake_in, spec={"default": default}, invalid=invalid)
 
     def wait_for_approval(self, key: str, *, title: str, payload: Any = None,
                           approvers: str | None = None, timeout: float | timedelta | None = None,
@@ -474,26 +516,31 @@ class WorkflowContext:
             raise ValueError("ctx.wait_for_approval: on_timeout='escalate' needs escalate_to")
         if int(required) < 1:
             raise ValueError("ctx.wait_for_approval: required must be >= 1")
-        wake_in = _seconds(timeout, "ctx.wait_for_approval")
+        wake_in, invalid = _checked(timeout, call="ctx.wait_for_approval(timeout=...)",
+                                    positive=True)
         spec = {"title": title, "payload": payload, "approvers": approvers,
                 "on_timeout": on_timeout, "escalate_to": escalate_to, "required": int(required),
                 "allow_edit": bool(allow_edit), "four_eyes": bool(four_eyes),
                 "timeout": wake_in}
-        return self._approval(f"approval:{key}", key, title, spec)
+        return self._approval(f"approval:{key}", key, title, spec, invalid=invalid)
 
-    def _approval(self, base: str, key: str, title: str, spec: dict[str, Any]) -> Decision:
+    def _approval(self, base: str, key: str, title: str, spec: dict[str, Any], *,
+                  invalid: InvalidDuration | None = None) -> Decision:
         value = self._wait(base, kind=WaitKind.APPROVAL, key=key, wake_in=spec.get("timeout"),
-                           title=title, spec=spec)
+                           title=title, spec=spec, invalid=invalid)
         return Decision.from_dict(value or {})
 
     def _wait(self, base: str, *, kind: str, key: str = "", wake_in: float | None = None,
               wake_at: datetime | None = None, title: str = "",
-              spec: dict[str, Any] | None = None) -> Any:
+              spec: dict[str, Any] | None = None,
+              invalid: InvalidDuration | None = None) -> Any:
         step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
             kind, StepKind.WAIT)
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, step_kind, invalid)
         while True:
             wait = Wait.objects.filter(run_id=self.run_id, wait_id=sid).first()
             now = timezone.now()
@@ -684,12 +731,21 @@ class WorkflowContext:
                         return settled
                     classification = "transient"  # reconciled: it did not happen
                 retryable = classification in ("transient", AMBIGUOUS)
-                delay = None
-                if retryable and attempt - self._budget_base[pos] < policy.max_attempts:
-                    delay = policy.next_delay(attempt, retry_after)
                 if ledger is not None:
                     ledger.after_failure(ambiguous=classification == AMBIGUOUS)
                 reason = ("max attempts exceeded" if retryable else f"{classification} error")
+                if retryable and retry_after is not None:
+                    try:
+                        retry_after = check_retry_after(
+                            retry_after, call=_call_name(kind, sid, tool_name),
+                            source=_retry_after_source(exc))
+                    except InvalidDuration as bad:  # recorded as this attempt's end, for good
+                        retryable = False
+                        classification = PERMANENT
+                        reason = str(bad)
+                delay = None
+                if retryable and attempt - self._budget_base[pos] < policy.max_attempts:
+                    delay = policy.next_delay(attempt, retry_after)
                 delay = self._record_failure(
                     sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
                     input_text=input_text, attempt=attempt, exc=exc,
@@ -1271,6 +1327,24 @@ class _Ledger:
 _UNRESOLVED = object()
 
 
+def _call_name(kind: str, sid: str, tool_name: str) -> str:
+    """How a durable call reads in messages: ``ctx.call_tool('refund')``."""
+    if kind == StepKind.TOOL:
+        return f"ctx.call_tool({tool_name!r})"
+    if kind == StepKind.LLM:
+        return f"ctx.llm({sid!r})"
+    if kind == StepKind.COMPENSATION:
+        return f"compensation {sid!r}"
+    return f"ctx.step({sid!r})"
+
+
+def _retry_after_source(exc: BaseException) -> str:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return f"the Retry-After of HTTP {status}"
+    return f"{type(exc).__name__}.retry_after"
+
+
 def _storable_model_error(value: ModelRecoverable, exc: PayloadError,
                           sid: str) -> tuple[ModelRecoverable, str]:
     """``value`` with details the codec can store (durable/rendering.py), and its text.
@@ -1308,11 +1382,14 @@ class _Answered(Exception):
     """A wait was answered between reading it and parking the run (rolls back)."""
 
 
-def _seconds(value: float | timedelta | None, where: str) -> float | None:
+def _checked(value: float | timedelta | None, *, call: str,
+             positive: bool = False) -> tuple[float | None, InvalidDuration | None]:
+    """``(seconds, None)`` for a schedulable duration (``None`` stays ``None``), else
+    ``(None, error)``: the caller fails the call once it knows the step's id."""
     if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds <= 0:
-        raise ValueError(f"{where}: timeout must be > 0 seconds, got {seconds}")
-    return seconds
+        return None, None
+    try:
+        return check_duration(value, call=call, positive=positive), None
+    except InvalidDuration as exc:
+        return None, exc
 _AGAIN = object()

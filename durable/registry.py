@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from .durations import check_duration
 from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
 from .retry import RetryPolicy
 
@@ -115,6 +116,8 @@ def tool(*, name: str | None = None, safety: str, retry: RetryPolicy | None = No
     if safety not in SAFETY_CLASSES:
         raise DurableConfigurationError(
             f"tool safety must be one of {', '.join(SAFETY_CLASSES)}, got {safety!r}")
+    if timeout is not None:
+        check_duration(timeout, call=f"durable.tool(name={name!r}, timeout=...)", positive=True)
 
     def decorator(fn: F) -> F:
         tool_name = name or fn.__name__

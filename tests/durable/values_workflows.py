@@ -120,3 +120,60 @@ def refund_reconciled(ctx, data):
     value = ctx.call_tool("values_refund_reconciled", {"amount": 5})
     SEEN.append(("refund", value))
     return {"refund": value}
+
+
+# --- durations ---------------------------------------------------------------------------
+
+
+class Response429:
+    def __init__(self, retry_after: str) -> None:
+        self.status_code = 429
+        self.headers = {"Retry-After": retry_after}
+
+
+class RateLimited(Exception):
+    """Shaped like ``httpx.HTTPStatusError`` for a 429 with a ``Retry-After``."""
+
+    def __init__(self, retry_after: str) -> None:
+        super().__init__(f"429 Too Many Requests (Retry-After: {retry_after})")
+        self.response = Response429(retry_after)
+
+
+@durable.tool(name="values_provider", safety="read_only", retry=FAST)
+def values_provider(q: str = "") -> Any:
+    """A read-only provider call that raises what ``RAISE["provider"]`` says."""
+    return body("provider")
+
+
+@durable.workflow(name="values.provider", version="1")
+def provider(ctx, data):
+    return ctx.call_tool("values_provider", {"q": "x"})
+
+
+@durable.workflow(name="values.sleep", version="1")
+def sleep(ctx, data):
+    ctx.sleep(data["seconds"])
+    return "woke"
+
+
+@durable.workflow(name="values.sleep_until", version="1")
+def sleep_until(ctx, data):
+    import datetime as dt
+
+    ctx.sleep_until(dt.datetime.fromisoformat(data["when"]))
+    return "woke"
+
+
+@durable.workflow(name="values.approval", version="1")
+def approval(ctx, data):
+    return ctx.wait_for_approval("ok", title="ok?", timeout=data["timeout"]).approved
+
+
+@durable.workflow(name="values.signal_timeout", version="1")
+def signal_timeout(ctx, data):
+    return ctx.wait_for_signal("go", timeout=data["timeout"], default="none")
+
+
+@durable.workflow(name="values.step_timeout", version="1")
+def step_timeout(ctx, data):
+    return ctx.step("slow", body, "slow", timeout=data["timeout"])
