@@ -177,3 +177,19 @@ def signal_timeout(ctx, data):
 @durable.workflow(name="values.step_timeout", version="1")
 def step_timeout(ctx, data):
     return ctx.step("slow", body, "slow", timeout=data["timeout"])
+
+
+@durable.workflow(name="values.approval_edit", version="1")
+def approval_edit(ctx, data):
+    decision = ctx.wait_for_approval("edit", title="edit?", payload=data, allow_edit=True)
+    return {"approved": decision.approved, "comment": decision.comment,
+            "edited": decision.edited}
+
+
+@durable.workflow(name="values.raise", version="1")
+def raise_(ctx, data):
+    """Step ``boom`` raises ``RAISE["boom"]``'s next exception once (no retry)."""
+    value = ctx.step("boom", body, "boom", retry=ONCE)
+    if isinstance(value, durable.ModelRecoverable):
+        return {"message": value.message, "type": value.error_type, "details": value.details}
+    return value
