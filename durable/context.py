@@ -937,7 +937,7 @@ class WorkflowContext:
                   sid, pos, kind, tool_name, StepStatus.SUCCEEDED, input_text, output,
                   json.dumps(storable_json(error)) if error is not None else None, attempt,
                   self._budget_base.get(pos, 0), started_at, now,
-                  sid, json.dumps(event_data), self.worker_id, now]
+                  sid, json.dumps(storable_json(event_data)), self.worker_id, now]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -1215,7 +1215,7 @@ class _Ledger:
 
     def result_unstorable(self, *, sid: str, pos: int, rec: Step | None, kind: str,
                           attempt: int, exc: PayloadError, started_at: datetime) -> Any:
-        """The write happened, but its result cannot be stored (SCENARIOS S26).
+        """The write happened, but its result cannot be stored (docs/values.md).
 
         The ``reconcile`` hook is asked for the result; a storable one is recorded. Else
         the run waits for an operator to record what happened (the unknown-outcome

@@ -7,7 +7,7 @@ not negative (timeouts: greater than zero), and at most :data:`MAX_DURATION_SECO
 (10 years). Anything else raises :class:`~durable.exceptions.InvalidDuration` naming the
 call and the value; inside a workflow that fails the step at once, for good. Without the
 check, ``ctx.sleep(1e12)`` overflowed ``datetime`` and ``float("nan")`` compared false
-with everything (SCENARIOS S24).
+with everything.
 
 A server's ``Retry-After`` (RFC 9110 section 10.2.3: delay-seconds or an HTTP date) is
 parsed by :func:`parse_retry_after`: text that is neither is ignored (the policy's backoff

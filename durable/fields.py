@@ -4,7 +4,7 @@ PostgreSQL refuses two things SQLite accepts: a NUL character (U+0000) in a ``te
 ``varchar`` value, and the escape ``\\u0000`` inside ``jsonb``; no database driver can
 encode a lone surrogate (U+D800-U+DFFF, e.g. from ``os.fsdecode`` of bad bytes) as UTF-8.
 A tool raising ``ValueError("bad byte \\x00 here")`` must not turn the recording of its
-failure into a ``DataError`` (SCENARIOS S25), and a value must be stored the same way on
+failure into a ``DataError``, and a value must be stored the same way on
 both databases. So free text is made storable *before* it reaches the driver, here:
 
 - :func:`storable_text`: NUL becomes the four characters ``\\x00`` and a lone surrogate

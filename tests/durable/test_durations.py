@@ -1,5 +1,5 @@
 """Durations that cannot be scheduled fail at once, naming the call and the value
-(SCENARIOS S24, durable/durations.py); a long but possible one still works."""
+(durable/durations.py, docs/values.md); a long but possible one still works."""
 
 from __future__ import annotations
 
