@@ -71,6 +71,10 @@ def workflow(*, name: str | None = None, version: str = "1", max_steps: int | No
     ``max_steps`` and ``deadline_seconds`` are the run's default budgets.
     """
 
+    if deadline_seconds is not None:
+        check_duration(deadline_seconds, call="durable.workflow(deadline_seconds=...)",
+                       positive=True)
+
     def decorator(fn: F) -> F:
         wf_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if not _NAME_RE.match(wf_name):

@@ -204,3 +204,14 @@ def test_retry_policy_backoff_does_not_overflow():
 def test_tool_declared_with_an_infinite_timeout_is_refused_at_registration():
     with pytest.raises(InvalidDuration, match=r"durable.tool\(name='never', timeout=...\): inf"):
         durable.tool(name="never", safety="read_only", timeout=math.inf)
+
+
+@pytest.mark.parametrize("deadline", [math.inf, math.nan, 1e12])
+def test_a_deadline_that_cannot_be_scheduled_is_refused_at_start(deadline):
+    from durable.models import Run
+
+    with pytest.raises(InvalidDuration, match=r"^durable.start\(deadline_seconds=...\): "):
+        durable.start("values.echo", 1, deadline_seconds=deadline)
+    assert not Run.objects.exists()
+    with pytest.raises(InvalidDuration, match=r"^durable.workflow\(deadline_seconds=...\)"):
+        durable.workflow(name="values.never", deadline_seconds=deadline)
