@@ -20,7 +20,9 @@ schedulable one is capped at :data:`MAX_RETRY_AFTER_SECONDS` (one day). The poli
 from __future__ import annotations
 
 import math
+import numbers
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -41,18 +43,22 @@ MAX_RETRY_AFTER_SECONDS = 86_400.0
 
 
 def check_duration(value: Any, *, call: str, positive: bool = False) -> float:
-    """``value`` (seconds as ``int``/``float``, or a ``timedelta``) as float seconds.
+    """``value`` (seconds as a real number -- ``int``, ``float``, ``Decimal`` -- or a
+    ``timedelta``) as float seconds.
 
     ``positive``: zero is refused too (timeouts). Raises
     :class:`~durable.exceptions.InvalidDuration` naming ``call`` and the value.
     """
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
+    elif isinstance(value, (numbers.Real, Decimal)) and not isinstance(value, bool):
+        try:  # int, float, Decimal, Fraction, numpy numbers
             seconds = float(value)
         except OverflowError:  # an int beyond any float
             raise InvalidDuration(call=call, value=value, reason=_too_long()) from None
+        except ValueError:  # Decimal("sNaN")
+            raise InvalidDuration(call=call, value=value,
+                                  reason="it is not a number (nan)") from None
     else:
         raise InvalidDuration(call=call, value=value,
                               reason="give seconds as an int or a float, or a timedelta")

@@ -146,6 +146,15 @@ def test_check_duration_accepts_ten_years_and_refuses_more():
         check_duration(MAX_DURATION_SECONDS + 1, call="x")
     with pytest.raises(InvalidDuration, match="int or a float"):
         check_duration(True, call="x")
+    with pytest.raises(InvalidDuration, match="int or a float"):
+        check_duration("60", call="x")
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert check_duration(Decimal("1.5"), call="x") == 1.5
+    assert check_duration(Fraction(1, 4), call="x") == 0.25
+    with pytest.raises(InvalidDuration, match="not a number"):
+        check_duration(Decimal("NaN"), call="x")
     with pytest.raises(ValueError):  # InvalidDuration is a ValueError
         check_duration(dt.timedelta.max, call="x")
 
