@@ -1108,8 +1108,11 @@ class _Ledger:
                     params_hash=self.params_hash, status=OperationStatus.STARTED,
                     lease_token=ctx.token, attempts=1, created_at=now, updated_at=now)
                 decision["action"] = "call"
-            elif op.status == OperationStatus.SUCCEEDED:
+            elif op.status == OperationStatus.SUCCEEDED and op.result is not None:
                 decision["action"] = "settled"
+            elif op.status == OperationStatus.SUCCEEDED:
+                # recorded before results were checked: it happened, its result is lost
+                decision["action"] = "unknown"
             elif op.status == OperationStatus.UNKNOWN or (
                     op.status == OperationStatus.STARTED and op.lease_token != ctx.token):
                 decision["action"] = "unknown"
@@ -1262,7 +1265,7 @@ class _Ledger:
 
         def work() -> None:
             Operation.objects.filter(pk=op.pk).update(
-                status=OperationStatus.UNKNOWN, error=info, updated_at=now)
+                status=OperationStatus.UNKNOWN, error=info, resolution="", updated_at=now)
             step = ctx._save_step(rec, pos, step_id=sid, kind=kind, tool_name=self.spec.name,
                                   status=StepStatus.WAITING, input=self.input_text, error=info,
                                   attempts=attempt, next_attempt_at=None,

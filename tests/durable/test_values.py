@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import durable
-from durable.models import RunStatus, Step, StepAttempt, StepStatus, TraceEvent
+from durable.models import Run, RunStatus, Step, StepAttempt, StepStatus, TraceEvent
 from durable.testing import drive
 from tests.durable import values_workflows as vw
 
@@ -177,3 +177,27 @@ def test_unstorable_step_result_fails_the_step_naming_the_path():
     assert run.error["message"].startswith(
         "step 's': cannot store step output.rows[2]: type Unstorable")
     assert run.error["step_id"] == "s"
+
+
+def test_a_write_recorded_succeeded_without_a_result_asks_an_operator_on_resume():
+    """Rows written before results were checked: 'succeeded' with no result is not None."""
+    from durable import services
+    from durable.models import Operation, OperationStatus
+
+    vw.RETURN["refund"] = Unstorable()
+    run = drive(durable.start("values.refund").id)
+    op = Operation.objects.get(run=run)
+    # what the ledger used to record, and a run failed on it
+    Operation.objects.filter(pk=op.pk).update(status=OperationStatus.SUCCEEDED, result=None,
+                                              resolution="result too large to store")
+    Run.objects.filter(pk=run.id).update(status=RunStatus.FAILED)
+    Step.objects.filter(run=run).update(status=StepStatus.FAILED)
+    durable.resume(run.id)
+    run = drive(run.id)
+    assert run.status == RunStatus.WAITING
+    assert vw.SEEN == []
+    assert len(vw.EFFECTS) == 1
+    services.operation_reconcile(operation_id=op.pk, outcome="happened", result={"id": "r"})
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert vw.SEEN == [("refund", {"id": "r"})]
