@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from durable.fields import StorableCharField, StorableTextField
 from durable.models import TERMINAL, Run, Wait
 
 
@@ -43,8 +44,8 @@ class ApprovalRequest(models.Model):
 
     wait = models.OneToOneField(Wait, on_delete=models.CASCADE, related_name="approval")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approval_requests")
-    key = models.CharField(max_length=255)
-    title = models.CharField(max_length=300)
+    key = StorableCharField(max_length=255)
+    title = StorableCharField(max_length=300)
     payload = models.TextField(null=True, blank=True, help_text="codec JSON, redacted")
     tool_name = models.CharField(max_length=200, blank=True, default="")
     safety = models.CharField(max_length=24, blank=True, default="")
@@ -69,7 +70,7 @@ class ApprovalRequest(models.Model):
                               default=ApprovalStatus.PENDING)
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.CharField(max_length=400, blank=True, default="")
-    comment = models.TextField(blank=True, default="")
+    comment = StorableTextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     arguments = models.ForeignKey("ApprovalArguments", null=True, blank=True,
                                   on_delete=models.SET_NULL, related_name="+",
@@ -161,7 +162,7 @@ class ApprovalDecision(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                              related_name="approval_decisions")
     approved = models.BooleanField()
-    comment = models.TextField(blank=True, default="")
+    comment = StorableTextField(blank=True, default="")
     edited = models.TextField(null=True, blank=True, help_text="edited parameters, codec JSON")
     arguments = models.ForeignKey(ApprovalArguments, null=True, blank=True,
                                   on_delete=models.PROTECT, related_name="decisions",

@@ -22,7 +22,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from . import codec, registry, services
-from .exceptions import IllegalTransition, ToolNotFound
+from .durations import check_duration
+from .exceptions import IllegalTransition, InvalidDuration, ToolNotFound
 from .models import (
     Operation,
     Run,
@@ -425,9 +426,13 @@ class ToolAdminForm(forms.ModelForm):
 
     def clean_timeout_seconds(self) -> float | None:
         value = self.cleaned_data.get("timeout_seconds")
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise forms.ValidationError("A timeout is a positive number of seconds; leave it "
-                                        "empty to use the code's timeout.")
+        if value is not None:
+            try:
+                check_duration(value, call="timeout", positive=True)
+            except InvalidDuration as exc:
+                raise forms.ValidationError(
+                    f"A timeout is a positive number of seconds, at most 10 years ({exc.reason}); "
+                    "leave it empty to use the code's timeout.") from None
         return value
 
 

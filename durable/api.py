@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from . import codec, conf, registry, requesters
 from .dispatch import dispatch_on_commit
+from .durations import check_duration
 from .exceptions import DurableError, RunInputConflict, RunNotFound
 from .models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
 from .redaction import check_identifier
@@ -68,8 +69,9 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     input_hash = codec.fingerprint(input)
     if max_steps is not None and max_steps < 1:  # 0 must not silently mean "the default"
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    if deadline_seconds is not None and not deadline_seconds > 0:
-        raise ValueError(f"deadline_seconds must be > 0, got {deadline_seconds}")
+    if deadline_seconds is not None:  # finite, > 0, at most 10 years (InvalidDuration)
+        check_duration(deadline_seconds, call="durable.start(deadline_seconds=...)",
+                       positive=True)
     steps_budget = max_steps or spec.max_steps or int(conf.get("MAX_STEPS"))
     if steps_budget < 1:
         raise ValueError("max_steps must be >= 1")

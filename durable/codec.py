@@ -22,6 +22,8 @@ tag            value
 ``uuid``       ``str(u)``
 ``float``      ``"nan"``, ``"inf"`` or ``"-inf"``
 ``int``        hex text, only for ints too large for decimal text (> 12,000 bits)
+``str``        Python ``unicode_escape`` text, only for a str holding a lone surrogate
+               (U+D800-U+DFFF, e.g. ``os.fsdecode`` of bad bytes): exact round trip
 ``dict``       list of ``[key, value]`` pairs: a dict with a non-str key, a key ``"$t"``
                or a key that looks like a token (so user data is never read as a tag)
 ``secret``     a redacted ``str``, Fernet-encrypted (:mod:`durable.secrets`)
@@ -62,6 +64,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from durable import conf, redaction
 from durable.exceptions import PayloadError
+from durable.fields import storable_text
 from durable.secrets import Secret, decrypt, encrypt, keyed_digest
 
 __all__ = [
@@ -153,6 +156,19 @@ def _check_str(value: str) -> None:
                         "(not valid UTF-8)") from None
 
 
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped_str(value: str) -> dict[str, Any]:
+    """A str with lone surrogates: ASCII text with Python escapes, decoded back exactly."""
+    return {TAG: "str", "v": value.encode("unicode_escape").decode("ascii")}
+
+
 def _tz_extra(out: dict[str, Any], value: dt.datetime | dt.time) -> dict[str, Any]:
     tz = value.tzinfo
     if isinstance(tz, ZoneInfo) and tz.key:
@@ -213,12 +229,12 @@ class _Encoder:
     def enc(self, value: Any, depth: int) -> Any:
         t = type(value)
         if t is str:
-            if not value.isascii():
-                _check_str(value)
             if self.search is not None and self.search(value):
                 return self.secret(value)
             if self.known and any(secret in value for secret in self.known):
                 return self.secret(value)
+            if not value.isascii() and not _is_utf8(value):
+                return _escaped_str(value)
             return value
         if t is int:
             if value.bit_length() > _INT_MAX_BITS:
@@ -310,12 +326,8 @@ class _Encoder:
         for k in value:
             if type(k) is not str or k == TAG or (search is not None and search.key(k)):
                 return self.pairs(value, depth)
-            if not k.isascii():
-                try:
-                    _check_str(k)
-                except _Fail as exc:
-                    exc.segments.append(f"<key {_short_repr(k)}>")
-                    raise
+            if not k.isascii() and not _is_utf8(k):
+                return self.pairs(value, depth)
         vid = self._enter(value, depth)
         is_secret_key = self.is_secret_key
         enc = self.enc
@@ -404,7 +416,7 @@ def encode(value: Any, *, where: str = "value") -> str:
     (Fernet tokens are randomised); use :func:`fingerprint` to compare values.
 
     Raises :class:`~durable.exceptions.PayloadError` for an unsupported type (the
-    message names the path inside the value), a ``str`` with lone surrogates,
+    message names the path inside the value), a secret ``str`` with lone surrogates,
     containers nested deeper than :data:`MAX_DEPTH` or containing themselves.
     """
     return _encode(value, where, None)
@@ -502,6 +514,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "decimal": lambda d: Decimal(d["v"]),
     "uuid": lambda d: uuid.UUID(d["v"]),
     "float": lambda d: _FLOATS[d["v"]],
+    "str": lambda d: d["v"].encode("ascii").decode("unicode_escape"),
     "int": lambda d: int(d["v"], 16),
     "dict": lambda d: {k: v for k, v in d["v"]},
     "secret": lambda d: decrypt(d["v"]),
@@ -571,6 +584,7 @@ _DISPLAYERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "decimal": lambda d: d["v"],
     "uuid": lambda d: d["v"],
     "float": lambda d: _DISPLAY_FLOATS.get(d["v"], d["v"]),
+    "str": lambda d: storable_text(d["v"].encode("ascii").decode("unicode_escape")),
     "int": lambda d: f"0x{d['v']}" if not d["v"].startswith("-") else f"-0x{d['v'][1:]}",
     "dict": lambda d: {k if isinstance(k, str) else str(k): v for k, v in d["v"]},
     "secret": lambda d: redaction.REDACTED,

@@ -17,6 +17,7 @@ import time
 import traceback as tb_module
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -26,11 +27,13 @@ from django.utils import timezone
 
 from . import codec, conf, mailbox, registry
 from .dbconn import is_db_fault
+from .durations import check_duration, check_retry_after
 from .exceptions import (
     BudgetExceeded,
     DatabaseUnavailable,
     DurableError,
     IdempotencyConflict,
+    InvalidDuration,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
@@ -39,6 +42,7 @@ from .exceptions import (
     Suspend,
     ToolNotFound,
 )
+from .fields import storable_json, storable_text
 from .models import (
     AttemptOutcome,
     Operation,
@@ -55,6 +59,7 @@ from .models import (
     WaitStatus,
 )
 from .redaction import check_identifier, redact_text
+from .rendering import render
 from .retry import AMBIGUOUS, DEFAULT_POLICY, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from .signals import wait_created
 from .types import NOT_FOUND, Decision, ModelRecoverable
@@ -84,7 +89,7 @@ class StepTimeout(DurableError):
 def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:
     """A JSON-able, redacted description of an exception (for ``error`` columns)."""
     return {
-        "type": type(exc).__name__,
+        "type": type(exc).__name__[:200],
         "message": redact_text(_safe_str(exc))[:4000],
         "classification": classification,
         "step_id": step_id,
@@ -215,9 +220,13 @@ class WorkflowContext:
         the step fails for good (the run is then FAILED).
         """
         base = step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step")
+        timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)",
+                                    positive=True)
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, StepKind.STEP, invalid)
         key = self.idempotency_key(sid)
         call_kwargs = dict(kwargs)
         if registry.accepts_keyword(fn, "idempotency_key"):
@@ -283,6 +292,10 @@ class WorkflowContext:
                 sid, pos, rec, StepKind.TOOL, name, input_text,
                 ModelRecoverable(f"tool {name!r} is not registered; available tools: {known}",
                                  "ToolNotFound"))
+        _, invalid = _checked(spec.timeout, call=f"tool {name!r} timeout", positive=True)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, StepKind.TOOL, invalid, tool_name=name,
+                                input_text=input_text)
         key = self.idempotency_key(sid)
         call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
         if registry.accepts_keyword(spec.fn, "idempotency_key"):
@@ -320,9 +333,12 @@ class WorkflowContext:
         """
         from . import llm as llm_module
 
+        _, invalid = _checked(timeout, call="ctx.llm(timeout=...)", positive=True)
         sid, pos, rec = self._next_call(step_id or "llm")
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, StepKind.LLM, invalid)
         self._check_token_budget(sid)
         request = {"model": model or llm_module.default_model(), "messages": messages}
         if tools:
@@ -358,6 +374,7 @@ class WorkflowContext:
     def _next_call(self, base: str) -> tuple[str, int, Step | None]:
         self._ensure_live()
         check_identifier(base, "step id")  # also wait keys and signal names: see _wait
+        base = storable_text(base)  # the id compared on replay is the id stored
         self._occurrences[base] += 1
         n = self._occurrences[base]
         sid = base if n == 1 else f"{base}#{n}"
@@ -458,6 +475,18 @@ class WorkflowContext:
                              started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
                              reason="cannot store the step's input")
 
+    def _fail_call_now(self, sid: str, pos: int, rec: Step | None, kind: str,
+                       exc: DurableError, *, tool_name: str = "",
+                       input_text: str | None = None) -> None:
+        """Fail this call for good before it runs (e.g. a duration that cannot be
+        scheduled); raises :class:`StepFailed` with the run marked failed."""
+        self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
+                             input_text=input_text,
+                             attempt=(rec.attempts if rec is not None else 0) + 1, exc=exc,
+                             classification=PERMANENT, delay=None, started_at=timezone.now(),
+                             outcome=AttemptOutcome.FAILED, reason="invalid duration")
+        raise AssertionError("unreachable")  # _record_failure raised StepFailed
+
     # -------------------------------------------------------------------- waits
 
     @_db_faults_stop_the_execution
@@ -467,18 +496,34 @@ class WorkflowContext:
         The wake time is stored when the timer is first reached; the worker is freed and
         the sweeper wakes the run when it is due -- never early, and once even if no
         worker was up at the time.
+
+        ``duration`` must be finite, >= 0 and at most 10 years
+        (:mod:`durable.durations`); otherwise the timer step fails at once, for good
+        (:class:`~durable.StepFailed`, the error names the call and the value).
         """
-        seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-        if seconds < 0:
-            raise ValueError(f"ctx.sleep: duration must be >= 0 seconds, got {seconds}")
-        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds)
+        seconds, invalid = _checked(duration, call="ctx.sleep")
+        if duration is None:
+            invalid = InvalidDuration(call="ctx.sleep", value=None,
+                                      reason="give seconds as an int or a float, or a timedelta")
+        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds or 0.0,
+                   invalid=invalid)
 
     @_db_faults_stop_the_execution
     def sleep_until(self, when: datetime, *, step_id: str | None = None) -> None:
-        """A durable timer until the aware datetime ``when`` (a past time returns at once)."""
+        """A durable timer until the aware datetime ``when`` (a past time returns at once).
+
+        A time more than 10 years ahead fails the timer step at once, as ``ctx.sleep``.
+        """
         if not isinstance(when, datetime) or timezone.is_naive(when):
             raise ValueError("ctx.sleep_until needs an aware datetime (with a time zone)")
-        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when)
+        invalid = None
+        ahead = (when - timezone.now()).total_seconds()
+        if ahead > 0:
+            _, invalid = _checked(ahead, call="ctx.sleep_until")
+            if invalid is not None:
+                invalid = InvalidDuration(call="ctx.sleep_until", value=when,
+                                          reason=invalid.reason)
+        self._wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when, invalid=invalid)
 
     @_db_faults_stop_the_execution
     def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None,
@@ -490,9 +535,10 @@ class WorkflowContext:
         """
         if not name or len(name) > 200:
             raise ValueError("ctx.wait_for_signal: name must be 1-200 characters")
-        wake_in = _seconds(timeout, "ctx.wait_for_signal")
+        wake_in, invalid = _checked(timeout, call="ctx.wait_for_signal(timeout=...)",
+                                    positive=True)
         return self._wait(step_id or f"signal:{name}", kind=WaitKind.SIGNAL, key=name,
-                          wake_in=wake_in, spec={"default": default})
+                          wake_in=wake_in, spec={"default": default}, invalid=invalid)
 
     @_db_faults_stop_the_execution
     def wait_for_approval(self, key: str, *, title: str, payload: Any = None,
@@ -518,7 +564,8 @@ class WorkflowContext:
             raise ValueError("ctx.wait_for_approval: on_timeout='escalate' needs escalate_to")
         if int(required) < 1:
             raise ValueError("ctx.wait_for_approval: required must be >= 1")
-        wake_in = _seconds(timeout, "ctx.wait_for_approval")
+        wake_in, invalid = _checked(timeout, call="ctx.wait_for_approval(timeout=...)",
+                                    positive=True)
         title = redact_text(str(title))  # free text shown to approvers: redacted, not refused
         spec = {"title": title, "payload": payload, "approvers": approvers,
                 "on_timeout": on_timeout, "escalate_to": escalate_to, "required": int(required),
@@ -528,22 +575,26 @@ class WorkflowContext:
             if isinstance(requesters, str) or not all(isinstance(r, str) for r in requesters):
                 raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
             spec["requesters"] = [r[:200] for r in requesters]
-        return self._approval(f"approval:{key}", key, title, spec)
+        return self._approval(f"approval:{key}", key, title, spec, invalid=invalid)
 
-    def _approval(self, base: str, key: str, title: str, spec: dict[str, Any]) -> Decision:
+    def _approval(self, base: str, key: str, title: str, spec: dict[str, Any], *,
+                  invalid: InvalidDuration | None = None) -> Decision:
         value = self._wait(base, kind=WaitKind.APPROVAL, key=key, wake_in=spec.get("timeout"),
-                           title=title, spec=spec)
+                           title=title, spec=spec, invalid=invalid)
         return Decision.from_dict(value or {})
 
     def _wait(self, base: str, *, kind: str, key: str = "", wake_in: float | None = None,
               wake_at: datetime | None = None, title: str = "",
-              spec: dict[str, Any] | None = None) -> Any:
+              spec: dict[str, Any] | None = None,
+              invalid: InvalidDuration | None = None) -> Any:
         step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
             kind, StepKind.WAIT)
         check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
         sid, pos, rec = self._next_call(base)
         if rec is not None and rec.status == StepStatus.SUCCEEDED:
             return self._replay(rec)
+        if invalid is not None:
+            self._fail_call_now(sid, pos, rec, step_kind, invalid)
         while True:
             wait = Wait.objects.filter(run_id=self.run_id, wait_id=sid).first()
             now = timezone.now()
@@ -736,12 +787,21 @@ class WorkflowContext:
                         return settled
                     classification = "transient"  # reconciled: it did not happen
                 retryable = classification in ("transient", AMBIGUOUS)
-                delay = None
-                if retryable and attempt - self._budget_base[pos] < policy.max_attempts:
-                    delay = policy.next_delay(attempt, retry_after)
                 if ledger is not None:
                     ledger.after_failure(ambiguous=classification == AMBIGUOUS)
                 reason = ("max attempts exceeded" if retryable else f"{classification} error")
+                if retryable and retry_after is not None:
+                    try:
+                        retry_after = check_retry_after(
+                            retry_after, call=_call_name(kind, sid, tool_name),
+                            source=_retry_after_source(exc))
+                    except InvalidDuration as bad:  # recorded as this attempt's end, for good
+                        retryable = False
+                        classification = PERMANENT
+                        reason = str(bad)
+                delay = None
+                if retryable and attempt - self._budget_base[pos] < policy.max_attempts:
+                    delay = policy.next_delay(attempt, retry_after)
                 delay = self._record_failure(
                     sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
                     input_text=input_text, attempt=attempt, exc=exc,
@@ -844,10 +904,22 @@ class WorkflowContext:
         tokens = (_billed_tokens(reply.get("usage"))
                   if kind == StepKind.LLM and isinstance(reply, dict) else 0)
         try:
-            output = codec.dumps_checked(stored, what="step output", step_id=sid)
+            try:
+                output = codec.dumps_checked(stored, what="step output", step_id=sid)
+            except PayloadError as exc:
+                if not isinstance(value, ModelRecoverable):
+                    raise
+                # a fixable mistake stays fixable: store a rendering of what cannot be stored
+                value, output = _storable_model_error(value, exc, sid)
+                assert error is not None
+                error["details_note"] = redact_text(str(exc))[:1000]
         except PayloadError as exc:
             if ledger is not None:
-                ledger.mark_succeeded_unstorable()
+                # the write happened; only its result cannot be stored: an operator (or
+                # the reconcile hook) says what it was -- never a success without a result
+                return ledger.result_unstorable(sid=sid, pos=pos, rec=rec, kind=kind,
+                                                attempt=attempt, exc=exc,
+                                                started_at=started_at)
             self._record_failure(sid=sid, pos=pos, rec=rec, kind=kind, tool_name=tool_name,
                                  input_text=input_text, attempt=attempt, exc=exc,
                                  classification=PERMANENT, delay=None, started_at=started_at,
@@ -930,9 +1002,9 @@ class WorkflowContext:
             SELECT id FROM s"""  # noqa: S608 - table names come from the models
         params = [now, pos + 1, tokens, self.run_id, self.token, self._status,
                   sid, pos, kind, tool_name, StepStatus.SUCCEEDED, input_text, output,
-                  json.dumps(error) if error is not None else None, attempt,
+                  json.dumps(storable_json(error)) if error is not None else None, attempt,
                   self._budget_base.get(pos, 0), started_at, now,
-                  sid, json.dumps(event_data), self.worker_id, now]
+                  sid, json.dumps(storable_json(event_data)), self.worker_id, now]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -1112,8 +1184,11 @@ class _Ledger:
                     params_hash=self.params_hash, status=OperationStatus.STARTED,
                     lease_token=ctx.token, attempts=1, created_at=now, updated_at=now)
                 decision["action"] = "call"
-            elif op.status == OperationStatus.SUCCEEDED:
+            elif op.status == OperationStatus.SUCCEEDED and op.result is not None:
                 decision["action"] = "settled"
+            elif op.status == OperationStatus.SUCCEEDED:
+                # recorded before results were checked: it happened, its result is lost
+                decision["action"] = "unknown"
             elif op.status == OperationStatus.UNKNOWN or (
                     op.status == OperationStatus.STARTED and op.lease_token != ctx.token):
                 decision["action"] = "unknown"
@@ -1204,15 +1279,69 @@ class _Ledger:
                 return _AGAIN
         op = self.op
         assert op is not None
-        info = (error_info(exc, classification=AMBIGUOUS, step_id=sid) if exc is not None else
-                {"type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": sid,
-                 "message": "the worker stopped after this write was sent and before its "
-                            "result was recorded"})
+        if exc is not None:
+            info = error_info(exc, classification=AMBIGUOUS, step_id=sid)
+        elif op.status == OperationStatus.UNKNOWN and op.error:
+            info = op.error  # parked before: keep what was said then
+        else:
+            info = {"type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": sid,
+                    "message": "the worker stopped after this write was sent and before its "
+                               "result was recorded"}
+        return self._park_for_operator(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt,
+                                       exc=exc, started_at=started_at, info=info,
+                                       title=f"Did {self.spec.name} happen? ({self.key})",
+                                       what="outcome unknown")
+
+    def result_unstorable(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                          attempt: int, exc: PayloadError, started_at: datetime) -> Any:
+        """The write happened, but its result cannot be stored (docs/values.md).
+
+        The ``reconcile`` hook is asked for the result; a storable one is recorded. Else
+        the run waits for an operator to record what happened (the unknown-outcome
+        decision of the ledger: ``durable reconcile <op> --happened --result JSON``).
+        The workflow never receives a result that was not recorded.
+        """
+        if self.spec.reconcile is not None:
+            try:
+                found = self.spec.reconcile(self.params, idempotency_key=self.key)
+            except Exception as rexc:  # noqa: BLE001 - an operator decides instead
+                logger.warning("reconcile of %s failed: %s", self.key,
+                               redact_text(_safe_str(rexc)))
+                found = _UNRESOLVED
+            if found is not _UNRESOLVED and found is not None and found is not NOT_FOUND:
+                try:
+                    codec.dumps_checked(found, what="step output", step_id=sid)
+                except PayloadError:
+                    pass
+                else:
+                    self.resolution = "reconciled: happened"
+                    return self.ctx._record_success(
+                        sid=sid, pos=pos, rec=rec, kind=kind, tool_name=self.spec.name,
+                        input_text=self.input_text, attempt=attempt, value=found,
+                        started_at=started_at, ledger=self)
+        info = {"type": "ResultNotStorable", "classification": AMBIGUOUS, "step_id": sid,
+                "message": redact_text(
+                    f"{self.spec.name} returned, so its effect happened, but its result "
+                    f"cannot be stored ({exc}); an operator must record the result it "
+                    "returned")[:4000]}
+        return self._park_for_operator(sid=sid, pos=pos, rec=rec, kind=kind, attempt=attempt,
+                                       exc=exc, started_at=started_at, info=info,
+                                       title=f"{self.spec.name} happened: record its result "
+                                             f"({self.key})",
+                                       what="it happened but its result cannot be stored")
+
+    def _park_for_operator(self, *, sid: str, pos: int, rec: Step | None, kind: str,
+                           attempt: int, exc: BaseException | None, started_at: datetime,
+                           info: dict[str, Any], title: str, what: str) -> Any:
+        """Mark the operation unknown, open its decision wait and suspend the run."""
+        ctx = self.ctx
+        op = self.op
+        assert op is not None
         now = timezone.now()
 
         def work() -> None:
             Operation.objects.filter(pk=op.pk).update(
-                status=OperationStatus.UNKNOWN, error=info, updated_at=now)
+                status=OperationStatus.UNKNOWN, error=info, resolution="", updated_at=now)
             step = ctx._save_step(rec, pos, step_id=sid, kind=kind, tool_name=self.spec.name,
                                   status=StepStatus.WAITING, input=self.input_text, error=info,
                                   attempts=attempt, next_attempt_at=None,
@@ -1228,13 +1357,13 @@ class _Ledger:
                 run_id=ctx.run_id, wait_id=f"reconcile:{sid}",
                 defaults={"position": pos, "kind": WaitKind.RECONCILE,
                           "status": WaitStatus.PENDING, "operation": op,
-                          "title": f"Did {self.spec.name} happen? ({self.key})",
+                          "title": title[:300],
                           "payload": self.params_text, "created_at": now,
                           "resolved_at": None, "resolved_by": "", "result": None})
 
         ctx._suspend_waiting(work, [ctx._event(
             "unknown_outcome", sid,
-            f"{self.spec.name}: outcome unknown; an operator must decide "
+            f"{self.spec.name}: {what}; an operator must decide "
             f"(manage.py durable reconcile {op.pk} --happened/--not-happened)",
             {"operation": op.pk, "idempotency_key": self.key})])
         raise Suspend(f"unknown outcome of {self.key}")
@@ -1285,10 +1414,6 @@ class _Ledger:
         if updated:
             self.op.status = OperationStatus.SUCCEEDED
 
-    def mark_succeeded_unstorable(self) -> None:
-        if self.op is not None:
-            self._set_status_now(OperationStatus.SUCCEEDED, "result too large to store")
-
     def succeeded_txn(self, value: Any, output: str) -> None:
         if self.op is None:
             return
@@ -1321,6 +1446,45 @@ def _billed_tokens(usage: Any) -> int:
         return 0
 
 
+def _call_name(kind: str, sid: str, tool_name: str) -> str:
+    """How a durable call reads in messages: ``ctx.call_tool('refund')``."""
+    if kind == StepKind.TOOL:
+        return f"ctx.call_tool({tool_name!r})"
+    if kind == StepKind.LLM:
+        return f"ctx.llm({sid!r})"
+    if kind == StepKind.COMPENSATION:
+        return f"compensation {sid!r}"
+    return f"ctx.step({sid!r})"
+
+
+def _retry_after_source(exc: BaseException) -> str:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return f"the Retry-After of HTTP {status}"
+    return f"{type(exc).__name__}.retry_after"
+
+
+def _storable_model_error(value: ModelRecoverable, exc: PayloadError,
+                          sid: str) -> tuple[ModelRecoverable, str]:
+    """``value`` with details the codec can store (durable/rendering.py), and its text.
+
+    Falls back to a note in place of the details, then to a shortened message, so a
+    model-recoverable error is always stored as one (never a permanent failure).
+    """
+    candidates = [replace(value, details=render(value.details)),
+                  replace(value, details=f"<details not stored: {exc}>"[:2000]),
+                  replace(value, message=value.message[:4000],
+                          details=f"<details not stored: {exc}>"[:2000])]
+    for candidate in candidates:
+        try:
+            return candidate, codec.dumps_checked(candidate.to_dict(), what="step output",
+                                                  step_id=sid)
+        except PayloadError:
+            continue
+    plain = ModelRecoverable(storable_text(_safe_str(exc))[:4000], value.error_type[:200])
+    return plain, codec.encode(plain.to_dict())
+
+
 def _arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:
     """Whether ``params`` (plus the idempotency key, if taken) bind to the tool's signature."""
     kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
@@ -1337,11 +1501,14 @@ class _Answered(Exception):
     """A wait was answered between reading it and parking the run (rolls back)."""
 
 
-def _seconds(value: float | timedelta | None, where: str) -> float | None:
+def _checked(value: float | timedelta | None, *, call: str,
+             positive: bool = False) -> tuple[float | None, InvalidDuration | None]:
+    """``(seconds, None)`` for a schedulable duration (``None`` stays ``None``), else
+    ``(None, error)``: the caller fails the call once it knows the step's id."""
     if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds <= 0:
-        raise ValueError(f"{where}: timeout must be > 0 seconds, got {seconds}")
-    return seconds
+        return None, None
+    try:
+        return check_duration(value, call=call, positive=positive), None
+    except InvalidDuration as exc:
+        return None, exc
 _AGAIN = object()

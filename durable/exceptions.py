@@ -136,6 +136,35 @@ class SecretInIdentifier(DurableError, ValueError):
             "choose one that is not a secret")
 
 
+class InvalidDuration(DurableError, ValueError):
+    """A duration that cannot be scheduled: not a number, ``nan``, infinite, negative (or
+    zero where a timeout must be positive), or beyond
+    :data:`durable.durations.MAX_DURATION_SECONDS` (10 years).
+
+    ``call`` names the call (``"ctx.sleep"``, ``"RetryPolicy.max_interval"``) and
+    ``value`` is the value given. Inside a workflow it fails the step at once, for good
+    (permanent: the same code asks for the same duration again); elsewhere (a
+    ``RetryPolicy``, a tool declaration) it is raised to the caller. A ``ValueError``.
+    """
+
+    classification = "permanent"
+
+    def __init__(self, *, call: str, value: Any, reason: str):
+        self.call = call
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{call}: {_short(value)} is not a duration that can be scheduled: "
+                         f"{reason}")
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class WorkflowNotFound(DurableError):
     """No workflow of that name (and version) is registered in this process."""
 

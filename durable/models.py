@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from .fields import StorableCharField, StorableJSONField, StorableTextField
+
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 
 
@@ -74,12 +76,12 @@ class Run(models.Model):
     workflow_name = models.CharField(max_length=200)
     workflow_version = models.CharField(max_length=64)
     status = models.CharField(max_length=24, choices=RunStatus.choices, default=RunStatus.PENDING)
-    input = models.TextField(help_text="codec JSON, redacted values encrypted")
+    input = StorableTextField(help_text="codec JSON, redacted values encrypted")
     input_hash = models.CharField(max_length=64, help_text="sha256 of the canonical input")
-    output = models.TextField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True,
+    output = StorableTextField(null=True, blank=True)
+    error = StorableJSONField(null=True, blank=True,
                              help_text="{type, message, classification, step_id}")
-    error_type = models.CharField(max_length=200, blank=True, default="")
+    error_type = StorableCharField(max_length=200, blank=True, default="")
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -112,13 +114,13 @@ class Run(models.Model):
     # and the recorded name ("alice", "os:alice", "billing-bot"; "" = unknown)
     started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
-    started_by_name = models.CharField(max_length=200, blank=True, default="",
-                                       help_text="who started the run; empty: unknown")
-    requesters = models.JSONField(
+    started_by_name = StorableCharField(max_length=200, blank=True, default="",
+                                        help_text="who started the run; empty: unknown")
+    requesters = StorableJSONField(
         default=list, blank=True,
         help_text="four-eyes requesters: [{user, name}], the starter then (for a fork) the "
                   "source run's requesters")
-    tags = models.JSONField(default=list, blank=True)
+    tags = StorableJSONField(default=list, blank=True)
     forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="forks")
 
@@ -212,14 +214,14 @@ class Step(models.Model):
     """One durable call of a run, memoized: its recorded output is replayed, never re-run."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
-    step_id = models.CharField(max_length=255)
+    step_id = StorableCharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=StepKind.choices, default=StepKind.STEP)
-    tool_name = models.CharField(max_length=200, blank=True, default="")
+    tool_name = StorableCharField(max_length=200, blank=True, default="")
     status = models.CharField(max_length=16, choices=StepStatus.choices)
-    input = models.TextField(null=True, blank=True)
-    output = models.TextField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    input = StorableTextField(null=True, blank=True)
+    output = StorableTextField(null=True, blank=True)
+    error = StorableJSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     budget_base = models.PositiveIntegerField(
         default=0, help_text="attempts before the last resume; the retry budget counts from here")
@@ -277,9 +279,9 @@ class StepAttempt(models.Model):
     attempt = models.PositiveIntegerField()
     outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices,
                                default=AttemptOutcome.FAILED)
-    error_type = models.CharField(max_length=200, blank=True, default="")
-    message = models.TextField(blank=True, default="")
-    traceback = models.TextField(blank=True, default="")
+    error_type = StorableCharField(max_length=200, blank=True, default="")
+    message = StorableTextField(blank=True, default="")
+    traceback = StorableTextField(blank=True, default="")
     classification = models.CharField(max_length=24, choices=Classification.choices)
     retry_delay = models.FloatField(null=True, blank=True,
                                     help_text="seconds before the next try; null: no retry")
@@ -323,21 +325,21 @@ class Operation(models.Model):
 
     idempotency_key = models.CharField(max_length=400, unique=True)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
-    step_id = models.CharField(max_length=255)
-    tool_name = models.CharField(max_length=200)
+    step_id = StorableCharField(max_length=255)
+    tool_name = StorableCharField(max_length=200)
     safety = models.CharField(max_length=24)
-    params = models.TextField(null=True, blank=True)
+    params = StorableTextField(null=True, blank=True)
     params_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=OperationStatus.choices,
                               default=OperationStatus.STARTED)
-    external_id = models.CharField(max_length=400, blank=True, default="")
-    result = models.TextField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    external_id = StorableCharField(max_length=400, blank=True, default="")
+    result = StorableTextField(null=True, blank=True)
+    error = StorableJSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=1)
     lease_token = models.CharField(max_length=36, blank=True, default="",
                                    help_text="the lease under which the last call started")
-    resolved_by = models.CharField(max_length=200, blank=True, default="")
-    resolution = models.CharField(max_length=200, blank=True, default="")
+    resolved_by = StorableCharField(max_length=200, blank=True, default="")
+    resolution = StorableCharField(max_length=200, blank=True, default="")
     owner_run = models.ForeignKey(
         Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="adopted_operations",
         help_text="the fork that adopted this write and answers for it (compensation); "
@@ -398,23 +400,23 @@ class Wait(models.Model):
     """A persisted wait state of a run: an approval, a timer, a signal, an operator decision."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="waits")
-    wait_id = models.CharField(max_length=255)
+    wait_id = StorableCharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=WaitKind.choices)
-    key = models.CharField(max_length=255, blank=True, default="",
+    key = StorableCharField(max_length=255, blank=True, default="",
                            help_text="the signal name or approval key the wait is for")
     status = models.CharField(max_length=16, choices=WaitStatus.choices,
                               default=WaitStatus.PENDING)
-    title = models.CharField(max_length=300, blank=True, default="")
-    payload = models.TextField(null=True, blank=True)
-    result = models.TextField(null=True, blank=True)
+    title = StorableCharField(max_length=300, blank=True, default="")
+    payload = StorableTextField(null=True, blank=True)
+    result = StorableTextField(null=True, blank=True)
     wake_at = models.DateTimeField(null=True, blank=True,
                                    help_text="timer due time, or the wait's timeout")
     operation = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.CASCADE,
                                   related_name="waits")
     created_at = models.DateTimeField(default=timezone.now)
     resolved_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    resolved_by = StorableCharField(max_length=200, blank=True, default="")
 
     objects = WaitQuerySet.as_manager()
 
@@ -447,10 +449,10 @@ class Signal(models.Model):
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="signals")
-    name = models.CharField(max_length=200)
-    payload = models.TextField(null=True, blank=True)
-    dedupe_key = models.CharField(max_length=255, blank=True, default="")
-    sent_by = models.CharField(max_length=200, blank=True, default="")
+    name = StorableCharField(max_length=200)
+    payload = StorableTextField(null=True, blank=True)
+    dedupe_key = StorableCharField(max_length=255, blank=True, default="")
+    sent_by = StorableCharField(max_length=200, blank=True, default="")
     wait = models.OneToOneField(Wait, null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="signal")
     created_at = models.DateTimeField(default=timezone.now)
@@ -481,9 +483,9 @@ class Tool(models.Model):
     """A tool's operational settings. A row here (edited in the admin) overrides the code."""
 
     name = models.CharField(max_length=200, unique=True)
-    description = models.TextField(blank=True, default="")
+    description = StorableTextField(blank=True, default="")
     safety = models.CharField(max_length=24, choices=Safety.choices)
-    retry_policy = models.JSONField(
+    retry_policy = StorableJSONField(
         null=True, blank=True,
         help_text="RetryPolicy fields: max_attempts, initial_interval, backoff_coefficient, "
                   "max_interval (seconds), jitter; empty: the code's policy")
@@ -518,10 +520,10 @@ class TraceEvent(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=40)
-    step_id = models.CharField(max_length=255, blank=True, default="")
-    message = models.TextField(blank=True, default="")
-    data = models.JSONField(null=True, blank=True)
-    actor = models.CharField(max_length=200, blank=True, default="")
+    step_id = StorableCharField(max_length=255, blank=True, default="")
+    message = StorableTextField(blank=True, default="")
+    data = StorableJSONField(null=True, blank=True)
+    actor = StorableCharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = TraceEventQuerySet.as_manager()

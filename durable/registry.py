@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from .durations import check_duration
 from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
 from .retry import RetryPolicy
 
@@ -70,6 +71,10 @@ def workflow(*, name: str | None = None, version: str = "1", max_steps: int | No
     ``max_steps`` and ``deadline_seconds`` are the run's default budgets.
     """
 
+    if deadline_seconds is not None:
+        check_duration(deadline_seconds, call="durable.workflow(deadline_seconds=...)",
+                       positive=True)
+
     def decorator(fn: F) -> F:
         wf_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if not _NAME_RE.match(wf_name):
@@ -115,6 +120,8 @@ def tool(*, name: str | None = None, safety: str, retry: RetryPolicy | None = No
     if safety not in SAFETY_CLASSES:
         raise DurableConfigurationError(
             f"tool safety must be one of {', '.join(SAFETY_CLASSES)}, got {safety!r}")
+    if timeout is not None:
+        check_duration(timeout, call=f"durable.tool(name={name!r}, timeout=...)", positive=True)
 
     def decorator(fn: F) -> F:
         tool_name = name or fn.__name__

@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .durations import check_duration, parse_retry_after
 from .exceptions import (
     AmbiguousOutcomeError,
     BudgetExceeded,
@@ -29,6 +30,12 @@ TRANSIENT_HTTP = frozenset({408, 409, 425, 429, 502, 503, 504})
 MODEL_RECOVERABLE_HTTP = frozenset({400, 422})
 
 
+#: largest ``RetryPolicy.max_attempts``: a count, but beyond this it is a mistake
+MAX_ATTEMPTS = 100_000
+#: largest ``RetryPolicy.backoff_coefficient``
+MAX_BACKOFF_COEFFICIENT = 1_000.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How a step or tool is retried (the shape of Temporal's ``RetryPolicy``).
@@ -44,7 +51,13 @@ class RetryPolicy:
     - ``non_retryable``: exception types that are never retried.
 
     A ``Retry-After`` (``TransientError.retry_after`` or an HTTP 429/503 header) is
-    honoured: the next try never comes earlier than it says.
+    honoured: the next try never comes earlier than it says, up to one day
+    (:data:`durable.durations.MAX_RETRY_AFTER_SECONDS`); ``max_interval`` does not cap
+    it. One that is not finite or beyond 10 years fails the step for good.
+
+    Raises ``ValueError`` (:class:`~durable.exceptions.InvalidDuration` for the
+    intervals) for ``max_attempts`` not an int in 1..100,000, intervals that are not
+    finite, negative or beyond 10 years, or a ``backoff_coefficient`` outside 1..1000.
     """
 
     max_attempts: int = 3
@@ -56,16 +69,27 @@ class RetryPolicy:
     non_retryable: tuple[type[BaseException], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        if self.initial_interval < 0 or self.max_interval < 0:
-            raise ValueError("RetryPolicy intervals must be >= 0 seconds")
-        if self.backoff_coefficient < 1:
-            raise ValueError("RetryPolicy.backoff_coefficient must be >= 1")
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not (
+                1 <= attempts <= MAX_ATTEMPTS):
+            raise ValueError(f"RetryPolicy.max_attempts must be an int from 1 to "
+                             f"{MAX_ATTEMPTS:,}, got {attempts!r}")
+        # durations: finite, >= 0, at most 10 years (InvalidDuration is a ValueError)
+        check_duration(self.initial_interval, call="RetryPolicy.initial_interval")
+        check_duration(self.max_interval, call="RetryPolicy.max_interval")
+        coefficient = self.backoff_coefficient
+        if isinstance(coefficient, bool) or not isinstance(coefficient, (int, float)) or not (
+                1 <= coefficient <= MAX_BACKOFF_COEFFICIENT):  # also refuses nan
+            raise ValueError(f"RetryPolicy.backoff_coefficient must be a number from 1 to "
+                             f"{MAX_BACKOFF_COEFFICIENT:g}, got {coefficient!r}")
 
     def backoff(self, attempt: int) -> float:
         """Upper bound of the delay after failed try number ``attempt`` (1-based), seconds."""
-        return min(self.max_interval, self.initial_interval * self.backoff_coefficient ** (attempt - 1))
+        try:
+            growth = self.backoff_coefficient ** (attempt - 1)
+        except OverflowError:  # float power past 1.8e308
+            return self.max_interval
+        return min(self.max_interval, self.initial_interval * growth)
 
     def next_delay(self, attempt: int, retry_after: float | None = None,
                    rng: random.Random | None = None) -> float:
@@ -104,15 +128,12 @@ def _http_status(exc: BaseException) -> tuple[int | None, float | None]:
     status = getattr(response, "status_code", None)
     if not isinstance(status, int):
         return None, None
-    retry_after = None
     headers = getattr(response, "headers", None) or {}
     try:
         raw = headers.get("retry-after") or headers.get("Retry-After")
-        if raw is not None:
-            retry_after = float(raw)
-    except (TypeError, ValueError):
-        retry_after = None
-    return status, retry_after
+    except Exception:  # noqa: BLE001 - an odd headers object: no Retry-After
+        raw = None
+    return status, parse_retry_after(raw)
 
 
 def _is_request_not_sent(exc: BaseException) -> bool:
@@ -124,6 +145,9 @@ def _is_request_not_sent(exc: BaseException) -> bool:
 def classify(exc: BaseException, *, safety: str | None = None,
              policy: RetryPolicy = DEFAULT_POLICY) -> tuple[str, float | None]:
     """Classify a failure: ``(classification, retry_after_seconds)``.
+
+    ``retry_after_seconds`` is the parsed ``Retry-After`` as given (it may be ``inf`` or
+    huge: :func:`durable.durations.check_retry_after` judges it), or ``None``.
 
     ``safety`` is the tool's safety class (``None`` for a plain step). Unknown errors of
     an ``unsafe_write`` are ambiguous: the write may have happened. Unknown errors of
@@ -139,7 +163,7 @@ def classify(exc: BaseException, *, safety: str | None = None,
     if isinstance(exc, AmbiguousOutcomeError):
         return AMBIGUOUS, None
     if isinstance(exc, TransientError):
-        return TRANSIENT, exc.retry_after
+        return TRANSIENT, parse_retry_after(exc.retry_after)
     if isinstance(exc, DurableError):
         return getattr(exc, "classification", PERMANENT), None
 

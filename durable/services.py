@@ -253,6 +253,10 @@ def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: in
 
     from . import transitions
 
+    if deadline_seconds:
+        from .durations import check_duration
+
+        check_duration(deadline_seconds, call="run_resume(deadline_seconds=...)", positive=True)
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():

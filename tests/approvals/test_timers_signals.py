@@ -99,11 +99,11 @@ def test_sleep_until_a_naive_datetime_is_a_value_error():
     assert not Wait.objects.filter(run=run).exists()
 
 
-def test_negative_sleep_is_a_value_error():
-    from durable.context import WorkflowContext
-
-    with pytest.raises(ValueError, match=">= 0 seconds"):
-        WorkflowContext.sleep(object(), -1)  # type: ignore[arg-type]
+def test_negative_sleep_fails_the_timer_step_for_good():
+    run = drive(durable.start("apf.sleep", {"seconds": -1}).id)
+    assert run.status == RunStatus.FAILED
+    assert run.error["type"] == "InvalidDuration"
+    assert run.error["message"].startswith("ctx.sleep: -1 is not a duration")
 
 
 def test_sleep_in_a_loop_gets_distinct_ids():

@@ -243,12 +243,14 @@ def _tool_form(**changes):
 
 
 @pytest.mark.parametrize("policy, error", [
-    ('{"max_attempts": 0}', "RetryPolicy.max_attempts must be &gt;= 1, got 0"),
+    ('{"max_attempts": 0}', "RetryPolicy.max_attempts must be an int from 1 to 100,000, got 0"),
     ('{"tries": 3}', "unknown retry policy keys: [&#x27;tries&#x27;]"),
     ('[1, 2]', "Enter a JSON object"),
     ('{"max_attempts": "3"}', "max_attempts must be a whole number"),
     ('{"max_attempts": 2.5}', "max_attempts must be a whole number"),
-    ('{"initial_interval": -1}', "RetryPolicy intervals must be &gt;= 0 seconds"),
+    ('{"initial_interval": -1}', "RetryPolicy.initial_interval: -1 is not a duration that can "
+                                 "be scheduled: it must not be negative"),
+    ('{"max_interval": 1e12}', "RetryPolicy.max_interval: 1000000000000.0 is not a duration"),
     ('{"backoff_coefficient": true}', "backoff_coefficient must be a number"),
     ('{"jitter": "yes"}', "jitter must be true or false"),
     ('{"max_attempts": 3', "Enter a valid JSON."),
