@@ -23,6 +23,7 @@ from typing import Any
 from durable import codec, registry
 from durable.arguments import validate_arguments
 from durable.exceptions import DurableError, PayloadError, ToolNotFound
+from durable.jsontext import JSONInputError, loads_bounded
 from durable.redaction import REDACTED
 
 #: largest edit accepted, in bytes of UTF-8 JSON text
@@ -51,28 +52,6 @@ def _whole(message: str) -> InvalidEdit:
     return InvalidEdit({"": [message]})
 
 
-def _text_depth(text: str) -> int:
-    """Deepest nesting of ``[``/``{`` in JSON text, outside strings (one linear pass)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
 def _value_depth(value: Any) -> int:
     """Deepest nesting of containers in a Python value, without recursion."""
     deepest = 0
@@ -96,21 +75,13 @@ def _value_depth(value: Any) -> int:
     return deepest
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parse_edit(text: str) -> dict[str, Any]:
     """Parse an edit typed as JSON text; raises :class:`InvalidEdit`."""
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if size > EDIT_MAX_BYTES:
-        raise _whole(f"The edit is {size} bytes; at most {EDIT_MAX_BYTES} are accepted.")
-    if _text_depth(text) > EDIT_MAX_DEPTH:
-        raise _whole(f"The edit is nested more than {EDIT_MAX_DEPTH} levels deep.")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise _whole(f"The edit is not valid JSON: {exc}.") from None
+        value = loads_bounded(text, what="The edit", max_bytes=EDIT_MAX_BYTES,
+                              max_depth=EDIT_MAX_DEPTH)
+    except JSONInputError as exc:
+        raise _whole(str(exc)) from None
     if not isinstance(value, dict):
         raise _whole("The edited parameters must be a JSON object ({...}).")
     return value
@@ -175,7 +146,7 @@ def prepare(*, edited: Any, stored: str | None, tool_name: str) -> PreparedEdit:
     if not isinstance(edited, dict):
         raise _whole("The edited parameters must be a JSON object (a dict).")
     if _value_depth(edited) > EDIT_MAX_DEPTH:
-        raise _whole(f"The edit is nested more than {EDIT_MAX_DEPTH} levels deep.")
+        raise _whole(f"The edit is nested deeper than {EDIT_MAX_DEPTH} levels.")
     locked = secret_keys(stored)
     current = codec.decode(stored) if stored else None
     current = current if isinstance(current, dict) else {}

@@ -20,12 +20,13 @@ URL resolver answer 404 for a path parameter of the wrong shape.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
+
+from durable.jsontext import MAX_BYTES, MAX_DEPTH, JSONInputError, loads_bounded
 
 __all__ = [
     "MAX_INT_DIGITS",
@@ -48,9 +49,9 @@ MAX_INT_DIGITS = 18
 #: years accepted in dates and datetimes, in UTC
 MIN_YEAR, MAX_YEAR = 1900, 9000
 #: largest JSON document accepted from a form, in bytes (UTF-8)
-MAX_JSON_BYTES = 200_000
+MAX_JSON_BYTES = MAX_BYTES
 #: deepest nesting of arrays and objects accepted in a JSON document
-MAX_JSON_DEPTH = 64
+MAX_JSON_DEPTH = MAX_DEPTH
 
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -111,29 +112,6 @@ def bounded_datetime(value: dt.datetime | dt.date, what: str = "The date") -> An
     return value
 
 
-def _depth_exceeds(text: str, limit: int) -> bool:
-    """Whether brackets outside strings nest deeper than ``limit`` (one linear scan)."""
-    depth = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif ch in "]}":
-            depth -= 1
-    return False
-
-
 def _no_bad_strings(value: Any, what: str) -> None:
     stack = [value]
     while stack:
@@ -148,10 +126,6 @@ def _no_bad_strings(value: Any, what: str) -> None:
             stack.extend(item)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def load_json(text: str, *, what: str = "The value", max_bytes: int = MAX_JSON_BYTES,
               max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse ``text`` as strict JSON with bounded size and depth.
@@ -161,15 +135,10 @@ def load_json(text: str, *, what: str = "The value", max_bytes: int = MAX_JSON_B
     escapes) are refused. Raises :class:`django.core.exceptions.ValidationError` with a
     message naming ``what``, so a form's ``clean_<field>`` can return it directly.
     """
-    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise ValidationError(f"{what} is larger than {max_bytes} bytes.", code="too_large")
-    if _depth_exceeds(text, max_depth):
-        raise ValidationError(f"{what} is nested deeper than {max_depth} levels.",
-                              code="too_deep")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ValidationError(f"{what} is not valid JSON: {exc}", code="invalid") from None
+        value = loads_bounded(text, what=what, max_bytes=max_bytes, max_depth=max_depth)
+    except JSONInputError as exc:
+        raise ValidationError(str(exc), code=exc.code) from None
     try:
         _no_bad_strings(value, what)
     except BadParameter as exc:

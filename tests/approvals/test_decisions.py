@@ -197,7 +197,7 @@ def test_deep_or_huge_edits_are_refused_without_a_recursion_error(make_user):
     for _ in range(sys.getrecursionlimit() + 100):
         node["a"] = {}
         node = node["a"]
-    with pytest.raises(InvalidEdit, match="nested more than"):
+    with pytest.raises(InvalidEdit, match="nested deeper than"):
         approval_decide(request_id=req.pk, user=ed, approve=True,
                         edited={"charge_id": deep, "amount": 1})
     assert not req.decisions.exists()

@@ -32,6 +32,7 @@ from durable.exceptions import (
     RunNotFound,
     WorkflowNotFound,
 )
+from durable.jsontext import JSONInputError, loads_bounded
 from durable.models import (
     TERMINAL,
     Operation,
@@ -115,19 +116,19 @@ def _display(text: str | None) -> str:
     return _clean(shown)
 
 
+#: the largest JSON an option takes, in bytes (the codec's payload limit applies after)
+MAX_INPUT_BYTES = 16 * 1_048_576
+
+
 def _parse_json(text: str, option: str) -> Any:
-    """Strict JSON (no NaN/Infinity) or a user error naming the option and the position."""
-
-    def reject_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
+    """Strict JSON (no NaN/Infinity; size and depth bounded before parsing,
+    :func:`durable.jsontext.loads_bounded`) or a user error naming the option."""
     try:
-        return json.loads(text, parse_constant=reject_constant)
-    except json.JSONDecodeError as exc:
-        raise CommandError(
-            f"{option} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "
-            f"(character {exc.pos + 1}). Quote keys and strings with double quotes, "
-            f"e.g. {option} '{{\"a\": 1}}'.", returncode=USER_ERROR) from None
+        return loads_bounded(text, what=option, max_bytes=MAX_INPUT_BYTES)
+    except JSONInputError as exc:
+        hint = (" Quote keys and strings with double quotes, e.g. "
+                f"{option} '{{\"a\": 1}}'." if exc.code == "invalid" else "")
+        raise CommandError(f"{exc}{hint}", returncode=USER_ERROR) from None
     except ValueError as exc:
         raise CommandError(f"{option} is not valid JSON: {exc}; use null or a number.",
                            returncode=USER_ERROR) from None
