@@ -627,13 +627,14 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
                          and w.wait.operation is not None
                          and w.wait.operation.status == OperationStatus.UNKNOWN
                          and not w.wait.operation.resolution]
-    waiting_on, waited_on = mailbox.signal_names(run.id)
+    waiting_on, waited_on = mailbox.names_of(w.wait for w in waits)
     undelivered = [UndeliveredSignal(signal=sig, payload=payload(sig.payload),
                                      misaddressed=bool(waited_on) and sig.name not in waited_on)
                    for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)]
-    if run.is_terminal:
+    if run.is_terminal and run.status != RunStatus.SUCCEEDED:
         # a finished run (e.g. cancelled while the decision was pending) still takes
         # "it happened" / "it did not happen" into its ledger, for its compensation
+        # (a succeeded run settled every write before it ended)
         pending_reconcile += list(Operation.objects.filter(
             run=run, status=OperationStatus.UNKNOWN, resolution="")
             .exclude(pk__in=[op.pk for op in pending_reconcile]))

@@ -76,5 +76,9 @@ def loads_bounded(text: str, *, what: str = "The value", max_bytes: int = MAX_BY
                              code="too_deep")
     try:
         return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise JSONInputError(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "
+            f"(character {exc.pos + 1}).", code="invalid") from None
     except (ValueError, RecursionError) as exc:
-        raise JSONInputError(f"{what} is not valid JSON: {exc}", code="invalid") from None
+        raise JSONInputError(f"{what} is not valid JSON: {exc}.", code="invalid") from None

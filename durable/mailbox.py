@@ -11,6 +11,8 @@ nobody consumed records a ``signals_unconsumed`` trace event naming them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .models import RunStatus, Signal, TraceEvent, Wait, WaitKind, WaitStatus
 from .types import SignalDelivery, SignalResult
 
@@ -23,14 +25,21 @@ SHOWN = 20
 def signal_names(run_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(waiting_on, waited_on)``: the names of the run's pending signal waits, and every
     signal name it has waited on so far (first wait first), each without repeats."""
-    rows = (Wait.objects.filter(run_id=run_id, kind=WaitKind.SIGNAL)
-            .order_by("position").values_list("key", "status"))
+    return names_of(Wait.objects.filter(run_id=run_id, kind=WaitKind.SIGNAL)
+                    .order_by("position"))
+
+
+def names_of(waits: Iterable[Wait]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`signal_names` of waits already loaded (in position order; other kinds are
+    passed over), for a page that has them anyway."""
     waiting: dict[str, None] = {}
     waited: dict[str, None] = {}
-    for key, status in rows:
-        waited[key] = None
-        if status == WaitStatus.PENDING:
-            waiting[key] = None
+    for wait in waits:
+        if wait.kind != WaitKind.SIGNAL:
+            continue
+        waited[wait.key] = None
+        if wait.status == WaitStatus.PENDING:
+            waiting[wait.key] = None
     return tuple(waiting), tuple(waited)
 
 

@@ -76,7 +76,7 @@ def test_compensate_a_failed_run_and_watch_it_undo_its_writes(context, page, ops
     page.goto(f"/runs/{run.id}/")
     badge = page.locator(".run-title .badge")
     expect(badge).to_have_text("Failed")
-    expect(page.get_by_role("note")).to_contain_text("card declined")
+    expect(page.locator(".run-error[role=note]")).to_contain_text("card declined")
     timeline = page.locator(".timeline")
     expect(timeline.locator(".step")).to_have_count(3)
     page.locator(".attempts summary").first.click()  # the failed step's attempt
