@@ -1384,6 +1384,15 @@ class _Ledger:
         if self.op is not None:
             self._set_status_now(OperationStatus.FAILED, "model-recoverable error")
 
+    def _external_id(self, value: Any) -> str:
+        """The provider's id of the effect (the tool's ``external_id`` hook), or ``""``."""
+        if self.spec.external_id is None:
+            return ""
+        try:
+            return str(self.spec.external_id(value) or "")[:400]
+        except Exception:  # noqa: BLE001 - an id is nice to have, never fatal
+            return ""
+
     def record_late_result(self, value: Any, output: str) -> None:
         """The call returned after this worker lost its lease: record the write's result
         in the ledger anyway (the external effect happened), fenced by the operation's
@@ -1391,12 +1400,7 @@ class _Ledger:
         another worker settled or re-sent it, that worker's view stands."""
         if self.op is None:
             return
-        external_id = ""
-        if self.spec.external_id is not None:
-            try:
-                external_id = str(self.spec.external_id(value) or "")[:400]
-            except Exception:  # noqa: BLE001 - an id is nice to have, never fatal
-                external_id = ""
+        external_id = self._external_id(value)
         ctx = self.ctx
         with transaction.atomic():
             updated = Operation.objects.filter(
@@ -1417,12 +1421,7 @@ class _Ledger:
     def succeeded_txn(self, value: Any, output: str) -> None:
         if self.op is None:
             return
-        external_id = ""
-        if self.spec.external_id is not None:
-            try:
-                external_id = str(self.spec.external_id(value) or "")[:400]
-            except Exception:  # noqa: BLE001 - an id is nice to have, never fatal
-                external_id = ""
+        external_id = self._external_id(value)
         fields: dict[str, Any] = {"status": OperationStatus.SUCCEEDED, "result": output,
                                   "updated_at": timezone.now()}
         if external_id:
