@@ -138,27 +138,19 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         wait.resolved_by = actor
         wait.result = codec.encode({"outcome": outcome, "reason": reason})
         wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-        if run.status == RunStatus.COMPENSATING:
-            # the compensation waited for this write to settle: it goes on (or stops)
-            if outcome == "abort":
-                run.status = RunStatus.COMPENSATION_FAILED
-                run.finished_at = now
-                run.error = {"type": "AbortedByOperator", "classification": "ambiguous",
-                             "step_id": op.step_id,
-                             "message": f"{actor} stopped the compensation at the unknown "
-                                        f"outcome of {op.tool_name} ({op.idempotency_key})"
-                                        + (f": {reason}" if reason else "")}
-                run.error_type = "AbortedByOperator"
-        elif outcome == "abort":
-            run.status = RunStatus.FAILED
+        compensating = run.status == RunStatus.COMPENSATING
+        if outcome == "abort":
+            # a compensation that waited for this write stops; a run stops
+            run.status = RunStatus.COMPENSATION_FAILED if compensating else RunStatus.FAILED
+            what = "stopped the compensation" if compensating else "aborted the run"
             run.finished_at = now
             run.error = {"type": "AbortedByOperator", "classification": "ambiguous",
                          "step_id": op.step_id,
-                         "message": f"{actor} aborted the run at the unknown outcome of "
+                         "message": f"{actor} {what} at the unknown outcome of "
                                     f"{op.tool_name} ({op.idempotency_key})"
                                     + (f": {reason}" if reason else "")}
             run.error_type = "AbortedByOperator"
-        else:
+        elif not compensating:  # the compensation waited for this write: it goes on
             run.status = RunStatus.PENDING
         run.updated_at = now
         run.save(update_fields=["status", "finished_at", "error", "error_type", "updated_at"])
