@@ -47,7 +47,7 @@ class ApprovalRequest(models.Model):
     key = StorableCharField(max_length=255)
     title = StorableCharField(max_length=300)
     payload = models.TextField(null=True, blank=True, help_text="codec JSON, redacted")
-    tool_name = models.CharField(max_length=200, blank=True, default="")
+    tool_name = StorableCharField(max_length=200, blank=True, default="")
     safety = models.CharField(max_length=24, blank=True, default="")
     allow_edit = models.BooleanField(default=False)
     four_eyes = models.BooleanField(default=False)
@@ -69,7 +69,7 @@ class ApprovalRequest(models.Model):
     status = models.CharField(max_length=16, choices=ApprovalStatus.choices,
                               default=ApprovalStatus.PENDING)
     decided_at = models.DateTimeField(null=True, blank=True)
-    decided_by = models.CharField(max_length=400, blank=True, default="")
+    decided_by = StorableCharField(max_length=400, blank=True, default="")
     comment = StorableTextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     arguments = models.ForeignKey("ApprovalArguments", null=True, blank=True,
@@ -133,7 +133,7 @@ class ApprovalArguments(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+",
                                    help_text="the approver who edited; empty: the proposal")
-    comment = models.TextField(blank=True, default="")
+    comment = StorableTextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
