@@ -26,7 +26,8 @@ class ApprovalRequestQuerySet(models.QuerySet):
         return self.filter(status=ApprovalStatus.PENDING).exclude(run__status__in=TERMINAL)
 
     def pending_for(self, user: Any) -> ApprovalRequestQuerySet:
-        """Pending requests ``user`` may decide (permission and approver group), oldest first."""
+        """Pending requests ``user`` may decide (permission and approver group) and has not
+        decided for their current arguments, oldest first; none for an anonymous user."""
         if user is None or not user.is_active or not user.has_perm("approvals.decide_approval"):
             return self.none()
         # with N-of-M, a request this user already approved waits for the others -- until

@@ -1,4 +1,9 @@
-"""Reads for approval pages."""
+"""Reads for approval pages: the one "pending for this user" rule and its one count.
+
+The rule itself is ``ApprovalRequestQuerySet.pending_for`` (permission, approver group,
+not yet decided by this user for the current arguments); the CLI, the dashboard's inbox
+and its navigation badge all read it through these two functions, so they always agree.
+"""
 
 from __future__ import annotations
 
@@ -13,4 +18,5 @@ def pending_for(user: Any):
 
 
 def pending_count_for(user: Any) -> int:
+    """How many requests :func:`pending_for` lists for ``user``."""
     return ApprovalRequest.objects.pending_for(user).count()

@@ -1,0 +1,171 @@
+"""The approvals inbox and the navigation badge's count.
+
+Who may decide what is one rule, ``ApprovalRequestQuerySet.pending_for`` (through
+``approvals.selectors``): permission, approver group, and not yet decided by this user
+for the current version of the arguments. The inbox lists it and the badge counts it;
+neither adds a condition of its own, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models import Count, F, OuterRef, Subquery, Window
+from django.db.models.functions import Coalesce, RowNumber
+from django.utils import timezone
+
+from approvals import edits
+from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.selectors import pending_count_for, pending_for
+from approvals.services import own_request
+from durable.models import Step
+
+from .payloads import Payload, json_payload
+from .runs import COUNTS_CACHE_SECONDS, last_event_id
+
+#: steps of each run shown in the approvals inbox
+INBOX_LAST_STEPS = 3
+INBOX_LIMIT = 50
+
+
+
+def inbox_count(user: Any, *, cached: bool = False) -> int:
+    """Pending approvals ``user`` may decide (``approvals.selectors.pending_count_for``).
+    ``cached``: reuse the count for :data:`COUNTS_CACHE_SECONDS` while no trace event was
+    written (a new request or a decision writes one) — the navigation badge asks on every
+    page."""
+    if not cached or not getattr(user, "pk", None):
+        return pending_count_for(user)
+    key = f"dashboard:inbox_count:{user.pk}:{last_event_id()}"
+    found = cache.get(key)
+    if found is None:
+        found = pending_count_for(user)
+        cache.set(key, found, COUNTS_CACHE_SECONDS)
+    return found
+
+
+@dataclass
+class Reasked:
+    """This user approved an earlier version; someone edited the arguments since."""
+
+    version: int
+    at: datetime
+
+
+@dataclass
+class InboxItem:
+    request: ApprovalRequest
+    payload: Payload
+    kind: str  # what the payload shows: "params" (a tool call's), "payload" or "both"
+    params_json: str
+    last_steps: list[Step]
+    approvals_so_far: int
+    version: int = 1
+    #: proposal (version 1) -> current version, when they differ
+    diff: list[edits.DiffRow] = field(default_factory=list)
+    edited_by: str = ""
+    edited_at: datetime | None = None
+    edit_comment: str = ""
+    reasked: Reasked | None = None
+    #: parameters that hold a secret: shown locked ("secret, kept"), never in the edit box
+    locked: list[str] = field(default_factory=list)
+    expired: bool = False
+    #: the deadline in milliseconds since the epoch (the countdown's data), or None
+    deadline_ms: int | None = None
+    #: "starter", "requester" or "": whether the user asked for it (four-eyes)
+    own: str = ""
+    #: what the timeout does ("counts as rejected", "escalated to finance"), and the
+    #: chip's text once the deadline passed
+    timeout_then: str = ""
+    expired_text: str = ""
+
+
+def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]:
+    """(display value, stored text) of the request's current version."""
+    current = r.arguments
+    if current is None:  # a request older than argument versions
+        if isinstance(shown, dict):
+            return shown.get("params", shown.get("payload")), None
+        return None, None
+    return current.value_for_display(), current.value
+
+
+def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
+    """The approvals inbox: (items, total pending). Four queries."""
+    # the approvals so far (of the current arguments) as a correlated subquery, not a
+    # GROUP BY over every pending request: PostgreSQL evaluates it after the ORDER BY ...
+    # LIMIT, for the shown rows only
+    so_far = (ApprovalDecision.objects.filter(request=OuterRef("pk"), approved=True,
+                                              arguments=OuterRef("arguments")).order_by()
+              .values("request").annotate(n=Count("pk")).values("n"))
+    requests = list(pending_for(user).select_related("run__started_by", "requested_by",
+                                                     "arguments__created_by", "escalate_to")
+                    .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))
+                    [: limit + 1])
+    more = len(requests) > limit
+    requests = requests[:limit]
+    total = inbox_count(user, cached=True) if more else len(requests)
+    run_ids = {r.run_id for r in requests}
+    last: dict[str, list[Step]] = {}
+    earlier: dict[int, Reasked] = {}
+    if run_ids:
+        ranked = (Step.objects.filter(run_id__in=run_ids)
+                  .annotate(rank=Window(RowNumber(), partition_by=[F("run_id")],
+                                        order_by=F("position").desc()))
+                  .filter(rank__lte=INBOX_LAST_STEPS).order_by("run_id", "position"))
+        for s in ranked:
+            last.setdefault(s.run_id, []).append(s)
+        edited = [r.pk for r in requests if r.arguments is not None and r.arguments.number > 1]
+        if edited:  # approvals of earlier versions: these approvers are asked again
+            for request_id, number, at in (ApprovalDecision.objects.filter(
+                    request_id__in=edited, user=user, approved=True)
+                    .order_by("created_at").values_list("request_id", "arguments__number",
+                                                        "created_at")):
+                earlier[request_id] = Reasked(version=number or 1, at=at)
+    now = timezone.now()
+    items = []
+    for r in requests:
+        shown = r.payload_for_display() if r.payload else None
+        current, stored = _current_arguments(r, shown)
+        locked = edits.secret_keys(stored) if stored else frozenset()
+        # show what the request is about: the tool's parameters, or the workflow's payload
+        if isinstance(shown, dict) and set(shown) == {"params"}:
+            kind, view = "params", json_payload(current)
+        elif isinstance(shown, dict) and set(shown) == {"payload"}:
+            kind, view = "payload", json_payload(current)
+        else:
+            kind, view = "both", json_payload(shown)
+        editable = ({k: v for k, v in current.items() if k not in locked}
+                    if isinstance(current, dict) else None)
+        version = r.arguments.number if r.arguments is not None else 1
+        item = InboxItem(
+            request=r, payload=view, kind=kind,
+            params_json=json.dumps(editable, indent=2, ensure_ascii=False, default=str)
+            if editable is not None else "{}",
+            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far,
+            version=version, locked=sorted(locked), expired=r.is_expired(now),
+            deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None,
+            own=own_request(user, r) if r.four_eyes else "")
+        if r.expires_at is not None:
+            at = timezone.localtime(r.expires_at).strftime("%H:%M:%S")
+            if r.on_timeout == "escalate" and r.escalated_at is None and r.escalate_to_id:
+                item.timeout_then = f"escalated to {r.escalate_to.name}"
+                item.expired_text = f"expired at {at}: escalated to {r.escalate_to.name}"
+            else:
+                item.timeout_then = "counts as rejected"
+                item.expired_text = f"expired at {at}: rejected by the timeout"
+        if version > 1 and r.arguments is not None:
+            proposed = shown.get("params", shown.get("payload")) if isinstance(shown, dict) \
+                else None
+            item.diff = edits.diff(proposed, current, locked=locked)
+            editor = r.arguments.created_by
+            item.edited_by = editor.get_username() if editor else ""
+            item.edited_at = r.arguments.created_at
+            item.edit_comment = r.arguments.comment
+            item.reasked = earlier.get(r.pk)
+        items.append(item)
+    return items, total

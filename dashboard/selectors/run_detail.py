@@ -1,0 +1,282 @@
+"""A run's page: its steps on one timeline, its waits, signals, events and unsettled writes.
+
+Every read here issues a fixed number of queries whatever the length of the run: a long
+run shows its first and last steps and loads the ones between on demand (keyset on the
+position), and its payloads are sent only when opened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, F, Max, Min, Prefetch, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest
+from durable import mailbox, registry
+from durable.exceptions import ToolNotFound
+from durable.models import (
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+    Signal,
+    Step,
+    StepAttempt,
+    Tool,
+    TraceEvent,
+    Wait,
+    WaitKind,
+    WaitStatus,
+    run_lineage,
+)
+
+from .payloads import Payload, json_payload, payload
+from .runs import run_duration
+
+#: steps shown on a run's page before "load more": the first and the last
+STEPS_HEAD = 50
+STEPS_TAIL = 50
+#: steps one "load more" adds
+STEPS_PAGE = 100
+#: trace events shown on a run's page (the newest)
+EVENTS_SHOWN = 50
+#: undelivered signals listed on a run's page (the oldest)
+UNDELIVERED_SHOWN = 50
+
+
+@dataclass
+class StepRow:
+    step: Step
+    operation: Operation | None
+    safety: str
+    input: Payload
+    output: Payload
+    error: Payload
+    bar_left: float
+    bar_width: float
+    attempts: list[StepAttempt]
+
+
+@dataclass
+class StepGap:
+    """Steps not shown between two shown ones: what "load more" fetches (positions
+    strictly between ``after`` and ``before``; ``before`` None: up to the end)."""
+
+    after: int
+    before: int | None
+    count: int
+    next_count: int = 0  # how many the next "load more" adds
+
+
+@dataclass
+class WaitRow:
+    wait: Wait
+    payload: Payload
+    result: Payload
+    approval: ApprovalRequest | None
+
+
+@dataclass
+class UndeliveredSignal:
+    signal: Signal
+    payload: Payload
+    #: the run has waited on signals, never on this name: probably a typo
+    misaddressed: bool
+
+
+@dataclass
+class RunDetail:
+    run: Run
+    duration: timedelta | None
+    input: Payload
+    output: Payload
+    error: Payload
+    steps: list[StepRow]
+    waits: list[WaitRow]
+    events: list[TraceEvent]
+    events_total: int
+    last_event_id: int
+    pending_reconcile: list[Operation] = field(default_factory=list)
+    step_ids: list[str] = field(default_factory=list)
+    #: all steps of the run (``steps`` may be the first and last ones only)
+    steps_total: int = 0
+    #: the steps left out between the first and the last ones, if any
+    gap: StepGap | None = None
+    #: the rows after the gap (the last steps); ``steps`` are the ones before it
+    tail: list[StepRow] = field(default_factory=list)
+    #: signals in the run's mailbox that no wait consumed, oldest first
+    undelivered: list[UndeliveredSignal] = field(default_factory=list)
+    #: signal names the run's pending waits are for, and every one it has waited on
+    waiting_on: tuple[str, ...] = ()
+    waited_on: tuple[str, ...] = ()
+
+    @property
+    def steps_shown(self) -> int:
+        return len(self.steps) + len(self.tail)
+
+
+def _tool_safety(names: set[str]) -> dict[str, str]:
+    """Safety class of each tool: its Tool row (admin setting) over the code's spec."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = registry.get_tool(name).safety
+        except ToolNotFound:  # a tool of another deployment, or a removed one
+            pass
+    if names:
+        found.update(dict(Tool.objects.filter(name__in=names).values_list("name", "safety")))
+    return found
+
+
+def _steps_qs(run: Run) -> QuerySet[Step]:
+    return Step.objects.filter(run=run).prefetch_related(
+        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt")))
+
+
+def _timeline_span(run: Run, now: datetime) -> tuple[datetime, float]:
+    """Start of the run's timeline and its length in seconds (one aggregate query), so
+    that any slice of the steps draws its bars on the same scale."""
+    start = run.started_at or run.created_at
+    end = run.finished_at or now
+    span = Step.objects.filter(run=run).aggregate(first=Min("started_at"),
+                                                  last=Max("finished_at"))
+    if span["first"] and span["first"] < start:
+        start = span["first"]  # a fork's copied steps started before the fork
+    if span["last"] and span["last"] > end:
+        end = span["last"]
+    return start, max((end - start).total_seconds(), 0.001)
+
+
+def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
+               now: datetime) -> list[StepRow]:
+    """Rows of ``steps`` (two queries: their operations and their tools' safety)."""
+    ids = [s.step_id for s in steps]
+    # a fork's reused steps show the write of the run that made it (and who owns it now)
+    lineage = [run.id] + (run_lineage(run.forked_from_id) if run.forked_from_id else [])
+    operations: dict[str, Operation] = {}
+    for op in (Operation.objects.filter(run_id__in=lineage, step_id__in=ids) if ids else []):
+        known = operations.get(op.step_id)
+        if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
+            operations[op.step_id] = op
+    safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
+    rows = []
+    for s in steps:
+        op = operations.get(s.step_id)
+        s_start = s.started_at or start
+        s_end = s.finished_at or (now if s.status in ("running", "retrying", "waiting") else s_start)
+        left = min(max((s_start - start).total_seconds() / total * 100, 0.0), 100.0)
+        width = min(max((s_end - s_start).total_seconds() / total * 100, 0.6), 100.0 - left)
+        rows.append(StepRow(
+            step=s, operation=op,
+            safety=(op.safety if op is not None else safety.get(s.tool_name, "")),
+            input=_lazy_payload(s.input), output=_lazy_payload(s.output),
+            error=json_payload(s.error),
+            bar_left=round(left, 2), bar_width=round(max(width, 0.6), 2),
+            attempts=list(s.attempt_rows.all())))
+    return rows
+
+
+def _lazy_payload(text: str | None) -> Payload:
+    """A step's payload, not decoded: the timeline loads it when its "Input and output"
+    is opened (the "show all" endpoint), so a long run's page neither decodes nor sends
+    every step's payloads. ``size`` is the stored text's length (roughly what is shown)."""
+    if text is None:
+        return Payload(text="", truncated=False, size=0, empty=True)
+    return Payload(text="", truncated=True, size=len(text))
+
+
+def _gap(run: Run, after: int, before: int | None) -> StepGap | None:
+    qs = Step.objects.filter(run=run, position__gt=after)
+    if before is not None:
+        qs = qs.filter(position__lt=before)
+    count = qs.count()
+    if not count:
+        return None
+    return StepGap(after=after, before=before, count=count, next_count=min(count, STEPS_PAGE))
+
+
+def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
+    """Everything the run page shows, in a fixed number of queries (about ten).
+
+    A long run shows its first :data:`STEPS_HEAD` and last :data:`STEPS_TAIL` steps; the
+    ones between are loaded on demand (:func:`step_page`, keyset on the position).
+    """
+    now = now or timezone.now()
+    # one query for both ends: row numbers from each end, and the total
+    shown = list(_steps_qs(run).annotate(
+        from_start=Window(RowNumber(), order_by=F("position").asc()),
+        from_end=Window(RowNumber(), order_by=F("position").desc()),
+        total=Window(Count("pk")),
+    ).filter(Q(from_start__lte=STEPS_HEAD) | Q(from_end__lte=STEPS_TAIL)).order_by("position"))
+    steps_total = shown[0].total if shown else 0
+    head = [s for s in shown if s.from_start <= STEPS_HEAD]
+    tail = [s for s in shown if s.from_start > STEPS_HEAD]
+    gap = None
+    hidden = steps_total - len(shown)
+    if hidden > 0 and head and tail:
+        gap = StepGap(after=head[-1].position, before=tail[0].position, count=hidden,
+                      next_count=min(hidden, STEPS_PAGE))
+    start, total = _timeline_span(run, now)
+    rows = _step_rows(run, head + tail, start, total, now)
+    head_rows, tail_rows = rows[:len(head)], rows[len(head):]
+    step_ids = list(Step.objects.filter(run=run).order_by("position")
+                    .values_list("step_id", flat=True)) if hidden else [s.step_id for s in shown]
+    waits = [WaitRow(wait=w, payload=payload(w.payload), result=payload(w.result),
+                     approval=getattr(w, "approval", None))
+             for w in Wait.objects.filter(run=run).select_related("approval", "operation")
+             .order_by("position", "created_at")]
+    events = list(TraceEvent.objects.filter(run=run).order_by("-id")[:EVENTS_SHOWN])
+    events.reverse()
+    # always counted (an index-only count), so that the page's queries do not depend on
+    # the length of the run
+    events_total = TraceEvent.objects.filter(run=run).count()
+    pending_reconcile = [w.wait.operation for w in waits
+                         if w.wait.kind == WaitKind.RECONCILE and w.wait.status == WaitStatus.PENDING
+                         and w.wait.operation is not None
+                         and w.wait.operation.status == OperationStatus.UNKNOWN
+                         and not w.wait.operation.resolution]
+    waiting_on, waited_on = mailbox.names_of(w.wait for w in waits)
+    undelivered = [UndeliveredSignal(signal=sig, payload=payload(sig.payload),
+                                     misaddressed=bool(waited_on) and sig.name not in waited_on)
+                   for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)]
+    if run.is_terminal and run.status != RunStatus.SUCCEEDED:
+        # a finished run (e.g. cancelled while the decision was pending) still takes
+        # "it happened" / "it did not happen" into its ledger, for its compensation
+        # (a succeeded run settled every write before it ended)
+        pending_reconcile += list(Operation.objects.filter(
+            run=run, status=OperationStatus.UNKNOWN, resolution="")
+            .exclude(pk__in=[op.pk for op in pending_reconcile]))
+    return RunDetail(
+        undelivered=undelivered, waiting_on=waiting_on, waited_on=waited_on,
+        run=run, duration=run_duration(run, now), input=payload(run.input),
+        output=payload(run.output), error=json_payload(run.error), steps=head_rows,
+        waits=waits, events=events, events_total=events_total,
+        last_event_id=events[-1].id if events else 0,
+        pending_reconcile=pending_reconcile,
+        step_ids=step_ids, steps_total=steps_total, gap=gap, tail=tail_rows)
+
+
+@dataclass
+class StepPage:
+    rows: list[StepRow]
+    gap: StepGap | None
+
+
+def step_page(run: Run, after: int, before: int | None = None,
+              now: datetime | None = None) -> StepPage:
+    """The next :data:`STEPS_PAGE` steps after position ``after`` (and before ``before``),
+    and the gap that is left after them: what one "load more" shows."""
+    now = now or timezone.now()
+    qs = _steps_qs(run).filter(position__gt=after)
+    if before is not None:
+        qs = qs.filter(position__lt=before)
+    steps = list(qs.order_by("position")[:STEPS_PAGE + 1])
+    more = len(steps) > STEPS_PAGE
+    steps = steps[:STEPS_PAGE]
+    start, total = _timeline_span(run, now)
+    rows = _step_rows(run, steps, start, total, now)
+    gap = _gap(run, steps[-1].position, before) if more else None
+    return StepPage(rows=rows, gap=gap)
