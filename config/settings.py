@@ -118,8 +118,8 @@ MIDDLEWARE = [
 ]
 
 # --- Content-Security-Policy (django-csp): nothing inline, nothing from elsewhere ------
-# Every script and style is a file under static/; templates carry no <script>, <style>,
-# style="..." or on*="..." (tests/dashboard/test_security.py checks every template).
+# Every script and style is a file under an app's static/; templates carry no <script>,
+# <style>, style="..." or on*="..." (tests/dashboard/test_security.py checks every template).
 # The live updates connect to ws(s):// on the same host: 'self' covers them in current
 # browsers (CSP Level 3).
 CONTENT_SECURITY_POLICY = {
@@ -159,6 +159,8 @@ ROOT_URLCONF = "config.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # the project's own pages (base.html, the error pages, registration/, the admin's
+        # header); each app's pages live in its templates/ folder (APP_DIRS)
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -209,7 +211,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# each app ships its own static files (dashboard/static/dashboard/, durable/static/durable/),
+# found by the app-directories finder as django.contrib.admin's are; no project-level folder
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True

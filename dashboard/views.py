@@ -171,7 +171,7 @@ def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     items, total = selectors.inbox(request.user)
     # the navigation's badge shows the same number: count it once per request
     request._dashboard_inbox_count = total  # type: ignore[attr-defined]
-    # the countdown (static/dashboard/countdown.js) corrects the browser's clock by this
+    # the countdown (dashboard/static/dashboard/countdown.js) corrects the browser's clock by this
     context = {"items": items, "total": total, "since": since, "nav": "approvals",
                "server_now_ms": int(time.time() * 1000)}
     context.update(extra)
