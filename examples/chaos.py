@@ -1,4 +1,4 @@
-"""The chaos audit: ``manage.py durable chaos --runs N --kill-every SECONDS``.
+"""The chaos audit: ``manage.py durable_chaos --runs N --kill-every SECONDS``.
 
 It starts its own example services (scripted LLM, payments service, SMTP sink) and its
 own Celery workers, starts N reference-agent runs (support, invoice, procurement in
@@ -508,7 +508,7 @@ def run_chaos(**options: Any) -> Report:
 
 
 def main(options: dict[str, Any], stdout: Any) -> int:
-    """``manage.py durable chaos``: run, print the table, return the exit status."""
+    """``manage.py durable_chaos``: run, print the table, return the exit status."""
 
     def log(text: str) -> None:
         stdout.write(f"[chaos] {text}\n")

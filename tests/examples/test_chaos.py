@@ -1,4 +1,4 @@
-"""The chaos audit (``manage.py durable chaos``) as a test: runs on workers SIGKILLed at
+"""The chaos audit (``manage.py durable_chaos``) as a test: runs on workers SIGKILLed at
 random must leave zero duplicate refunds, tickets, orders and emails and lose no run.
 
 The CI-sized audit runs 24 reference-agent runs with a kill about every 2 s and 5 % of
@@ -32,7 +32,7 @@ def assert_clean(report) -> None:
 @pytest.mark.timeout(240)
 def test_chaos_audit_of_24_runs_with_kills_is_clean(proc_env):
     out = StringIO()
-    call_command("durable", "chaos", "--runs", "24", "--kill-every", "2", "--workers", "3",
+    call_command("durable_chaos", "--runs", "24", "--kill-every", "2", "--workers", "3",
                  "--timeout", "170", "--seed", "5", "--service-faults", "0.05", stdout=out)
     text = out.getvalue()
     assert "AUDIT CLEAN: zero duplicates, zero losses" in text, text

@@ -1,7 +1,6 @@
 """``manage.py durable <subcommand>``: inspect and operate Durable from a shell.
 
-Subcommands: ``workflows``, ``start``, ``runs``, ``show``, ``sweep``, ``reconcile``,
-``chaos``
+Subcommands: ``workflows``, ``start``, ``runs``, ``show``, ``sweep``, ``reconcile``
 (``manage.py durable <subcommand> --help`` for each). State changes go through
 :mod:`durable.api` and :mod:`durable.services`, as the dashboard's do. Payloads are shown
 through :func:`durable.codec.decode_for_display`, so secrets print as ``[REDACTED]``.
@@ -254,30 +253,6 @@ class Command(BaseCommand):
         p.add_argument("--dedupe-key", default=None)
         p.add_argument("--by", default=None, metavar="NAME")
 
-        p = sub.add_parser(
-            "chaos", help="chaos audit: N reference-agent runs on workers SIGKILLed at random",
-            description="Start N reference-agent runs (examples.support, .invoice, "
-                        ".procurement) on worker processes this command starts, SIGKILL them "
-                        "at random, decide approvals and send signals as an operator would, "
-                        "then audit the payments service and the SMTP sink for duplicates "
-                        "and losses. Exits 1 on any duplicate or loss (examples/chaos.py).")
-        p.add_argument("--runs", type=_positive_int, default=30, metavar="N")
-        p.add_argument("--kill-every", type=float, default=3.0, metavar="SECONDS",
-                       help="mean seconds between two SIGKILLs (default 3)")
-        p.add_argument("--workers", type=_positive_int, default=3, metavar="N",
-                       help="worker processes kept alive (default 3)")
-        p.add_argument("--lease", type=float, default=3.0, metavar="SECONDS",
-                       help="the workers' lease (default 3)")
-        p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
-                       help="give up waiting for the runs after SECONDS (default 900)")
-        p.add_argument("--seed", type=int, default=None)
-        p.add_argument("--service-faults", type=float, default=0.0, metavar="RATE",
-                       help="also answer this share of the payments service's writes with "
-                            "429, 503 or commit-then-drop (default 0)")
-        p.add_argument("--restart-services", action="store_true",
-                       help="restart PostgreSQL and Redis half way (CI machines only)")
-        p.add_argument("--json", action="store_true", help="also print a JSON summary")
-
     def handle(self, *args: Any, **options: Any) -> None:
         handler = getattr(self, f"do_{options['subcommand']}")
         handler(options)
@@ -324,16 +299,6 @@ class Command(BaseCommand):
         self.stdout.write(f"run {options['run_id']}: {_clean(sent.message)}")
 
     # --- workflows -------------------------------------------------------------------
-
-    def do_chaos(self, options: dict[str, Any]) -> None:
-        import importlib
-
-        # the audit lives with the reference agents (examples/chaos.py): durable/ does
-        # not import the examples app
-        chaos = importlib.import_module("examples.chaos")
-        if chaos.main(options, self.stdout) != 0:
-            raise CommandError("the chaos audit found duplicates or losses",
-                               returncode=RUN_DID_NOT_SUCCEED)
 
     def do_workflows(self, options: dict[str, Any]) -> None:
         specs = registry.workflows()

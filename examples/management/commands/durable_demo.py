@@ -13,6 +13,7 @@
 
 The run is created in the database and dispatched on commit; a worker picks it up when
 it starts (with the embedded ``filesystem://`` broker the message waits in ``var/``).
+The command lives with the examples it starts: ``durable/`` never imports them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import os
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
+
+from examples import demo
 
 DEMO_WORKFLOW = "examples.hello"
 DEMO_INPUT = {"name": "world", "language": "en"}
@@ -64,10 +67,7 @@ class Command(BaseCommand):
     # ------------------------------------------------------------------ live demo
 
     def _seed(self, options) -> None:
-        import importlib
         import time
-
-        demo = importlib.import_module("examples.demo")  # durable/ does not import examples
 
         def log(text: str) -> None:
             self.stdout.write(f"[demo] {text}")
