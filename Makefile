@@ -13,6 +13,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 PORT   ?= 8000
 # extra arguments for pytest, e.g. `make test PYTEST_ARGS="-x -k ledger"`
 PYTEST_ARGS ?=
@@ -45,6 +46,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# `make up` also needs the demo extra: honcho runs the Procfile, aiosmtpd is the SMTP sink
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[demo]'
+	touch $@
+
 # the demo's agents talk to the local services unless the environment says otherwise
 # (e.g. `make up OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-...`)
 up: export FAKE_LLM_PORT := $(FAKE_LLM_PORT)
@@ -58,7 +64,7 @@ up: export DURABLE_SMTP_SINK_URL ?= http://127.0.0.1:$(SMTP_SINK_HTTP_PORT)
 up: export EMAIL_HOST ?= 127.0.0.1
 up: export EMAIL_PORT ?= $(SMTP_PORT)
 up: export DURABLE_DEMO_URL ?= http://127.0.0.1:$(PORT)/
-up: install
+up: $(DEMO_STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py durable_demo
 	@echo
