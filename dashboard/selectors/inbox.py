@@ -32,7 +32,6 @@ INBOX_LAST_STEPS = 3
 INBOX_LIMIT = 50
 
 
-
 def inbox_count(user: Any, *, cached: bool = False) -> int:
     """Pending approvals ``user`` may decide (``approvals.selectors.pending_count_for``).
     ``cached``: reuse the count for :data:`COUNTS_CACHE_SECONDS` while no trace event was
