@@ -166,7 +166,8 @@ def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
     for s in steps:
         op = operations.get(s.step_id)
         s_start = s.started_at or start
-        s_end = s.finished_at or (now if s.status in ("running", "retrying", "waiting") else s_start)
+        s_end = s.finished_at or (now if s.status in ("running", "retrying", "waiting")
+                                  else s_start)
         left = min(max((s_start - start).total_seconds() / total * 100, 0.0), 100.0)
         width = min(max((s_end - s_start).total_seconds() / total * 100, 0.6), 100.0 - left)
         rows.append(StepRow(
@@ -234,7 +235,8 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
     # the length of the run
     events_total = TraceEvent.objects.filter(run=run).count()
     pending_reconcile = [w.wait.operation for w in waits
-                         if w.wait.kind == WaitKind.RECONCILE and w.wait.status == WaitStatus.PENDING
+                         if w.wait.kind == WaitKind.RECONCILE
+                         and w.wait.status == WaitStatus.PENDING
                          and w.wait.operation is not None
                          and w.wait.operation.status == OperationStatus.UNKNOWN
                          and not w.wait.operation.resolution]
