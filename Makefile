@@ -64,6 +64,9 @@ up: export DURABLE_SMTP_SINK_URL ?= http://127.0.0.1:$(SMTP_SINK_HTTP_PORT)
 up: export EMAIL_HOST ?= 127.0.0.1
 up: export EMAIL_PORT ?= $(SMTP_PORT)
 up: export DURABLE_DEMO_URL ?= http://127.0.0.1:$(PORT)/
+# config/ and examples/ are not in the wheel (nor in the editable install's packages): the
+# processes import them from the checkout, whichever folder their command runs from
+up: export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 up: $(DEMO_STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py durable_demo
