@@ -1,4 +1,4 @@
-"""Reads for the dashboard's pages (ARCHITECTURE.md: reads live in selectors, not templates).
+"""Reads for the dashboard's pages: they live here, not in templates (docs/architecture.md#layers).
 
 Every function here issues a fixed number of queries, whatever the number of rows: the
 tests pin that with ``django_assert_max_num_queries``.
