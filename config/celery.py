@@ -1,6 +1,6 @@
 """The Celery app: `celery -A config worker` and `celery -A config beat`.
 
-Celery is only the transport (ARCHITECTURE.md point 5): a task carries a run id, the
+Celery is only the transport (docs/architecture.md#dispatch): a task carries a run id, the
 engine does the rest. Configuration lives in Django settings under the CELERY_ prefix.
 """
 

@@ -186,7 +186,8 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers (the dashboard) run beside one writer; IMMEDIATE transactions take
     # the write lock up front so two writers queue on the busy timeout instead of failing
-    # with "database is locked" on lock upgrade (SCENARIOS S13).
+    # with "database is locked" on lock upgrade (tests/processes/test_scenarios_processes.py::
+    # test_s13_sqlite_two_workers_forty_runs_and_a_polling_dashboard).
     DATABASES["default"]["CONN_MAX_AGE"] = 0 if os.environ.get("DURABLE_SQLITE_NO_PERSIST") else 600
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",

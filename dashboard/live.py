@@ -1,6 +1,6 @@
 """Live updates: follow the append-only TraceEvent table and tell open pages to refresh.
 
-The trace-event table is the change feed (ARCHITECTURE.md, "Live updates"): every state
+The trace-event table is the change feed (docs/architecture.md#live-updates): every state
 change writes an event in the same transaction. One :class:`Follower` task per ASGI
 process polls ``TraceEvent.id > cursor`` every :data:`POLL_SECONDS` while at least one
 websocket is open, and sends a ``refresh`` hint through the channel layer:

@@ -2,9 +2,10 @@
 
 Tools are editable (their operational settings override the code's declaration). Runs,
 steps, attempts, operations, waits, signals and trace events are read-only: the history
-is append-only, and every change goes through :mod:`durable.services` (CONVENTIONS.md,
-"Models"). Payloads are shown through :func:`durable.codec.decode_for_display`, escaped
-and never decrypted: a redacted value reads ``[REDACTED]``.
+is append-only, and every change goes through :mod:`durable.services`
+(docs/conventions.md#models). Payloads are shown through
+:func:`durable.codec.decode_for_display`, escaped and never decrypted: a redacted value
+reads ``[REDACTED]``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""System checks (ARCHITECTURE.md point 10): configuration is checked before anything runs."""
+"""System checks: configuration is checked before anything runs.
+
+See docs/architecture.md#configuration-checks.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Lease heartbeats: one thread per process extends the leases of every run it executes.
 
-A run's lease (ARCHITECTURE.md point 4) is extended every ``conf.heartbeat_seconds()``
+A run's lease (docs/architecture.md#leases) is extended every ``conf.heartbeat_seconds()``
 while the run executes; checkpoints do not rewrite it, so their UPDATE of the run row
 stays a HOT update on PostgreSQL. When an extension finds the lease gone (another
 worker claimed the run after it expired), the handle's ``lost`` becomes True and the

@@ -3,12 +3,12 @@
 Any OpenAI-compatible chat-completions endpoint with tool calling works: set
 ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``DURABLE_LLM_MODEL`` (a real provider,
 Ollama, vLLM, llama.cpp's server, or the project's scripted local server). The client's
-own retries are off: the engine owns retries (ARCHITECTURE.md point 5).
+own retries are off: the engine owns retries (docs/architecture.md#failures-and-retries).
 
-Classification (ARCHITECTURE.md point 7): 429 (with ``Retry-After``), 5xx, timeouts and
-connection errors are transient; 401/403/404 permanent; 400/422 and malformed tool-call
-JSON are model-recoverable (returned as :class:`~durable.ModelRecoverable`, for the agent
-to feed back to the model).
+Classification (docs/architecture.md#failures-and-retries): 429 (with ``Retry-After``),
+5xx, timeouts and connection errors are transient; 401/403/404 permanent; 400/422 and
+malformed tool-call JSON are model-recoverable (returned as
+:class:`~durable.ModelRecoverable`, for the agent to feed back to the model).
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def chat(messages: list[dict[str, Any]], *, model: str | None = None,
         result = parse_response(response)
     except Exception as exc:
         # the reply was billed even though it cannot be used: the engine counts
-        # ``billed_usage`` against the run's token budget (SCENARIOS S27)
+        # ``billed_usage`` against the run's token budget
+        # (docs/compensation.md#budgets-count-what-was-billed)
         exc.billed_usage = billed_usage(response)  # type: ignore[attr-defined]
         raise
     result["cost_usd"] = cost_usd(result["model"] or model, result["usage"])

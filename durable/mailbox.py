@@ -1,12 +1,14 @@
 """A run's mailbox: where a signal went, what the sender is told, what was never read.
 
 A signal either resolves a pending ``wait_for_signal(name)`` (*delivered*) or stays in
-the run's mailbox until a wait for its name is reached (*kept*; SCENARIOS S08: it may
-arrive before its wait exists). A kept signal whose name the run has never waited on,
-while it has waited on others, is probably misaddressed (a typo: ``goods-received`` for
-``goods_received``), so the answer names what the run waits on instead of sounding like
-a genuinely early signal. A run that ends (succeeded, failed, cancelled) with signals
-nobody consumed records a ``signals_unconsumed`` trace event naming them.
+the run's mailbox until a wait for its name is reached (*kept*: it may arrive before
+its wait exists; tests/approvals/test_timers_signals.py::
+test_s08_signal_sent_right_after_start_is_never_dropped). A kept signal whose name the
+run has never waited on, while it has waited on others, is probably misaddressed (a
+typo: ``goods-received`` for ``goods_received``), so the answer names what the run
+waits on instead of sounding like a genuinely early signal. A run that ends (succeeded,
+failed, cancelled) with signals nobody consumed records a ``signals_unconsumed`` trace
+event naming them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable's tables. The database is the source of truth (ARCHITECTURE.md, "the one rule").
+"""Durable's tables. The database is the source of truth (docs/architecture.md#the-one-rule).
 
 Payload columns (``input``, ``output``, ``result``, ``params``) hold text written by
 :mod:`durable.codec`: type-preserving JSON with redacted values encrypted.
@@ -320,7 +320,8 @@ class Operation(models.Model):
     """The side-effect ledger: one row per write, keyed by its idempotency key.
 
     ``started`` is committed before the call, the result with the step checkpoint; a
-    ``started`` row found on resume is an unknown outcome (ARCHITECTURE.md point 6).
+    ``started`` row found on resume is an unknown outcome
+    (docs/architecture.md#the-operation-ledger).
     """
 
     idempotency_key = models.CharField(max_length=400, unique=True)
@@ -445,7 +446,7 @@ class Signal(models.Model):
     """A message to a run, kept in its mailbox until a ``wait_for_signal`` consumes it.
 
     A signal that arrives before its wait exists is delivered when the wait is reached
-    (SCENARIOS S08); a repeated ``dedupe_key`` is stored once.
+    (docs/architecture.md#waits); a repeated ``dedupe_key`` is stored once.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="signals")

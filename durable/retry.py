@@ -1,4 +1,4 @@
-"""Retry policies and failure classification (ARCHITECTURE.md points 5 and 7)."""
+"""Retry policies and failure classification (docs/architecture.md#failures-and-retries)."""
 
 from __future__ import annotations
 

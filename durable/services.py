@@ -1,7 +1,7 @@
 """State transitions of runs and operations: one function each, one transaction each.
 
 The dashboard, the admin, the management commands and the tests all call these
-(ARCHITECTURE.md, "Layers"). Each re-reads its rows with ``select_for_update()``, raises
+(docs/architecture.md#layers). Each re-reads its rows with ``select_for_update()``, raises
 :class:`~durable.IllegalTransition` when the source state is wrong, writes a TraceEvent
 naming who and why, and dispatches the run on commit where it should continue.
 """

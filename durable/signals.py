@@ -1,5 +1,5 @@
 """Django signals the engine sends, so upper layers (approvals) can react without the
-engine importing them (ARCHITECTURE.md: imports point down only).
+engine importing them (imports point down only: docs/architecture.md#layers).
 
 - ``wait_created(sender=Wait, wait=Wait, spec=dict)``: inside the transaction that
   creates a wait; ``spec`` is the wait's declared options.

@@ -1,4 +1,4 @@
-"""Celery tasks: thin, by id (CONVENTIONS.md). Celery is only the transport."""
+"""Celery tasks: thin, by id. Celery is only the transport (docs/architecture.md#dispatch)."""
 
 from __future__ import annotations
 

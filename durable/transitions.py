@@ -1,4 +1,4 @@
-"""The legal transitions of a run, declared once (CONVENTIONS.md: viewflow's ``fsm``).
+"""The legal transitions of a run, declared once (docs/architecture.md#the-run-state-machine).
 
 Each action maps to the statuses it may start from and the status it leads to. The
 services check them inside their transaction; templates and the admin call

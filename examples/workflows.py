@@ -196,7 +196,8 @@ def support(ctx, data):
             tool = SUPPORT_TOOL_NAMES.get(call["name"])
             if rejected is not None and tool is not None and _is_write(tool):
                 # a person said no to a call of this turn: the turn's later writes were
-                # planned on the assumption it would go through (S20), so they do not run
+                # planned on the assumption it would go through, so they do not run
+                # (tests/examples/test_turns_inprocess.py)
                 messages.append(_tool_message(call["id"], _skipped(call["name"], rejected)))
                 continue
             if tool is not None:

@@ -66,7 +66,7 @@ def _boom():
     raise durable.PermanentError("card declined")
 
 
-# --- the decision path: deadlines, edits, argument versions, secrets (SCENARIOS S17, S18)
+# --- the decision path: deadlines, edits, argument versions, secrets (S17, S18)
 
 #: (tool, params) of every call of the tools below
 CALLS: list[tuple[str, dict]] = []
@@ -75,7 +75,8 @@ CALLS: list[tuple[str, dict]] = []
 @durable.tool(name="waits.refund", safety="idempotent_write", requires_approval=True,
               allow_edit=True)
 def refund(charge_id: str, amount: int, *, idempotency_key: str) -> dict:
-    """SCENARIOS S18: a typed tool whose arguments an approver may edit."""
+    """A typed tool whose arguments an approver may edit, checked before they are
+    recorded (S18)."""
     CALLS.append(("refund", {"charge_id": charge_id, "amount": amount}))
     return {"refunded": amount, "charge": charge_id}
 
@@ -108,7 +109,8 @@ def pay_flow(ctx, data):
 
 @durable.workflow(name="tests.purchase", version="1")
 def purchase_flow(ctx, data):
-    """SCENARIOS S17 and the N-of-M edit hole: one approval with options from the input."""
+    """Exact approval deadlines (S17) and the N-of-M edit hole: one approval with
+    options from the input."""
     options = {k: data[k] for k in ("approvers", "timeout", "on_timeout", "escalate_to",
                                     "required", "allow_edit") if k in data}
     decision = ctx.wait_for_approval("purchase", title=data.get("title", "Buy it?"),

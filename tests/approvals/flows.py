@@ -145,7 +145,7 @@ def tool_post_flow(ctx, data):
 
 @durable.workflow(name="apf.s09", version="1")
 def s09_flow(ctx, data):
-    """SCENARIOS S09: two approvals, then a counted side effect."""
+    """Two approvals, then a counted side effect: one answer must not answer both (S09)."""
     budget = ctx.wait_for_approval("approve_budget", title="Approve the budget")
     if not budget:
         return "no budget"
@@ -310,7 +310,7 @@ def simple_flow(ctx, data):
 
 @durable.workflow(name="apf.loop", version="1")
 def loop_flow(ctx, data):
-    """SCENARIOS S04: a loop of short steps (``data["ms"]`` milliseconds each)."""
+    """A loop of short steps (``data["ms"]`` milliseconds each) to cancel at random (S04)."""
     for i in range(data["n"]):
         ctx.step("tick", _tick, ctx.run_id, i, data["ms"])
     return data["n"]
@@ -327,7 +327,8 @@ def _tick(run_id: str, i: int, ms: int) -> int:
 
 @durable.workflow(name="apf.proc_sleep", version="1")
 def proc_sleep_flow(ctx, data):
-    """SCENARIOS S07: A, a durable sleep, B -- in real worker processes."""
+    """A, a durable sleep, B -- in real worker processes, the sleep falling due while no
+    worker is up (S07)."""
     ctx.step("A", body("A"), ctx.run_id)
     ctx.sleep(data["seconds"])
     ctx.step("B", body("B"), ctx.run_id)
@@ -356,7 +357,7 @@ def named_requester_flow(ctx, data):
 
 @durable.workflow(name="apf.goods", version="1")
 def goods_flow(ctx, data):
-    """SCENARIOS S21: wait on ``goods_received`` with a (2 s) timeout."""
+    """Wait on ``goods_received`` with a (2 s) timeout, for misaddressed signals (S21)."""
     goods = ctx.wait_for_signal("goods_received", timeout=data.get("timeout", 2.0),
                                 default=None)
     return {"goods": goods}

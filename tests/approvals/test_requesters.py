@@ -1,5 +1,5 @@
 """Who asked for a run, and four-eyes: starters from every entry point, unknown
-requesters, named requesters, forks (SCENARIOS S19; issue 11 item 7)."""
+requesters, named requesters, forks (S19; issue 11 item 7)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def refused(user, req: ApprovalRequest) -> NotAllowed:
 
 def test_s19_cli_starter_is_recorded_and_cannot_approve_their_own_unsafe_write(
         make_user, monkeypatch):
-    """SCENARIOS S19: ``manage.py durable start`` of a workflow whose unsafe_write needs
+    """``manage.py durable start`` of a workflow whose unsafe_write needs
     approval. The OS login is recorded as ``os:<login>``, mapped to the dashboard account
     of the same name, and that person cannot approve; another approver can."""
     alice, bob = make_user("alice"), make_user("bob")

@@ -1,5 +1,5 @@
 """Where a signal went: delivered or kept, misaddressed names, and signals a run never
-consumed (SCENARIOS S21)."""
+consumed (S21)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def waiting_for_goods():
 
 
 def test_s21_misaddressed_signal_is_kept_and_names_what_the_run_waits_on():
-    """SCENARIOS S21: the run waits on goods_received (2 s timeout); the operator sends
+    """The run waits on goods_received (2 s timeout); the operator sends
     goods-received. The answer says "kept; this run waits on goods_received", the
     signal stays undelivered, and the run's end records that it was never consumed."""
     run = waiting_for_goods()

@@ -134,7 +134,8 @@ def test_zero_sleeps_in_a_loop_complete_without_parking():
 
 
 def test_s08_signal_sent_right_after_start_is_never_dropped():
-    """SCENARIOS S08 (in-process): 100 trials of start + immediate signal + drive."""
+    """A signal sent right after the start, before the wait exists, is kept and delivered
+    (S08, in-process): 100 trials of start + immediate signal + drive."""
     failures = []
     for i in range(100):
         run = durable.start("apf.signal", {})

@@ -1,8 +1,8 @@
 """Run transitions: the declared table, and cancel / compensate / resume / fork behaviour.
 
 The table test pins ``durable.transitions.TRANSITIONS`` against an independent copy of
-the rules (ARCHITECTURE.md point 8, CONVENTIONS.md "Legal transitions are declared
-once"), and checks that every service refuses an illegal source with
+the rules (docs/architecture.md#the-run-state-machine: legal transitions are declared
+once), and checks that every service refuses an illegal source with
 ``IllegalTransition`` and changes nothing.
 """
 

@@ -1,4 +1,4 @@
-"""The live-update follower survives a terminated database connection (SCENARIOS S28)."""
+"""The live-update follower survives a terminated database connection (S28)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fixture workflows and tools of the compensation, fork-ownership and token-budget tests
-(SCENARIOS S22, S23, S27). Importing this module registers them.
+(S22, S23, S27). Importing this module registers them.
 
 ``PROVIDER`` is a fake payment provider keyed by idempotency key: ``refunds`` (what was
 committed), ``voids`` (what was undone, once per key) and ``slow`` (a refund that commits

@@ -206,7 +206,7 @@ S03_POLICY = RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False)
 
 @durable.workflow(name="eng.s03", version="1")
 def s03(ctx, data):
-    """SCENARIOS S03: user code catches everything and asks for the step again."""
+    """User code catches everything and asks for the step again (S03)."""
     try:
         return ctx.step("s", body, "s", retry=S03_POLICY)
     except Exception as exc:  # noqa: BLE001 - the point of the scenario
@@ -398,7 +398,8 @@ def secret_error(ctx, data):
 
 
 def s10_expected() -> dict[str, Any]:
-    """The values of SCENARIOS S10, built fresh each call."""
+    """Values of many types that must round-trip exactly across a crash (S10), built
+    fresh each call."""
     return {
         "price": Decimal("19.90"),
         "when": dt.datetime(2024, 3, 10, 1, 30, 15, 250000, tzinfo=ZoneInfo("America/New_York")),

@@ -1,4 +1,4 @@
-"""Budgets bound every run: step count, wall-clock deadline, payload size (SCENARIOS S12)."""
+"""Budgets bound every run: step count, wall-clock deadline, payload size (S12)."""
 
 from __future__ import annotations
 

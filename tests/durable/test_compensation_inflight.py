@@ -1,4 +1,4 @@
-"""Compensation covers every write the run made, in flight or unknown (SCENARIOS S22).
+"""Compensation covers every write the run made, in flight or unknown (S22).
 
 A real worker thread executes the slow refund while the test cancels and compensates:
 the compensation waits for the write to settle, records its late result, and voids it.

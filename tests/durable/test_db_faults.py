@@ -169,7 +169,7 @@ class _Task:
 
 def test_a_sweep_after_the_connection_was_terminated_runs_on_a_new_connection():
     """The task_prerun hook drops the dead connection before the next task's first
-    query (SCENARIOS S28: 'fails every later task, sweeps included')."""
+    query: a terminated connection must not fail every later task, sweeps included."""
     if connection.vendor != "postgresql":
         pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
     from celery.signals import task_postrun, task_prerun

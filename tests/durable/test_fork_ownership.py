@@ -1,4 +1,4 @@
-"""A fork owns the writes it reuses (SCENARIOS S23): compensation undoes each write once,
+"""A fork owns the writes it reuses (S23): compensation undoes each write once,
 by the run that answers for it."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The operation ledger (ARCHITECTURE.md point 6; SCENARIOS S16)."""
+"""The operation ledger (docs/architecture.md#the-operation-ledger): started before the
+call, the result after; a lost response or a 409 "in progress" retried with the same key
+(S16); unknown outcomes reconciled or decided by an operator."""
 
 from __future__ import annotations
 

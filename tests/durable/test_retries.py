@@ -1,4 +1,5 @@
-"""Retry policies, failure classification and where retries wait (ARCHITECTURE points 5, 7)."""
+"""Retry policies, failure classification and where retries wait
+(docs/architecture.md#failures-and-retries)."""
 
 from __future__ import annotations
 
@@ -314,7 +315,7 @@ def test_inprocess_threshold_is_a_setting(settings):
     assert Run.objects.get(pk=run.id).wake_at is not None
 
 
-# --- SCENARIOS S03 --------------------------------------------------------------------
+# --- S03: workflow code that catches every error and asks for the step again ---------
 
 
 def test_s03_catch_all_in_workflow_code_cannot_exceed_max_attempts():

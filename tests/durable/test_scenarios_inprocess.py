@@ -1,5 +1,7 @@
-"""SCENARIOS S10, S11 and S14, driven in-process (crashes are simulated by an exception
-that escapes the engine with the lease held, followed by the lease expiring)."""
+"""Values that round-trip exactly after a crash (S10), failures that are hard to record
+(S11), and a crash between the last checkpoint and completion (S14), driven in-process
+(crashes are simulated by an exception that escapes the engine with the lease held,
+followed by the lease expiring)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The token budget counts what the provider billed, stored or not (SCENARIOS S27)."""
+"""The token budget counts what the provider billed, stored or not (S27)."""
 
 from __future__ import annotations
 

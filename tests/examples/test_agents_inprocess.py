@@ -96,7 +96,7 @@ def test_procurement_escalates_then_waits_for_goods(agent_env, operator):
 
 
 def test_s19_procurement_requester_cannot_approve_their_own_purchase(agent_env, operator):
-    """SCENARIOS S19: the purchase's requester (here a dashboard user) may not approve it,
+    """The purchase's requester (here a dashboard user) may not approve it,
     even though someone else started the run; another approver may."""
     from django.contrib.auth.models import Group, Permission, User
 

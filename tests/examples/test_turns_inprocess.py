@@ -1,4 +1,4 @@
-"""A model turn stops its writes when a person rejects one of them (SCENARIOS S20)."""
+"""A model turn stops its writes when a person rejects one of them (S20)."""
 
 from __future__ import annotations
 

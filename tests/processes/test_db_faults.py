@@ -1,4 +1,4 @@
-"""SCENARIOS S28: the database server drops the workers' connections; the broker restarts.
+"""The database server drops the workers' connections; the broker restarts (S28).
 
 Real worker processes (one ``--pool=solo`` worker and one ``--pool=prefork`` worker with
 two children) run ``dbf.two_steps`` (``tests/dbfault_workflows.py``): a plain step whose

@@ -1,4 +1,7 @@
-"""SCENARIOS S01, S02, S05, S06, S13 and S14 with real worker processes and SIGKILL.
+"""Crashes and leases with real worker processes and SIGKILL: a step that outlives its
+lease (S01), a worker killed mid-step (S02), the late result of a timed-out attempt
+(S05), a crash right after a checkpoint (S06), two SQLite workers beside a polling
+dashboard (S13), and a crash after the last checkpoint (S14).
 
 Workers are ``celery worker --pool=solo`` processes against the test database, with a
 2 s lease; the test process runs the sweeper every 0.5 s (``tests/harness.py``). Step

@@ -1,4 +1,5 @@
-"""Waits across real worker processes: SCENARIOS S07 and an approval across a SIGKILL.
+"""Waits across real worker processes: a durable sleep that falls due while no worker is
+up (S07), and an approval across a SIGKILL.
 
 Workers are ``celery worker --pool=solo`` processes (``tests/harness.py``) that import
 ``tests.approvals.flows``; the step bodies of the ``apf.proc_*`` workflows append one
