@@ -10,6 +10,8 @@ from typing import Any
 from django.core.checks import Error, Tags, Warning, register
 
 from . import conf, registry
+from .dispatch import load_dispatcher
+from .exceptions import DurableConfigurationError
 
 
 @register(Tags.compatibility, "durable")
@@ -26,8 +28,12 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
     if unknown:
         messages.append(Error(f"unknown DURABLE settings: {', '.join(sorted(unknown))}",
                               hint=f"known: {', '.join(sorted(conf.DEFAULTS))}", id="durable.E001"))
-    if conf.get("DISPATCH") not in ("celery", "manual"):
-        messages.append(Error("DURABLE['DISPATCH'] must be 'celery' or 'manual'", id="durable.E002"))
+    try:
+        load_dispatcher(conf.get("DISPATCH"))
+    except DurableConfigurationError as exc:
+        messages.append(Error(str(exc), hint="set DURABLE['DISPATCH'] to 'celery', 'manual' "
+                              "or the dotted path of a durable.dispatch.Dispatcher subclass",
+                              id="durable.E002"))
     for name in ("LEASE_SECONDS", "SWEEP_INTERVAL_SECONDS", "MAX_PAYLOAD_BYTES"):
         try:
             if float(conf.get(name)) <= 0:

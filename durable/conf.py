@@ -47,7 +47,8 @@ DEFAULT_REDACT_KEYS_ALLOW = (
 DEFAULTS: dict[str, Any] = {
     # modules to import workflows from, besides each installed app's workflows.py
     "WORKFLOW_MODULES": [],
-    # how a run is dispatched: "celery" (a task on commit) or "manual" (tests drive it)
+    # how a run is dispatched: the dotted path of a durable.dispatch.Dispatcher subclass,
+    # or an alias: "celery" (a task on commit) or "manual" (nothing sent; tests drive it)
     "DISPATCH": "celery",
     # seconds a claim lasts without a heartbeat
     "LEASE_SECONDS": 30.0,

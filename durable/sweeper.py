@@ -26,7 +26,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import conf
-from .dispatch import _send
+from .dispatch import dispatch_on_commit
 from .models import Run, RunStatus, TraceEvent, WorkerProcess
 from .waits import wake_due
 
@@ -64,9 +64,8 @@ def sweep(now=None) -> dict[str, Any]:
                                message="lease expired without a heartbeat: the worker is "
                                        "presumed lost; dispatched for recovery")
                     for rid in expired if rid not in orphaned])
-            if conf.get("DISPATCH") == "celery":
-                for rid in run_ids:
-                    transaction.on_commit(lambda rid=rid: _send(rid, None))
+            for rid in run_ids:
+                dispatch_on_commit(rid, mark=False)  # marked above, with the others
     result = {"expired": len(expired), "orphaned": len(orphaned), "due": len(due),
               "timers": len(timers), "pending": len(pending), "run_ids": run_ids}
     if run_ids:

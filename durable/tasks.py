@@ -1,9 +1,15 @@
-"""Celery tasks: thin, by id. Celery is only the transport (docs/architecture.md#dispatch)."""
+"""Celery tasks: thin, by id. Celery is only the transport (docs/architecture.md#dispatch).
+
+``CeleryDispatcher`` is the dispatch backend (``DURABLE['DISPATCH'] = "celery"``): it
+lives here, with the task it sends, so that the engine never imports Celery.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 from celery.signals import task_postrun, task_prerun, worker_ready
+
+from .dispatch import Dispatcher
 
 
 @shared_task(name="durable.execute_run", acks_late=True, reject_on_worker_lost=True,
@@ -13,6 +19,16 @@ def execute_run(run_id: str) -> str | None:
     from .engine import execute
 
     return execute(run_id)
+
+
+class CeleryDispatcher(Dispatcher):
+    """Sends a hint as an ``execute_run`` task message, delayed by ``countdown``."""
+
+    def send(self, run_id: str, countdown: float | None) -> None:
+        if countdown and countdown > 0:
+            execute_run.apply_async((run_id,), countdown=countdown)
+        else:
+            execute_run.apply_async((run_id,))
 
 
 @shared_task(name="durable.sweep", ignore_result=True, max_retries=0)

@@ -1,0 +1,123 @@
+"""No import cycle inside the ``durable`` package, function-local imports included.
+
+A cycle hidden behind a function-local import still couples the modules: neither can be
+read, tested or moved without the other. So the graph counts every ``import`` and
+``from ... import`` anywhere in a module (top level, in functions, under ``if``), and a
+strongly connected component of more than one module fails the test, naming its modules.
+Standard library only (``ast``): the modules are parsed, never imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "durable"
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by dotted name (``durable`` for its ``__init__``)."""
+    modules = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(module: str, source: str, modules: set[str], *, is_package: bool = False
+               ) -> set[str]:
+    """The modules of ``modules`` that ``source`` (the text of ``module``) imports,
+    anywhere in it. ``from X import y`` is the module ``X.y`` when there is one, else
+    ``X``; relative imports are resolved against ``module``'s package."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in modules else base)
+    return {name for name in found if name in modules and name != module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the package's modules it imports}`` for every module of ``durable/``."""
+    files = module_files()
+    return {module: imports_of(module, path.read_text(encoding="utf-8"), set(files),
+                               is_package=path.name == "__init__.py")
+            for module, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_graph_counts_every_import_anywhere_in_a_module():
+    modules = {"pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.sub", "pkg.sub.d"}
+    source = (
+        "from . import a\n"
+        "from .b import thing\n"
+        "import pkg.c\n"
+        "def later():\n"
+        "    from .sub.d import other\n"
+        "    if True:\n"
+        "        from pkg import helper\n"
+    )
+    assert imports_of("pkg.x", source, modules) == {
+        "pkg.a", "pkg.b", "pkg.c", "pkg.sub.d", "pkg"}
+    assert imports_of("pkg.sub", "from . import d\nfrom .. import a\n", modules,
+                      is_package=True) == {"pkg.sub.d", "pkg.a"}
+    graph = import_graph()
+    assert {"durable", "durable.engine", "durable.models"} <= set(graph)
+    assert "durable.models" in graph["durable.engine"]
+
+
+def test_cycles_are_the_strongly_connected_components_of_two_or_more():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_inside_durable():
+    found = cycles(import_graph())
+    assert found == [], f"import cycles inside durable/ (strongly connected components): {found}"
