@@ -13,7 +13,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, mailbox, redaction, requesters
+from . import codec, mailbox, redaction, requesters, transitions
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, IllegalTransition
 from .models import (
@@ -89,17 +89,13 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
                 current=op.status)
         wait = Wait.objects.select_for_update().filter(
             operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).first()
-        from . import transitions
-
-        # WAITING: the "reconcile" row of the table; a compensating run that waits for
-        # the decision, or a finished run: the "settle" row
-        waiting = wait is not None and (
-            transitions.can("reconcile", run)
-            or (run.status == RunStatus.COMPENSATING and transitions.can("settle", run)))
-        # a finished run: the decision only records what happened in the ledger
-        record_only = (not waiting and run.status != RunStatus.COMPENSATING
-                       and transitions.can("settle", run))
-        if not waiting and not record_only:
+        # the row of the table: a WAITING run waits for this decision ("reconcile"); a
+        # compensating run that waits for it goes on, and for a finished run the decision
+        # only records in the ledger what happened ("settle")
+        action = "reconcile" if run.status == RunStatus.WAITING else "settle"
+        compensating = run.status == RunStatus.COMPENSATING
+        record_only = action == "settle" and not compensating
+        if not transitions.can(action, run) or (wait is None and not record_only):
             raise IllegalTransition(
                 f"run {run.id} is {run.status}, not waiting for a decision on operation "
                 f"{op.pk}", current=run.status)
@@ -138,20 +134,18 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         wait.resolved_by = actor
         wait.result = codec.encode({"outcome": outcome, "reason": reason})
         wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-        compensating = run.status == RunStatus.COMPENSATING
         if outcome == "abort":
             # a compensation that waited for this write stops; a run stops
-            run.status = RunStatus.COMPENSATION_FAILED if compensating else RunStatus.FAILED
             what = "stopped the compensation" if compensating else "aborted the run"
-            run.finished_at = now
-            run.error = {"type": "AbortedByOperator", "classification": "ambiguous",
-                         "step_id": op.step_id,
-                         "message": f"{actor} {what} at the unknown outcome of "
-                                    f"{op.tool_name} ({op.idempotency_key})"
-                                    + (f": {reason}" if reason else "")}
-            run.error_type = "AbortedByOperator"
-        elif not compensating:  # the compensation waited for this write: it goes on
-            run.status = RunStatus.PENDING
+            transitions.apply(
+                "abort", run, finished_at=now, error_type="AbortedByOperator",
+                error={"type": "AbortedByOperator", "classification": "ambiguous",
+                       "step_id": op.step_id,
+                       "message": f"{actor} {what} at the unknown outcome of "
+                                  f"{op.tool_name} ({op.idempotency_key})"
+                                  + (f": {reason}" if reason else "")})
+        else:  # a compensation that waited for this write goes on as it is
+            transitions.apply(action, run)
         run.updated_at = now
         run.save(update_fields=["status", "finished_at", "error", "error_type", "updated_at"])
         TraceEvent.objects.create(run=run, kind="operation_reconciled", step_id=op.step_id,
@@ -185,25 +179,19 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     starts nothing. Completed effects stay (compensation is a separate action). Raises
     :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
-    from . import transitions
-
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():
         run = _lock_run(run_id)
-        transitions.check("cancel", run)
         previous = run.status
-        run.status = RunStatus.CANCELLED
-        run.finished_at = now
-        run.updated_at = now
-        run.wake_at = None
-        run.error = {"type": "Cancelled", "classification": "permanent", "step_id": "",
-                     "message": f"cancelled by {actor}" + (f": {reason}" if reason else "")}
-        run.error_type = "Cancelled"
         # the lease stays with a worker that is executing, so its late result is fenced
         # in as "recorded, starts nothing"; an idle run has no lease to keep
-        run.save(update_fields=["status", "finished_at", "updated_at", "wake_at", "error",
-                                "error_type"])
+        fields = transitions.apply(
+            "cancel", run, finished_at=now, updated_at=now, wake_at=None,
+            error={"type": "Cancelled", "classification": "permanent", "step_id": "",
+                   "message": f"cancelled by {actor}" + (f": {reason}" if reason else "")},
+            error_type="Cancelled")
+        run.save(update_fields=list(fields))
         from .waits import close_wait_txn
 
         for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
@@ -243,8 +231,6 @@ def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: in
     """
     from datetime import timedelta
 
-    from . import transitions
-
     if deadline_seconds:
         from .durations import check_duration
 
@@ -257,12 +243,8 @@ def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: in
         reopened = _reopen_failed_steps_txn(run, now)
         Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).update(
             resolution="", resolved_by="", updated_at=now)
-        run.status = RunStatus.PENDING
-        run.error = None
-        run.error_type = ""
-        run.finished_at = None
-        run.updated_at = now
-        run.cursor_lost = 0
+        transitions.apply("resume", run, error=None, error_type="", finished_at=None,
+                          updated_at=now, cursor_lost=0)
         if extra_steps:
             run.max_steps += int(extra_steps)
         if deadline_seconds:
@@ -280,8 +262,6 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
     From COMPENSATION_FAILED it retries the failed compensation with a fresh budget.
     """
-    from . import transitions
-
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():
@@ -294,15 +274,10 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
             _reopen_failed_steps_txn(run, now, kind=StepKind.COMPENSATION)
         previous = run.status
-        run.status = RunStatus.COMPENSATING
-        run.finished_at = None
-        run.updated_at = now
         in_flight = bool(run.lease_token and run.lease_expires_at is not None
                          and run.lease_expires_at > now)
-        if not in_flight:
-            run.lease_token = ""
-            run.lease_owner = ""
-            run.lease_expires_at = None
+        transitions.apply("compensate", run, finished_at=None, updated_at=now,
+                          **({} if in_flight else transitions.LEASE_RELEASED))
         # else a worker is still executing a step of the cancelled run: it keeps the
         # lease, records that step's late result (a write's outcome goes to the ledger)
         # and then hands the run to the compensation; if it dies, its lease expires and
@@ -332,7 +307,6 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
     (``from_step`` is not a step of the run).
     """
-    from . import transitions
     from .models import Step, StepStatus
 
     actor = _actor(by)
@@ -446,7 +420,6 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
     name that looks like a secret), :class:`~durable.PayloadError` (payload not
     storable).
     """
-    from . import transitions
     from .models import Signal
     from .waits import close_wait_txn
 
