@@ -34,6 +34,7 @@ from .heartbeat import Heartbeat, process_key
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
+from .vocabulary import EventKind
 from .waits import wake_due_for_run
 
 logger = logging.getLogger("durable.engine")
@@ -85,7 +86,7 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
         if recovering:
             run.cursor_lost += 1
             events.append(TraceEvent(
-                run_id=run.id, kind="recovered", actor=worker_id,
+                run_id=run.id, kind=EventKind.RECOVERED, actor=worker_id,
                 message=f"lease of {run.lease_owner or 'a worker'} expired at "
                         f"{run.lease_expires_at.isoformat() if run.lease_expires_at else '?'}; "
                         "resuming from the last checkpoint"))
@@ -95,7 +96,7 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
                           started_at=run.started_at or now, updated_at=now)
         run.save(update_fields=["status", "lease_owner", "lease_token", "lease_expires_at",
                                 "wake_at", "claims", "started_at", "updated_at", "cursor_lost"])
-        events.append(TraceEvent(run_id=run.id, kind="claimed", actor=worker_id,
+        events.append(TraceEvent(run_id=run.id, kind=EventKind.CLAIMED, actor=worker_id,
                                  data={"claim": run.claims}))
         TraceEvent.objects.bulk_create(events)
         steps = ([] if first_claim else
@@ -151,7 +152,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         with transaction.atomic():
             release(run.id, token, action="release", source=RunStatus.RUNNING)
             TraceEvent.objects.create(
-                run_id=run.id, kind="version_unavailable", actor=worker_id,
+                run_id=run.id, kind=EventKind.VERSION_UNAVAILABLE, actor=worker_id,
                 message=f"worker {worker_id} does not have {run.workflow_name} version "
                         f"{run.workflow_version}; released for another worker")
         return RunStatus.PENDING
@@ -208,7 +209,7 @@ def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
                               status=RunStatus.COMPENSATING).exists():
             release(run_id, token, action="release", source=RunStatus.COMPENSATING)
             TraceEvent.objects.create(
-                run_id=run_id, kind="released", actor=worker_id,
+                run_id=run_id, kind=EventKind.RELEASED, actor=worker_id,
                 message="the step in flight has finished and is recorded; the compensation "
                         "can start")
             dispatch_on_commit(run_id)
@@ -247,7 +248,7 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
             released = released or transitions.update(
                 "release", mine, source=RunStatus.COMPENSATING, updated_at=now)
             if released:
-                TraceEvent.objects.create(run_id=run_id, kind="db_fault", actor=worker_id,
+                TraceEvent.objects.create(run_id=run_id, kind=EventKind.DB_FAULT, actor=worker_id,
                                           message=message)
                 dispatch_on_commit(run_id, countdown=DB_FAULT_RETRY_SECONDS)
         return bool(released)
@@ -291,7 +292,7 @@ def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:
     info = error_info(exc, classification=PERMANENT)
     info["traceback"] = _safe_traceback(exc)
     try:
-        ctx._fail_run(info, event="failed")
+        ctx._fail_run(info, event=EventKind.FAILED)
     except DatabaseUnavailable:
         raise
     except (RunStopped, LeaseLost):
