@@ -17,7 +17,7 @@ from django.utils import timezone
 import durable
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
-from durable import codec, transitions
+from durable import codec
 from durable.engine import claim, execute
 from durable.exceptions import IllegalTransition
 from durable.models import (
