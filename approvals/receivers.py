@@ -10,6 +10,7 @@ from django.contrib.auth.models import Group
 from durable import codec, requesters
 from durable.models import TraceEvent, Wait, WaitKind, WaitStatus
 from durable.signals import wait_closed, wait_created
+from durable.vocabulary import EventKind
 
 from .models import ApprovalArguments, ApprovalRequest, ApprovalStatus
 
@@ -35,7 +36,7 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
         # must approve, so at least one of them did not ask (docs/requesters-and-signals.md)
         required = 2
         TraceEvent.objects.create(
-            run=run, kind="four_eyes_requester_unknown", step_id=wait.wait_id,
+            run=run, kind=EventKind.FOUR_EYES_REQUESTER_UNKNOWN, step_id=wait.wait_id,
             message=f"{str(spec.get('title') or wait.title)[:200]}: who asked for this run is "
                     "unknown, so this four-eyes approval needs two different approvers",
             data={"requesters": [requesters.label(p) for p in asked]})

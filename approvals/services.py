@@ -29,6 +29,7 @@ from durable import codec, requesters, transitions
 from durable.exceptions import DurableError, IllegalTransition
 from durable.models import Run, TraceEvent, Wait, WaitStatus
 from durable.types import Decision
+from durable.vocabulary import EventKind
 from durable.waits import close_wait_txn
 
 from . import edits
@@ -277,7 +278,7 @@ def _decide_txn(run: Run, req: ApprovalRequest, wait: Wait, *, user: Any, approv
                          .values_list("user__username", flat=True))
         if len(approvers) < req.required_approvals:
             TraceEvent.objects.create(
-                run=run, kind="approval_recorded", step_id=wait.wait_id, actor=username,
+                run=run, kind=EventKind.APPROVAL_RECORDED, step_id=wait.wait_id, actor=username,
                 message=f"approved by {username} ({len(approvers)} of "
                         f"{req.required_approvals})" + (f", arguments version {current.number}"
                                                         if current.number > 1 else ""))
@@ -320,7 +321,7 @@ def _new_version_txn(req: ApprovalRequest, wait: Wait, current: ApprovalArgument
     locked = edits.secret_keys(new.value)
     change = edits.summary(edits.diff(before, after, locked=locked))
     TraceEvent.objects.create(
-        run_id=req.run_id, kind="approval_edited", step_id=wait.wait_id,
+        run_id=req.run_id, kind=EventKind.APPROVAL_EDITED, step_id=wait.wait_id,
         actor=editor.get_username(),
         message=f"{editor.get_username()} edited the arguments (version {new.number}): {change}"
                 + (f"; approvals of version {current.number} by {', '.join(reset)} no longer "
@@ -354,7 +355,7 @@ def _apply_timeout_txn(req: ApprovalRequest, wait: Wait, now: datetime) -> str:
             wait.save(update_fields=["wake_at"])
             group = req.escalate_to.name if req.escalate_to else "?"
             TraceEvent.objects.create(
-                run_id=wait.run_id, kind="approval_escalated", step_id=wait.wait_id,
+                run_id=wait.run_id, kind=EventKind.APPROVAL_ESCALATED, step_id=wait.wait_id,
                 actor="timeout",
                 message=f"no decision by {deadline.isoformat(timespec='seconds')}; escalated "
                         f"to {group}" + (f", who decide by "

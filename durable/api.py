@@ -16,6 +16,7 @@ from .durations import check_duration
 from .exceptions import DurableError, RunInputConflict, RunNotFound
 from .models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
 from .redaction import check_identifier
+from .vocabulary import EventKind
 
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
@@ -96,7 +97,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
         with transaction.atomic():
             run = Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
             TraceEvent.objects.create(
-                run=run, kind="created", actor=principal["name"],
+                run=run, kind=EventKind.CREATED, actor=principal["name"],
                 message=f"started {spec.name} version {spec.version} by "
                         f"{requesters.label(principal)}")
             dispatch_on_commit(run.id, mark=False)
@@ -121,7 +122,7 @@ def _why_not_running(run: Run) -> str:
     if run.status != RunStatus.PENDING:
         return ""
     event = run.events.order_by("-id").first()
-    if event is not None and event.kind == "version_unavailable":
+    if event is not None and event.kind == EventKind.VERSION_UNAVAILABLE:
         return (f"; {event.message} -- the worker must load the module that registers "
                 f"{run.workflow_name} version {run.workflow_version} "
                 "(an installed app's workflows.py or DURABLE_WORKFLOW_MODULES)")

@@ -12,6 +12,7 @@ from django.core.checks import Error, Tags, Warning, register
 from . import conf, registry
 from .dispatch import load_dispatcher
 from .exceptions import DurableConfigurationError
+from .vocabulary import Safety
 
 
 @register(Tags.compatibility, "durable")
@@ -64,13 +65,14 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                                 hint="its workflows cannot run on this process; fix the module",
                                 id="durable.W001"))
     for spec in registry.tools():
-        if spec.safety == "unsafe_write" and spec.reconcile is None and not spec.requires_approval:
+        if (spec.safety == Safety.UNSAFE_WRITE and spec.reconcile is None
+                and not spec.requires_approval):
             messages.append(Warning(
                 f"tool {spec.name!r} is an unsafe_write with neither a reconcile hook nor "
                 "requires_approval: an unknown outcome will wait for an operator",
                 hint="add reconcile=... (look the write up by its idempotency key) or "
                      "requires_approval=True", id="durable.W002"))
-        if spec.safety == "unsafe_write" and spec.retry is not None and (
+        if spec.safety == Safety.UNSAFE_WRITE and spec.retry is not None and (
                 spec.retry.max_attempts > 1 and spec.reconcile is None):
             messages.append(Warning(
                 f"tool {spec.name!r}: a retry policy with max_attempts="

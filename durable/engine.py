@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from . import conf, registry
+from . import conf, registry, transitions
 from .context import WorkflowContext, _safe_traceback, error_info
 from .dbconn import drop_connection, is_db_fault, retry_db
 from .exceptions import (
@@ -34,6 +34,7 @@ from .heartbeat import Heartbeat, process_key
 from .models import Run, RunStatus, Step, TraceEvent
 from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
+from .vocabulary import EventKind
 from .waits import wake_due_for_run
 
 logger = logging.getLogger("durable.engine")
@@ -85,22 +86,17 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
         if recovering:
             run.cursor_lost += 1
             events.append(TraceEvent(
-                run_id=run.id, kind="recovered", actor=worker_id,
+                run_id=run.id, kind=EventKind.RECOVERED, actor=worker_id,
                 message=f"lease of {run.lease_owner or 'a worker'} expired at "
                         f"{run.lease_expires_at.isoformat() if run.lease_expires_at else '?'}; "
                         "resuming from the last checkpoint"))
-        if run.status != RunStatus.COMPENSATING:
-            run.status = RunStatus.RUNNING
-        run.lease_owner = worker_id[:200]
-        run.lease_token = token
-        run.lease_expires_at = now + timedelta(seconds=conf.lease_seconds())
-        run.wake_at = None
-        run.claims += 1
-        run.started_at = run.started_at or now
-        run.updated_at = now
+        transitions.apply("claim", run, lease_owner=worker_id[:200], lease_token=token,
+                          lease_expires_at=now + timedelta(seconds=conf.lease_seconds()),
+                          wake_at=None, claims=run.claims + 1,
+                          started_at=run.started_at or now, updated_at=now)
         run.save(update_fields=["status", "lease_owner", "lease_token", "lease_expires_at",
                                 "wake_at", "claims", "started_at", "updated_at", "cursor_lost"])
-        events.append(TraceEvent(run_id=run.id, kind="claimed", actor=worker_id,
+        events.append(TraceEvent(run_id=run.id, kind=EventKind.CLAIMED, actor=worker_id,
                                  data={"claim": run.claims}))
         TraceEvent.objects.bulk_create(events)
         steps = ([] if first_claim else
@@ -108,22 +104,19 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
     return run, steps
 
 
-def release(run_id: str, token: str, *, status: str | None = None) -> None:
-    """Give the lease back (only if we still hold it).
+def release(run_id: str, token: str, *, action: str = "release_stopped",
+            source: str | None = None) -> int:
+    """Give the lease back (only if we still hold it), by ``action`` of the transitions
+    table; returns how many rows moved (1: released, 0: not ours or not in a source).
 
-    Without ``status``, a run that is still running keeps its lease until it expires:
-    the worker stopped mid-run (an exception escaped the engine), so recovery must count
-    the interrupted attempt, and a running run without a lease would have no owner
-    (the ``run_running_has_lease`` constraint refuses it).
+    ``"release_stopped"`` (the default): a run that is still running keeps its lease
+    until it expires: the worker stopped mid-run (an exception escaped the engine), so
+    recovery must count the interrupted attempt, and a running run without a lease would
+    have no owner (the ``run_running_has_lease`` constraint refuses it). ``"release"``
+    gives back a claimed run unfinished (``source``: only from that status).
     """
-    fields = {"lease_token": "", "lease_owner": "", "lease_expires_at": None,
-              "updated_at": timezone.now()}
-    qs = Run.objects.filter(pk=run_id, lease_token=token)
-    if status:
-        fields["status"] = status
-    else:
-        qs = qs.exclude(status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING))
-    qs.update(**fields)
+    return transitions.update(action, Run.objects.filter(pk=run_id, lease_token=token),
+                              source=source, updated_at=timezone.now())
 
 
 def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
@@ -157,9 +150,9 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         logger.warning("durable: run %s needs workflow %s version %s, not registered in this "
                        "worker; released", run.id, run.workflow_name, run.workflow_version)
         with transaction.atomic():
-            release(run.id, token, status=RunStatus.PENDING)
+            release(run.id, token, action="release", source=RunStatus.RUNNING)
             TraceEvent.objects.create(
-                run_id=run.id, kind="version_unavailable", actor=worker_id,
+                run_id=run.id, kind=EventKind.VERSION_UNAVAILABLE, actor=worker_id,
                 message=f"worker {worker_id} does not have {run.workflow_name} version "
                         f"{run.workflow_version}; released for another worker")
         return RunStatus.PENDING
@@ -214,9 +207,9 @@ def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
     with transaction.atomic():
         if Run.objects.filter(pk=run_id, lease_token=token,
                               status=RunStatus.COMPENSATING).exists():
-            release(run_id, token, status=RunStatus.COMPENSATING)
+            release(run_id, token, action="release", source=RunStatus.COMPENSATING)
             TraceEvent.objects.create(
-                run_id=run_id, kind="released", actor=worker_id,
+                run_id=run_id, kind=EventKind.RELEASED, actor=worker_id,
                 message="the step in flight has finished and is recorded; the compensation "
                         "can start")
             dispatch_on_commit(run_id)
@@ -247,16 +240,15 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
 
     def release_txn() -> bool:
         now = timezone.now()
-        lease = {"lease_token": "", "lease_owner": "", "lease_expires_at": None,
-                 "updated_at": now}
         with transaction.atomic():
             mine = Run.objects.filter(pk=run_id, lease_token=token)
-            released = mine.filter(status=RunStatus.RUNNING).update(
-                status=RunStatus.RETRYING,
-                wake_at=now + timedelta(seconds=DB_FAULT_RETRY_SECONDS), **lease)
-            released = released or mine.filter(status=RunStatus.COMPENSATING).update(**lease)
+            released = transitions.update(
+                "schedule_retry", mine, updated_at=now,
+                wake_at=now + timedelta(seconds=DB_FAULT_RETRY_SECONDS))
+            released = released or transitions.update(
+                "release", mine, source=RunStatus.COMPENSATING, updated_at=now)
             if released:
-                TraceEvent.objects.create(run_id=run_id, kind="db_fault", actor=worker_id,
+                TraceEvent.objects.create(run_id=run_id, kind=EventKind.DB_FAULT, actor=worker_id,
                                           message=message)
                 dispatch_on_commit(run_id, countdown=DB_FAULT_RETRY_SECONDS)
         return bool(released)
@@ -300,7 +292,7 @@ def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:
     info = error_info(exc, classification=PERMANENT)
     info["traceback"] = _safe_traceback(exc)
     try:
-        ctx._fail_run(info, event="failed")
+        ctx._fail_run(info, event=EventKind.FAILED)
     except DatabaseUnavailable:
         raise
     except (RunStopped, LeaseLost):

@@ -29,12 +29,14 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .vocabulary import Classification
+
 
 class DurableError(Exception):
     """Base of every Durable error. Do not raise it directly; raise a subclass."""
 
     #: classification used by the retry machinery; subclasses override.
-    classification = "permanent"
+    classification: str = Classification.PERMANENT.value
 
 
 class TransientError(DurableError):
@@ -45,7 +47,7 @@ class TransientError(DurableError):
     earlier than it, even past the policy's ``max_interval``.
     """
 
-    classification = "transient"
+    classification: str = Classification.TRANSIENT.value
 
     def __init__(self, message: str = "transient failure", *, retry_after: float | None = None):
         super().__init__(message)
@@ -58,7 +60,7 @@ class ModelRecoverableError(DurableError):
     ``details`` is any JSON-able value passed back with the message.
     """
 
-    classification = "model_recoverable"
+    classification: str = Classification.MODEL_RECOVERABLE.value
 
     def __init__(self, message: str, *, details: Any = None):
         super().__init__(message)
@@ -68,13 +70,13 @@ class ModelRecoverableError(DurableError):
 class PermanentError(DurableError):
     """A failure that retrying cannot fix (401, 403, 404, schema mismatch)."""
 
-    classification = "permanent"
+    classification: str = Classification.PERMANENT.value
 
 
 class AmbiguousOutcomeError(DurableError):
     """The call may or may not have taken effect (e.g. a timeout after sending)."""
 
-    classification = "ambiguous"
+    classification: str = Classification.AMBIGUOUS.value
 
 
 class NonDeterminismError(DurableError):
@@ -147,7 +149,7 @@ class InvalidDuration(DurableError, ValueError):
     ``RetryPolicy``, a tool declaration) it is raised to the caller. A ``ValueError``.
     """
 
-    classification = "permanent"
+    classification: str = Classification.PERMANENT.value
 
     def __init__(self, *, call: str, value: Any, reason: str):
         self.call = call

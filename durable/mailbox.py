@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from .models import RunStatus, Signal, TraceEvent, Wait, WaitKind, WaitStatus
 from .types import SignalDelivery, SignalResult
+from .vocabulary import EventKind
 
 #: the statuses at which a workflow's life ends (compensation comes after, if asked for)
 WORKFLOW_ENDS = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -103,7 +104,7 @@ def note_unconsumed_txn(run_id: str, status: str, *, actor: str = "") -> TraceEv
     more = f" and {total - SHOWN} more" if total > SHOWN else ""
     hint = f"; it waited on {_names(waited)}" if waited else "; it never waited on a signal"
     return TraceEvent.objects.create(
-        run_id=run_id, kind="signals_unconsumed", actor=actor,
+        run_id=run_id, kind=EventKind.SIGNALS_UNCONSUMED, actor=actor,
         message=f"run {status} with {total} signal(s) never delivered: {shown}{more}{hint}",
         data={"signals": [{"id": s["pk"], "name": s["name"], "sent_by": s["sent_by"]}
                           for s in left[:SHOWN]],

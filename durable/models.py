@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .fields import StorableCharField, StorableJSONField, StorableTextField
+from .vocabulary import Classification, Safety
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 
@@ -255,13 +256,6 @@ class Step(models.Model):
         return codec.decode(self.output)
 
 
-class Classification(models.TextChoices):
-    TRANSIENT = "transient", "Transient"
-    MODEL_RECOVERABLE = "model_recoverable", "Model-recoverable"
-    PERMANENT = "permanent", "Permanent"
-    AMBIGUOUS = "ambiguous", "Ambiguous"
-
-
 class AttemptOutcome(models.TextChoices):
     FAILED = "failed", "Failed"
     TIMED_OUT = "timed_out", "Timed out"
@@ -472,12 +466,6 @@ class Signal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} signal {self.name}"
-
-
-class Safety(models.TextChoices):
-    READ_ONLY = "read_only", "Read-only"
-    IDEMPOTENT_WRITE = "idempotent_write", "Idempotent write"
-    UNSAFE_WRITE = "unsafe_write", "Unsafe write"
 
 
 class Tool(models.Model):

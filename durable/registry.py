@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 from .durations import check_duration
 from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
 from .retry import RetryPolicy
+from .vocabulary import Safety
 
 logger = logging.getLogger("durable.registry")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-SAFETY_CLASSES = ("read_only", "idempotent_write", "unsafe_write")
+SAFETY_CLASSES = tuple(Safety.values)
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,199}$")
 
 

@@ -18,11 +18,13 @@ from .exceptions import (
     PermanentError,
     TransientError,
 )
+from .vocabulary import Classification, Safety
 
-TRANSIENT = "transient"
-MODEL_RECOVERABLE = "model_recoverable"
-PERMANENT = "permanent"
-AMBIGUOUS = "ambiguous"
+#: the classifications as plain strings, for the error dicts (JSON) they are written to
+TRANSIENT = Classification.TRANSIENT.value
+MODEL_RECOVERABLE = Classification.MODEL_RECOVERABLE.value
+PERMANENT = Classification.PERMANENT.value
+AMBIGUOUS = Classification.AMBIGUOUS.value
 
 #: HTTP statuses that say "not done, try again" (RFC 9110; Stripe's 409 "in progress")
 TRANSIENT_HTTP = frozenset({408, 409, 425, 429, 502, 503, 504})
@@ -172,13 +174,13 @@ def classify(exc: BaseException, *, safety: str | None = None,
         if status in TRANSIENT_HTTP:
             return TRANSIENT, retry_after
         if status >= 500:
-            return (AMBIGUOUS if safety == "unsafe_write" else TRANSIENT), retry_after
+            return (AMBIGUOUS if safety == Safety.UNSAFE_WRITE else TRANSIENT), retry_after
         if status in MODEL_RECOVERABLE_HTTP:
             return MODEL_RECOVERABLE, None
         return PERMANENT, None
 
     if policy.retryable and not isinstance(exc, policy.retryable):
         return PERMANENT, None
-    if safety == "unsafe_write" and not _is_request_not_sent(exc):
+    if safety == Safety.UNSAFE_WRITE and not _is_request_not_sent(exc):
         return AMBIGUOUS, None
     return TRANSIENT, None

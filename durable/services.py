@@ -13,7 +13,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, mailbox, redaction, requesters
+from . import codec, mailbox, redaction, requesters, transitions
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, IllegalTransition
 from .models import (
@@ -28,6 +28,7 @@ from .models import (
     run_lineage,
 )
 from .types import SignalResult
+from .vocabulary import Classification, EventKind
 
 ReconcileOutcome = Literal["happened", "not_happened", "abort"]
 
@@ -89,17 +90,13 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
                 current=op.status)
         wait = Wait.objects.select_for_update().filter(
             operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).first()
-        from . import transitions
-
-        # WAITING: the "reconcile" row of the table; a compensating run that waits for
-        # the decision, or a finished run: the "settle" row
-        waiting = wait is not None and (
-            transitions.can("reconcile", run)
-            or (run.status == RunStatus.COMPENSATING and transitions.can("settle", run)))
-        # a finished run: the decision only records what happened in the ledger
-        record_only = (not waiting and run.status != RunStatus.COMPENSATING
-                       and transitions.can("settle", run))
-        if not waiting and not record_only:
+        # the row of the table: a WAITING run waits for this decision ("reconcile"); a
+        # compensating run that waits for it goes on, and for a finished run the decision
+        # only records in the ledger what happened ("settle")
+        action = "reconcile" if run.status == RunStatus.WAITING else "settle"
+        compensating = run.status == RunStatus.COMPENSATING
+        record_only = action == "settle" and not compensating
+        if not transitions.can(action, run) or (wait is None and not record_only):
             raise IllegalTransition(
                 f"run {run.id} is {run.status}, not waiting for a decision on operation "
                 f"{op.pk}", current=run.status)
@@ -127,9 +124,9 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
                 wait.resolved_by = actor
                 wait.result = codec.encode({"outcome": outcome, "reason": reason})
                 wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-            TraceEvent.objects.create(run=run, kind="operation_reconciled", step_id=op.step_id,
-                                      actor=actor, message=f"{note} (run {run.status}: recorded "
-                                      "in the ledger)",
+            TraceEvent.objects.create(run=run, kind=EventKind.OPERATION_RECONCILED,
+                                      step_id=op.step_id, actor=actor,
+                                      message=f"{note} (run {run.status}: recorded in the ledger)",
                                       data={"operation": op.pk, "outcome": outcome})
             return op
         assert wait is not None
@@ -138,24 +135,22 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         wait.resolved_by = actor
         wait.result = codec.encode({"outcome": outcome, "reason": reason})
         wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-        compensating = run.status == RunStatus.COMPENSATING
         if outcome == "abort":
             # a compensation that waited for this write stops; a run stops
-            run.status = RunStatus.COMPENSATION_FAILED if compensating else RunStatus.FAILED
             what = "stopped the compensation" if compensating else "aborted the run"
-            run.finished_at = now
-            run.error = {"type": "AbortedByOperator", "classification": "ambiguous",
-                         "step_id": op.step_id,
-                         "message": f"{actor} {what} at the unknown outcome of "
-                                    f"{op.tool_name} ({op.idempotency_key})"
-                                    + (f": {reason}" if reason else "")}
-            run.error_type = "AbortedByOperator"
-        elif not compensating:  # the compensation waited for this write: it goes on
-            run.status = RunStatus.PENDING
+            transitions.apply(
+                "abort", run, finished_at=now, error_type="AbortedByOperator",
+                error={"type": "AbortedByOperator",
+                       "classification": Classification.AMBIGUOUS.value, "step_id": op.step_id,
+                       "message": f"{actor} {what} at the unknown outcome of "
+                                  f"{op.tool_name} ({op.idempotency_key})"
+                                  + (f": {reason}" if reason else "")})
+        else:  # a compensation that waited for this write goes on as it is
+            transitions.apply(action, run)
         run.updated_at = now
         run.save(update_fields=["status", "finished_at", "error", "error_type", "updated_at"])
-        TraceEvent.objects.create(run=run, kind="operation_reconciled", step_id=op.step_id,
-                                  actor=actor, message=note,
+        TraceEvent.objects.create(run=run, kind=EventKind.OPERATION_RECONCILED,
+                                  step_id=op.step_id, actor=actor, message=note,
                                   data={"operation": op.pk, "outcome": outcome})
         if outcome == "abort":
             mailbox.note_unconsumed_txn(run.id, RunStatus.FAILED, actor=actor)
@@ -173,7 +168,7 @@ def _lock_run(run_id: str) -> Run:
     return run
 
 
-def _event(run: Run, kind: str, actor: str, message: str, **data: Any) -> None:
+def _event(run: Run, kind: EventKind, actor: str, message: str, **data: Any) -> None:
     TraceEvent.objects.create(run=run, kind=kind, actor=actor, message=message,
                               data=data or None)
 
@@ -185,31 +180,26 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     starts nothing. Completed effects stay (compensation is a separate action). Raises
     :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
-    from . import transitions
-
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():
         run = _lock_run(run_id)
-        transitions.check("cancel", run)
         previous = run.status
-        run.status = RunStatus.CANCELLED
-        run.finished_at = now
-        run.updated_at = now
-        run.wake_at = None
-        run.error = {"type": "Cancelled", "classification": "permanent", "step_id": "",
-                     "message": f"cancelled by {actor}" + (f": {reason}" if reason else "")}
-        run.error_type = "Cancelled"
         # the lease stays with a worker that is executing, so its late result is fenced
         # in as "recorded, starts nothing"; an idle run has no lease to keep
-        run.save(update_fields=["status", "finished_at", "updated_at", "wake_at", "error",
-                                "error_type"])
+        fields = transitions.apply(
+            "cancel", run, finished_at=now, updated_at=now, wake_at=None,
+            error={"type": "Cancelled", "classification": Classification.PERMANENT.value,
+                   "step_id": "",
+                   "message": f"cancelled by {actor}" + (f": {reason}" if reason else "")},
+            error_type="Cancelled")
+        run.save(update_fields=list(fields))
         from .waits import close_wait_txn
 
         for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
             close_wait_txn(wait, status=WaitStatus.CANCELLED, result=None, by=actor, now=now,
                            reason="run cancelled")
-        _event(run, "cancelled", actor, run.error["message"], previous=previous)
+        _event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
         mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
     return run
 
@@ -243,8 +233,6 @@ def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: in
     """
     from datetime import timedelta
 
-    from . import transitions
-
     if deadline_seconds:
         from .durations import check_duration
 
@@ -257,20 +245,16 @@ def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: in
         reopened = _reopen_failed_steps_txn(run, now)
         Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).update(
             resolution="", resolved_by="", updated_at=now)
-        run.status = RunStatus.PENDING
-        run.error = None
-        run.error_type = ""
-        run.finished_at = None
-        run.updated_at = now
-        run.cursor_lost = 0
+        transitions.apply("resume", run, error=None, error_type="", finished_at=None,
+                          updated_at=now, cursor_lost=0)
         if extra_steps:
             run.max_steps += int(extra_steps)
         if deadline_seconds:
             run.deadline_at = now + timedelta(seconds=float(deadline_seconds))
         run.save(update_fields=["status", "error", "error_type", "finished_at", "updated_at",
                                 "cursor_lost", "max_steps", "deadline_at"])
-        _event(run, "resumed", actor, f"resumed by {actor}" + (f": {reason}" if reason else ""),
-               steps=reopened)
+        _event(run, EventKind.RESUMED, actor,
+               f"resumed by {actor}" + (f": {reason}" if reason else ""), steps=reopened)
         dispatch_on_commit(run.id)
     return run
 
@@ -280,8 +264,6 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
     From COMPENSATION_FAILED it retries the failed compensation with a fresh budget.
     """
-    from . import transitions
-
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():
@@ -294,15 +276,10 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
             _reopen_failed_steps_txn(run, now, kind=StepKind.COMPENSATION)
         previous = run.status
-        run.status = RunStatus.COMPENSATING
-        run.finished_at = None
-        run.updated_at = now
         in_flight = bool(run.lease_token and run.lease_expires_at is not None
                          and run.lease_expires_at > now)
-        if not in_flight:
-            run.lease_token = ""
-            run.lease_owner = ""
-            run.lease_expires_at = None
+        transitions.apply("compensate", run, finished_at=None, updated_at=now,
+                          **({} if in_flight else transitions.LEASE_RELEASED))
         # else a worker is still executing a step of the cancelled run: it keeps the
         # lease, records that step's late result (a write's outcome goes to the ledger)
         # and then hands the run to the compensation; if it dies, its lease expires and
@@ -312,7 +289,7 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
             resolution="").update(resolution="", resolved_by="", updated_at=now)
         run.save(update_fields=["status", "finished_at", "updated_at", "lease_token",
                                 "lease_owner", "lease_expires_at"])
-        _event(run, "compensating", actor,
+        _event(run, EventKind.COMPENSATING, actor,
                f"compensation requested by {actor}" + (f": {reason}" if reason else "")
                + ("; it starts when the step in flight has finished" if in_flight else ""),
                previous=previous, in_flight=in_flight)
@@ -332,7 +309,6 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
     (``from_step`` is not a step of the run).
     """
-    from . import transitions
     from .models import Step, StepStatus
 
     actor = _actor(by)
@@ -368,12 +344,12 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
         Step.objects.bulk_create(copied)
         fork.cursor_position = len(copied)
         fork.save(update_fields=["cursor_position"])
-        _event(fork, "created", actor, f"forked from {source.id} at step {from_step!r} by "
+        _event(fork, EventKind.CREATED, actor, f"forked from {source.id} at step {from_step!r} by "
                f"{actor}" + (f": {reason}" if reason else ""), forked_from=source.id,
                reused_steps=len(copied), requesters=[requesters.label(p)
                                                      for p in fork.requesters])
         _adopt_writes_txn(source, fork, [s.step_id for s in copied], actor, now)
-        _event(source, "forked", actor, f"forked into {fork.id} at step {from_step!r}",
+        _event(source, EventKind.FORKED, actor, f"forked into {fork.id} at step {from_step!r}",
                fork=fork.id)
         dispatch_on_commit(fork.id)
     return fork
@@ -414,18 +390,18 @@ def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, n
             op.owner_run = fork
             op.updated_at = now
             op.save(update_fields=["owner_run", "owners", "updated_at"])
-            _event(fork, "operation_adopted", actor,
+            _event(fork, EventKind.OPERATION_ADOPTED, actor,
                    f"adopted {op.tool_name} ({op.idempotency_key}) from run {owner.id}: "
                    "compensating this run undoes it", operation=op.pk, owner_was=owner.id)
             if owner.id != fork.id:
-                _event(owner, "operation_handed_over", actor,
+                _event(owner, EventKind.OPERATION_HANDED_OVER, actor,
                        f"{op.tool_name} ({op.idempotency_key}) now belongs to fork {fork.id}: "
                        "compensating this run leaves it", operation=op.pk, owner=fork.id)
         else:
             why = ("it was undone already" if owner is not None and
                    (owner.id, f"compensate:{op.step_id}") in undone else
                    f"that run is {owner.status if owner is not None else 'gone'}")
-            _event(fork, "operation_reused", actor,
+            _event(fork, EventKind.OPERATION_REUSED, actor,
                    f"reuses {op.tool_name} ({op.idempotency_key}) owned by run {op.owner_id} "
                    f"({why}): compensating this run leaves it", operation=op.pk,
                    owner=op.owner_id)
@@ -446,7 +422,6 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
     name that looks like a secret), :class:`~durable.PayloadError` (payload not
     storable).
     """
-    from . import transitions
     from .models import Signal
     from .waits import close_wait_txn
 
@@ -474,7 +449,7 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
                 .order_by("position").first())
         result = mailbox.result_txn(signal, delivered=wait is not None, waiting_on=waiting_on,
                                     waited_on=waited_on)
-        _event(run, "signal_received", actor, result.message, signal=signal.pk,
+        _event(run, EventKind.SIGNAL_RECEIVED, actor, result.message, signal=signal.pk,
                delivery=result.delivery.value, misaddressed=result.misaddressed)
         if wait is not None:
             signal.wait = wait

@@ -28,6 +28,7 @@ from django.utils import timezone
 from . import conf
 from .dispatch import dispatch_on_commit
 from .models import Run, RunStatus, TraceEvent, WorkerProcess
+from .vocabulary import EventKind
 from .waits import wake_due
 
 logger = logging.getLogger("durable.sweeper")
@@ -60,7 +61,7 @@ def sweep(now=None) -> dict[str, Any]:
             Run.objects.filter(pk__in=run_ids).update(dispatched_at=now)
             if expired:
                 TraceEvent.objects.bulk_create([
-                    TraceEvent(run_id=rid, kind="lease_expired", actor="sweeper",
+                    TraceEvent(run_id=rid, kind=EventKind.LEASE_EXPIRED, actor="sweeper",
                                message="lease expired without a heartbeat: the worker is "
                                        "presumed lost; dispatched for recovery")
                     for rid in expired if rid not in orphaned])
@@ -117,7 +118,7 @@ def _expire_leases_of_dead_processes(now) -> set[str]:
                 key = owner.rsplit(":", 1)[0]
                 beat = dead.get(key)
                 events.append(TraceEvent(
-                    run_id=rid, kind="owner_dead", actor="sweeper",
+                    run_id=rid, kind=EventKind.OWNER_DEAD, actor="sweeper",
                     message=f"worker process {key} has not beaten since "
                             f"{beat.isoformat() if beat else '?'} (presumed dead after "
                             f"{conf.worker_dead_after_seconds():g} s): its lease is released "

@@ -16,10 +16,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec
+from . import codec, transitions
 from .dispatch import dispatch_on_commit
-from .models import Run, RunStatus, TraceEvent, Wait, WaitKind, WaitStatus
+from .models import Run, TraceEvent, Wait, WaitKind, WaitStatus
 from .signals import wait_closed
+from .vocabulary import EventKind
 
 logger = logging.getLogger("durable.waits")
 
@@ -49,9 +50,8 @@ def close_wait_txn(wait: Wait, *, status: str, result: Any = None, by: str = "",
     wait.save(update_fields=["status", "result", "resolved_at", "resolved_by"])
     wait_closed.send(sender=Wait, wait=wait, reason=reason or status)
     if status != WaitStatus.CANCELLED:
-        woken = Run.objects.filter(pk=wait.run_id, status=RunStatus.WAITING).update(
-            status=RunStatus.PENDING, updated_at=now)
-        TraceEvent.objects.create(run_id=wait.run_id, kind=f"wait_{status}",
+        woken = transitions.update("wake", Run.objects.filter(pk=wait.run_id), updated_at=now)
+        TraceEvent.objects.create(run_id=wait.run_id, kind=EventKind(f"wait_{status}"),
                                   step_id=wait.wait_id, actor=by or "",
                                   message=reason or f"{wait.kind} wait {status}")
         if woken:

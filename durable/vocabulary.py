@@ -1,0 +1,75 @@
+"""The engine's vocabularies as types, each defined once: trace event kinds, failure
+classifications and tool safety classes.
+
+They are ``TextChoices``, so a member *is* its string and the values stored in columns
+stay the same. Values that go into a JSON document (an error dict, a trace event's
+data) take ``.value``: the storage of JSON accepts plain ``str`` only. This module
+imports no model, so the SDK's exceptions and retry policies can use it before the
+Django apps are ready.
+"""
+
+from __future__ import annotations
+
+from django.db.models import TextChoices
+
+
+class Classification(TextChoices):
+    """How a failure is retried (``durable.retry.classify``)."""
+
+    TRANSIENT = "transient", "Transient"
+    MODEL_RECOVERABLE = "model_recoverable", "Model-recoverable"
+    PERMANENT = "permanent", "Permanent"
+    AMBIGUOUS = "ambiguous", "Ambiguous"
+
+
+class Safety(TextChoices):
+    """What repeating a tool call does (``@durable.tool(safety=...)``)."""
+
+    READ_ONLY = "read_only", "Read-only"
+    IDEMPOTENT_WRITE = "idempotent_write", "Idempotent write"
+    UNSAFE_WRITE = "unsafe_write", "Unsafe write"
+
+
+class EventKind(TextChoices):
+    """``TraceEvent.kind``: what happened to a run."""
+
+    # a run's life
+    CREATED = "created", "Created"
+    CLAIMED = "claimed", "Claimed"
+    RECOVERED = "recovered", "Recovered after a lost lease"
+    RELEASED = "released", "Released"
+    VERSION_UNAVAILABLE = "version_unavailable", "Workflow version unavailable"
+    DB_FAULT = "db_fault", "Database fault"
+    LEASE_EXPIRED = "lease_expired", "Lease expired"
+    OWNER_DEAD = "owner_dead", "Worker process dead"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    BUDGET_EXCEEDED = "budget_exceeded", "Budget exceeded"
+    NONDETERMINISM = "nondeterminism", "Nondeterminism"
+    # steps and writes
+    STEP_EXECUTED = "step_executed", "Step executed"
+    ATTEMPT_FAILED = "attempt_failed", "Attempt failed"
+    RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
+    LATE_RESULT = "late_result", "Late result"
+    UNKNOWN_OUTCOME = "unknown_outcome", "Unknown outcome"
+    OPERATION_RECONCILED = "operation_reconciled", "Operation reconciled"
+    OPERATION_ADOPTED = "operation_adopted", "Operation adopted"
+    OPERATION_HANDED_OVER = "operation_handed_over", "Operation handed over"
+    OPERATION_REUSED = "operation_reused", "Operation reused"
+    # waits and signals
+    WAITING = "waiting", "Waiting"
+    WAIT_RESOLVED = "wait_resolved", "Wait resolved"
+    WAIT_EXPIRED = "wait_expired", "Wait expired"
+    SIGNAL_RECEIVED = "signal_received", "Signal received"
+    SIGNALS_UNCONSUMED = "signals_unconsumed", "Signals never delivered"
+    # approvals
+    APPROVAL_RECORDED = "approval_recorded", "Approval recorded"
+    APPROVAL_EDITED = "approval_edited", "Approval arguments edited"
+    APPROVAL_ESCALATED = "approval_escalated", "Approval escalated"
+    FOUR_EYES_REQUESTER_UNKNOWN = "four_eyes_requester_unknown", "Four-eyes requester unknown"
+    # the operator's actions
+    CANCELLED = "cancelled", "Cancelled"
+    COMPENSATING = "compensating", "Compensation requested"
+    COMPENSATION_WAITING = "compensation_waiting", "Compensation waiting"
+    RESUMED = "resumed", "Resumed"
+    FORKED = "forked", "Forked"
