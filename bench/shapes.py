@@ -46,23 +46,21 @@ def _new_run(token: str) -> str:
 
 
 def _orm(n: int, token: str) -> None:
-    """The engine's own checkpoint path (``WorkflowContext._write``) without the workflow."""
+    """The engine's own checkpoint path (``Execution.record_success``) without the workflow."""
     from django.utils import timezone
 
     from durable import registry
-    from durable.context import WorkflowContext
+    from durable.context import Execution
     from durable.models import Run, StepStatus
 
     run = Run.objects.get(pk=_new_run(token))
-    ctx = WorkflowContext(run=run, token=token, steps=[], spec=registry.get_workflow("bench.noop"),
-                          worker_id="bench")
+    execution = Execution(run=run, token=token, steps=[],
+                          spec=registry.get_workflow("bench.noop"), worker_id="bench")
     for _ in range(n):
-        sid, pos, rec = ctx._next_call("s")
-        ctx._record_success(sid=sid, pos=pos, rec=rec, kind="step", tool_name="",
-                            input_text=None, attempt=1, value=None,
-                            started_at=timezone.now(),
-                            ledger=None)
-    assert ctx._by_position[n - 1].status == StepStatus.SUCCEEDED
+        call = execution.next_call("s")
+        execution.record_success(call, attempt=1, value=None, started_at=timezone.now(),
+                                 ledger=None)
+    assert execution.by_position[n - 1].status == StepStatus.SUCCEEDED
 
 
 def _raw4(conn: Any, n: int, token: str, run_id: str) -> None:
