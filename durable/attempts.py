@@ -4,8 +4,8 @@ A try that fails is classified (:func:`durable.retry.classify`) and recorded bef
 next one starts; short delays are slept in-process, longer ones release the run until
 the retry is due. Tries interrupted by a lost worker are recorded as such and do not use
 up the retry budget, but a step that keeps killing its worker fails after
-``MAX_WORKER_LOST_ATTEMPTS``. A write goes through its :class:`~durable.ledger.
-OperationLedger` before every try.
+``MAX_WORKER_LOST_ATTEMPTS``. A write goes through its operation ledger
+(:class:`~durable.ledger.OperationLedger`) before every try.
 """
 
 from __future__ import annotations
