@@ -4,7 +4,7 @@
 PostgreSQL database) migrates, creates a running run, and records N no-op step
 checkpoints with raw psycopg in several shapes, interleaved over 3 repetitions:
 
-- ``orm``: ``WorkflowContext._write`` as the engine does it today (Django ORM: UPDATE run,
+- ``orm``: ``Execution.write`` as the engine does it today (Django ORM: UPDATE run,
   INSERT step, INSERT trace event, COMMIT; 4 round trips, lease extended each step);
 - ``raw4``: the same four statements with raw psycopg (no ORM): the ORM's share;
 - ``cte``: one statement in autocommit (``WITH r AS (UPDATE ... RETURNING) INSERT step
