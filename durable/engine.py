@@ -18,8 +18,10 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from . import conf, registry
+from .compensation import run_compensation
 from .context import Execution
 from .dbconn import drop_connection, is_db_fault, retry_db
+from .dispatch import dispatch_on_commit
 from .exceptions import (
     DatabaseUnavailable,
     LeaseLost,
@@ -29,13 +31,11 @@ from .exceptions import (
     Suspend,
     WorkflowNotFound,
 )
-from .compensation import run_compensation
-from .dispatch import dispatch_on_commit
 from .failures import error_info, safe_traceback
 from .heartbeat import Heartbeat, process_key
 from .models import Run, RunStatus, Step, TraceEvent
-from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
+from .retry import PERMANENT
 from .waits import wake_due_for_run
 
 logger = logging.getLogger("durable.engine")
