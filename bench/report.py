@@ -141,7 +141,7 @@ def marginal_client_tx(cp: dict[str, Any]) -> dict[tuple[str, str], float]:
 
 
 SHAPE_LABELS = {
-    "orm": "engine today: `WorkflowContext._write` via the ORM (4 round trips)",
+    "orm": "engine today: `Execution.write` via the ORM (4 round trips)",
     "raw4": "the same 4 statements, raw psycopg (no ORM)",
     "cte": "one fenced statement (`WITH r AS (UPDATE run ... RETURNING) INSERT step, event`)",
     "cte_hot": "… without re-writing the indexed `lease_expires_at`, fillfactor 85 (HOT)",

@@ -4,7 +4,7 @@
 PostgreSQL database) migrates, creates a running run, and records N no-op step
 checkpoints with raw psycopg in several shapes, interleaved over 3 repetitions:
 
-- ``orm``: ``WorkflowContext._write`` as the engine does it today (Django ORM: UPDATE run,
+- ``orm``: ``Execution.write`` as the engine does it today (Django ORM: UPDATE run,
   INSERT step, INSERT trace event, COMMIT; 4 round trips, lease extended each step);
 - ``raw4``: the same four statements with raw psycopg (no ORM): the ORM's share;
 - ``cte``: one statement in autocommit (``WITH r AS (UPDATE ... RETURNING) INSERT step
@@ -46,23 +46,21 @@ def _new_run(token: str) -> str:
 
 
 def _orm(n: int, token: str) -> None:
-    """The engine's own checkpoint path (``WorkflowContext._write``) without the workflow."""
+    """The engine's own checkpoint path (``Execution.record_success``) without the workflow."""
     from django.utils import timezone
 
     from durable import registry
-    from durable.context import WorkflowContext
+    from durable.context import Execution
     from durable.models import Run, StepStatus
 
     run = Run.objects.get(pk=_new_run(token))
-    ctx = WorkflowContext(run=run, token=token, steps=[], spec=registry.get_workflow("bench.noop"),
-                          worker_id="bench")
+    execution = Execution(run=run, token=token, steps=[],
+                          spec=registry.get_workflow("bench.noop"), worker_id="bench")
     for _ in range(n):
-        sid, pos, rec = ctx._next_call("s")
-        ctx._record_success(sid=sid, pos=pos, rec=rec, kind="step", tool_name="",
-                            input_text=None, attempt=1, value=None,
-                            started_at=timezone.now(),
-                            ledger=None)
-    assert ctx._by_position[n - 1].status == StepStatus.SUCCEEDED
+        call = execution.next_call("s")
+        execution.record_success(call, attempt=1, value=None, started_at=timezone.now(),
+                                 ledger=None)
+    assert execution.by_position[n - 1].status == StepStatus.SUCCEEDED
 
 
 def _raw4(conn: Any, n: int, token: str, run_id: str) -> None:

@@ -1,4 +1,4 @@
-"""Compensation (ARCHITECTURE.md point 8): undo a failed or cancelled run's completed writes.
+"""Compensation (docs/compensation.md): undo a failed or cancelled run's completed writes.
 
 The declared ``compensate`` hooks of the writes the run owns run newest first, each as a
 durable step of the run (``compensate:<step_id>``, with its own idempotency key
@@ -17,12 +17,11 @@ A write a fork adopted is the fork's to undo: it is listed under ``owned_by``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from . import codec
-from .context import WorkflowContext
 from .exceptions import Suspend, ToolNotFound
 from .models import (
     Operation,
@@ -38,6 +37,9 @@ from .models import (
 from .redaction import redact_text
 from .retry import AMBIGUOUS, DEFAULT_POLICY
 from .types import NOT_FOUND
+
+if TYPE_CHECKING:
+    from .context import Execution
 
 logger = logging.getLogger("durable.engine")
 
@@ -74,23 +76,24 @@ def owned_elsewhere(run_id: str) -> list[dict[str, str]]:
     return [{"step_id": op.step_id, "owner": op.owner_id} for op in ops]
 
 
-def run_compensation(ctx: WorkflowContext) -> dict[str, Any]:
-    """Execute the compensation of ``ctx``'s run; returns a summary (its recorded output).
+def run_compensation(execution: Execution) -> dict[str, Any]:
+    """Execute the compensation of ``execution``'s run; returns a summary (its recorded
+    output).
 
     ``{"compensated": [step_id], "nothing_to_undo": [step_id], "did_not_happen":
     [step_id], "owned_by": [{"step_id", "owner"}]}``. Raises :class:`Suspend` (the run
     stays COMPENSATING, without a lease) while an operator must decide on a write.
     """
-    not_happened = _settle(ctx)
+    not_happened = _settle(execution)
     # compensation steps keep the position they were first recorded at, and new ones go
     # after every recorded step: the set of writes to undo may change between executions
     # (a write settled by an operator, a write a fork adopted)
-    next_position = max(ctx._by_position, default=-1) + 1
+    next_position = execution.next_free_position()
     undone: list[str] = []
     skipped: list[str] = []
-    for op in compensations(ctx.run_id):
+    for op in compensations(execution.run_id):
         try:
-            spec = ctx._tool_spec(op.tool_name)
+            spec = execution.tool_spec(op.tool_name)
         except ToolNotFound:
             spec = None
         if spec is None or spec.compensate is None:
@@ -104,30 +107,32 @@ def run_compensation(ctx: WorkflowContext) -> dict[str, Any]:
             return hook(params, result, idempotency_key=idempotency_key)
 
         sid = f"compensate:{op.step_id}"
-        recorded = ctx._positions_by_id.get(sid)
-        ctx._position = recorded if recorded is not None else next_position
+        recorded = execution.recorded_position(sid)
+        execution.move_to(recorded if recorded is not None else next_position)
         if recorded is None:
             next_position += 1
-        ctx._compensation_step(sid, undo, op.tool_name, spec.retry or DEFAULT_POLICY)
+        execution.compensation_step(sid, undo, op.tool_name, spec.retry or DEFAULT_POLICY)
         undone.append(op.step_id)
     return {"compensated": undone, "nothing_to_undo": skipped,
-            "did_not_happen": not_happened, "owned_by": owned_elsewhere(ctx.run_id)}
+            "did_not_happen": not_happened, "owned_by": owned_elsewhere(execution.run_id)}
 
 
-def _settle(ctx: WorkflowContext) -> list[str]:
+def _settle(execution: Execution) -> list[str]:
     """Settle every write of the run whose outcome is not known; returns the step ids of
     the ones that did not happen. Parks the run for an operator if one stays unknown."""
     undecided: list[Operation] = []
-    for op in unsettled(ctx.run_id):
-        found = _ask_reconcile(ctx, op) if op.status == OperationStatus.STARTED else _UNKNOWN
+    for op in unsettled(execution.run_id):
+        found = (_ask_reconcile(execution, op) if op.status == OperationStatus.STARTED
+                 else _UNKNOWN)
         if found is _UNKNOWN:
             undecided.append(op)
             continue
-        _record_reconciled(ctx, op, found)
+        _record_reconciled(execution, op, found)
     if undecided:
-        _wait_for_operator(ctx, undecided)
+        _wait_for_operator(execution, undecided)
     # failed: known not to have happened (refused, reconciled, or an operator said so)
-    return list(Operation.objects.owned_by(ctx.run_id).filter(status=OperationStatus.FAILED)
+    owned = Operation.objects.owned_by(execution.run_id)
+    return list(owned.filter(status=OperationStatus.FAILED)
                 .exclude(step_id__startswith="compensate:").order_by("-created_at", "-id")
                 .values_list("step_id", flat=True))
 
@@ -135,10 +140,10 @@ def _settle(ctx: WorkflowContext) -> list[str]:
 _UNKNOWN = object()
 
 
-def _ask_reconcile(ctx: WorkflowContext, op: Operation) -> Any:
+def _ask_reconcile(execution: Execution, op: Operation) -> Any:
     """The tool's reconcile hook's answer: a result, ``NOT_FOUND``, or ``_UNKNOWN``."""
     try:
-        spec = ctx._tool_spec(op.tool_name)
+        spec = execution.tool_spec(op.tool_name)
     except ToolNotFound:
         return _UNKNOWN
     if spec.reconcile is None:
@@ -152,7 +157,7 @@ def _ask_reconcile(ctx: WorkflowContext, op: Operation) -> Any:
     return NOT_FOUND if found is None else found
 
 
-def _record_reconciled(ctx: WorkflowContext, op: Operation, found: Any) -> None:
+def _record_reconciled(execution: Execution, op: Operation, found: Any) -> None:
     now = timezone.now()
     if found is NOT_FOUND:
         fields: dict[str, Any] = {"status": OperationStatus.FAILED,
@@ -167,16 +172,16 @@ def _record_reconciled(ctx: WorkflowContext, op: Operation, found: Any) -> None:
         Operation.objects.filter(pk=op.pk, status__in=UNSETTLED).update(updated_at=now,
                                                                          **fields)
 
-    ctx._write({}, work, record_if_stopped=False, events=[ctx._event(
+    execution.write({}, work, record_if_stopped=False, events=[execution.event(
         "operation_reconciled", op.step_id,
         f"{op.tool_name}: {fields['resolution']} (before compensating)",
         {"operation": op.pk})])
 
 
-def _wait_for_operator(ctx: WorkflowContext, ops: list[Operation]) -> None:
+def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
     """Mark ``ops`` unknown, open a reconcile wait for each, release the run; suspend."""
     now = timezone.now()
-    next_position = max(ctx._by_position, default=-1) + 1
+    next_position = execution.next_free_position()
 
     def work() -> None:
         for op in ops:
@@ -186,11 +191,12 @@ def _wait_for_operator(ctx: WorkflowContext, ops: list[Operation]) -> None:
                            "recorded; compensation waits for the outcome"}
             Operation.objects.filter(pk=op.pk, status__in=UNSETTLED).update(
                 status=OperationStatus.UNKNOWN, error=info, updated_at=now)
-            wait = Wait.objects.filter(run_id=ctx.run_id, wait_id=f"reconcile:{op.step_id}").first()
+            wait = Wait.objects.filter(run_id=execution.run_id,
+                                       wait_id=f"reconcile:{op.step_id}").first()
             if wait is not None and wait.status == WaitStatus.PENDING:
                 continue
             Wait.objects.update_or_create(
-                run_id=ctx.run_id, wait_id=f"reconcile:{op.step_id}",
+                run_id=execution.run_id, wait_id=f"reconcile:{op.step_id}",
                 defaults={"position": wait.position if wait is not None else next_position,
                           "kind": WaitKind.RECONCILE, "status": WaitStatus.PENDING,
                           "operation": op, "title": f"Did {op.tool_name} happen? "
@@ -199,14 +205,14 @@ def _wait_for_operator(ctx: WorkflowContext, ops: list[Operation]) -> None:
                           "resolved_by": "", "result": None})
 
     names = ", ".join(f"{op.tool_name} ({op.pk})" for op in ops)
-    ctx._write({"lease_token": "", "lease_owner": "", "lease_expires_at": None}, work,
-               record_if_stopped=False, events=[ctx._event(
-                   "compensation_waiting", message=f"compensation waits until the outcome of "
-                   f"{names} is known: an operator must decide (manage.py durable reconcile "
-                   f"{ops[0].pk} --happened/--not-happened)",
-                   data={"operations": [op.pk for op in ops]})])
-    ctx._stopped = RunStatus.COMPENSATING
-    raise Suspend(f"compensation of {ctx.run_id} waits for an operator")
+    execution.write({"lease_token": "", "lease_owner": "", "lease_expires_at": None}, work,
+                    record_if_stopped=False, events=[execution.event(
+                        "compensation_waiting", message=f"compensation waits until the outcome "
+                        f"of {names} is known: an operator must decide (manage.py durable "
+                        f"reconcile {ops[0].pk} --happened/--not-happened)",
+                        data={"operations": [op.pk for op in ops]})])
+    execution.stop(RunStatus.COMPENSATING)
+    raise Suspend(f"compensation of {execution.run_id} waits for an operator")
 
 
 __all__ = ["compensations", "owned_elsewhere", "run_compensation", "unsettled"]

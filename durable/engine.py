@@ -1,9 +1,10 @@
 """Executing a run: claim it under a lease, replay its workflow, release it.
 
 ``execute(run_id)`` is what a Celery task calls. It claims the run with one fenced
-transaction (ARCHITECTURE.md point 4), loads the run's recorded steps in one query,
-runs the workflow function with a :class:`~durable.context.WorkflowContext`, and keeps
-the lease alive with a heartbeat thread while it runs.
+transaction (see "Leases" in docs/architecture.md), loads the run's recorded steps in
+one query, runs the workflow function with a :class:`~durable.context.WorkflowContext`
+over a private :class:`~durable.context.Execution`, and keeps the lease alive with a
+heartbeat thread while it runs.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from . import conf, registry, transitions
-from .context import WorkflowContext, _safe_traceback, error_info
+from .compensation import run_compensation
+from .context import Execution
 from .dbconn import drop_connection, is_db_fault, retry_db
+from .dispatch import dispatch_on_commit
 from .exceptions import (
     DatabaseUnavailable,
     LeaseLost,
@@ -28,12 +31,11 @@ from .exceptions import (
     Suspend,
     WorkflowNotFound,
 )
-from .compensation import run_compensation
-from .dispatch import dispatch_on_commit
+from .failures import error_info, safe_traceback
 from .heartbeat import Heartbeat, process_key
 from .models import Run, RunStatus, Step, TraceEvent
-from .retry import PERMANENT
 from .redaction import secrets_in, secrets_scope
+from .retry import PERMANENT
 from .vocabulary import EventKind
 from .waits import wake_due_for_run
 
@@ -158,7 +160,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         return RunStatus.PENDING
 
     heartbeat = Heartbeat(run.id, token).start()
-    ctx = WorkflowContext(run=run, token=token, steps=steps, spec=spec, worker_id=worker_id,
+    execution = Execution(run=run, token=token, steps=steps, spec=spec, worker_id=worker_id,
                           heartbeat=heartbeat)
     fault: DatabaseUnavailable | None = None
     released = False
@@ -166,10 +168,10 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         try:
             workflow_input = run.input_value()
         except Exception as exc:  # noqa: BLE001 - e.g. the encryption key was changed
-            _fail_unless_stopped(ctx, exc)
+            _fail_unless_stopped(execution, exc)
         else:
             with secrets_scope(secrets_in(workflow_input)):
-                _run_workflow(ctx, spec, workflow_input, compensating)
+                _run_workflow(execution, spec, workflow_input, compensating)
     except DatabaseUnavailable as exc:
         fault = exc
     finally:
@@ -180,7 +182,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                            run.id, worker_id, fault)
             released = release_after_db_fault(run.id, token, worker_id=worker_id,
                                               error=fault.error)
-        elif ctx._stopped in (RunStatus.CANCELLED, None):
+        elif execution.stopped in (RunStatus.CANCELLED, None):
             try:
                 retry_db(lambda: release(run.id, token), what=f"the release of run {run.id}")
             except Exception as exc:  # noqa: BLE001 - the lease then expires into recovery
@@ -189,7 +191,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                 logger.warning("durable: could not release run %s (%s); its lease expires",
                                run.id, exc)
         if (fault is None and not compensating
-                and ctx._stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)):
+                and execution.stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)):
             # compensation requested while this worker still held the lease (possibly
             # between its stop and its release above)
             _hand_over_to_compensation(run.id, token, worker_id)
@@ -198,7 +200,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         # released: retrying; not released: the failed statement may have committed the
         # run's end, or the database is still away (the lease then expires)
         return RunStatus.RETRYING if released else None
-    return ctx._stopped or run.status
+    return execution.stopped or run.status
 
 
 def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
@@ -264,35 +266,35 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
         return False
 
 
-def _run_workflow(ctx: WorkflowContext, spec, workflow_input, compensating: bool) -> None:
+def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool) -> None:
     """Run the workflow (or the compensation) to its end, a wait, or a stop."""
     try:
         if compensating:
-            result = run_compensation(ctx)
+            result = run_compensation(execution)
         else:
-            result = spec.fn(ctx, workflow_input)
-        if ctx._stopped is None:
-            ctx.complete(result)
+            result = spec.fn(execution.context, workflow_input)
+        if execution.stopped is None:
+            execution.complete(result)
     except (Suspend, StepFailed, NonDeterminismError, RunStopped):
         pass
     except DatabaseUnavailable:
         raise
     except LeaseLost:
         logger.warning("durable: worker %s lost the lease of run %s; it stops without "
-                       "recording anything more", ctx.worker_id, ctx.run_id)
+                       "recording anything more", execution.worker_id, execution.run_id)
     except Exception as exc:  # noqa: BLE001 - user workflow code failed
         if is_db_fault(exc):  # e.g. orchestration code's own query: not the workflow's fault
             raise DatabaseUnavailable(exc) from exc
-        _fail_unless_stopped(ctx, exc)
+        _fail_unless_stopped(execution, exc)
 
 
-def _fail_unless_stopped(ctx: WorkflowContext, exc: BaseException) -> None:
-    if ctx._stopped is not None:
+def _fail_unless_stopped(execution: Execution, exc: BaseException) -> None:
+    if execution.stopped is not None:
         return
     info = error_info(exc, classification=PERMANENT)
-    info["traceback"] = _safe_traceback(exc)
+    info["traceback"] = safe_traceback(exc)
     try:
-        ctx._fail_run(info, event=EventKind.FAILED)
+        execution.fail_run(info, event=EventKind.FAILED)
     except DatabaseUnavailable:
         raise
     except (RunStopped, LeaseLost):

@@ -237,6 +237,12 @@ class StepFailed(DurableError):
                          f"{error_type}: {message}")
 
 
+class StepTimeout(DurableError):
+    """An attempt did not finish within its ``timeout``; its late result is discarded."""
+
+    classification = "transient"
+
+
 class IllegalTransition(DurableError):
     """An action is not legal from the run's (or wait's) current state."""
 

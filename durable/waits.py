@@ -1,25 +1,32 @@
-"""Wait states (ARCHITECTURE.md point 3): rows that suspend a run until resolved.
+"""Wait states (see "Waits" in docs/architecture.md): rows that suspend a run until resolved.
 
 Approval waits, durable timers, signal waits and operator decisions are rows of
 :class:`~durable.models.Wait`. A run that reaches a pending wait becomes WAITING and
-frees its worker; closing the wait (a decision, a due timer, a signal, an expiry)
-makes the run PENDING and dispatches it, and its replay picks the answer up.
+frees its worker (:class:`WaitParking`, in the same fenced transaction that creates the
+wait); closing the wait (a decision, a due timer, a signal, an expiry) makes the run
+PENDING and dispatches it, and its replay picks the answer up. Suspend, wake and expire
+live here together.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from . import codec, transitions
+from .checkpoint import Checkpoints
 from .dispatch import dispatch_on_commit
-from .models import Run, TraceEvent, Wait, WaitKind, WaitStatus
-from .signals import wait_closed
+from .exceptions import InvalidDuration, RunStopped, Suspend
+from .models import Run, RunStatus, StepKind, TraceEvent, Wait, WaitKind, WaitStatus
+from .redaction import check_identifier
+from .replay import StepCall
+from .signals import wait_closed, wait_created
+from .types import Decision
 from .vocabulary import EventKind
 
 logger = logging.getLogger("durable.waits")
@@ -110,3 +117,136 @@ def wake_due_for_run(run_id: str, now: datetime | None = None) -> bool:
     """Fire the run's due waits (a timer's own countdown message); True if any closed."""
     now = now or timezone.now()
     return bool(_wake(Wait.objects.due(now).filter(run_id=run_id), now))
+
+
+# --------------------------------------------------------------- parking a run at a wait
+
+
+class WaitParking(Checkpoints):
+    """The waits of an execution: a timer, a signal or a decision reached by the workflow."""
+
+    def approval(self, base: str, key: str, title: str, spec: dict[str, Any], *,
+                 invalid: InvalidDuration | None = None) -> Decision:
+        """Wait for people's decision on ``spec`` (an approval wait); returns it."""
+        value = self.wait(base, kind=WaitKind.APPROVAL, key=key, wake_in=spec.get("timeout"),
+                          title=title, spec=spec, invalid=invalid)
+        return Decision.from_dict(value or {})
+
+    def wait(self, base: str, *, kind: str, key: str = "", wake_in: float | None = None,
+             wake_at: datetime | None = None, title: str = "",
+             spec: dict[str, Any] | None = None,
+             invalid: InvalidDuration | None = None) -> Any:
+        """Return the wait's answer: recorded (replay), already there, or after parking."""
+        step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
+            kind, StepKind.WAIT)
+        check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
+        call = self.next_call(base, kind=step_kind)
+        if call.succeeded:
+            assert call.recorded is not None
+            return self.replay(call.recorded)
+        if invalid is not None:
+            self.fail_call_now(call, invalid)
+        sid = call.step_id
+        while True:
+            wait = Wait.objects.filter(run_id=self.run_id, wait_id=sid).first()
+            now = timezone.now()
+            if wait is not None:
+                due_timer = (wait.kind == WaitKind.TIMER and wait.status == WaitStatus.PENDING
+                             and wait.wake_at is not None and wait.wake_at <= now)
+                if wait.status in (WaitStatus.RESOLVED, WaitStatus.EXPIRED) or due_timer:
+                    return self._finish_wait(call, wait, due_timer)
+                if wait.status == WaitStatus.CANCELLED:
+                    self.stopped = RunStatus.CANCELLED
+                    raise RunStopped(RunStatus.CANCELLED)
+            elif wake_at is None and wake_in is not None:
+                wake_at = now + timedelta(seconds=wake_in)
+            if wait is None and kind == WaitKind.TIMER and wake_at is not None and wake_at <= now:
+                wait = self._park(call, None, kind=kind, key=key, wake_at=wake_at,
+                                  title=title, spec=spec, park=False)
+                return self._finish_wait(call, wait, True)
+            consumed = self._park(call, wait, kind=kind, key=key, wake_at=wake_at,
+                                  title=title, spec=spec)
+            if consumed is _ANSWERED_MEANWHILE:
+                continue
+            return self._finish_wait(call, consumed, False)
+
+    def _park(self, call: StepCall, wait: Wait | None, *, kind: str, key: str,
+              wake_at: datetime | None, title: str, spec: dict[str, Any] | None,
+              park: bool = True) -> Any:
+        """Create the wait (or re-check it) and suspend the run, in one fenced transaction.
+
+        Returns the wait when it is already answered (a buffered signal),
+        ``_ANSWERED_MEANWHILE`` when it was answered meanwhile, or raises
+        :class:`Suspend` after parking the run.
+        """
+        sid, pos = call.step_id, call.position
+        state: dict[str, Any] = {}
+
+        def work() -> None:
+            now = timezone.now()
+            created = wait is None
+            if created:
+                w = Wait.objects.create(
+                    run_id=self.run_id, wait_id=sid, position=pos, kind=kind, key=key,
+                    title=(title or "")[:300], wake_at=wake_at, created_at=now,
+                    payload=codec.dumps_checked(spec, what="wait options", step_id=sid)
+                    if spec else None)
+            else:
+                w = Wait.objects.select_for_update().get(pk=wait.pk)
+                if w.status != WaitStatus.PENDING:
+                    raise _Answered()
+            if not park:
+                state["wait"] = w
+                return
+            if kind == WaitKind.SIGNAL:
+                from .models import Signal
+
+                sig = (Signal.objects.filter(run_id=self.run_id, name=key, wait__isnull=True)
+                       .order_by("id").first())
+                if sig is not None:
+                    Signal.objects.filter(pk=sig.pk).update(wait=w, consumed_at=now)
+                    w.status = WaitStatus.RESOLVED
+                    w.result = sig.payload
+                    w.resolved_at = now
+                    w.resolved_by = sig.sent_by or "signal"
+                    w.save(update_fields=["status", "result", "resolved_at", "resolved_by"])
+                    state["wait"] = w
+                    return
+            if created:
+                wait_created.send(sender=Wait, wait=w, spec=spec or {})
+            Run.objects.filter(pk=self.run_id).update(
+                status=RunStatus.WAITING, lease_token="", lease_owner="", lease_expires_at=None)
+            TraceEvent.objects.create(
+                run_id=self.run_id, kind="waiting", step_id=sid, actor=self.worker_id,
+                message=f"waiting for {WaitKind(kind).label.lower()}"
+                        + (f" {key!r}" if key else "")
+                        + (f" until {wake_at.isoformat()}" if wake_at else ""))
+            if wake_at is not None:
+                dispatch_on_commit(self.run_id,
+                                   countdown=max(0.0, (wake_at - now).total_seconds()))
+            state["parked"] = w
+
+        try:
+            self.write({}, work, record_if_stopped=False)
+        except _Answered:
+            return _ANSWERED_MEANWHILE
+        if "wait" in state:
+            return state["wait"]
+        self.stopped = RunStatus.WAITING
+        raise Suspend(f"waiting on {sid}")
+
+    def _finish_wait(self, call: StepCall, wait: Wait, fire_timer: bool) -> Any:
+        if fire_timer and wait.status == WaitStatus.PENDING:
+            Wait.objects.filter(pk=wait.pk, status=WaitStatus.PENDING).update(
+                status=WaitStatus.RESOLVED, resolved_at=timezone.now(), resolved_by="timer")
+        value = codec.decode(wait.result) if wait.result else None
+        return self.record_success(call, attempt=call.next_attempt, value=value,
+                                   started_at=wait.created_at, ledger=None)
+
+
+class _Answered(Exception):
+    """A wait was answered between reading it and parking the run (rolls back)."""
+
+
+#: returned by ``WaitParking._park`` when the wait was answered meanwhile: read it again
+_ANSWERED_MEANWHILE = object()

@@ -289,24 +289,24 @@ def _check_trial(trial: int, r: dict[str, Any]) -> list[tuple]:
 
 
 def _s04(monkeypatch, trials: int, steps: int = 8, ms: int = 20) -> None:
-    from durable.context import WorkflowContext
+    from durable.context import Execution
 
     seed = int(os.environ.get("S04_SEED", random.randrange(10**6)))
     rng = random.Random(seed)
     log: list[tuple[str, str, float, str]] = []
-    original = WorkflowContext._ensure_authorized
+    original = Execution.ensure_authorized
 
     def recording(self):
-        began, before = time.monotonic(), self._last_auth
+        began, before = time.monotonic(), self.last_auth
         try:
             original(self)
         except BaseException:
             log.append(("auth", self.run_id, began, "stopped"))
             raise
         log.append(("auth", self.run_id, began,
-                    "running" if self._last_auth != before else "cached, not read"))
+                    "running" if self.last_auth != before else "cached, not read"))
 
-    monkeypatch.setattr(WorkflowContext, "_ensure_authorized", recording)
+    monkeypatch.setattr(Execution, "ensure_authorized", recording)
     accepted = refused = late_first_lines = 0
     problems: list[tuple] = []
     for trial in range(trials):

@@ -21,7 +21,7 @@ from django.db.models import Count
 
 import durable
 from durable import registry
-from durable.context import WorkflowContext
+from durable.context import Execution
 from durable.engine import claim, execute
 from durable.exceptions import LeaseLost
 from durable.models import (
@@ -104,8 +104,8 @@ def test_s01_checkpoint_with_a_stale_lease_token_records_nothing(transactional_d
     row, steps = claimed
     spec = registry.get_workflow(row.workflow_name, row.workflow_version)
 
-    stale = WorkflowContext(run=row, token="stale-token", steps=steps, spec=spec,
-                            worker_id="stale:2:2")
+    stale = Execution(run=row, token="stale-token", steps=steps, spec=spec,
+                      worker_id="stale:2:2").context
     with pytest.raises(LeaseLost):
         stale.step("plan", cw.plan_llm, "hello", "cus_1")
     # the body ran (unless the pre-step status check already saw the stale token)...
@@ -113,8 +113,8 @@ def test_s01_checkpoint_with_a_stale_lease_token_records_nothing(transactional_d
     # ...but its checkpoint was refused
     assert not Step.objects.filter(run_id=run.id).exists()
 
-    stale = WorkflowContext(run=row, token="stale-token", steps=steps, spec=spec,
-                            worker_id="stale:2:2")
+    stale = Execution(run=row, token="stale-token", steps=steps, spec=spec,
+                      worker_id="stale:2:2").context
     with pytest.raises(LeaseLost):
         stale.call_tool("tickets.create", {"customer": "cus_1", "subject": "s"})
     # a write is fenced before the call: no operation row, no effect
