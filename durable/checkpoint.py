@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import codec, conf, mailbox
+from . import codec, conf, mailbox, transitions
 from .checkpoint_pg import checkpoint_in_one_statement
 from .exceptions import (
     DurableError,
@@ -49,9 +49,21 @@ from .rendering import render
 from .replay import ReplayCursor, StepCall
 from .retry import MODEL_RECOVERABLE, PERMANENT
 from .types import ModelRecoverable
+from .vocabulary import EventKind
 
-if TYPE_CHECKING:
-    from .ledger import OperationLedger
+
+
+class LedgerEntry(Protocol):
+    """What a checkpoint needs from the operation ledger's side of a write
+    (:class:`durable.ledger.OperationLedger`, which imports this module, not the other
+    way round)."""
+
+    def result_unstorable(self, call: StepCall, *, attempt: int, exc: Any,
+                          started_at: datetime) -> Any: ...
+
+    def succeeded_txn(self, value: Any, output: str) -> None: ...
+
+    def record_late_result(self, value: Any, output: str) -> None: ...
 
 
 class Checkpoints(ReplayCursor):
@@ -158,7 +170,7 @@ class Checkpoints(ReplayCursor):
                                    started_at=timezone.now(), ledger=None)
 
     def record_success(self, call: StepCall, *, attempt: int, value: Any,
-                       started_at: datetime, ledger: OperationLedger | None) -> Any:
+                       started_at: datetime, ledger: LedgerEntry | None) -> Any:
         """Checkpoint the call's result (the cursor moves past it); returns ``value``."""
         sid, pos, rec, kind = call.step_id, call.position, call.recorded, call.kind
         error = None
@@ -236,7 +248,7 @@ class Checkpoints(ReplayCursor):
         else:
             try:
                 self.write(run_fields, work,
-                           events=[self.event("step_executed", sid, data=event_data)])
+                           events=[self.event(EventKind.STEP_EXECUTED, sid, data=event_data)])
             except LeaseLost:
                 if ledger is not None:  # the write happened: the ledger keeps its result
                     ledger.record_late_result(value, output)
@@ -246,7 +258,7 @@ class Checkpoints(ReplayCursor):
 
     def record_failure(self, call: StepCall, *, attempt: int, exc: BaseException,
                        classification: str, delay: float | None, started_at: datetime,
-                       outcome: str, reason: str, ledger: OperationLedger | None = None,
+                       outcome: str, reason: str, ledger: LedgerEntry | None = None,
                        skip_attempt_row: bool = False, tokens: int = 0) -> float:
         """Record a failed try. Returns the in-process delay (seconds) before the next try.
 
@@ -263,23 +275,21 @@ class Checkpoints(ReplayCursor):
         if delay is None:
             step_status = StepStatus.FAILED
             run_fields: dict[str, Any] = {
-                "status": self.fail_status, "error": {**info, "reason": reason},
-                "error_type": info["type"], "finished_at": now, "lease_token": "",
-                "lease_owner": "", "lease_expires_at": None, "cursor_lost": 0}
-            events = [self.event("attempt_failed", sid, info["message"], {
+                **transitions.changes("fail", self.status), "error": {**info, "reason": reason},
+                "error_type": info["type"], "finished_at": now, "cursor_lost": 0}
+            events = [self.event(EventKind.ATTEMPT_FAILED, sid, info["message"], {
                 "attempt": attempt, "classification": classification}),
-                self.event("failed", sid, f"{reason}: {info['type']}: {info['message']}")]
+                self.event(EventKind.FAILED, sid, f"{reason}: {info['type']}: {info['message']}")]
         else:
             step_status = StepStatus.RETRYING
             run_fields = {"cursor_position": pos, "cursor_lost": 0}
-            events = [self.event("attempt_failed", sid, info["message"], {
+            events = [self.event(EventKind.ATTEMPT_FAILED, sid, info["message"], {
                 "attempt": attempt, "classification": classification}),
-                self.event("retry_scheduled", sid, f"retry in {delay:.3f} s",
+                self.event(EventKind.RETRY_SCHEDULED, sid, f"retry in {delay:.3f} s",
                            {"attempt": attempt + 1, "delay": delay, "in_process": inprocess})]
-            if not inprocess:
-                run_fields.update({"status": RunStatus.RETRYING, "wake_at": next_at,
-                                   "lease_token": "", "lease_owner": "",
-                                   "lease_expires_at": None})
+            if not inprocess:  # a compensation stays COMPENSATING, due at wake_at
+                run_fields.update(transitions.changes("schedule_retry", self.status),
+                                  wake_at=next_at)
 
         if tokens:
             run_fields["tokens_used"] = F("tokens_used") + tokens
@@ -313,7 +323,7 @@ class Checkpoints(ReplayCursor):
             raise StepFailed(step_id=sid, error_type=info["type"], message=info["message"],
                              attempts=attempt, reason=reason)
         if not inprocess:
-            self.stopped = RunStatus.RETRYING
+            self.stopped = transitions.target("schedule_retry", self.status) or self.status
             assert next_at is not None
             raise Suspend(f"retry of {sid} scheduled at {next_at.isoformat()}")
         return delay
@@ -321,17 +331,15 @@ class Checkpoints(ReplayCursor):
     def fail_run(self, error: dict[str, Any], *, event: str) -> None:
         """Mark the run failed (or its compensation failed) with ``error``; release it."""
         now = timezone.now()
-        self.write({"status": self.fail_status, "error": error, "error_type": error["type"],
-                    "finished_at": now, "lease_token": "", "lease_owner": "",
-                    "lease_expires_at": None}, lambda: None,
+        self.write({**transitions.changes("fail", self.status), "error": error,
+                    "error_type": error["type"], "finished_at": now}, lambda: None,
                    events=[self.event(event, error.get("step_id", ""), error["message"])])
         self.stopped = self.fail_status
 
     def suspend_waiting(self, work: Callable[[], None], events: list[TraceEvent]) -> None:
         """Commit ``work`` and make the run WAITING without a lease."""
-        self.write({"status": RunStatus.WAITING, "lease_token": "", "lease_owner": "",
-                    "lease_expires_at": None}, work, events=events)
-        self.stopped = RunStatus.WAITING
+        self.write(transitions.changes("park", self.status), work, events=events)
+        self.stopped = transitions.target("park", self.status)
 
     def stop(self, status: str) -> None:
         """Note that this execution stopped with the run in ``status`` (it records nothing
@@ -349,12 +357,12 @@ class Checkpoints(ReplayCursor):
                                           recorded_step_id=step.step_id,
                                           requested_step_id="(the workflow returned)")
                 self.fail_run(error_info(exc, classification=PERMANENT, step_id=step.step_id),
-                              event="nondeterminism")
+                              event=EventKind.NONDETERMINISM)
                 return
         try:
             output = codec.dumps_checked(result, what="workflow output")
         except PayloadError as exc:
-            self.fail_run(error_info(exc, classification=PERMANENT), event="failed")
+            self.fail_run(error_info(exc, classification=PERMANENT), event=EventKind.FAILED)
             return
         now = timezone.now()
         replayed = self.replayed
@@ -363,10 +371,9 @@ class Checkpoints(ReplayCursor):
             if replayed:
                 Step.objects.filter(pk__in=replayed).update(replay_count=F("replay_count") + 1)
 
-        self.write({"status": self.done_status, "output": output, "finished_at": now,
-                    "lease_token": "", "lease_owner": "", "lease_expires_at": None,
-                    "steps_replayed": F("steps_replayed") + len(replayed)}, work,
-                   events=[self.event("completed", message=f"run {self.done_status}",
+        self.write({**transitions.changes("complete", self.status), "output": output,
+                    "finished_at": now, "steps_replayed": F("steps_replayed") + len(replayed)}, work,
+                   events=[self.event(EventKind.COMPLETED, message=f"run {self.done_status}",
                                       data={"replayed": len(replayed)})],
                    record_if_stopped=False)
         self.stopped = self.done_status

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from . import codec
+from . import codec, transitions
 from .exceptions import Suspend, ToolNotFound
 from .models import (
     Operation,
@@ -37,6 +37,7 @@ from .models import (
 from .redaction import redact_text
 from .retry import AMBIGUOUS, DEFAULT_POLICY
 from .types import NOT_FOUND
+from .vocabulary import EventKind
 
 if TYPE_CHECKING:
     from .context import Execution
@@ -173,7 +174,7 @@ def _record_reconciled(execution: Execution, op: Operation, found: Any) -> None:
                                                                          **fields)
 
     execution.write({}, work, record_if_stopped=False, events=[execution.event(
-        "operation_reconciled", op.step_id,
+        EventKind.OPERATION_RECONCILED, op.step_id,
         f"{op.tool_name}: {fields['resolution']} (before compensating)",
         {"operation": op.pk})])
 
@@ -205,9 +206,9 @@ def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
                           "resolved_by": "", "result": None})
 
     names = ", ".join(f"{op.tool_name} ({op.pk})" for op in ops)
-    execution.write({"lease_token": "", "lease_owner": "", "lease_expires_at": None}, work,
+    execution.write(transitions.changes("release", RunStatus.COMPENSATING), work,
                     record_if_stopped=False, events=[execution.event(
-                        "compensation_waiting", message=f"compensation waits until the outcome "
+                        EventKind.COMPENSATION_WAITING, message=f"compensation waits until the outcome "
                         f"of {names} is known: an operator must decide (manage.py durable "
                         f"reconcile {ops[0].pk} --happened/--not-happened)",
                         data={"operations": [op.pk for op in ops]})])

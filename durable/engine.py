@@ -56,6 +56,9 @@ def _claimable(run: Run, now, token: str = "") -> bool:
         return True
     if run.status == RunStatus.RETRYING:
         return run.wake_at is None or run.wake_at <= now
+    if run.status == RunStatus.COMPENSATING and not run.lease_token:
+        # a compensation whose retry is scheduled is claimable once due
+        return run.wake_at is None or run.wake_at <= now
     if run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING):
         return (not run.lease_token or run.lease_expires_at is None
                 or run.lease_expires_at < now)
@@ -245,7 +248,7 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
         with transaction.atomic():
             mine = Run.objects.filter(pk=run_id, lease_token=token)
             released = transitions.update(
-                "schedule_retry", mine, updated_at=now,
+                "schedule_retry", mine, source=RunStatus.RUNNING, updated_at=now,
                 wake_at=now + timedelta(seconds=DB_FAULT_RETRY_SECONDS))
             released = released or transitions.update(
                 "release", mine, source=RunStatus.COMPENSATING, updated_at=now)

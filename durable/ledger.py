@@ -35,6 +35,7 @@ from .models import (
 from .redaction import redact_text
 from .retry import AMBIGUOUS, PERMANENT
 from .types import NOT_FOUND
+from .vocabulary import EventKind
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoints
@@ -258,7 +259,7 @@ class OperationLedger:
                           "resolved_at": None, "resolved_by": "", "result": None})
 
         ex.suspend_waiting(work, [ex.event(
-            "unknown_outcome", sid,
+            EventKind.UNKNOWN_OUTCOME, sid,
             f"{self.spec.name}: {what}; an operator must decide "
             f"(manage.py durable reconcile {op.pk} --happened/--not-happened)",
             {"operation": op.pk, "idempotency_key": self.key})])
@@ -306,7 +307,7 @@ class OperationLedger:
                 updated_at=timezone.now())
             if updated:
                 TraceEvent.objects.create(
-                    run_id=ex.run_id, kind="late_result", step_id=self.op.step_id,
+                    run_id=ex.run_id, kind=EventKind.LATE_RESULT, step_id=self.op.step_id,
                     actor=ex.worker_id,
                     message=f"{self.spec.name} answered after this worker lost its lease; "
                             "its result is recorded in the ledger",

@@ -53,9 +53,12 @@ class RunQuerySet(models.QuerySet):
                            lease_expires_at__lt=now).exclude(lease_token="")
 
     def due(self, now=None) -> RunQuerySet:
-        """Runs whose retry is due (status retrying, wake_at reached)."""
+        """Runs whose retry is due: retrying, or a compensation without a lease whose
+        retry was scheduled (wake_at reached)."""
         now = now or timezone.now()
-        return self.filter(status=RunStatus.RETRYING, wake_at__lte=now)
+        return self.filter(Q(status=RunStatus.RETRYING)
+                           | Q(status=RunStatus.COMPENSATING, lease_token=""),
+                           wake_at__lte=now)
 
     def undispatched(self, older_than) -> RunQuerySet:
         """Runs ready for a worker (pending, or compensating without a lease) whose last
@@ -64,8 +67,10 @@ class RunQuerySet(models.QuerySet):
         deciding = models.Exists(Wait.objects.filter(run=models.OuterRef("pk"),
                                                      kind=WaitKind.RECONCILE,
                                                      status=WaitStatus.PENDING))
+        # nor one whose retry is scheduled (:meth:`due` finds it once due)
         return self.filter(Q(status=RunStatus.PENDING)
-                           | (Q(status=RunStatus.COMPENSATING, lease_token="")
+                           | (Q(status=RunStatus.COMPENSATING, lease_token="",
+                                wake_at__isnull=True)
                               & ~Q(deciding))).filter(
             Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from . import codec
+from . import codec, transitions
 from .exceptions import BudgetExceeded, LeaseLost, NonDeterminismError, RunStopped
 from .failures import error_info
 from .fields import storable_text
@@ -25,6 +25,7 @@ from .models import Run, RunStatus, Step, StepAttempt, StepKind, StepStatus
 from .redaction import check_identifier
 from .retry import MODEL_RECOVERABLE, PERMANENT
 from .types import ModelRecoverable
+from .vocabulary import EventKind
 
 if TYPE_CHECKING:
     from .registry import WorkflowSpec
@@ -88,9 +89,10 @@ class ReplayCursor:
         self.tool_rows: dict[str, Any] = {}
         self.pending_lost: list[StepAttempt] = []
         self.budget_base: dict[int, int] = {}
-        compensating = run.status == RunStatus.COMPENSATING
-        self.fail_status = RunStatus.COMPENSATION_FAILED if compensating else RunStatus.FAILED
-        self.done_status = RunStatus.COMPENSATED if compensating else RunStatus.SUCCEEDED
+        #: where this execution's run goes when it fails or completes (a compensation:
+        #: COMPENSATION_FAILED or COMPENSATED), from the state machine
+        self.fail_status: str = transitions.target("fail", run.status) or run.status
+        self.done_status: str = transitions.target("complete", run.status) or run.status
 
     # provided by durable.checkpoint.Checkpoints
     def fail_run(self, error: dict[str, Any], *, event: str) -> None:
@@ -140,7 +142,7 @@ class ReplayCursor:
                 recorded_step_id=rec.step_id if rec is not None else "(nothing)",
                 requested_step_id=sid)
             self.fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                          event="nondeterminism")
+                          event=EventKind.NONDETERMINISM)
             raise exc
         if rec is None or rec.status != StepStatus.SUCCEEDED:
             self.check_budgets(sid, pos)
@@ -172,7 +174,7 @@ class ReplayCursor:
                                  limit=run.deadline_at.isoformat())
         if exc is not None:
             self.fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                          event="budget_exceeded")
+                          event=EventKind.BUDGET_EXCEEDED)
             raise exc
 
     def check_token_budget(self, sid: str) -> None:
@@ -186,7 +188,7 @@ class ReplayCursor:
             exc = BudgetExceeded(run_id=self.run_id, budget="max_tokens",
                                  limit=run.max_tokens, used=run.tokens_used)
             self.fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                          event="budget_exceeded")
+                          event=EventKind.BUDGET_EXCEEDED)
             raise exc
 
     def ensure_live(self) -> None:

@@ -30,7 +30,10 @@ def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = Tr
                 and run.waits.filter(kind=WaitKind.RECONCILE,
                                      status=WaitStatus.PENDING).exists()):
             return run  # the compensation waits for an operator's decision
-        if run.status == RunStatus.RETRYING:
+        scheduled = run.status == RunStatus.RETRYING or (
+            run.status == RunStatus.COMPENSATING and not run.lease_token
+            and run.wake_at is not None)  # a compensation's retry is due at wake_at
+        if scheduled:
             if not wait_for_retries:
                 return run
             delay = (run.wake_at - timezone.now()).total_seconds() if run.wake_at else 0

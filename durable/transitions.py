@@ -69,8 +69,10 @@ TRANSITIONS: dict[str, Transition] = {
                   compensating=None),
     # the workflow reached a pending wait: the run frees its worker
     "park": _row({S.RUNNING}, S.WAITING, releases_lease=True),
-    # a retry too far off to wait for in process (or a database fault): due at wake_at
-    "schedule_retry": _row({S.RUNNING}, S.RETRYING, releases_lease=True),
+    # a retry too far off to wait for in process (or a database fault): due at wake_at;
+    # a compensation's retry keeps it COMPENSATING (claimable again once wake_at is due)
+    "schedule_retry": _row({S.RUNNING, S.COMPENSATING}, S.RETRYING, releases_lease=True,
+                           compensating=None),
     "fail": _row({S.RUNNING, S.COMPENSATING}, S.FAILED, releases_lease=True,
                  compensating=S.COMPENSATION_FAILED),
     "complete": _row({S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, releases_lease=True,
@@ -105,7 +107,7 @@ _WHY = {
     "abort": "only a run (or a compensation) waiting for an operator's decision can be aborted",
     "claim": "only a pending, retrying or abandoned run can be claimed",
     "park": "only a running run can wait",
-    "schedule_retry": "only a running run can schedule a retry",
+    "schedule_retry": "only a running run (or compensation) can schedule a retry",
     "fail": "only a running run (or compensation) can fail",
     "complete": "only a running run (or compensation) can complete",
     "wake": "only a waiting run can be woken",

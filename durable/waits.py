@@ -214,10 +214,9 @@ class WaitParking(Checkpoints):
                     return
             if created:
                 wait_created.send(sender=Wait, wait=w, spec=spec or {})
-            Run.objects.filter(pk=self.run_id).update(
-                status=RunStatus.WAITING, lease_token="", lease_owner="", lease_expires_at=None)
+            transitions.update("park", Run.objects.filter(pk=self.run_id), source=self.status)
             TraceEvent.objects.create(
-                run_id=self.run_id, kind="waiting", step_id=sid, actor=self.worker_id,
+                run_id=self.run_id, kind=EventKind.WAITING, step_id=sid, actor=self.worker_id,
                 message=f"waiting for {WaitKind(kind).label.lower()}"
                         + (f" {key!r}" if key else "")
                         + (f" until {wake_at.isoformat()}" if wake_at else ""))

@@ -11,7 +11,7 @@ without its links fails here.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,10 +23,6 @@ SELF = Path(__file__).resolve()
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "var", "build", "dist"}
 SUFFIXES = {".py", ".md", ".html"}
 
-#: files another branch of issue 12 (the context split) is rewriting, references
-#: included; remove each entry once that rewrite has been merged
-PENDING = {"durable/context.py", "durable/engine.py", "durable/compensation.py",
-           "durable/waits.py"}
 
 #: names of documents outside the repository (matched case-sensitively: the repository's
 #: own pages are lower-case, ``docs/architecture.md`` and ``docs/conventions.md``)
@@ -68,13 +64,11 @@ def anchors(page: Path) -> set[str]:
     return {slug(m.group(1)) for m in headings}
 
 
-def outside_references(root: Path, pending: Collection[str] = ()) -> list[str]:
+def outside_references(root: Path) -> list[str]:
     """``path:line: text`` of every reference to a document outside the repository."""
     found = []
     for path in project_files(root):
         rel = path.relative_to(root).as_posix()
-        if rel in pending:
-            continue
         in_docs = rel.startswith("docs/")
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if OUTSIDE.search(line) or (not in_docs and BARE_PAGE.search(line)):
@@ -109,7 +103,7 @@ def broken_links(root: Path) -> list[str]:
 
 
 def test_no_file_points_to_a_document_outside_the_repository():
-    found = outside_references(ROOT, PENDING)
+    found = outside_references(ROOT)
     assert not found, ("these lines point to documents outside the repository; link a "
                        "section of docs/ or name the test instead:\n" + "\n".join(found))
 
@@ -117,12 +111,6 @@ def test_no_file_points_to_a_document_outside_the_repository():
 def test_every_link_to_docs_names_an_existing_page_and_heading():
     broken = broken_links(ROOT)
     assert not broken, "broken links to docs/:\n" + "\n".join(broken)
-
-
-def test_pending_files_still_exist():
-    """An entry of PENDING for a file that is gone (moved or split) is stale: drop it."""
-    stale = sorted(rel for rel in PENDING if not (ROOT / rel).is_file())
-    assert not stale, f"remove from PENDING, the files are gone: {stale}"
 
 
 def test_architecture_has_the_sections_code_links_to():
@@ -167,4 +155,3 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert len(broken) == 2
     assert "docs/architecture.md#heartbeats (no heading" in broken[0]
     assert "docs/missing.md (no such page)" in broken[1]
-    assert outside_references(tmp_path, {"pkg/mod.py"}) == []

@@ -127,3 +127,30 @@ def s27(ctx, data):
     for _ in range(data.get("n", 5)):
         answers.append(ctx.llm([{"role": "user", "content": "hi"}], step_id="ask")["content"][:20])
     return answers
+
+
+#: calls of the workflow function and of the compensation hook of comp.slow_void
+SLOW_VOID: dict[str, int] = {"workflow": 0, "hook": 0}
+
+
+def flaky_void(params: dict[str, Any], result: Any, *, idempotency_key: str) -> dict[str, Any]:
+    """A compensation hook whose provider is down at the first try."""
+    SLOW_VOID["hook"] += 1
+    if SLOW_VOID["hook"] == 1:
+        raise ConnectionResetError("void endpoint reset the connection")
+    return {"voided": (result or {}).get("id")}
+
+
+@durable.tool(name="comp.slow_void_refund", safety="unsafe_write", compensate=flaky_void,
+              requires_approval=False,
+              # the second try of the hook is due later than an in-process wait
+              retry=RetryPolicy(max_attempts=3, initial_interval=60.0, jitter=False))
+def slow_void_refund(charge: str, *, idempotency_key: str) -> dict[str, Any]:
+    return {"id": f"re_{charge}"}
+
+
+@durable.workflow(name="comp.slow_void", version="1")
+def slow_void(ctx, data):
+    SLOW_VOID["workflow"] += 1
+    ctx.call_tool("comp.slow_void_refund", {"charge": "ch_1"}, step_id="refund")
+    raise durable.PermanentError("the order was rejected after the refund")

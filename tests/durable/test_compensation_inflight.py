@@ -18,7 +18,7 @@ import durable
 from durable.engine import execute
 from durable.exceptions import IllegalTransition
 from durable.models import Operation, OperationStatus, Run, RunStatus, Wait, WaitStatus
-from durable.services import operation_reconcile
+from durable.services import operation_reconcile, run_compensate
 from durable.testing import drive
 from tests.durable import compensation_workflows as cw
 
@@ -189,3 +189,33 @@ def test_a_late_result_is_kept_in_the_ledger_after_the_worker_lost_its_lease():
     run = drive(run.id)
     assert run.status == RunStatus.COMPENSATED, run.error
     assert [v["refund"] for v in cw.PROVIDER["voids"]] == ["re_2", "re_1"]
+
+
+def test_a_compensation_retry_due_later_keeps_the_run_compensating_until_it_is_due():
+    """A compensation hook's retry too far off to wait for in process releases the run
+    as COMPENSATING with a due time: not RETRYING (whose claim would run the workflow
+    again instead of the compensation), not claimable before it is due, and the next
+    execution retries the hook, not the workflow."""
+    cw.SLOW_VOID.update(workflow=0, hook=0)
+    run_id = durable.start("comp.slow_void").id
+    run = drive(run_id)
+    assert run.status == RunStatus.FAILED and cw.SLOW_VOID["workflow"] == 1
+    assert run.error["type"] == "PermanentError", run.error
+    run_compensate(run_id=run_id, reason="test")
+
+    assert execute(run_id, worker_id="w1") == RunStatus.COMPENSATING
+    run = Run.objects.get(pk=run_id)
+    assert cw.SLOW_VOID["hook"] == 1
+    assert run.status == RunStatus.COMPENSATING and run.lease_token == ""
+    assert run.wake_at is not None and run.wake_at > timezone.now() + timedelta(seconds=30)
+    assert run.id in Run.objects.due(run.wake_at).values_list("id", flat=True)
+    assert run.id not in Run.objects.due(timezone.now()).values_list("id", flat=True)
+    assert run.id not in Run.objects.undispatched(timezone.now()).values_list("id", flat=True)
+    assert execute(run_id, worker_id="w2") is None  # not due: not claimed
+    assert cw.SLOW_VOID["hook"] == 1
+
+    Run.objects.filter(pk=run_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+    run = drive(run_id)
+    assert run.status == RunStatus.COMPENSATED, run.error
+    assert cw.SLOW_VOID == {"workflow": 1, "hook": 2}
+    assert run.wake_at is None

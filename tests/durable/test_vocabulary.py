@@ -15,9 +15,6 @@ from durable import exceptions, models, registry, retry
 from durable.vocabulary import Classification, EventKind, Safety
 
 ROOT = Path(__file__).resolve().parents[2]
-#: TODO: these still pass event kinds as strings (ctx._event("...")); convert them
-#: to EventKind members and remove them from this set
-NOT_YET = {"durable/context.py", "durable/compensation.py"}
 
 
 def test_one_definition_of_safety_and_classification():
@@ -55,7 +52,7 @@ def test_every_trace_event_names_an_event_kind():
     for package in ("durable", "approvals"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if "/migrations/" in rel or rel in NOT_YET:
+            if "/migrations/" in rel:
                 continue
             kinds = _event_kinds(ast.parse(path.read_text(), filename=rel))
             seen += len(kinds)
@@ -65,15 +62,3 @@ def test_every_trace_event_names_an_event_kind():
                 bad[rel] = wrong
     assert bad == {}
     assert seen > 25  # the walk finds them
-
-
-def test_the_kinds_still_written_as_strings_are_event_kinds():
-    """What the modules of NOT_YET write is in the enum already, so converting them is a
-    rename that changes no stored value."""
-    for rel in NOT_YET:
-        text = (ROOT / rel).read_text()
-        kinds = set(re.findall(r'_event\(\s*"([a-z_]+)"', text))
-        kinds |= set(re.findall(r'\bkind="([a-z_]+)"', text))
-        kinds |= set(re.findall(r'\bevent="([a-z_]+)"', text))
-        kinds -= {"timer"}  # a WaitKind
-        assert kinds <= set(EventKind.values), (rel, kinds - set(EventKind.values))
