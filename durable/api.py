@@ -94,7 +94,8 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
             return _same_run(existing, spec.name, input_hash)
     try:
         with transaction.atomic():
-            run = Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
+            run = (Run.objects.create(id=run_id, **fields) if run_id
+                   else Run.objects.create(**fields))
             TraceEvent.objects.create(
                 run=run, kind="created", actor=principal["name"],
                 message=f"started {spec.name} version {spec.version} by "

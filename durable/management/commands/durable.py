@@ -83,7 +83,8 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     widths = [max([_width(h)] + [_width(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v + " " * (w - _width(v)) for v, w in zip(values, widths)).rstrip()
+        padded = (v + " " * (w - _width(v)) for v, w in zip(values, widths, strict=False))
+        return "  ".join(padded).rstrip()
 
     out = [line(headers), line(["-" * w for w in widths])]
     out.extend(line(r) for r in cells)
