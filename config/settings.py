@@ -27,7 +27,7 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 def env_float(name: str, default: float | None) -> float | None:
     value = os.environ.get(name)
-    return float(value) if value not in (None, "") else default
+    return float(value) if value else default  # unset or empty: the default
 
 
 BASE_DIR = Path(__file__).resolve().parent.parent

@@ -131,7 +131,7 @@ def _why_not_running(run: Run) -> str:
 
 def get_run(run_id: str) -> Run:
     """The run with this id. Raises :class:`~durable.RunNotFound`."""
-    run = Run.objects.filter(pk=str(run_id)).first()
+    run: Run | None = Run.objects.filter(pk=str(run_id)).first()
     if run is None:
         raise RunNotFound(run_id)
     return run

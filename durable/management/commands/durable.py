@@ -18,8 +18,9 @@ import getpass
 import json
 import time
 import unicodedata
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
@@ -43,6 +44,8 @@ from durable.models import (
     TraceEvent,
     Wait,
 )
+
+T = TypeVar("T")
 
 USER_ERROR = 2
 RUN_DID_NOT_SUCCEED = 1
@@ -285,7 +288,7 @@ class Command(BaseCommand):
 
     # --- transitions (the same services as the dashboard and the admin) ---------------
 
-    def _transition(self, options: dict[str, Any], call: Any) -> Run:
+    def _transition(self, options: dict[str, Any], call: Callable[[], T]) -> T:
         try:
             return call()
         except RunNotFound as exc:
