@@ -26,15 +26,18 @@ SMTP_SINK_HTTP_PORT ?= 1080
 # the Procfile's commands (daphne, celery) come from the virtualenv
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install up test lint bench clean
+.PHONY: help install up test lint format typecheck check bench clean
 
 help:
-	@echo "make up     install, migrate, start web, worker, beat and the example services"
-	@echo "            (scripted LLM, payments, SMTP sink; honcho) and seed the live demo"
-	@echo "make test   install, run the whole pytest suite"
-	@echo "make lint   ruff check"
-	@echo "make bench side-by-side benchmarks against DBOS, LangGraph and the commit floor"
-	@echo "make clean  remove var/ (the embedded database, broker folder and secret key)"
+	@echo "make up         install, migrate, start web, worker, beat and the example services"
+	@echo "                (scripted LLM, payments, SMTP sink; honcho) and seed the live demo"
+	@echo "make test       install, run the whole pytest suite"
+	@echo "make lint       ruff check and ruff format --check (version, rules: pyproject.toml)"
+	@echo "make format     apply ruff's safe fixes and ruff format"
+	@echo "make typecheck  mypy with django-stubs on durable/ and approvals/"
+	@echo "make check      lint, typecheck and test: what CI runs, in that order"
+	@echo "make bench      side-by-side benchmarks against DBOS, LangGraph and the commit floor"
+	@echo "make clean      remove var/ (the embedded database, broker folder and secret key)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +86,17 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# what mypy checks and how strictly: [tool.mypy] in pyproject.toml
+typecheck: install
+	$(BIN)/mypy
+
+check: lint typecheck test
 
 # side-by-side benchmarks (bench/README.md): installs the peers (DBOS, LangGraph) into
 # .venv through the bench extra; needs PostgreSQL and Redis (BENCH_ARGS="--quick" for a

@@ -58,7 +58,7 @@ class ApprovalDecisionInline(ReadOnlyMixin, admin.TabularInline):
 
     @admin.display(description="arguments version")
     def version(self, obj: ApprovalDecision) -> str:
-        return f"v{obj.arguments.number}" if obj.arguments_id else "-"
+        return f"v{obj.arguments.number}" if obj.arguments is not None else "-"
 
     @admin.display(description="edited parameters")
     def edited_display(self, obj: ApprovalDecision) -> SafeString | str:

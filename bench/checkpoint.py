@@ -18,6 +18,7 @@ noisy minute of the machine hits them alike. Systems:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 import uuid
@@ -219,10 +220,9 @@ class Dbos:
     def quiesce(self) -> dict[str, Any]:
         from dbos._dbos import _get_dbos_instance
 
-        try:
+        # any failure is fine: terminating the backends is enough
+        with contextlib.suppress(Exception):
             _get_dbos_instance()._sys_db.engine.dispose()
-        except Exception:  # noqa: BLE001, S110 - terminating the backends is enough
-            pass
         # background threads (queue polling, notifications) hold connections: terminate
         return {"keep": 0, "terminate": True}
 

@@ -7,6 +7,7 @@ database and broker, because Django settings are fixed per process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -143,10 +144,8 @@ def pg_db_exists(cfg: Config, name: str) -> bool:
 
 def remove_sqlite(path: Path) -> None:
     for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(str(path) + suffix)
-        except FileNotFoundError:
-            pass
 
 
 def xact_commit(cfg: Config, name: str) -> int:

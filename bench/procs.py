@@ -17,6 +17,7 @@ with the same environment, and reports JSON. Parts:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -78,10 +79,8 @@ class Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=10)
         self._log.close()
 
@@ -155,7 +154,8 @@ def dispatch(quick: bool, log_dir: Path) -> dict[str, Any]:
         for i in range(n + 3):
             t0 = time.time()
             run = durable.start("bench.noop", {"steps": 1})
-            finished = _wait(lambda run=run: Run.objects.filter(pk=run.id, status=RunStatus.SUCCEEDED)
+            finished = _wait(lambda run=run: Run.objects.filter(
+                                 pk=run.id, status=RunStatus.SUCCEEDED)
                              .values_list("finished_at", flat=True).first(), 30,
                              f"run {run.id}")
             claimed = (TraceEvent.objects.filter(run_id=run.id, kind="claimed")
@@ -239,10 +239,8 @@ class Sweeper(threading.Thread):
 
         try:
             while not self.stop_event.wait(self.interval):
-                try:
+                with contextlib.suppress(Exception):  # try again next interval
                     sweep()
-                except Exception:  # noqa: BLE001, S110 - try again next interval
-                    pass
         finally:
             connection.close()
 
@@ -362,8 +360,8 @@ def approval(quick: bool, log_dir: Path) -> dict[str, Any]:
             req_id = _wait(lambda run=run: ApprovalRequest.objects.filter(
                 run_id=run.id, status=ApprovalStatus.PENDING).values_list(
                 "pk", flat=True).first(), 30, "the approval request", interval=0.01)
-            _wait(lambda run=run: Run.objects.filter(pk=run.id, status=RunStatus.WAITING).exists(), 30,
-                  "the run to wait")
+            _wait(lambda run=run: Run.objects.filter(
+                      pk=run.id, status=RunStatus.WAITING).exists(), 30, "the run to wait")
             box: dict[str, float] = {}
             try:
                 with transaction.atomic():
@@ -386,8 +384,8 @@ def approval(quick: bool, log_dir: Path) -> dict[str, Any]:
                             "the step after the approval")
             if i:  # the first one warms up
                 latencies.append((_ts(started) - box["t"]) * 1000)
-            _wait(lambda run=run: Run.objects.filter(pk=run.id, status=RunStatus.SUCCEEDED).exists(),
-                  30, "the run to finish")
+            _wait(lambda run=run: Run.objects.filter(
+                      pk=run.id, status=RunStatus.SUCCEEDED).exists(), 30, "the run to finish")
     finally:
         worker.stop()
     out = {"decision_to_next_step_ms": latency_summary(latencies), "approvals": n}

@@ -241,10 +241,12 @@ def dashboard_section(d: dict[str, Any]) -> list[str]:
     if "skipped" in d:
         return ["## 6. Dashboard at scale", "", f"Skipped: {d['skipped']}"]
     seed = d["seed"]
+    how = ("reused from an earlier invocation" if d.get("seed_reused")
+           else f"seeded in {fmt(seed['seed_seconds'])} s")
     out = ["## 6. Dashboard at scale (Django test client, superuser, PostgreSQL)", "",
            (f"Seeded {seed['runs']:,} runs, {seed['steps']:,} steps, {seed['events']:,} trace "
            f"events, {seed['pending_approvals']:,} pending approvals by COPY "
-           f"({'reused from an earlier invocation' if d.get('seed_reused') else 'seeded in ' + fmt(seed['seed_seconds']) + ' s'}). "
+           f"({how}). "
            f"{d.get('repeats')} requests per page after 2 warm-up requests."), "",
            "| Page | p50 ms | p95 ms | queries | KiB | slowest query ms |",
            "|---|---|---|---|---|---|"]

@@ -1,8 +1,8 @@
 """ASGI entry point, served by daphne: HTTP through Django, websockets through Channels.
 
 Request bodies over ``MAX_REQUEST_BODY_BYTES`` are answered 413 before Django reads
-them (:mod:`dashboard.bodylimit`). Websockets (the dashboard's live updates) go through the session authentication of
-``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
+them (:mod:`dashboard.bodylimit`). Websockets (the dashboard's live updates) go through
+the session authentication of ``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
 """
 
 import os

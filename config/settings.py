@@ -27,7 +27,7 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 def env_float(name: str, default: float | None) -> float | None:
     value = os.environ.get(name)
-    return float(value) if value not in (None, "") else default
+    return float(value) if value else default  # unset or empty: the default
 
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -192,7 +192,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=30000",
+        "init_command": (
+            "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=30000"
+        ),
     }
     DATABASES["default"]["TEST"] = {
         # one file per test session, so concurrent test runs cannot collide

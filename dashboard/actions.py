@@ -61,11 +61,13 @@ def _answer(request: HttpRequest, *, page: str, run_id: str = "", level: str, te
     """Re-render ``page`` ("detail", "attention" or "approvals") with a message."""
     extra = dict(extra or {})
     if page == "attention":
-        template, fragment, url = "dashboard/attention.html", "content", reverse("dashboard:attention")
+        template, fragment = "dashboard/attention.html", "content"
+        url = reverse("dashboard:attention")
         build: Callable[..., dict[str, Any]] = views.attention_context
         args: tuple = ()
     elif page == "approvals":
-        template, fragment, url = "dashboard/approvals.html", "inbox", reverse("dashboard:approvals")
+        template, fragment = "dashboard/approvals.html", "inbox"
+        url = reverse("dashboard:approvals")
         build, args = views.inbox_context, ()
     else:
         template, fragment = "dashboard/run_detail.html", "main"

@@ -19,7 +19,7 @@ durable calls (``ctx.step``, ``ctx.call_tool``) are memoized and replayed after 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
     AmbiguousOutcomeError,
@@ -42,6 +42,9 @@ from .registry import tool, workflow
 from .retry import RetryPolicy
 from .secrets import Secret
 from .types import NOT_FOUND, Decision, ModelRecoverable, SignalDelivery, SignalResult
+
+if TYPE_CHECKING:  # the models load with the app registry, after this package
+    from .models import Run
 
 __all__ = [
     "NOT_FOUND",
@@ -81,7 +84,7 @@ __all__ = [
 
 
 def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
-          started_by: Any = None, **options: Any):
+          started_by: Any = None, **options: Any) -> Run:
     """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`.
 
     ``started_by``: who asks for it (a user, or a name such as ``"api:billing"``);
@@ -93,7 +96,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     return _start(workflow_name, input, run_id, started_by=started_by, **options)
 
 
-def get_run(run_id: str):
+def get_run(run_id: str) -> Run:
     """The :class:`~durable.models.Run` with this id; raises :class:`RunNotFound`."""
     from .api import get_run as _get_run
 
@@ -120,28 +123,28 @@ def signal(run_id: str, name: str, payload: Any = None, dedupe_key: str | None =
     return run_signal(run_id=run_id, name=name, payload=payload, dedupe_key=dedupe_key, by=by)
 
 
-def cancel(run_id: str, *, by: Any = None, reason: str = ""):
+def cancel(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     """Cancel a run (see :func:`durable.services.run_cancel`)."""
     from .services import run_cancel
 
     return run_cancel(run_id=run_id, by=by, reason=reason)
 
 
-def compensate(run_id: str, *, by: Any = None, reason: str = ""):
+def compensate(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     """Undo a failed or cancelled run's writes (see :func:`durable.services.run_compensate`)."""
     from .services import run_compensate
 
     return run_compensate(run_id=run_id, by=by, reason=reason)
 
 
-def resume(run_id: str, *, by: Any = None, reason: str = ""):
+def resume(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     """Retry a failed run from its failed step (see :func:`durable.services.run_resume`)."""
     from .services import run_resume
 
     return run_resume(run_id=run_id, by=by, reason=reason)
 
 
-def fork(run_id: str, *, from_step: str, by: Any = None, reason: str = ""):
+def fork(run_id: str, *, from_step: str, by: Any = None, reason: str = "") -> Run:
     """Start a new run reusing results before ``from_step`` (:func:`durable.services.run_fork`)."""
     from .services import run_fork
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -109,10 +109,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     show_full_result_count = False
     list_per_page = 50
-    ordering: tuple[str, ...] = ("-pk",)
+    ordering: ClassVar[tuple[str, ...]] = ("-pk",)
     run_ordering: tuple[str, ...] = ("pk",)
 
-    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+    def get_ordering(self, request: HttpRequest) -> list[str] | tuple[str, ...]:
         if "run__id__exact" in request.GET:
             return self.run_ordering
         return super().get_ordering(request)

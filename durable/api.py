@@ -95,7 +95,8 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
             return _same_run(existing, spec.name, input_hash)
     try:
         with transaction.atomic():
-            run = Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
+            run = (Run.objects.create(id=run_id, **fields) if run_id
+                   else Run.objects.create(**fields))
             TraceEvent.objects.create(
                 run=run, kind=EventKind.CREATED, actor=principal["name"],
                 message=f"started {spec.name} version {spec.version} by "
@@ -131,7 +132,7 @@ def _why_not_running(run: Run) -> str:
 
 def get_run(run_id: str) -> Run:
     """The run with this id. Raises :class:`~durable.RunNotFound`."""
-    run = Run.objects.filter(pk=str(run_id)).first()
+    run: Run | None = Run.objects.filter(pk=str(run_id)).first()
     if run is None:
         raise RunNotFound(run_id)
     return run

@@ -27,7 +27,7 @@ import typing
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
@@ -81,7 +81,7 @@ def _model(fn: Callable[..., Any]) -> type[BaseModel]:
     signature = inspect.signature(fn)
     hints = _hints(fn)
     fields: dict[str, Any] = {}
-    extra = "forbid"
+    extra: Literal["allow", "forbid"] = "forbid"
     for param in signature.parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             extra = "allow"
@@ -155,7 +155,7 @@ def validate_arguments(fn: Callable[..., Any], arguments: dict[str, Any], *,
     checked = {k: (None if k in skip else v) for k, v in arguments.items() if k not in RESERVED}
     if skip:
         # a kept secret satisfies "present"; its type is not the edit's business
-        fields = {name: (Any, ...) for name in skip if name in model.model_fields}
+        fields: dict[str, Any] = {name: (Any, ...) for name in skip if name in model.model_fields}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = create_model(model.__name__, __base__=model, **fields)

@@ -292,7 +292,7 @@ class _Encoder:
         append = out.append
         i = 0
         try:
-            for i, item in enumerate(value):
+            for i, item in enumerate(value):  # noqa: B007 - the except clause names i
                 ti = type(item)
                 if item is None or ti is bool or (ti is int
                                                   and item.bit_length() <= _INT_MAX_BITS):

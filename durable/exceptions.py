@@ -82,7 +82,8 @@ class AmbiguousOutcomeError(DurableError):
 class NonDeterminismError(DurableError):
     """A replay asked for a different durable call than the one recorded at a position."""
 
-    def __init__(self, *, run_id: Any, position: int, recorded_step_id: str, requested_step_id: str):
+    def __init__(self, *, run_id: Any, position: int, recorded_step_id: str,
+                 requested_step_id: str):
         self.run_id = run_id
         self.position = position
         self.recorded_step_id = recorded_step_id

@@ -243,8 +243,9 @@ class Step(models.Model):
             models.UniqueConstraint(fields=["run", "position"], name="step_unique_position"),
             models.CheckConstraint(condition=Q(status__in=StepStatus.values),
                                    name="step_status_valid"),
-            models.CheckConstraint(condition=~Q(status="retrying") | Q(next_attempt_at__isnull=False),
-                                   name="step_retrying_has_due_time"),
+            models.CheckConstraint(
+                condition=~Q(status="retrying") | Q(next_attempt_at__isnull=False),
+                name="step_retrying_has_due_time"),
         ]
 
     def __str__(self) -> str:

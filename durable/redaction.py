@@ -154,10 +154,7 @@ class PatternMatcher:
         self._key_cache: dict[str, bool] = {}
 
     def __call__(self, text: str) -> bool:
-        for search in self._searches:
-            if search(text) is not None:
-                return True
-        return False
+        return any(search(text) is not None for search in self._searches)
 
     def key(self, text: str) -> bool:
         try:

@@ -196,7 +196,8 @@ def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                    for p in params.values())
 
 
 def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:

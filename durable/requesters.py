@@ -79,7 +79,7 @@ def is_unknown(principal: Principal | dict[str, Any]) -> bool:
     return not principal.get("user") and not (principal.get("name") or "").strip()
 
 
-def any_unknown(principals: Iterable[dict[str, Any]] | None) -> bool:
+def any_unknown(principals: Iterable[Principal | dict[str, Any]] | None) -> bool:
     """True when one requester is unknown (or nothing was recorded at all)."""
     principals = list(principals or [])
     return not principals or any(is_unknown(p) for p in principals)

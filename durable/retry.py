@@ -113,7 +113,8 @@ class RetryPolicy:
                    "jitter"}
         unknown = set(data) - allowed
         if unknown:
-            raise ValueError(f"unknown retry policy keys: {sorted(unknown)}; allowed: {sorted(allowed)}")
+            raise ValueError(f"unknown retry policy keys: {sorted(unknown)}; "
+                             f"allowed: {sorted(allowed)}")
         base = base or cls()
         values = base.to_dict()
         values.update(data)

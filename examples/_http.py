@@ -14,6 +14,7 @@ wait for), and stops cleanly on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
@@ -101,14 +102,10 @@ class Router:
 
 def _abort(sock: socket.socket) -> None:
     """Close with RST: the client sees the connection reset, with no response at all."""
-    try:
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError):
         sock.close()
-    except OSError:
-        pass
 
 
 def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:

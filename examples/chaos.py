@@ -25,6 +25,7 @@ any duplicate or loss.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -81,10 +82,8 @@ class ChaosWorker:
 
     def kill(self) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=10)
 
 
@@ -98,7 +97,8 @@ def database_url() -> str:
         password = quote(sd.get("PASSWORD") or "", safe="")
         auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
         port = f":{sd['PORT']}" if sd.get("PORT") else ""
-        return f"postgres://{auth}{sd.get('HOST') or '127.0.0.1'}{port}/{quote(sd['NAME'], safe='')}"
+        host = sd.get("HOST") or "127.0.0.1"
+        return f"postgres://{auth}{host}{port}/{quote(sd['NAME'], safe='')}"
     raise RuntimeError(f"the chaos audit does not support the {connection.vendor} backend")
 
 

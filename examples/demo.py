@@ -21,6 +21,7 @@ the ones left pending are the admin's to decide.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -152,11 +153,9 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
     while time.monotonic() < deadline:
         for req in ApprovalRequest.objects.filter(run_id__in=to_approve,
                                                   status=ApprovalStatus.PENDING):
-            try:
+            with contextlib.suppress(durable.DurableError):
                 approval_decide(request_id=req.pk, user=operator, approve=True,
                                 comment="approved by the demo seeder")
-            except durable.DurableError:
-                pass
         decided = not ApprovalRequest.objects.filter(
             run_id__in=to_approve, status=ApprovalStatus.PENDING).exists()
         states = dict(Run.objects.filter(pk__in=ids.values()).values_list("id", "status"))

@@ -21,8 +21,9 @@ labels runs that used it) and never streams. Answers are computed from the messa
 and replays them deterministically):
 
 - ``[fault:429]``, ``[fault:429x3]``, ``[fault:503x2]``, ``[fault:500]``: the first N
-  requests of the conversation (same system prompt and first user message) get that status (429/503 with ``Retry-After``, 1 s unless
-  ``[fault:retry_after=2.5]``); later ones are answered;
+  requests of the conversation (same system prompt and first user message) get that
+  status (429/503 with ``Retry-After``, 1 s unless ``[fault:retry_after=2.5]``); later
+  ones are answered;
 - ``[fault:401]``: every request is refused as unauthenticated;
 - ``[fault:slow=3]``: every answer takes 3 more seconds;
 - ``[fault:malformed_json]`` (or ``malformed_jsonx2``, ``malformed_json_always``): the

@@ -7,6 +7,7 @@ and log in ``folder``; ``env()`` is what points the tools (and workers) at them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,10 +42,8 @@ class Service:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

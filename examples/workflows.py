@@ -328,7 +328,8 @@ def procurement(ctx, data):
         four_eyes=True, requesters=[req["requester"]])
     if not decision.approved:
         outcome = "expired" if decision.expired else "rejected"
-        ctx.call_tool("examples.procurement.close", {"purchase_request": pr["id"], "outcome": outcome})
+        ctx.call_tool("examples.procurement.close",
+                      {"purchase_request": pr["id"], "outcome": outcome})
         return {"purchase_request": pr["id"], "status": outcome,
                 "decided_by": list(decision.decided_by)}
     order = ctx.call_tool("examples.orders.place", {

@@ -16,6 +16,7 @@ Kill = ``os.killpg(pid, SIGKILL)``: no cleanup, no ack, exactly what a crash doe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -233,10 +234,8 @@ class Worker:
     def kill(self) -> None:
         """SIGKILL the worker's whole process group (a crash: no cleanup, no ack)."""
         if self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=10)
 
     def reap(self) -> None:

@@ -53,6 +53,22 @@ def test_ci_runs_make_test_on_both_configurations():
     assert "pg_isready" in ci and "redis-cli" in ci
 
 
+def test_make_check_gates_lint_and_types_before_the_tests_in_ci_too():
+    assert {"check", "lint", "format", "typecheck"} <= make_targets()
+    makefile = read("Makefile")
+    assert re.search(r"^check:\s*lint typecheck test\s*$", makefile, re.MULTILINE)
+    assert "ruff format --check" in makefile and "$(BIN)/mypy" in makefile
+    ci = read(".ci/run")
+    gates, suites = ci.index("for gate in lint typecheck"), ci.index("run_suite postgres")
+    assert gates < suites  # a lint or type error stops CI before the long suites
+
+
+def test_the_tools_are_pinned_to_exact_versions():
+    pyproject = read("pyproject.toml")
+    for tool in ("ruff", "mypy", "django-stubs"):
+        assert re.search(rf'"{tool}==[0-9][\w.]*"', pyproject), tool
+
+
 def test_readme_quick_start_has_both_commands():
     readme = read("README.md")
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]

@@ -12,7 +12,6 @@ import time
 from decimal import Decimal
 
 import durable
-from durable import RetryPolicy
 
 CALLS: list[tuple[str, object]] = []
 

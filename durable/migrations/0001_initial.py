@@ -2,9 +2,10 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import durable.models
 from django.conf import settings
 from django.db import migrations, models
+
+import durable.models
 
 
 class Migration(migrations.Migration):

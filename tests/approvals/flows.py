@@ -185,7 +185,7 @@ def sleep_naive_flow(ctx, data):
 
 @durable.workflow(name="apf.sleep_loop", version="1")
 def sleep_loop_flow(ctx, data):
-    for i in range(data["n"]):
+    for _i in range(data["n"]):
         ctx.sleep(data["seconds"])
         ctx.step("tick", body("tick"), ctx.run_id)
     return "done"

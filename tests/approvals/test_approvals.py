@@ -433,7 +433,10 @@ def test_approval_granted_days_later_continues_the_run(make_user):
     req = request_of(run)
     created = req.created_at
     real_now = timezone.now
-    later = lambda: real_now() + timedelta(days=3)
+
+    def later():
+        return real_now() + timedelta(days=3)
+
     with mock.patch("django.utils.timezone.now", later):
         assert sweep()["timers"] == 0  # 3 of 7 days: still pending
         approval_decide(request_id=req.pk, user=alice, approve=True, comment="back from leave")

@@ -22,7 +22,8 @@ def test_cancel_a_waiting_run_with_htmx(operator_client, operator):
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="run-main"')
-    assert 'id="flash"' in body and 'hx-swap-oob="true"' in body and f"Cancelled run {run.id}" in body
+    assert 'id="flash"' in body and 'hx-swap-oob="true"' in body
+    assert f"Cancelled run {run.id}" in body
     assert "Cancel run</button>" not in body  # no longer legal
     run.refresh_from_db()
     assert run.status == "cancelled"

@@ -15,7 +15,7 @@ from approvals.services import approval_decide
 from durable.models import Wait
 from durable.testing import drive
 from tests import waits_workflows as ww
-from tests.dashboard.conftest import HTMX, login, make_user
+from tests.dashboard.conftest import HTMX, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

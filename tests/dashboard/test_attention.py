@@ -53,7 +53,8 @@ def test_it_happened_with_a_result(operator_client):
         "reason": "seen in the bank's dashboard"}, **HTMX)
     assert response.status_code == 200
     body = response.content.decode()
-    assert body.lstrip().startswith('<div id="attention"') and "Recorded that dash.send_money happened" in body
+    assert body.lstrip().startswith('<div id="attention"')
+    assert "Recorded that dash.send_money happened" in body
     assert f'id="operation-{op.pk}"' not in body
     op.refresh_from_db()
     assert op.status == "succeeded" and op.external_id == "tr_ext_1" and op.resolved_by == "otto"

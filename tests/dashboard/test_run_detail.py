@@ -90,7 +90,8 @@ def test_big_payload_is_cut_with_show_all(viewer_client):
     full = viewer_client.get(link, **HTMX)
     assert full.status_code == 200
     body = full.content.decode()
-    assert body.lstrip().startswith(f'<div class="payload payload-full" id="payload-step-output-{step.pk}"')
+    assert body.lstrip().startswith(
+        f'<div class="payload payload-full" id="payload-step-output-{step.pk}"')
     assert "END" in body and "x" * 5000 in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<script>alert" not in body
     # without HTMX: a page of its own

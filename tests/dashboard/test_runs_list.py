@@ -29,7 +29,8 @@ def pager(response) -> dict[str, str]:
     page = response.content.decode().split('<nav class="pager"', 1)
     if len(page) < 2:
         return {}
-    links = re.findall(r'<a class="btn" href="([^"]+)"[^>]*>([^<]+)</a>', page[1].split("</nav>")[0])
+    nav = page[1].split("</nav>")[0]
+    links = re.findall(r'<a class="btn" href="([^"]+)"[^>]*>([^<]+)</a>', nav)
     return {label.strip("←→ "): html.unescape(url) for url, label in links}
 
 
@@ -50,8 +51,8 @@ def bulk_runs(n: int, *, status=RunStatus.SUCCEEDED, start=None, step=timedelta(
 def mixed_runs(operator):
     """One run in each interesting state; returns {name: run}."""
     runs = {}
-    runs["done"] = drive(durable.start("dash.echo", {"text": "hello"}, tags=["nightly"], version="1",
-                                       started_by=operator).id)
+    runs["done"] = drive(durable.start("dash.echo", {"text": "hello"}, tags=["nightly"],
+                                       version="1", started_by=operator).id)
     runs["v2"] = drive(durable.start("dash.echo", {"text": "second"}, version="2").id)
     runs["failed"] = drive(durable.start("dash.fail", {"why": "card declined"}).id)
     runs["approval"] = drive(durable.start("tests.approval", {"budget": 5}).id)

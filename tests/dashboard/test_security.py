@@ -29,7 +29,8 @@ def admin_client():
 
 def every_page(client, run_ids: list[str]) -> dict[str, str]:
     """Every dashboard page and fragment touching these runs: url -> body."""
-    urls = ["/", "/?" + urlencode({"q": XSS, "version": XSS}), "/approvals/", "/attention/", "/?status=attention"]
+    urls = ["/", "/?" + urlencode({"q": XSS, "version": XSS}), "/approvals/", "/attention/",
+            "/?status=attention"]
     for run_id in run_ids:
         urls.append(f"/runs/{run_id}/")
         urls.append(f"/runs/{run_id}/payload/run-input/run/")

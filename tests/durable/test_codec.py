@@ -370,7 +370,8 @@ def test_secret_keys_follow_settings(settings):
     "basic YWxhZGRpbjpvcGVuc2VzYW1l", "Bearer eyJhbGciOi.xyz", "sk_live_abcdefghijklmn",
     "ghp_" + "a" * 36, "github_pat_" + "b" * 30, "xoxb-1234567890-abcdef", "xapp-1-A0123456789",
     "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE",
-    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----",
     "-----BEGIN PRIVATE KEY----- truncated",
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
 ])

@@ -104,7 +104,8 @@ def test_identifiers_that_look_like_secrets_are_refused(workflow, data, what):
 
 
 def test_a_step_id_holding_a_secret_of_the_run_is_refused():
-    run = drive(durable.start("sec.step_id", {"step_id": "hunter2-pw", "password": "hunter2-pw"}).id)
+    data = {"step_id": "hunter2-pw", "password": "hunter2-pw"}
+    run = drive(durable.start("sec.step_id", data).id)
     assert run.status == RunStatus.FAILED and "step id looks like a secret" in str(run.error)
 
 

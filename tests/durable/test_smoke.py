@@ -19,7 +19,8 @@ def test_run_completes_and_replays():
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value() == {"result": 5}
     assert [c[0] for c in wf.CALLS] == ["add", "add"]
-    assert list(Step.objects.filter(run=run).values_list("step_id", flat=True)) == ["first", "second"]
+    step_ids = Step.objects.filter(run=run).values_list("step_id", flat=True)
+    assert list(step_ids) == ["first", "second"]
 
 
 def test_values_round_trip():

@@ -17,8 +17,9 @@ import getpass
 import json
 import time
 import unicodedata
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
@@ -42,6 +43,8 @@ from durable.models import (
     TraceEvent,
     Wait,
 )
+
+T = TypeVar("T")
 
 USER_ERROR = 2
 RUN_DID_NOT_SUCCEED = 1
@@ -82,7 +85,8 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     widths = [max([_width(h)] + [_width(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v + " " * (w - _width(v)) for v, w in zip(values, widths)).rstrip()
+        padded = (v + " " * (w - _width(v)) for v, w in zip(values, widths, strict=False))
+        return "  ".join(padded).rstrip()
 
     out = [line(headers), line(["-" * w for w in widths])]
     out.extend(line(r) for r in cells)
@@ -259,7 +263,7 @@ class Command(BaseCommand):
 
     # --- transitions (the same services as the dashboard and the admin) ---------------
 
-    def _transition(self, options: dict[str, Any], call: Any) -> Run:
+    def _transition(self, options: dict[str, Any], call: Callable[[], T]) -> T:
         try:
             return call()
         except RunNotFound as exc:
