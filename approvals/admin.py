@@ -52,8 +52,15 @@ class ApprovalDecisionInline(ReadOnlyMixin, admin.TabularInline):
     model = ApprovalDecision
     extra = 0
     can_delete = False
-    fields = ("user", "approved", "version", "arguments_digest", "comment", "edited_display",
-              "created_at")
+    fields = (
+        "user",
+        "approved",
+        "version",
+        "arguments_digest",
+        "comment",
+        "edited_display",
+        "created_at",
+    )
     readonly_fields = fields
 
     @admin.display(description="arguments version")
@@ -82,31 +89,65 @@ class ApprovalArgumentsInline(ReadOnlyMixin, admin.TabularInline):
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "title", "status", "tool_name", "safety", "run_link", "created_at",
-                    "expires_at", "decided_by")
+    list_display = (
+        "id",
+        "title",
+        "status",
+        "tool_name",
+        "safety",
+        "run_link",
+        "created_at",
+        "expires_at",
+        "decided_by",
+    )
     list_filter = ("status", "safety", "four_eyes", "allow_edit")
     search_fields = ("title", "key", "tool_name", "run__id", "decided_by")
     date_hierarchy = "created_at"
     list_select_related = ("run",)
     inlines = (ApprovalArgumentsInline, ApprovalDecisionInline)
-    fields = ("title", "key", "status", "run_link", "dashboard_link", "tool_name", "safety",
-              "payload_display", "allow_edit", "four_eyes", "required_approvals",
-              "approver_group", "escalate_to", "on_timeout", "timeout_seconds", "expires_at",
-              "escalated_at", "requested_by", "requesters", "created_at", "decided_at",
-              "decided_by",
-              "comment")
+    fields = (
+        "title",
+        "key",
+        "status",
+        "run_link",
+        "dashboard_link",
+        "tool_name",
+        "safety",
+        "payload_display",
+        "allow_edit",
+        "four_eyes",
+        "required_approvals",
+        "approver_group",
+        "escalate_to",
+        "on_timeout",
+        "timeout_seconds",
+        "expires_at",
+        "escalated_at",
+        "requested_by",
+        "requesters",
+        "created_at",
+        "decided_at",
+        "decided_by",
+        "comment",
+    )
     readonly_fields = fields
 
     @admin.display(description="run", ordering="run_id")
     def run_link(self, obj: ApprovalRequest) -> SafeString:
-        return format_html('<a href="{}">{}</a>',
-                           reverse("admin:durable_run_change", args=[obj.run_id]), obj.run_id)
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:durable_run_change", args=[obj.run_id]),
+            obj.run_id,
+        )
 
     @admin.display(description="dashboard")
     def dashboard_link(self, obj: ApprovalRequest) -> SafeString:
-        return format_html('<a href="{}">run page</a> · <a href="{}#approval-{}">inbox</a>',
-                           reverse("dashboard:run", args=[obj.run_id]),
-                           reverse("dashboard:approvals"), obj.pk)
+        return format_html(
+            '<a href="{}">run page</a> · <a href="{}#approval-{}">inbox</a>',
+            reverse("dashboard:run", args=[obj.run_id]),
+            reverse("dashboard:approvals"),
+            obj.pk,
+        )
 
     @admin.display(description="payload")
     def payload_display(self, obj: ApprovalRequest) -> SafeString | str:

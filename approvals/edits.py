@@ -42,10 +42,13 @@ class InvalidEdit(DurableError, ValueError):
 
     def __init__(self, errors: dict[str, list[str]]):
         self.errors = errors
-        parts = [f"{field}: {'; '.join(msgs)}" if field else "; ".join(msgs)
-                 for field, msgs in errors.items()]
-        super().__init__("the edited arguments were refused, the request is still pending: "
-                         + " | ".join(parts))
+        parts = [
+            f"{field}: {'; '.join(msgs)}" if field else "; ".join(msgs)
+            for field, msgs in errors.items()
+        ]
+        super().__init__(
+            "the edited arguments were refused, the request is still pending: " + " | ".join(parts)
+        )
 
 
 def _whole(message: str) -> InvalidEdit:
@@ -78,8 +81,9 @@ def _value_depth(value: Any) -> int:
 def parse_edit(text: str) -> dict[str, Any]:
     """Parse an edit typed as JSON text; raises :class:`InvalidEdit`."""
     try:
-        value = loads_bounded(text, what="The edit", max_bytes=EDIT_MAX_BYTES,
-                              max_depth=EDIT_MAX_DEPTH)
+        value = loads_bounded(
+            text, what="The edit", max_bytes=EDIT_MAX_BYTES, max_depth=EDIT_MAX_DEPTH
+        )
     except JSONInputError as exc:
         raise _whole(str(exc)) from None
     if not isinstance(value, dict):
@@ -158,11 +162,13 @@ def prepare(*, edited: Any, stored: str | None, tool_name: str) -> PreparedEdit:
         elif key in locked:
             if value != REDACTED:
                 errors.setdefault(key, []).append(
-                    f"{KEPT}: a secret cannot be changed in an edit; leave it out to keep it")
+                    f"{KEPT}: a secret cannot be changed in an edit; leave it out to keep it"
+                )
         elif _contains_placeholder(value) or REDACTED in key:
             errors.setdefault(key, []).append(
                 f"holds the placeholder {REDACTED}: type the real value, or leave a secret "
-                "parameter out to keep it")
+                "parameter out to keep it"
+            )
         else:
             merged[key] = value
     for key in locked:
@@ -174,7 +180,8 @@ def prepare(*, edited: Any, stored: str | None, tool_name: str) -> PreparedEdit:
         except ToolNotFound:
             errors.setdefault("", []).append(
                 f"tool {tool_name!r} is not registered in this process, so an edit cannot be "
-                "checked; approve or reject the proposed arguments")
+                "checked; approve or reject the proposed arguments"
+            )
         else:
             for err in validate_arguments(spec.fn, merged, unchecked=locked & merged.keys()):
                 errors.setdefault(err.field, []).append(err.message)
@@ -219,8 +226,14 @@ def diff(before: Any, after: Any, *, locked: frozenset[str] = frozenset()) -> li
         elif key not in before:
             rows.append(DiffRow(key, "added", "", _shown(after[key])))
         else:
-            rows.append(DiffRow(key, "same" if before[key] == after[key] else "changed",
-                                _shown(before[key]), _shown(after[key])))
+            rows.append(
+                DiffRow(
+                    key,
+                    "same" if before[key] == after[key] else "changed",
+                    _shown(before[key]),
+                    _shown(after[key]),
+                )
+            )
     return rows
 
 

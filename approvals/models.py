@@ -32,11 +32,15 @@ class ApprovalRequestQuerySet(models.QuerySet):
             return self.none()
         # with N-of-M, a request this user already approved waits for the others -- until
         # someone edits the arguments: a decision counts for one version only
-        qs = self.pending().filter(~Exists(ApprovalDecision.objects.filter(
-            request=OuterRef("pk"), user=user, arguments=OuterRef("arguments"))))
+        qs = self.pending().filter(
+            ~Exists(
+                ApprovalDecision.objects.filter(
+                    request=OuterRef("pk"), user=user, arguments=OuterRef("arguments")
+                )
+            )
+        )
         if not user.is_superuser:
-            qs = qs.filter(Q(approver_group__isnull=True)
-                           | Q(approver_group__in=user.groups.all()))
+            qs = qs.filter(Q(approver_group__isnull=True) | Q(approver_group__in=user.groups.all()))
         return qs.order_by("created_at", "id")
 
 
@@ -53,44 +57,61 @@ class ApprovalRequest(models.Model):
     allow_edit = models.BooleanField(default=False)
     four_eyes = models.BooleanField(default=False)
     required_approvals = models.PositiveSmallIntegerField(default=1)
-    approver_group = models.ForeignKey("auth.Group", null=True, blank=True,
-                                       on_delete=models.SET_NULL, related_name="+")
-    escalate_to = models.ForeignKey("auth.Group", null=True, blank=True,
-                                    on_delete=models.SET_NULL, related_name="+")
+    approver_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    escalate_to = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     on_timeout = models.CharField(max_length=16, default="reject")
     timeout_seconds = models.FloatField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                     on_delete=models.SET_NULL, related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     requesters = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="who asked (durable/requesters.py): the run's requesters and the names "
-                  "the workflow gave; with four_eyes none of them may approve")
-    status = models.CharField(max_length=16, choices=ApprovalStatus.choices,
-                              default=ApprovalStatus.PENDING)
+        "the workflow gave; with four_eyes none of them may approve",
+    )
+    status = models.CharField(
+        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = StorableCharField(max_length=400, blank=True, default="")
     comment = StorableTextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
-    arguments = models.ForeignKey("ApprovalArguments", null=True, blank=True,
-                                  on_delete=models.SET_NULL, related_name="+",
-                                  help_text="the version of the arguments now asked about")
+    arguments = models.ForeignKey(
+        "ApprovalArguments",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="the version of the arguments now asked about",
+    )
 
     objects = ApprovalRequestQuerySet.as_manager()
 
     class Meta:
         ordering = ["created_at", "id"]
         permissions = [("decide_approval", "Can approve or reject pending actions")]
-        indexes = [models.Index(fields=["created_at"], name="approval_pending_idx",
-                                condition=Q(status="pending"))]
+        indexes = [
+            models.Index(
+                fields=["created_at"], name="approval_pending_idx", condition=Q(status="pending")
+            )
+        ]
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=ApprovalStatus.values),
-                                   name="approval_status_valid"),
-            models.CheckConstraint(condition=Q(required_approvals__gte=1),
-                                   name="approval_required_positive"),
-            models.CheckConstraint(condition=Q(on_timeout__in=["reject", "escalate"]),
-                                   name="approval_on_timeout_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=ApprovalStatus.values), name="approval_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(required_approvals__gte=1), name="approval_required_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(on_timeout__in=["reject", "escalate"]), name="approval_on_timeout_valid"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -125,25 +146,28 @@ class ApprovalArguments(models.Model):
     workflow's payload). Version 1 is the proposal; each edit adds the next version, and
     only approvals of the current version count."""
 
-    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE,
-                                related_name="versions")
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
-    value = models.TextField(null=True, blank=True,
-                             help_text="codec JSON (secrets encrypted)")
+    value = models.TextField(null=True, blank=True, help_text="codec JSON (secrets encrypted)")
     digest = models.CharField(max_length=64, help_text="codec.fingerprint of the value")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+",
-                                   help_text="the approver who edited; empty: the proposal")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="the approver who edited; empty: the proposal",
+    )
     comment = StorableTextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["request", "number"]
         constraints = [
-            models.UniqueConstraint(fields=["request", "number"],
-                                    name="one_arguments_version_number"),
-            models.CheckConstraint(condition=Q(number__gte=1),
-                                   name="arguments_version_positive"),
+            models.UniqueConstraint(
+                fields=["request", "number"], name="one_arguments_version_number"
+            ),
+            models.CheckConstraint(condition=Q(number__gte=1), name="arguments_version_positive"),
         ]
 
     def __str__(self) -> str:
@@ -158,23 +182,31 @@ class ApprovalArguments(models.Model):
 class ApprovalDecision(models.Model):
     """One person's answer to a request; with N-of-M there are several per request."""
 
-    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE,
-                                related_name="decisions")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
-                             related_name="approval_decisions")
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="decisions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
+    )
     approved = models.BooleanField()
     comment = StorableTextField(blank=True, default="")
     edited = models.TextField(null=True, blank=True, help_text="edited parameters, codec JSON")
-    arguments = models.ForeignKey(ApprovalArguments, null=True, blank=True,
-                                  on_delete=models.PROTECT, related_name="decisions",
-                                  help_text="the version of the arguments decided on")
+    arguments = models.ForeignKey(
+        ApprovalArguments,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="decisions",
+        help_text="the version of the arguments decided on",
+    )
     arguments_digest = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "id"]
-        constraints = [models.UniqueConstraint(fields=["request", "user", "arguments"],
-                                               name="one_decision_per_user_and_version")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "user", "arguments"], name="one_decision_per_user_and_version"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} {'approved' if self.approved else 'rejected'} {self.request_id}"

@@ -36,30 +36,49 @@ def on_wait_created(sender: Any, wait: Wait, spec: dict[str, Any], **kwargs: Any
         # must approve, so at least one of them did not ask (docs/requesters-and-signals.md)
         required = 2
         TraceEvent.objects.create(
-            run=run, kind=EventKind.FOUR_EYES_REQUESTER_UNKNOWN, step_id=wait.wait_id,
+            run=run,
+            kind=EventKind.FOUR_EYES_REQUESTER_UNKNOWN,
+            step_id=wait.wait_id,
             message=f"{str(spec.get('title') or wait.title)[:200]}: who asked for this run is "
-                    "unknown, so this four-eyes approval needs two different approvers",
-            data={"requesters": [requesters.label(p) for p in asked]})
+            "unknown, so this four-eyes approval needs two different approvers",
+            data={"requesters": [requesters.label(p) for p in asked]},
+        )
     req = ApprovalRequest.objects.create(
-        wait=wait, run=run, key=wait.key, title=str(spec.get("title") or wait.title)[:300],
+        wait=wait,
+        run=run,
+        key=wait.key,
+        title=str(spec.get("title") or wait.title)[:300],
         payload=codec.dumps_checked(display, what="approval payload", step_id=wait.wait_id)
-        if display else None,
-        tool_name=spec.get("tool") or "", safety=spec.get("safety") or "",
-        allow_edit=bool(spec.get("allow_edit")), four_eyes=four_eyes,
-        required_approvals=required, requesters=asked,
-        approver_group=_group(spec.get("approvers")), escalate_to=_group(spec.get("escalate_to")),
-        on_timeout=spec.get("on_timeout") or "reject", timeout_seconds=timeout,
+        if display
+        else None,
+        tool_name=spec.get("tool") or "",
+        safety=spec.get("safety") or "",
+        allow_edit=bool(spec.get("allow_edit")),
+        four_eyes=four_eyes,
+        required_approvals=required,
+        requesters=asked,
+        approver_group=_group(spec.get("approvers")),
+        escalate_to=_group(spec.get("escalate_to")),
+        on_timeout=spec.get("on_timeout") or "reject",
+        timeout_seconds=timeout,
         # the wait's wake_at is the deadline the sweeper acts on; show the same instant
         expires_at=(wait.wake_at or wait.created_at + timedelta(seconds=timeout))
-        if timeout else None,
-        requested_by_id=run.started_by_id, created_at=wait.created_at)
+        if timeout
+        else None,
+        requested_by_id=run.started_by_id,
+        created_at=wait.created_at,
+    )
     # version 1 of what is asked: the tool's parameters, or the workflow's payload
     proposed = spec.get("params") if spec.get("tool") else spec.get("payload")
     req.arguments = ApprovalArguments.objects.create(
-        request=req, number=1, created_at=wait.created_at,
-        value=None if proposed is None else codec.dumps_checked(
-            proposed, what="approval arguments", step_id=wait.wait_id),
-        digest=codec.fingerprint(proposed, where="approval arguments"))
+        request=req,
+        number=1,
+        created_at=wait.created_at,
+        value=None
+        if proposed is None
+        else codec.dumps_checked(proposed, what="approval arguments", step_id=wait.wait_id),
+        digest=codec.fingerprint(proposed, where="approval arguments"),
+    )
     req.save(update_fields=["arguments"])
 
 
@@ -68,8 +87,11 @@ def _requesters(run: Any, spec: dict[str, Any]) -> tuple[list[requesters.Princip
     were recorded, counts as unknown), then the names the workflow gave; and the
     number of approvals the workflow asked for."""
     asked = list(run.requesters or [requesters.UNKNOWN])
-    named = [requesters.resolve(name)[1] for name in (spec.get("requesters") or [])
-             if isinstance(name, str) and name.strip()]
+    named = [
+        requesters.resolve(name)[1]
+        for name in (spec.get("requesters") or [])
+        if isinstance(name, str) and name.strip()
+    ]
     return requesters.chain(asked[0], asked[1:] + named), int(spec.get("required") or 1)
 
 
@@ -78,8 +100,11 @@ def on_wait_closed(sender: Any, wait: Wait, reason: str, **kwargs: Any) -> None:
     if wait.kind != WaitKind.APPROVAL or wait.status != WaitStatus.CANCELLED:
         return
     ApprovalRequest.objects.filter(wait=wait, status=ApprovalStatus.PENDING).update(
-        status=ApprovalStatus.CANCELLED, decided_at=wait.resolved_at, decided_by=wait.resolved_by,
-        comment=reason)
+        status=ApprovalStatus.CANCELLED,
+        decided_at=wait.resolved_at,
+        decided_by=wait.resolved_by,
+        comment=reason,
+    )
 
 
 def connect() -> None:

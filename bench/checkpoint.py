@@ -27,8 +27,10 @@ from typing import Any, TypedDict
 from .common import emit, serve
 
 SYSTEMS = ("floor", "durable", "dbos", "langgraph")
-PEER_PACKAGES = {"dbos": ("dbos",), "langgraph": ("langgraph", "langgraph.checkpoint.postgres",
-                                                  "langgraph.checkpoint.sqlite")}
+PEER_PACKAGES = {
+    "dbos": ("dbos",),
+    "langgraph": ("langgraph", "langgraph.checkpoint.postgres", "langgraph.checkpoint.sqlite"),
+}
 
 
 def missing_packages(system: str, db: str) -> str | None:
@@ -37,8 +39,12 @@ def missing_packages(system: str, db: str) -> str | None:
 
     names = list(PEER_PACKAGES.get(system, ()))
     if system == "langgraph":
-        names = ["langgraph", "langgraph.checkpoint.postgres" if db == "postgresql"
-                 else "langgraph.checkpoint.sqlite"]
+        names = [
+            "langgraph",
+            "langgraph.checkpoint.postgres"
+            if db == "postgresql"
+            else "langgraph.checkpoint.sqlite",
+        ]
     for name in names:
         try:
             found = importlib.util.find_spec(name) is not None
@@ -63,13 +69,17 @@ class Floor:
             import psycopg
 
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, "
-                             "run_id text NOT NULL, position integer NOT NULL, output text)")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, "
+                    "run_id text NOT NULL, position integer NOT NULL, output text)"
+                )
         else:
             conn = self._connect()
-            conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id integer PRIMARY KEY "
-                         "AUTOINCREMENT, run_id text NOT NULL, position integer NOT NULL, "
-                         "output text)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS bench_floor (id integer PRIMARY KEY "
+                "AUTOINCREMENT, run_id text NOT NULL, position integer NOT NULL, "
+                "output text)"
+            )
             conn.commit()
             conn.close()
 
@@ -89,9 +99,11 @@ class Floor:
         if self.conn is None:
             self.conn = self._connect()
         conn = self.conn
-        sql = ("INSERT INTO bench_floor (run_id, position, output) VALUES (%s, %s, %s)"
-               if self.db == "postgresql" else
-               "INSERT INTO bench_floor (run_id, position, output) VALUES (?, ?, ?)")
+        sql = (
+            "INSERT INTO bench_floor (run_id, position, output) VALUES (%s, %s, %s)"
+            if self.db == "postgresql"
+            else "INSERT INTO bench_floor (run_id, position, output) VALUES (?, ?, ?)"
+        )
         for _ in range(runs):
             run_id = uuid.uuid4().hex
             for pos in range(steps):
@@ -137,7 +149,8 @@ class Durable:
         def wrapper(execute, sql, params, many, context):
             conn = context["connection"]
             is_write = bool(writes.search(sql or "")) and not (
-                sql or "").lstrip().upper().startswith(("SAVEPOINT", "RELEASE", "ROLLBACK"))
+                sql or ""
+            ).lstrip().upper().startswith(("SAVEPOINT", "RELEASE", "ROLLBACK"))
             if sql and sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE SAVEPOINT")):
                 return execute(sql, params, many, context)
             if not conn.in_atomic_block:
@@ -168,8 +181,9 @@ class Durable:
     def tx_counts(self) -> dict[str, int]:
         return dict(self.tx)
 
-    def rep(self, runs: int, steps: int, workflow: str = "noop", sleep: float = 0,
-            **_: Any) -> None:
+    def rep(
+        self, runs: int, steps: int, workflow: str = "noop", sleep: float = 0, **_: Any
+    ) -> None:
         import durable
         from durable.engine import execute
 
@@ -262,8 +276,9 @@ class LangGraph:
             from langgraph.checkpoint.postgres import PostgresSaver
             from psycopg.rows import dict_row
 
-            self.conn = psycopg.connect(self.url, autocommit=True, prepare_threshold=0,
-                                        row_factory=dict_row)
+            self.conn = psycopg.connect(
+                self.url, autocommit=True, prepare_threshold=0, row_factory=dict_row
+            )
             self.saver = PostgresSaver(self.conn)
         else:
             import sqlite3
@@ -283,8 +298,10 @@ class LangGraph:
         if self.conn is None:
             self._open()
         for _ in range(runs):
-            config = {"configurable": {"thread_id": uuid.uuid4().hex},
-                      "recursion_limit": steps + 10}
+            config = {
+                "configurable": {"thread_id": uuid.uuid4().hex},
+                "recursion_limit": steps + 10,
+            }
             out = self.graph.invoke({"i": 0, "n": steps}, config, durability="sync")
             if out["i"] != steps:
                 raise RuntimeError("LangGraph graph returned a wrong value")
@@ -308,8 +325,9 @@ def tables_sql(system: str) -> str:
 # ------------------------------------------------------------------------------ server
 
 
-def _profile(impl: Any, runs: int, steps: int, workflow: str = "noop",
-             top: int = 25) -> dict[str, Any]:
+def _profile(
+    impl: Any, runs: int, steps: int, workflow: str = "noop", top: int = 25
+) -> dict[str, Any]:
     """One repetition under pyinstrument: the call tree and the top self-time functions."""
     from pyinstrument import Profiler
 
@@ -338,14 +356,23 @@ def _profile(impl: Any, runs: int, steps: int, workflow: str = "noop",
     total = sum(selfs.values()) or 1.0
 
     def table(values: dict[str, float], keep: Any) -> list[dict[str, Any]]:
-        return [{"function": k, "ms_per_step": v / steps_total * 1000, "share": v / total}
-                for k, v in sorted(values.items(), key=lambda kv: -kv[1]) if keep(k)][:top]
+        return [
+            {"function": k, "ms_per_step": v / steps_total * 1000, "share": v / total}
+            for k, v in sorted(values.items(), key=lambda kv: -kv[1])
+            if keep(k)
+        ][:top]
 
     top_self = table(selfs, lambda k: True)
     top_durable = table(inclusive, lambda k: "durable/" in k or "durable\\" in k)
     text = profiler.output_text(unicode=False, color=False, show_all=False)
-    return {"seconds": seconds, "steps": steps_total, "tree": text, "top_self": top_self,
-            "top_durable": top_durable, "sampled_seconds": total}
+    return {
+        "seconds": seconds,
+        "steps": steps_total,
+        "tree": text,
+        "top_self": top_self,
+        "top_durable": top_durable,
+        "sampled_seconds": total,
+    }
 
 
 def main() -> None:
@@ -365,12 +392,14 @@ def main() -> None:
         seconds = time.perf_counter() - t
         return {"seconds": seconds, "steps": runs * steps, "runs": runs}
 
-    serve({
-        "rep": rep,
-        "quiesce": impl.quiesce,
-        "tx_counts": lambda: getattr(impl, "tx_counts", dict)(),
-        "profile": lambda **kw: _profile(impl, **kw),
-    })
+    serve(
+        {
+            "rep": rep,
+            "quiesce": impl.quiesce,
+            "tx_counts": lambda: getattr(impl, "tx_counts", dict)(),
+            "profile": lambda **kw: _profile(impl, **kw),
+        }
+    )
     close = getattr(impl, "close", None)
     if close is not None:
         close()

@@ -33,8 +33,16 @@ from .common import (
 )
 from .report import render
 
-PARTS = ("checkpoint", "shapes", "dispatch", "throughput", "recovery", "approval", "dashboard",
-         "memory")
+PARTS = (
+    "checkpoint",
+    "shapes",
+    "dispatch",
+    "throughput",
+    "recovery",
+    "approval",
+    "dashboard",
+    "memory",
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -52,20 +60,50 @@ def _scenarios(cfg: Config) -> list[dict[str, Any]]:
     else:
         seq, single, tool = (20, 200), (200, 1), (5, 200)
     scen = [
-        {"key": "seq", "label": f"{seq[0]} runs x {seq[1]} steps", "runs": seq[0],
-         "steps": seq[1], "workflow": "noop"},
-        {"key": "single", "label": f"{single[0]} runs x 1 step", "runs": single[0],
-         "steps": 1, "workflow": "noop"},
-        {"key": "read_tool", "label": f"read-only tool, {tool[0]} x {tool[1]}",
-         "runs": tool[0], "steps": tool[1], "workflow": "read_tool", "only": ["durable"]},
-        {"key": "write_tool", "label": f"unsafe_write tool, {tool[0]} x {tool[1]}",
-         "runs": tool[0], "steps": tool[1], "workflow": "write_tool", "only": ["durable"]},
+        {
+            "key": "seq",
+            "label": f"{seq[0]} runs x {seq[1]} steps",
+            "runs": seq[0],
+            "steps": seq[1],
+            "workflow": "noop",
+        },
+        {
+            "key": "single",
+            "label": f"{single[0]} runs x 1 step",
+            "runs": single[0],
+            "steps": 1,
+            "workflow": "noop",
+        },
+        {
+            "key": "read_tool",
+            "label": f"read-only tool, {tool[0]} x {tool[1]}",
+            "runs": tool[0],
+            "steps": tool[1],
+            "workflow": "read_tool",
+            "only": ["durable"],
+        },
+        {
+            "key": "write_tool",
+            "label": f"unsafe_write tool, {tool[0]} x {tool[1]}",
+            "runs": tool[0],
+            "steps": tool[1],
+            "workflow": "write_tool",
+            "only": ["durable"],
+        },
     ]
     if not cfg.quick:
-        scen.append({"key": "read_tool_paced", "label": "read-only tool, 0.12 s of workflow "
-                     "code between calls, 2 x 10", "runs": 2, "steps": 10,
-                     "workflow": "read_tool", "sleep": 0.12, "only": ["durable"],
-                     "reps": 1})
+        scen.append(
+            {
+                "key": "read_tool_paced",
+                "label": "read-only tool, 0.12 s of workflow code between calls, 2 x 10",
+                "runs": 2,
+                "steps": 10,
+                "workflow": "read_tool",
+                "sleep": 0.12,
+                "only": ["durable"],
+                "reps": 1,
+            }
+        )
     return scen
 
 
@@ -76,15 +114,18 @@ def _sizes(cfg: Config, system: str) -> int:
         row = conn.execute(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p') "
-            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND "
-            + cp.tables_sql(system)).fetchone()
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND " + cp.tables_sql(system)
+        ).fetchone()
     return int(row[0])
 
 
 def _terminate(cfg: Config, name: str) -> None:
     with pg_admin(cfg) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                     "AND pid <> pg_backend_pid()", (cfg.pg_db_name(name),))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid()",
+            (cfg.pg_db_name(name),),
+        )
 
 
 def _counted(cfg: Config, server: Server, system: str, before: bool) -> dict[str, int]:
@@ -132,8 +173,11 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                 env = django_env(cfg, database_url=dj_url)
                 log(f"checkpoint: starting {key}")
                 servers[(system, db)] = Server(
-                    "bench.checkpoint", ["--system", system, "--db", db, "--url", url], env,
-                    log_path=log_dir / f"checkpoint-{system}-{db}.log")
+                    "bench.checkpoint",
+                    ["--system", system, "--db", db, "--url", url],
+                    env,
+                    log_path=log_dir / f"checkpoint-{system}-{db}.log",
+                )
         for srv in servers.values():
             srv.wait_ready()
         timings: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -153,8 +197,13 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                     count = measure and db == "postgresql"
                     pre = _counted(cfg, srv, system, True) if count else None
                     tx_pre = srv.ask("tx_counts") if count else {}
-                    result = srv.ask("rep", runs=scen["runs"], steps=scen["steps"],
-                                     workflow=scen["workflow"], sleep=scen.get("sleep", 0))
+                    result = srv.ask(
+                        "rep",
+                        runs=scen["runs"],
+                        steps=scen["steps"],
+                        workflow=scen["workflow"],
+                        sleep=scen.get("sleep", 0),
+                    )
                     tx_post = srv.ask("tx_counts") if count else {}
                     timings.setdefault((system, db, scen["key"]), []).append(result)
                     if pre is not None:
@@ -162,10 +211,13 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                         counts[(system, db, scen["key"])] = {
                             "commits": post["commits"] - pre["commits"],
                             "bytes": post["bytes"] - pre["bytes"],
-                            "steps": result["steps"], "runs": result["runs"]}
+                            "steps": result["steps"],
+                            "runs": result["runs"],
+                        }
                         if tx_post:
                             counts[(system, db, scen["key"])]["client_tx"] = {
-                                k: tx_post.get(k, 0) - tx_pre.get(k, 0) for k in tx_post}
+                                k: tx_post.get(k, 0) - tx_pre.get(k, 0) for k in tx_post
+                            }
             log(f"checkpoint: repetition {rep + 1}/{cfg.reps} done")
         profile = None
         # pyinstrument is in the bench extra; `make test` (the smoke test) runs without it
@@ -186,9 +238,14 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
         scen = next(s for s in scenarios if s["key"] == skey)
         per_step = [r["seconds"] / r["steps"] * 1000 for r in results]
         per_run = [r["seconds"] / r["runs"] * 1000 for r in results]
-        row: dict[str, Any] = {"system": system, "db": db, "scenario": skey,
-                               "label": scen["label"], "per_step_ms": summary(per_step),
-                               "per_run_ms": summary(per_run)}
+        row: dict[str, Any] = {
+            "system": system,
+            "db": db,
+            "scenario": skey,
+            "label": scen["label"],
+            "per_step_ms": summary(per_step),
+            "per_run_ms": summary(per_run),
+        }
         c = counts.get((system, db, skey))
         if c:
             row["commits_per_step"] = c["commits"] / c["steps"]
@@ -201,23 +258,44 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
     # marginal commits of one more step: difference of the long and the one-step runs
     for db in cfg.dbs:
         for system in cfg.systems:
-            long_ = next((r for r in rows if (r["system"], r["db"], r["scenario"])
-                          == (system, db, "seq") and "commits_per_run" in r), None)
-            one = next((r for r in rows if (r["system"], r["db"], r["scenario"])
-                        == (system, db, "single") and "commits_per_run" in r), None)
+            long_ = next(
+                (
+                    r
+                    for r in rows
+                    if (r["system"], r["db"], r["scenario"]) == (system, db, "seq")
+                    and "commits_per_run" in r
+                ),
+                None,
+            )
+            one = next(
+                (
+                    r
+                    for r in rows
+                    if (r["system"], r["db"], r["scenario"]) == (system, db, "single")
+                    and "commits_per_run" in r
+                ),
+                None,
+            )
             if long_ and one:
                 steps = next(s["steps"] for s in scenarios if s["key"] == "seq")
                 marginal = (long_["commits_per_run"] - one["commits_per_run"]) / (steps - 1)
                 long_["commits_marginal"] = marginal
                 overhead = one["commits_per_run"] - marginal  # start, claim, complete, ...
                 for r in rows:
-                    if (r["system"], r["db"]) == (system, db) and r["scenario"] in (
-                            "read_tool", "write_tool", "read_tool_paced") and (
-                            "commits_per_run" in r):
+                    if (
+                        (r["system"], r["db"]) == (system, db)
+                        and r["scenario"] in ("read_tool", "write_tool", "read_tool_paced")
+                        and ("commits_per_run" in r)
+                    ):
                         sc = next(s for s in scenarios if s["key"] == r["scenario"])
                         r["commits_marginal"] = (r["commits_per_run"] - overhead) / sc["steps"]
-    return {"scenarios": scenarios, "rows": rows, "skipped": skipped, "profile": profile,
-            "reps": cfg.reps}
+    return {
+        "scenarios": scenarios,
+        "rows": rows,
+        "skipped": skipped,
+        "profile": profile,
+        "reps": cfg.reps,
+    }
 
 
 # ------------------------------------------------------------------------ worker parts
@@ -274,20 +352,33 @@ def part_throughput(cfg: Config, log_dir: Path) -> dict[str, Any]:
 def part_recovery(cfg: Config, log_dir: Path) -> dict[str, Any]:
     if problem := _pg_redis_problem(cfg):
         return {"skipped": problem}
-    env = _proc_env(cfg, db="postgresql", broker="redis", DURABLE_LEASE_SECONDS="2",
-                    DURABLE_SWEEP_INTERVAL_SECONDS="0.5")
+    env = _proc_env(
+        cfg,
+        db="postgresql",
+        broker="redis",
+        DURABLE_LEASE_SECONDS="2",
+        DURABLE_SWEEP_INTERVAL_SECONDS="0.5",
+    )
     out = _procs(cfg, "recovery", env, log_dir)
     # the same with no setting changed: 30 s lease, sweeps every 5 s, liveness beats
     # every 2 s and a process presumed dead after 6 s of silence
     log("recovery: default settings")
-    clean = {k: v for k, v in os.environ.items() if k.startswith("DURABLE_") and k not in (
-        "DURABLE_VAR_DIR",)}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("DURABLE_") and k not in ("DURABLE_VAR_DIR",)
+    }
     env = _proc_env(cfg, db="postgresql", broker="redis")
     for name in clean:
         env.pop(name, None)
-    env.update({"DURABLE_VAR_DIR": str(cfg.var_dir), "DURABLE_DISPATCH": "celery",
-                "DURABLE_WORKFLOW_MODULES": "bench.workflows", "BENCH_RECOVERY_KILLS":
-                "3" if cfg.quick else "10"})
+    env.update(
+        {
+            "DURABLE_VAR_DIR": str(cfg.var_dir),
+            "DURABLE_DISPATCH": "celery",
+            "DURABLE_WORKFLOW_MODULES": "bench.workflows",
+            "BENCH_RECOVERY_KILLS": "3" if cfg.quick else "10",
+        }
+    )
     out["default_settings"] = _procs(cfg, "recovery", env, log_dir)
     return out
 
@@ -307,13 +398,24 @@ def part_dashboard(cfg: Config, log_dir: Path) -> dict[str, Any]:
     if not pg_db_exists(cfg, name):
         recreate_pg_db(cfg, name)
     url = cfg.pg_db_url(name).replace("postgresql://", "postgres://", 1)
-    args = ["--runs", str(cfg.seed_runs), "--steps", str(cfg.seed_steps),
-            "--repeats", "5" if cfg.quick else "15"]
+    args = [
+        "--runs",
+        str(cfg.seed_runs),
+        "--steps",
+        str(cfg.seed_steps),
+        "--repeats",
+        "5" if cfg.quick else "15",
+    ]
     if cfg.reseed:
         args.append("--reseed")
     log(f"dashboard: {cfg.seed_runs} runs, {cfg.seed_steps} steps (seeding if needed)")
-    return run_child("bench.dashboard", args, django_env(cfg, database_url=url),
-                     timeout=7200, verbose=cfg.verbose)[-1]
+    return run_child(
+        "bench.dashboard",
+        args,
+        django_env(cfg, database_url=url),
+        timeout=7200,
+        verbose=cfg.verbose,
+    )[-1]
 
 
 def part_shapes(cfg: Config, log_dir: Path) -> dict[str, Any]:
@@ -322,8 +424,9 @@ def part_shapes(cfg: Config, log_dir: Path) -> dict[str, Any]:
         return {"skipped": problem}
     url = recreate_pg_db(cfg, "shapes").replace("postgresql://", "postgres://", 1)
     args = ["--steps", "100" if cfg.quick else "1000", "--reps", "2" if cfg.quick else "3"]
-    return run_child("bench.shapes", args, django_env(cfg, database_url=url), timeout=3600,
-                     verbose=cfg.verbose)[-1]
+    return run_child(
+        "bench.shapes", args, django_env(cfg, database_url=url), timeout=3600, verbose=cfg.verbose
+    )[-1]
 
 
 # --------------------------------------------------------------------------------- main
@@ -331,39 +434,73 @@ def part_shapes(cfg: Config, log_dir: Path) -> dict[str, Any]:
 
 def parse(argv: list[str] | None = None) -> Config:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--quick", action="store_true",
-                   help="a small smoke run: the checkpoint part only (unless --only names "
-                   "parts), few steps; the dashboard seeds 2k runs / 20k steps")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small smoke run: the checkpoint part only (unless --only names "
+        "parts), few steps; the dashboard seeds 2k runs / 20k steps",
+    )
     p.add_argument("--only", default="", help=f"comma-separated parts of {','.join(PARTS)}")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out")
-    p.add_argument("--systems", default=",".join(cp.SYSTEMS),
-                   help="checkpoint systems: floor,durable,dbos,langgraph")
+    p.add_argument(
+        "--systems",
+        default=",".join(cp.SYSTEMS),
+        help="checkpoint systems: floor,durable,dbos,langgraph",
+    )
     p.add_argument("--dbs", default="sqlite,postgresql", help="checkpoint databases")
-    p.add_argument("--reps", type=int, default=None,
-                   help="repetitions per checkpoint figure (default 3; 2 with --quick)")
-    p.add_argument("--runs", type=int, default=None,
-                   help="dashboard seed: runs (default 100000; 2000 with --quick)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="dashboard seed: steps (default 2000000; 20000 with --quick)")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="repetitions per checkpoint figure (default 3; 2 with --quick)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="dashboard seed: runs (default 100000; 2000 with --quick)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="dashboard seed: steps (default 2000000; 20000 with --quick)",
+    )
     p.add_argument("--reseed", action="store_true", help="seed the dashboard database again")
-    p.add_argument("--pg", default=os.environ.get(
-        "BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-        help="PostgreSQL server (a URL to its maintenance database); $BENCH_PG_URL")
-    p.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL",
-                                                     "redis://127.0.0.1:6379/13"),
-                   help="Redis database the bench may flush; $BENCH_REDIS_URL")
+    p.add_argument(
+        "--pg",
+        default=os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+        help="PostgreSQL server (a URL to its maintenance database); $BENCH_PG_URL",
+    )
+    p.add_argument(
+        "--redis",
+        default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+        help="Redis database the bench may flush; $BENCH_REDIS_URL",
+    )
     p.add_argument("--var-dir", default=os.environ.get("BENCH_VAR_DIR", "/tmp/bench_var"))
-    p.add_argument("--db-prefix", default=os.environ.get("BENCH_DB_PREFIX", "bench_"),
-                   help="prefix of the bench's PostgreSQL databases (several checkouts "
-                        "sharing a server need different ones)")
+    p.add_argument(
+        "--db-prefix",
+        default=os.environ.get("BENCH_DB_PREFIX", "bench_"),
+        help="prefix of the bench's PostgreSQL databases (several checkouts "
+        "sharing a server need different ones)",
+    )
     p.add_argument("--out", default=str(RESULTS), help="folder of the results files")
-    p.add_argument("--name", default="", help="results file name without extension "
-                   "(default: the date; <date>-quick with --quick)")
-    p.add_argument("--merge", action="store_true",
-                   help="add the parts run now to the existing results file of that name "
-                   "(e.g. re-run one part of today's full run)")
-    p.add_argument("--rerender", action="store_true",
-                   help="only write <name>.md again from <name>.json (no measurement)")
+    p.add_argument(
+        "--name",
+        default="",
+        help="results file name without extension (default: the date; <date>-quick with --quick)",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="add the parts run now to the existing results file of that name "
+        "(e.g. re-run one part of today's full run)",
+    )
+    p.add_argument(
+        "--rerender",
+        action="store_true",
+        help="only write <name>.md again from <name>.json (no measurement)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     default = ("checkpoint",) if a.quick else PARTS  # --quick: the in-process part only
@@ -378,11 +515,21 @@ def parse(argv: list[str] | None = None) -> Config:
     dbs = [d for d in a.dbs.split(",") if d]
     if any(d not in ("sqlite", "postgresql") for d in dbs):
         p.error("dbs are sqlite, postgresql")
-    cfg = Config(pg_url=a.pg, redis_url=a.redis, var_dir=Path(a.var_dir), quick=a.quick,
-                 reps=a.reps or (2 if a.quick else 3), parts=parts, systems=systems, dbs=dbs,
-                 seed_runs=a.runs or (2000 if a.quick else 100_000),
-                 seed_steps=a.steps or (20_000 if a.quick else 2_000_000), reseed=a.reseed,
-                 verbose=a.verbose, db_prefix=a.db_prefix)
+    cfg = Config(
+        pg_url=a.pg,
+        redis_url=a.redis,
+        var_dir=Path(a.var_dir),
+        quick=a.quick,
+        reps=a.reps or (2 if a.quick else 3),
+        parts=parts,
+        systems=systems,
+        dbs=dbs,
+        seed_runs=a.runs or (2000 if a.quick else 100_000),
+        seed_steps=a.steps or (20_000 if a.quick else 2_000_000),
+        reseed=a.reseed,
+        verbose=a.verbose,
+        db_prefix=a.db_prefix,
+    )
     cfg.out = Path(a.out)  # type: ignore[attr-defined]
     cfg.merge = a.merge  # type: ignore[attr-defined]
     cfg.rerender = a.rerender  # type: ignore[attr-defined]
@@ -404,15 +551,30 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     results: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "quick": cfg.quick, "machine": machine_info(), "parts": {}, "errors": {},
-        "config": {"pg": cfg.pg_url, "redis": cfg.redis_url, "reps": cfg.reps,
-                   "systems": cfg.systems, "dbs": cfg.dbs, "seed_runs": cfg.seed_runs,
-                   "seed_steps": cfg.seed_steps},
+        "quick": cfg.quick,
+        "machine": machine_info(),
+        "parts": {},
+        "errors": {},
+        "config": {
+            "pg": cfg.pg_url,
+            "redis": cfg.redis_url,
+            "reps": cfg.reps,
+            "systems": cfg.systems,
+            "dbs": cfg.dbs,
+            "seed_runs": cfg.seed_runs,
+            "seed_steps": cfg.seed_steps,
+        },
         "versions": _versions(cfg),
     }
-    funcs = {"checkpoint": part_checkpoint, "shapes": part_shapes, "dispatch": part_dispatch,
-             "throughput": part_throughput, "recovery": part_recovery,
-             "approval": part_approval, "dashboard": part_dashboard}
+    funcs = {
+        "checkpoint": part_checkpoint,
+        "shapes": part_shapes,
+        "dispatch": part_dispatch,
+        "throughput": part_throughput,
+        "recovery": part_recovery,
+        "approval": part_approval,
+        "dashboard": part_dashboard,
+    }
     todo = [p for p in cfg.parts if p != "memory"]
     if "memory" in cfg.parts and "throughput" not in todo:
         todo.append("throughput")  # the memory figure is the worker's RSS after that batch
@@ -437,10 +599,12 @@ def main(argv: list[str] | None = None) -> int:
             merged["errors"].pop(part, None)
         merged["errors"].update(results["errors"])
         merged.setdefault("part_seconds", {}).update(results.get("part_seconds", {}))
-        merged["requested_parts"] = list(dict.fromkeys(
-            merged.get("requested_parts", []) + cfg.parts))
-        merged.setdefault("merged", []).append({"date": results["date"], "parts": cfg.parts,
-                                                "machine": results["machine"]})
+        merged["requested_parts"] = list(
+            dict.fromkeys(merged.get("requested_parts", []) + cfg.parts)
+        )
+        merged.setdefault("merged", []).append(
+            {"date": results["date"], "parts": cfg.parts, "machine": results["machine"]}
+        )
         merged["total_seconds"] = round(sum(merged["part_seconds"].values()), 1)
         results = merged
     text = _with_notes(render(results), out / cfg.name)  # type: ignore[attr-defined]
@@ -464,8 +628,17 @@ def _versions(cfg: Config) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for name in ("django", "celery", "kombu", "psycopg", "dbos", "langgraph",
-                 "langgraph-checkpoint-postgres", "langgraph-checkpoint-sqlite", "redis"):
+    for name in (
+        "django",
+        "celery",
+        "kombu",
+        "psycopg",
+        "dbos",
+        "langgraph",
+        "langgraph-checkpoint-postgres",
+        "langgraph-checkpoint-sqlite",
+        "redis",
+    ):
         try:
             out[name] = version(name)
         except PackageNotFoundError:

@@ -41,8 +41,7 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     vals = [float(v) for v in values]
     if not vals:
         return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
-            "n": len(vals)}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -60,9 +59,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def latency_summary(values: Sequence[float]) -> dict[str, float]:
     vals = list(values)
-    return {"p50": percentile(vals, 50), "p95": percentile(vals, 95),
-            "p99": percentile(vals, 99), "min": min(vals) if vals else math.nan,
-            "max": max(vals) if vals else math.nan, "n": len(vals)}
+    return {
+        "p50": percentile(vals, 50),
+        "p95": percentile(vals, 95),
+        "p99": percentile(vals, 99),
+        "min": min(vals) if vals else math.nan,
+        "max": max(vals) if vals else math.nan,
+        "n": len(vals),
+    }
 
 
 # -------------------------------------------------------------------------- databases
@@ -138,8 +142,12 @@ def recreate_pg_db(cfg: Config, name: str) -> str:
 
 def pg_db_exists(cfg: Config, name: str) -> bool:
     with pg_admin(cfg) as conn:
-        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                            (cfg.pg_db_name(name),)).fetchone() is not None
+        return (
+            conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (cfg.pg_db_name(name),)
+            ).fetchone()
+            is not None
+        )
 
 
 def remove_sqlite(path: Path) -> None:
@@ -153,19 +161,24 @@ def xact_commit(cfg: Config, name: str) -> int:
     that reading the counter does not move it)."""
     with pg_admin(cfg) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
-                           (cfg.pg_db_name(name),)).fetchone()
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (cfg.pg_db_name(name),)
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
 def backends(cfg: Config, name: str) -> int:
     with pg_admin(cfg) as conn:
-        return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
-                                (cfg.pg_db_name(name),)).fetchone()[0])
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (cfg.pg_db_name(name),)
+            ).fetchone()[0]
+        )
 
 
-def settled_xact_commit(cfg: Config, name: str, *, until_backends: int = 0,
-                        timeout: float = 5.0) -> int:
+def settled_xact_commit(
+    cfg: Config, name: str, *, until_backends: int = 0, timeout: float = 5.0
+) -> int:
     """``xact_commit`` once the database has at most ``until_backends`` connections.
 
     A backend flushes its pending statistics when it exits, and PostgreSQL 15 removes it
@@ -191,24 +204,35 @@ def relation_bytes(conn, tables: Iterable[str]) -> int:
 # ----------------------------------------------------------------------- environments
 
 
-def django_env(cfg: Config, *, database_url: str, broker_url: str | None = None,
-               dispatch: str = "manual", **extra: str) -> dict[str, str]:
+def django_env(
+    cfg: Config,
+    *,
+    database_url: str,
+    broker_url: str | None = None,
+    dispatch: str = "manual",
+    **extra: str,
+) -> dict[str, str]:
     """The environment of a bench process or worker that runs Django."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "CRASH_"))
-           and k not in ("DURABLE_HEARTBEAT_SECONDS", "DJANGO_SETTINGS_MODULE")}
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "PYTHONPATH": str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
-                                   else ""),
-        "PYTHONUNBUFFERED": "1",
-        "DATABASE_URL": database_url,
-        "DURABLE_VAR_DIR": str(cfg.var_dir),
-        "DJANGO_SECRET_KEY": SECRET_KEY,
-        "DURABLE_DISPATCH": dispatch,
-        "DURABLE_WORKFLOW_MODULES": "bench.workflows",
-        "DJANGO_LOG_LEVEL": "WARNING",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "CRASH_"))
+        and k not in ("DURABLE_HEARTBEAT_SECONDS", "DJANGO_SETTINGS_MODULE")
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONPATH": str(REPO)
+            + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+            "PYTHONUNBUFFERED": "1",
+            "DATABASE_URL": database_url,
+            "DURABLE_VAR_DIR": str(cfg.var_dir),
+            "DJANGO_SECRET_KEY": SECRET_KEY,
+            "DURABLE_DISPATCH": dispatch,
+            "DURABLE_WORKFLOW_MODULES": "bench.workflows",
+            "DJANGO_LOG_LEVEL": "WARNING",
+        }
+    )
     if broker_url is not None:
         env["CELERY_BROKER_URL"] = broker_url
     else:
@@ -238,21 +262,33 @@ class ChildError(RuntimeError):
     pass
 
 
-def run_child(module: str, args: list[str], env: dict[str, str], *, timeout: float = 3600,
-              verbose: bool = False) -> list[Any]:
+def run_child(
+    module: str,
+    args: list[str],
+    env: dict[str, str],
+    *,
+    timeout: float = 3600,
+    verbose: bool = False,
+) -> list[Any]:
     """Run ``python -m module args`` and return the payloads it emitted."""
-    proc = subprocess.Popen([PYTHON, "-m", module, *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", module, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise ChildError(f"{module} {' '.join(args)} timed out after {timeout} s:\n"
-                         f"{_tail(err)}") from None
-    payloads = [json.loads(line[len(MARK):]) for line in out.splitlines()
-                if line.startswith(MARK)]
+        raise ChildError(
+            f"{module} {' '.join(args)} timed out after {timeout} s:\n{_tail(err)}"
+        ) from None
+    payloads = [json.loads(line[len(MARK) :]) for line in out.splitlines() if line.startswith(MARK)]
     if verbose and err:
         sys.stderr.write(err)
     if proc.returncode != 0:
@@ -271,14 +307,28 @@ class Server:
     process) so that a slow minute of a noisy machine hits all of them alike.
     """
 
-    def __init__(self, module: str, args: list[str], env: dict[str, str], *,
-                 log_path: Path, ready_timeout: float = 180) -> None:
+    def __init__(
+        self,
+        module: str,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        log_path: Path,
+        ready_timeout: float = 180,
+    ) -> None:
         self.label = " ".join(args)
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([PYTHON, "-m", module, *args], cwd=REPO, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", module, *args],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+        )
         self.ready_timeout = ready_timeout
         self.hello: Any = None
 
@@ -301,15 +351,16 @@ class Server:
                     raise ChildError(f"{self.label}: no answer within {timeout} s\n{self.tail()}")
                 if not sel.select(timeout=min(remaining, 1.0)):
                     if self.proc.poll() is not None:
-                        raise ChildError(f"{self.label}: exited {self.proc.returncode}\n"
-                                         f"{self.tail()}")
+                        raise ChildError(
+                            f"{self.label}: exited {self.proc.returncode}\n{self.tail()}"
+                        )
                     continue
                 line = self.proc.stdout.readline()
                 if not line:
                     self.proc.wait(timeout=5)
                     raise ChildError(f"{self.label}: exited {self.proc.returncode}\n{self.tail()}")
                 if line.startswith(MARK):
-                    payload = json.loads(line[len(MARK):])
+                    payload = json.loads(line[len(MARK) :])
                     if isinstance(payload, dict) and payload.get("error"):
                         raise ChildError(f"{self.label}: {payload['error']}")
                     return payload
@@ -412,12 +463,16 @@ def frame_tables(root: Any, per: float, top: int = 20) -> dict[str, Any]:
     total = sum(selfs.values()) or 1.0
 
     def table(values: dict[str, float], keep: Any) -> list[dict[str, Any]]:
-        return [{"function": k, "ms": v / per * 1000, "share": v / total}
-                for k, v in sorted(values.items(), key=lambda kv: -kv[1]) if keep(k)][:top]
+        return [
+            {"function": k, "ms": v / per * 1000, "share": v / total}
+            for k, v in sorted(values.items(), key=lambda kv: -kv[1])
+            if keep(k)
+        ][:top]
 
     own = ("durable/", "dashboard/", "approvals/", "templates/")
-    return {"top_self": table(selfs, lambda k: True),
-            "top_project": table(inclusive, lambda k: any(o in k for o in own)),
-            "buckets": {k: {"ms": v / per * 1000, "share": v / total}
-                        for k, v in buckets.items()},
-            "sampled_ms": total / per * 1000}
+    return {
+        "top_self": table(selfs, lambda k: True),
+        "top_project": table(inclusive, lambda k: any(o in k for o in own)),
+        "buckets": {k: {"ms": v / per * 1000, "share": v / total} for k, v in buckets.items()},
+        "sampled_ms": total / per * 1000,
+    }

@@ -18,8 +18,19 @@ from typing import Any
 
 from .common import emit, latency_summary, setup_django
 
-WORKFLOWS = [f"agent.{name}" for name in ("support", "refunds", "research", "triage", "billing",
-                                            "outreach", "summarize", "onboarding")]
+WORKFLOWS = [
+    f"agent.{name}"
+    for name in (
+        "support",
+        "refunds",
+        "research",
+        "triage",
+        "billing",
+        "outreach",
+        "summarize",
+        "onboarding",
+    )
+]
 SEED_MARK_TABLE = "bench_seed_info"
 
 
@@ -38,8 +49,12 @@ def _text(value: Any) -> str:
         value = value.isoformat()
     text = str(value)
     if any(c in text for c in "\\\t\n\r"):
-        text = (text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-                .replace("\r", "\\r"))
+        text = (
+            text.replace("\\", "\\\\")
+            .replace("\t", "\\t")
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+        )
     return text
 
 
@@ -69,8 +84,9 @@ class Copier:
             defaults.append(_text(default))
         self.suffix = ("\t" + "\t".join(defaults)) if defaults else ""
         columns = [by_attname[f].column for f in fields] + [f.column for f in self.rest]
-        self.sql = (f'COPY "{self.table}" ({", ".join(chr(34) + c + chr(34) for c in columns)}) '
-                    "FROM STDIN")
+        self.sql = (
+            f'COPY "{self.table}" ({", ".join(chr(34) + c + chr(34) for c in columns)}) FROM STDIN'
+        )
 
     def copy(self, rows: Any, chunk: int = 20_000) -> int:
         count = 0
@@ -91,10 +107,10 @@ class Copier:
 def _seed_key(runs: int, steps: int) -> str:
     from django.db.migrations.recorder import MigrationRecorder
 
-    applied = MigrationRecorder.Migration.objects.order_by("app", "name").values_list(
-        "app", "name")
-    return json.dumps({"runs": runs, "steps": steps, "version": 3,
-                       "migrations": [f"{a}.{n}" for a, n in applied]})
+    applied = MigrationRecorder.Migration.objects.order_by("app", "name").values_list("app", "name")
+    return json.dumps(
+        {"runs": runs, "steps": steps, "version": 3, "migrations": [f"{a}.{n}" for a, n in applied]}
+    )
 
 
 def seeded(runs: int, steps: int) -> dict[str, Any] | None:
@@ -102,8 +118,7 @@ def seeded(runs: int, steps: int) -> dict[str, Any] | None:
 
     with connection.cursor() as cur:
         cur.execute(f"CREATE TABLE IF NOT EXISTS {SEED_MARK_TABLE} (key text, info text)")
-        cur.execute(f"SELECT info FROM {SEED_MARK_TABLE} WHERE key = %s",
-                    [_seed_key(runs, steps)])
+        cur.execute(f"SELECT info FROM {SEED_MARK_TABLE} WHERE key = %s", [_seed_key(runs, steps)])
         row = cur.fetchone()
     return json.loads(row[0]) if row else None
 
@@ -124,8 +139,14 @@ def seed(runs: int, steps: int) -> dict[str, Any]:
     extra = (steps - big_steps) - per_run * (runs - 1)
     big_id = "bench-run-500-steps"
     run_ids = [big_id] + [f"bench-{i:07d}" for i in range(1, runs)]
-    statuses = (["succeeded"] * 900 + ["failed"] * 40 + ["waiting"] * 20 + ["running"] * 20
-                + ["retrying"] * 10 + ["cancelled"] * 10)
+    statuses = (
+        ["succeeded"] * 900
+        + ["failed"] * 40
+        + ["waiting"] * 20
+        + ["running"] * 20
+        + ["retrying"] * 10
+        + ["cancelled"] * 10
+    )
     plan = []  # (run_id, status, created_at, n_steps, workflow)
     for i, rid in enumerate(run_ids):
         status = "succeeded" if i == 0 else statuses[rng.randrange(len(statuses))]
@@ -140,40 +161,93 @@ def seed(runs: int, steps: int) -> dict[str, Any]:
         cur.execute(f"DELETE FROM {SEED_MARK_TABLE}")
         later = timedelta(seconds=2)
 
-        run_fields = ["id", "workflow_name", "workflow_version", "status", "input", "input_hash",
-                      "output", "error", "error_type", "created_at", "started_at",
-                      "finished_at", "updated_at", "lease_owner", "lease_token",
-                      "lease_expires_at", "wake_at", "claims", "cursor_position",
-                      "steps_executed", "max_steps", "tags"]
+        run_fields = [
+            "id",
+            "workflow_name",
+            "workflow_version",
+            "status",
+            "input",
+            "input_hash",
+            "output",
+            "error",
+            "error_type",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "lease_owner",
+            "lease_token",
+            "lease_expires_at",
+            "wake_at",
+            "claims",
+            "cursor_position",
+            "steps_executed",
+            "max_steps",
+            "tags",
+        ]
 
         def run_rows():
             for rid, status, created, n, wf in plan:
                 terminal = status in ("succeeded", "failed", "cancelled")
                 failed = status == "failed"
                 running = status == "running"
-                yield (rid, wf, "1" if rng.random() < 0.7 else "2", status,
-                       _text(json.dumps({"ticket": rid, "message": "Customer asks about the "
-                                         "refund of order " + rid[-5:]})),
-                       "0" * 64,
-                       _text(json.dumps({"ok": True, "steps": n})) if status == "succeeded"
-                       else "\\N",
-                       _text({"type": "PermanentError", "message": "HTTP 403 from the API",
-                              "classification": "permanent", "step_id": "call#3"})
-                       if failed else "\\N",
-                       "PermanentError" if failed else "",
-                       _text(created), _text(created + timedelta(milliseconds=5)),
-                       _text(created + later + timedelta(seconds=n)) if terminal else "\\N",
-                       _text(created + later + timedelta(seconds=n)),
-                       "host:1:1" if running else "", "f" * 32 if running else "",
-                       _text(now + timedelta(hours=1)) if running else "\\N",
-                       _text(now + timedelta(hours=1)) if status == "retrying" else "\\N",
-                       "1", str(n), str(n), "10000",
-                       _text(["bench", wf.split(".")[1]]))
+                yield (
+                    rid,
+                    wf,
+                    "1" if rng.random() < 0.7 else "2",
+                    status,
+                    _text(
+                        json.dumps(
+                            {
+                                "ticket": rid,
+                                "message": "Customer asks about the refund of order " + rid[-5:],
+                            }
+                        )
+                    ),
+                    "0" * 64,
+                    _text(json.dumps({"ok": True, "steps": n})) if status == "succeeded" else "\\N",
+                    _text(
+                        {
+                            "type": "PermanentError",
+                            "message": "HTTP 403 from the API",
+                            "classification": "permanent",
+                            "step_id": "call#3",
+                        }
+                    )
+                    if failed
+                    else "\\N",
+                    "PermanentError" if failed else "",
+                    _text(created),
+                    _text(created + timedelta(milliseconds=5)),
+                    _text(created + later + timedelta(seconds=n)) if terminal else "\\N",
+                    _text(created + later + timedelta(seconds=n)),
+                    "host:1:1" if running else "",
+                    "f" * 32 if running else "",
+                    _text(now + timedelta(hours=1)) if running else "\\N",
+                    _text(now + timedelta(hours=1)) if status == "retrying" else "\\N",
+                    "1",
+                    str(n),
+                    str(n),
+                    "10000",
+                    _text(["bench", wf.split(".")[1]]),
+                )
 
         n_runs = Copier(cur, Run, run_fields).copy(run_rows())
 
-        step_fields = ["run_id", "step_id", "position", "kind", "tool_name", "status", "input",
-                       "output", "error", "attempts", "started_at", "finished_at"]
+        step_fields = [
+            "run_id",
+            "step_id",
+            "position",
+            "kind",
+            "tool_name",
+            "status",
+            "input",
+            "output",
+            "error",
+            "attempts",
+            "started_at",
+            "finished_at",
+        ]
         step_in = _text(json.dumps({"kwargs": {"query": "order status"}}))
         step_out = _text(json.dumps({"answer": "The order shipped on Monday.", "tokens": 412}))
 
@@ -189,14 +263,29 @@ def seed(runs: int, steps: int) -> dict[str, Any]:
                         st = "running"
                     kind = "tool" if pos % 3 == 2 else ("llm" if pos % 3 == 1 else "step")
                     t = base + timedelta(seconds=pos)
-                    yield (rid, f"call#{pos + 1}" if pos else "call", str(pos), kind,
-                           "search" if kind == "tool" else "", st, step_in,
-                           step_out if st == "succeeded" else "\\N",
-                           _text({"type": "PermanentError", "message": "HTTP 403",
-                                  "classification": "permanent", "step_id": "x"})
-                           if st == "failed" else "\\N",
-                           "2" if pos % 50 == 7 else "1", _text(t),
-                           _text(t + timedelta(milliseconds=800)) if st != "running" else "\\N")
+                    yield (
+                        rid,
+                        f"call#{pos + 1}" if pos else "call",
+                        str(pos),
+                        kind,
+                        "search" if kind == "tool" else "",
+                        st,
+                        step_in,
+                        step_out if st == "succeeded" else "\\N",
+                        _text(
+                            {
+                                "type": "PermanentError",
+                                "message": "HTTP 403",
+                                "classification": "permanent",
+                                "step_id": "x",
+                            }
+                        )
+                        if st == "failed"
+                        else "\\N",
+                        "2" if pos % 50 == 7 else "1",
+                        _text(t),
+                        _text(t + timedelta(milliseconds=800)) if st != "running" else "\\N",
+                    )
 
         n_steps = Copier(cur, Step, step_fields).copy(step_rows())
 
@@ -205,45 +294,108 @@ def seed(runs: int, steps: int) -> dict[str, Any]:
         def event_rows():
             for rid, status, created, n, _wf in plan:
                 yield (rid, "created", "", "started", "", _text(created), "\\N")
-                yield (rid, "claimed", "", "", "host:1:1", _text(created + later),
-                       _text({"claim": 1}))
+                yield (
+                    rid,
+                    "claimed",
+                    "",
+                    "",
+                    "host:1:1",
+                    _text(created + later),
+                    _text({"claim": 1}),
+                )
                 if rid == big_id:
                     for pos in range(n):
-                        yield (rid, "step_executed", f"call#{pos + 1}" if pos else "call", "",
-                               "host:1:1", _text(created + later + timedelta(seconds=pos)),
-                               _text({"attempt": 1, "kind": "step", "seconds": 0.8}))
+                        yield (
+                            rid,
+                            "step_executed",
+                            f"call#{pos + 1}" if pos else "call",
+                            "",
+                            "host:1:1",
+                            _text(created + later + timedelta(seconds=pos)),
+                            _text({"attempt": 1, "kind": "step", "seconds": 0.8}),
+                        )
                 if status in ("succeeded", "failed", "cancelled"):
-                    yield (rid, "completed" if status == "succeeded" else status, "",
-                           f"run {status}", "host:1:1",
-                           _text(created + later + timedelta(seconds=n)), "\\N")
+                    yield (
+                        rid,
+                        "completed" if status == "succeeded" else status,
+                        "",
+                        f"run {status}",
+                        "host:1:1",
+                        _text(created + later + timedelta(seconds=n)),
+                        "\\N",
+                    )
 
         n_events = Copier(cur, TraceEvent, event_fields).copy(event_rows())
 
         waiting = [(rid, created, n) for rid, status, created, n, _ in plan if status == "waiting"]
-        wait_fields = ["run_id", "wait_id", "position", "kind", "key", "status", "title",
-                       "payload", "created_at"]
+        wait_fields = [
+            "run_id",
+            "wait_id",
+            "position",
+            "kind",
+            "key",
+            "status",
+            "title",
+            "payload",
+            "created_at",
+        ]
         Copier(cur, Wait, wait_fields).copy(
-            (rid, "approval:refund", str(n), "approval", "refund", "pending",
-             "Approve the refund", _text(json.dumps({"amount": 42})),
-             _text(created + later + timedelta(seconds=n)))
-            for rid, created, n in waiting)
+            (
+                rid,
+                "approval:refund",
+                str(n),
+                "approval",
+                "refund",
+                "pending",
+                "Approve the refund",
+                _text(json.dumps({"amount": 42})),
+                _text(created + later + timedelta(seconds=n)),
+            )
+            for rid, created, n in waiting
+        )
         cur.execute(f'SELECT id, run_id, created_at FROM "{Wait._meta.db_table}"')
         waits = cur.fetchall()
-        req_fields = ["wait_id", "run_id", "key", "title", "payload", "tool_name", "safety",
-                      "status", "created_at"]
+        req_fields = [
+            "wait_id",
+            "run_id",
+            "key",
+            "title",
+            "payload",
+            "tool_name",
+            "safety",
+            "status",
+            "created_at",
+        ]
         Copier(cur, ApprovalRequest, req_fields).copy(
-            (str(wid), rid, "refund", "Approve the refund", _text(json.dumps({"amount": 42})),
-             "refund", "unsafe_write", "pending", _text(created))
-            for wid, rid, created in waits)
+            (
+                str(wid),
+                rid,
+                "refund",
+                "Approve the refund",
+                _text(json.dumps({"amount": 42})),
+                "refund",
+                "unsafe_write",
+                "pending",
+                _text(created),
+            )
+            for wid, rid, created in waits
+        )
         cur.execute("SET session_replication_role = DEFAULT")
         for model in (Run, Step, TraceEvent, Wait, ApprovalRequest):
             cur.execute(f'ANALYZE "{model._meta.db_table}"')
-        info = {"runs": n_runs, "steps": n_steps, "events": n_events,
-                "pending_approvals": len(waits), "big_run": big_id,
-                "seed_seconds": time.perf_counter() - t0}
+        info = {
+            "runs": n_runs,
+            "steps": n_steps,
+            "events": n_events,
+            "pending_approvals": len(waits),
+            "big_run": big_id,
+            "seed_seconds": time.perf_counter() - t0,
+        }
         with transaction.atomic():
-            cur.execute(f"INSERT INTO {SEED_MARK_TABLE} (key, info) VALUES (%s, %s)",
-                        [_seed_key(runs, steps), json.dumps(info)])
+            cur.execute(
+                f"INSERT INTO {SEED_MARK_TABLE} (key, info) VALUES (%s, %s)",
+                [_seed_key(runs, steps), json.dumps(info)],
+            )
     return info
 
 
@@ -302,12 +454,19 @@ def time_pages(big_run: str, repeats: int) -> list[dict[str, Any]]:
                 times.append((time.perf_counter() - t) * 1000)
             with CaptureQueriesContext(connection) as queries:
                 response = client.get(path)
-            slowest = max(queries.captured_queries, key=lambda q: float(q["time"]),
-                          default={"time": "0", "sql": ""})
-            row.update(available=True, ms=latency_summary(times), queries=len(queries),
-                       bytes=len(response.content),
-                       slowest_query_ms=float(slowest["time"]) * 1000,
-                       slowest_query=slowest["sql"][:1000])
+            slowest = max(
+                queries.captured_queries,
+                key=lambda q: float(q["time"]),
+                default={"time": "0", "sql": ""},
+            )
+            row.update(
+                available=True,
+                ms=latency_summary(times),
+                queries=len(queries),
+                bytes=len(response.content),
+                slowest_query_ms=float(slowest["time"]) * 1000,
+                slowest_query=slowest["sql"][:1000],
+            )
         except Exception as exc:  # noqa: BLE001 - a broken page is a result, not a crash
             row.update(available=False, note=f"error: {type(exc).__name__}: {exc}"[:300])
         results.append(row)
@@ -367,8 +526,15 @@ def main() -> None:
         profiles = profile_pages(info["big_run"])
     except ImportError:  # pyinstrument is in the bench extra
         profiles = []
-    emit({"seed": info, "seed_reused": reused, "pages": results, "repeats": args.repeats,
-          "profiles": profiles})
+    emit(
+        {
+            "seed": info,
+            "seed_reused": reused,
+            "pages": results,
+            "repeats": args.repeats,
+            "profiles": profiles,
+        }
+    )
 
 
 if __name__ == "__main__":

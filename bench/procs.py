@@ -40,11 +40,29 @@ class Worker:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [CELERY, "-A", "config", "worker", "--pool=solo", "-c", "1", "--without-mingle",
-             "--without-gossip", "-n", f"{self.name}@%h", "--loglevel=INFO",
-             "-Q", os.environ.get("BENCH_QUEUE", "celery")],
-            cwd=REPO, env=dict(os.environ), stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                CELERY,
+                "-A",
+                "config",
+                "worker",
+                "--pool=solo",
+                "-c",
+                "1",
+                "--without-mingle",
+                "--without-gossip",
+                "-n",
+                f"{self.name}@%h",
+                "--loglevel=INFO",
+                "-Q",
+                os.environ.get("BENCH_QUEUE", "celery"),
+            ],
+            cwd=REPO,
+            env=dict(os.environ),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.ready_seconds: float | None = None
 
     @property
@@ -61,11 +79,15 @@ class Worker:
         deadline = time.monotonic() + timeout
         while " ready." not in self.log():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n"
-                                   + "\n".join(self.log().splitlines()[-30:]))
+                raise RuntimeError(
+                    f"worker {self.name} exited {self.proc.returncode}:\n"
+                    + "\n".join(self.log().splitlines()[-30:])
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"worker {self.name} not ready after {timeout} s:\n"
-                                   + "\n".join(self.log().splitlines()[-30:]))
+                raise RuntimeError(
+                    f"worker {self.name} not ready after {timeout} s:\n"
+                    + "\n".join(self.log().splitlines()[-30:])
+                )
             time.sleep(0.05)
         self.ready_seconds = time.monotonic() - self.started
         return self.ready_seconds
@@ -154,21 +176,33 @@ def dispatch(quick: bool, log_dir: Path) -> dict[str, Any]:
         for i in range(n + 3):
             t0 = time.time()
             run = durable.start("bench.noop", {"steps": 1})
-            finished = _wait(lambda run=run: Run.objects.filter(
-                                 pk=run.id, status=RunStatus.SUCCEEDED)
-                             .values_list("finished_at", flat=True).first(), 30,
-                             f"run {run.id}")
-            claimed = (TraceEvent.objects.filter(run_id=run.id, kind="claimed")
-                       .values_list("created_at", flat=True).first())
+            finished = _wait(
+                lambda run=run: (
+                    Run.objects.filter(pk=run.id, status=RunStatus.SUCCEEDED)
+                    .values_list("finished_at", flat=True)
+                    .first()
+                ),
+                30,
+                f"run {run.id}",
+            )
+            claimed = (
+                TraceEvent.objects.filter(run_id=run.id, kind="claimed")
+                .values_list("created_at", flat=True)
+                .first()
+            )
             if i >= 3:  # the first runs warm up the broker connection and the worker
                 totals.append((_ts(finished) - t0) * 1000)
                 pickups.append((_ts(claimed) - t0) * 1000)
         rss = worker.rss_mb()
     finally:
         worker.stop()
-    return {"start_to_finished_ms": latency_summary(totals),
-            "start_to_claimed_ms": latency_summary(pickups),
-            "worker_ready_seconds": ready, "worker_rss_mb": rss, "runs": n}
+    return {
+        "start_to_finished_ms": latency_summary(totals),
+        "start_to_claimed_ms": latency_summary(pickups),
+        "worker_ready_seconds": ready,
+        "worker_rss_mb": rss,
+        "runs": n,
+    }
 
 
 # -------------------------------------------------------------------------- throughput
@@ -185,17 +219,25 @@ def _batch(runs: int, steps: int, timeout: float) -> dict[str, Any]:
     tag = f"tp-{time.time_ns()}"
     with transaction.atomic():
         transaction.on_commit(lambda: box.setdefault("t0", time.time()))
-        ids = [durable.start("bench.noop", {"steps": steps}, tags=[tag]).id
-               for _ in range(runs)]
+        ids = [durable.start("bench.noop", {"steps": steps}, tags=[tag]).id for _ in range(runs)]
     t0 = box["t0"]
     qs = Run.objects.filter(pk__in=ids)
-    _wait(lambda: qs.filter(status=RunStatus.SUCCEEDED).count() == runs, timeout,
-          f"{runs} runs to succeed", interval=0.2)
+    _wait(
+        lambda: qs.filter(status=RunStatus.SUCCEEDED).count() == runs,
+        timeout,
+        f"{runs} runs to succeed",
+        interval=0.2,
+    )
     failed = qs.exclude(status=RunStatus.SUCCEEDED).count()
     t1 = _ts(qs.aggregate(m=Max("finished_at"))["m"])
     seconds = t1 - t0
-    return {"runs": runs, "steps": runs * steps, "seconds": seconds,
-            "steps_per_second": runs * steps / seconds, "failed": failed}
+    return {
+        "runs": runs,
+        "steps": runs * steps,
+        "seconds": seconds,
+        "steps_per_second": runs * steps / seconds,
+        "failed": failed,
+    }
 
 
 def throughput(quick: bool, log_dir: Path) -> dict[str, Any]:
@@ -276,58 +318,97 @@ def recovery(quick: bool, log_dir: Path) -> dict[str, Any]:
         sweeper.stop_event.set()
         for w in workers:
             w.stop()
-    return {"kill_to_next_step_s": latency_summary(latencies), "kills": kills,
-            "recovered": len(latencies), "failures": failures,
-            "claims_per_run": claims, "details": details,
-            "settings": {"DURABLE_LEASE_SECONDS": conf.lease_seconds(),
-                         "DURABLE_HEARTBEAT_SECONDS": conf.heartbeat_seconds(),
-                         "DURABLE_SWEEP_INTERVAL_SECONDS": conf.get("SWEEP_INTERVAL_SECONDS"),
-                         "DURABLE_WORKER_BEAT_SECONDS": conf.worker_beat_seconds(),
-                         "DURABLE_WORKER_DEAD_AFTER_SECONDS": conf.worker_dead_after_seconds(),
-                         "step_seconds": step_sleep, "sweeper": "thread in the harness"}}
+    return {
+        "kill_to_next_step_s": latency_summary(latencies),
+        "kills": kills,
+        "recovered": len(latencies),
+        "failures": failures,
+        "claims_per_run": claims,
+        "details": details,
+        "settings": {
+            "DURABLE_LEASE_SECONDS": conf.lease_seconds(),
+            "DURABLE_HEARTBEAT_SECONDS": conf.heartbeat_seconds(),
+            "DURABLE_SWEEP_INTERVAL_SECONDS": conf.get("SWEEP_INTERVAL_SECONDS"),
+            "DURABLE_WORKER_BEAT_SECONDS": conf.worker_beat_seconds(),
+            "DURABLE_WORKER_DEAD_AFTER_SECONDS": conf.worker_dead_after_seconds(),
+            "step_seconds": step_sleep,
+            "sweeper": "thread in the harness",
+        },
+    }
 
 
-def _one_kill(workers: list[Worker], log_dir: Path, step_sleep: float, latencies: list[float],
-              claims: list[int], details: list[dict[str, Any]]) -> None:
+def _one_kill(
+    workers: list[Worker],
+    log_dir: Path,
+    step_sleep: float,
+    latencies: list[float],
+    claims: list[int],
+    details: list[dict[str, Any]],
+) -> None:
     import durable
     from durable.models import Run, RunStatus, Step
 
     run = durable.start("bench.slow", {"steps": 12, "sleep": step_sleep})
     run_id = run.id
-    row = _wait(lambda: Run.objects.filter(
-        pk=run_id, status=RunStatus.RUNNING, cursor_position__gte=2).values(
-        "lease_owner", "cursor_position").first(), 60, "the run to be mid-way",
-        interval=0.01)
+    row = _wait(
+        lambda: (
+            Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, cursor_position__gte=2)
+            .values("lease_owner", "cursor_position")
+            .first()
+        ),
+        60,
+        "the run to be mid-way",
+        interval=0.01,
+    )
     pid = int(row["lease_owner"].split(":")[1])
     victim = next((w for w in workers if w.pid == pid), None)
     if victim is None:
         raise RuntimeError(f"run {run_id} is held by {row['lease_owner']}, not a bench worker")
     # kill in the middle of a step: just after a checkpoint
     pos = row["cursor_position"]
-    _wait(lambda: Run.objects.filter(pk=run_id, cursor_position__gt=pos).exists(),
-          10, "the next checkpoint", interval=0.005)
+    _wait(
+        lambda: Run.objects.filter(pk=run_id, cursor_position__gt=pos).exists(),
+        10,
+        "the next checkpoint",
+        interval=0.005,
+    )
     time.sleep(step_sleep / 2)
     victim.kill()
     t_kill = time.time()
     workers.remove(victim)
-    started = _wait(lambda: Step.objects.filter(run_id=run_id).order_by(
-        "position").filter(started_at__gt=datetime.fromtimestamp(
-            t_kill, tz=UTC)).values_list(
-        "started_at", flat=True).first(), 60, "the next step on the other worker",
-        interval=0.01)
+    started = _wait(
+        lambda: (
+            Step.objects.filter(run_id=run_id)
+            .order_by("position")
+            .filter(started_at__gt=datetime.fromtimestamp(t_kill, tz=UTC))
+            .values_list("started_at", flat=True)
+            .first()
+        ),
+        60,
+        "the next step on the other worker",
+        interval=0.01,
+    )
     latency = _ts(started) - t_kill
     latencies.append(latency)
     claimed = Run.objects.filter(pk=run_id).values_list("lease_owner", flat=True).first()
     from durable.models import TraceEvent
 
-    released_by = list(TraceEvent.objects.filter(
-        run_id=run_id, kind__in=["owner_dead", "lease_expired"]).values_list("kind", flat=True))
-    details.append({"latency_s": latency, "killed_pid": pid, "new_owner": claimed,
-                    "released_by": released_by})
+    released_by = list(
+        TraceEvent.objects.filter(
+            run_id=run_id, kind__in=["owner_dead", "lease_expired"]
+        ).values_list("kind", flat=True)
+    )
+    details.append(
+        {"latency_s": latency, "killed_pid": pid, "new_owner": claimed, "released_by": released_by}
+    )
     replacement = Worker(log_dir, "r")
     workers.append(replacement)
-    _wait(lambda: Run.objects.filter(pk=run_id, status=RunStatus.SUCCEEDED).exists(),
-          60, "the recovered run to finish", interval=0.05)
+    _wait(
+        lambda: Run.objects.filter(pk=run_id, status=RunStatus.SUCCEEDED).exists(),
+        60,
+        "the recovered run to finish",
+        interval=0.05,
+    )
     claims.append(Run.objects.get(pk=run_id).claims)
     replacement.wait_ready()
 
@@ -357,11 +438,21 @@ def approval(quick: bool, log_dir: Path) -> dict[str, Any]:
         worker.wait_ready()
         for i in range(n + 1):
             run = durable.start("bench.approval", {"i": i})
-            req_id = _wait(lambda run=run: ApprovalRequest.objects.filter(
-                run_id=run.id, status=ApprovalStatus.PENDING).values_list(
-                "pk", flat=True).first(), 30, "the approval request", interval=0.01)
-            _wait(lambda run=run: Run.objects.filter(
-                      pk=run.id, status=RunStatus.WAITING).exists(), 30, "the run to wait")
+            req_id = _wait(
+                lambda run=run: (
+                    ApprovalRequest.objects.filter(run_id=run.id, status=ApprovalStatus.PENDING)
+                    .values_list("pk", flat=True)
+                    .first()
+                ),
+                30,
+                "the approval request",
+                interval=0.01,
+            )
+            _wait(
+                lambda run=run: Run.objects.filter(pk=run.id, status=RunStatus.WAITING).exists(),
+                30,
+                "the run to wait",
+            )
             box: dict[str, float] = {}
             try:
                 with transaction.atomic():
@@ -379,20 +470,32 @@ def approval(quick: bool, log_dir: Path) -> dict[str, Any]:
                 with transaction.atomic():
                     transaction.on_commit(lambda box=box: box.setdefault("t", time.time()))
                     approval_decide(request_id=req_id, user=user, approve=True)
-            started = _wait(lambda run=run: Step.objects.filter(run_id=run.id, step_id="after")
-                            .values_list("started_at", flat=True).first(), 30,
-                            "the step after the approval")
+            started = _wait(
+                lambda run=run: (
+                    Step.objects.filter(run_id=run.id, step_id="after")
+                    .values_list("started_at", flat=True)
+                    .first()
+                ),
+                30,
+                "the step after the approval",
+            )
             if i:  # the first one warms up
                 latencies.append((_ts(started) - box["t"]) * 1000)
-            _wait(lambda run=run: Run.objects.filter(
-                      pk=run.id, status=RunStatus.SUCCEEDED).exists(), 30, "the run to finish")
+            _wait(
+                lambda run=run: Run.objects.filter(pk=run.id, status=RunStatus.SUCCEEDED).exists(),
+                30,
+                "the run to finish",
+            )
     finally:
         worker.stop()
     out = {"decision_to_next_step_ms": latency_summary(latencies), "approvals": n}
     if patched:
-        out["workaround"] = ("approvals.services.approval_decide failed on PostgreSQL ("
-                             + patched.splitlines()[0] + "); measured with "
-                             "select_for_update(of=('self',)) patched in by the harness")
+        out["workaround"] = (
+            "approvals.services.approval_decide failed on PostgreSQL ("
+            + patched.splitlines()[0]
+            + "); measured with "
+            "select_for_update(of=('self',)) patched in by the harness"
+        )
     return out
 
 
@@ -403,14 +506,14 @@ def _lock_only_self() -> None:
     original = QuerySet.select_for_update
 
     def select_for_update(self, nowait=False, skip_locked=False, of=(), no_key=False):
-        return original(self, nowait=nowait, skip_locked=skip_locked, of=of or ("self",),
-                        no_key=no_key)
+        return original(
+            self, nowait=nowait, skip_locked=skip_locked, of=of or ("self",), no_key=no_key
+        )
 
     QuerySet.select_for_update = select_for_update
 
 
-PARTS = {"dispatch": dispatch, "throughput": throughput, "recovery": recovery,
-         "approval": approval}
+PARTS = {"dispatch": dispatch, "throughput": throughput, "recovery": recovery, "approval": approval}
 
 
 def main() -> None:

@@ -19,8 +19,11 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from dashboard.bodylimit import BodySizeLimitMiddleware
 from dashboard.routing import websocket_urlpatterns
 
-application = ProtocolTypeRouter({
-    "http": BodySizeLimitMiddleware(django_asgi_app),
-    "websocket": AllowedHostsOriginValidator(
-        AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-})
+application = ProtocolTypeRouter(
+    {
+        "http": BodySizeLimitMiddleware(django_asgi_app),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

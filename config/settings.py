@@ -64,10 +64,12 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 # (and strip it from client requests): see docs/security.md.
 HTTPS = env_bool("DJANGO_HTTPS", False)
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", HTTPS)
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or
-                          (31_536_000 if HTTPS else 0))
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS",
-                                          SECURE_HSTS_SECONDS > 0)
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or (31_536_000 if HTTPS else 0)
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE_HSTS_SECONDS > 0
+)
 # "preload" only offers the domain to browsers' HSTS preload lists; submitting it is a
 # separate, deliberate step (hstspreload.org). DJANGO_SECURE_HSTS_PRELOAD=false drops it.
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", HTTPS)
@@ -134,7 +136,7 @@ CONTENT_SECURITY_POLICY = {
         "base-uri": ["'self'"],
         "form-action": ["'self'"],
         "frame-ancestors": ["'none'"],
-    },
+    }
 }
 
 # --- login throttling (django-axes) ---------------------------------------------------
@@ -153,7 +155,8 @@ AXES_RESET_ON_SUCCESS = True
 # case the address the proxy put into X-Forwarded-For (docs/security.md)
 AXES_IPWARE_PROXY_COUNT = int(os.environ.get("DURABLE_TRUSTED_PROXY_COUNT") or 0) or None
 AXES_IPWARE_META_PRECEDENCE_ORDER = (
-    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"])
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
 
 ROOT_URLCONF = "config.urls"
 TEMPLATES = [
@@ -168,7 +171,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-            ],
+            ]
         },
     }
 ]
@@ -198,12 +201,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["TEST"] = {
         # one file per test session, so concurrent test runs cannot collide
-        "NAME": os.environ.get("DURABLE_TEST_SQLITE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3")),
+        "NAME": os.environ.get("DURABLE_TEST_SQLITE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
@@ -256,7 +259,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "durable.sweep",
         "schedule": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
         "options": {"expires": 30},
-    },
+    }
 }
 
 # --- Channels ------------------------------------------------------------------------

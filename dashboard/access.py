@@ -30,8 +30,10 @@ DESCRIPTIONS = {
 
 def missing_message(perm: str) -> str:
     what, group = DESCRIPTIONS.get(perm, ("do this", "admin"))
-    return (f"You are missing the permission “{perm}”, needed to {what}. Ask an "
-            f"administrator to add you to the “{group}” group.")
+    return (
+        f"You are missing the permission “{perm}”, needed to {what}. Ask an "
+        f"administrator to add you to the “{group}” group."
+    )
 
 
 def check_perm(user: Any, perm: str) -> None:

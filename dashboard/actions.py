@@ -56,8 +56,16 @@ def _flash(level: str, text: str) -> dict[str, str]:
     return {"level": level, "text": text}
 
 
-def _answer(request: HttpRequest, *, page: str, run_id: str = "", level: str, text: str,
-            status: int = 200, extra: dict[str, Any] | None = None) -> HttpResponse:
+def _answer(
+    request: HttpRequest,
+    *,
+    page: str,
+    run_id: str = "",
+    level: str,
+    text: str,
+    status: int = 200,
+    extra: dict[str, Any] | None = None,
+) -> HttpResponse:
     """Re-render ``page`` ("detail", "attention" or "approvals") with a message."""
     extra = dict(extra or {})
     if page == "attention":
@@ -85,8 +93,9 @@ def _form_errors(form: Any) -> str:
     for field_name, errors in form.errors.items():
         label = form.fields[field_name].label if field_name in form.fields else ""
         label = label or field_name.replace("_", " ").capitalize()
-        parts.append(f"{label}: {' '.join(errors)}" if field_name != "__all__"
-                     else " ".join(errors))
+        parts.append(
+            f"{label}: {' '.join(errors)}" if field_name != "__all__" else " ".join(errors)
+        )
     return "Please correct the form. " + " ".join(parts)
 
 
@@ -104,12 +113,18 @@ def _return_to(form: Any, default: str = "detail") -> str:
 # --- runs ------------------------------------------------------------------------------
 
 RUN_ACTIONS = {
-    "cancel": (ReasonForm, ("Cancelled run {id}. Steps already done stay done; compensate "
-                            "to undo its writes.")),
-    "compensate": (ReasonForm, ("Compensation of run {id} started: its completed writes "
-                                "are undone, newest first.")),
-    "resume": (ResumeForm, ("Resumed run {id}: completed steps replay, the failed step "
-                            "runs again.")),
+    "cancel": (
+        ReasonForm,
+        ("Cancelled run {id}. Steps already done stay done; compensate to undo its writes."),
+    ),
+    "compensate": (
+        ReasonForm,
+        ("Compensation of run {id} started: its completed writes are undone, newest first."),
+    ),
+    "resume": (
+        ResumeForm,
+        ("Resumed run {id}: completed steps replay, the failed step runs again."),
+    ),
     "fork": (ForkForm, "Forked run {id} into {new}."),
 }
 
@@ -124,14 +139,17 @@ def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
     if run is None:
         raise Http404(f"There is no run with the id “{run_id}”.")
     if form_class is ForkForm:
-        form = ForkForm(request.POST, step_ids=list(
-            run.steps.order_by("position").values_list("step_id", flat=True)))
+        form = ForkForm(
+            request.POST,
+            step_ids=list(run.steps.order_by("position").values_list("step_id", flat=True)),
+        )
     else:
         form = form_class(request.POST)
     page = _return_to(form)
     if not form.is_valid():
-        return _answer(request, page=page, run_id=run_id, level=ERROR,
-                       text=_form_errors(form), status=422)
+        return _answer(
+            request, page=page, run_id=run_id, level=ERROR, text=_form_errors(form), status=422
+        )
     data = form.cleaned_data
     reason = data.get("reason") or ""
     try:
@@ -141,12 +159,17 @@ def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
             run_compensate(run_id=run_id, by=request.user, reason=reason)
         elif action == "resume":
             minutes = data.get("deadline_minutes")
-            run_resume(run_id=run_id, by=request.user, reason=reason,
-                       extra_steps=data.get("extra_steps") or 0,
-                       deadline_seconds=minutes * 60 if minutes else None)
+            run_resume(
+                run_id=run_id,
+                by=request.user,
+                reason=reason,
+                extra_steps=data.get("extra_steps") or 0,
+                deadline_seconds=minutes * 60 if minutes else None,
+            )
         else:
-            fork = run_fork(run_id=run_id, from_step=data["from_step"], by=request.user,
-                            reason=reason)
+            fork = run_fork(
+                run_id=run_id, from_step=data["from_step"], by=request.user, reason=reason
+            )
             messages.success(request, done.format(id=run_id, new=fork.id))
             url = reverse("dashboard:run", args=[fork.id])
             if views.wants_fragment(request):
@@ -155,13 +178,19 @@ def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
     except RunNotFound as exc:
         raise Http404(str(exc)) from exc
     except IllegalTransition as exc:
-        return _answer(request, page=page, run_id=run_id, level=ERROR, status=409,
-                       text=f"Nothing changed: {exc}. The page now shows the run as it is.")
+        return _answer(
+            request,
+            page=page,
+            run_id=run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing changed: {exc}. The page now shows the run as it is.",
+        )
     except ValueError as exc:
-        return _answer(request, page=page, run_id=run_id, level=ERROR, text=str(exc),
-                       status=422)
-    return _answer(request, page=page, run_id=run_id, level=SUCCESS,
-                   text=done.format(id=run_id, new=""))
+        return _answer(request, page=page, run_id=run_id, level=ERROR, text=str(exc), status=422)
+    return _answer(
+        request, page=page, run_id=run_id, level=SUCCESS, text=done.format(id=run_id, new="")
+    )
 
 
 @require_POST
@@ -173,23 +202,49 @@ def run_signal_view(request: HttpRequest, run_id: str) -> HttpResponse:
         raise Http404(f"There is no run with the id “{run_id}”.")
     form = SignalForm(request.POST)
     if not form.is_valid():
-        return _answer(request, page="detail", run_id=run_id, level=ERROR,
-                       text=_form_errors(form), status=422, extra=_kept(form, "signal"))
+        return _answer(
+            request,
+            page="detail",
+            run_id=run_id,
+            level=ERROR,
+            text=_form_errors(form),
+            status=422,
+            extra=_kept(form, "signal"),
+        )
     data = form.cleaned_data
     try:
-        sent = run_signal(run_id=run_id, name=data["name"], payload=data.get("payload"),
-                          by=request.user)
+        sent = run_signal(
+            run_id=run_id, name=data["name"], payload=data.get("payload"), by=request.user
+        )
     except RunNotFound as exc:
         raise Http404(str(exc)) from exc
     except IllegalTransition as exc:
-        return _answer(request, page="detail", run_id=run_id, level=ERROR, status=409,
-                       text=f"Nothing changed: {exc}. The page now shows the run as it is.")
+        return _answer(
+            request,
+            page="detail",
+            run_id=run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing changed: {exc}. The page now shows the run as it is.",
+        )
     except (PayloadError, ValueError) as exc:
-        return _answer(request, page="detail", run_id=run_id, level=ERROR, text=str(exc),
-                       status=422, extra=_kept(form, "signal"))
+        return _answer(
+            request,
+            page="detail",
+            run_id=run_id,
+            level=ERROR,
+            text=str(exc),
+            status=422,
+            extra=_kept(form, "signal"),
+        )
     text = sent.message[:1].upper() + sent.message[1:] + "."
-    return _answer(request, page="detail", run_id=run_id,
-                   level=WARNING if sent.misaddressed else SUCCESS, text=text)
+    return _answer(
+        request,
+        page="detail",
+        run_id=run_id,
+        level=WARNING if sent.misaddressed else SUCCESS,
+        text=text,
+    )
 
 
 # --- operations -----------------------------------------------------------------------
@@ -197,7 +252,7 @@ def run_signal_view(request: HttpRequest, run_id: str) -> HttpResponse:
 RECONCILED = {
     "happened": "Recorded that {tool} happened; run {run} continues with that result.",
     "not_happened": "Recorded that {tool} did not happen; run {run} calls it again with "
-                    "the same idempotency key.",
+    "the same idempotency key.",
     "abort": "Aborted run {run} at the unknown outcome of {tool}.",
 }
 
@@ -211,32 +266,59 @@ def operation_reconcile_view(request: HttpRequest, operation_id: int) -> HttpRes
     form = ReconcileForm(request.POST)
     page = _return_to(form, default="attention")
     if not form.is_valid():
-        return _answer(request, page=page, run_id=op.run_id, level=ERROR,
-                       text=_form_errors(form), status=422,
-                       extra=_kept(form, f"op-{op.pk}-{form.data.get('outcome', '')}"))
+        return _answer(
+            request,
+            page=page,
+            run_id=op.run_id,
+            level=ERROR,
+            text=_form_errors(form),
+            status=422,
+            extra=_kept(form, f"op-{op.pk}-{form.data.get('outcome', '')}"),
+        )
     data = form.cleaned_data
     try:
-        operation_reconcile(operation_id=op.pk, outcome=data["outcome"],
-                            result=data.get("result"),
-                            external_id=data.get("external_id") or "",
-                            by=request.user, reason=data.get("reason") or "")
+        operation_reconcile(
+            operation_id=op.pk,
+            outcome=data["outcome"],
+            result=data.get("result"),
+            external_id=data.get("external_id") or "",
+            by=request.user,
+            reason=data.get("reason") or "",
+        )
     except OperationNotFound as exc:
         raise Http404(str(exc)) from exc
     except IllegalTransition as exc:
-        return _answer(request, page=page, run_id=op.run_id, level=ERROR, status=409,
-                       text=f"Nothing changed: {exc}. The page now shows what is left to decide.")
+        return _answer(
+            request,
+            page=page,
+            run_id=op.run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing changed: {exc}. The page now shows what is left to decide.",
+        )
     except (PayloadError, ValueError) as exc:
-        return _answer(request, page=page, run_id=op.run_id, level=ERROR, text=str(exc),
-                       status=422, extra=_kept(form, f"op-{op.pk}-{data['outcome']}"))
+        return _answer(
+            request,
+            page=page,
+            run_id=op.run_id,
+            level=ERROR,
+            text=str(exc),
+            status=422,
+            extra=_kept(form, f"op-{op.pk}-{data['outcome']}"),
+        )
     status = Run.objects.filter(pk=op.run_id).values_list("status", flat=True).first()
     if status == RunStatus.COMPENSATING:
-        text = (f"Recorded that {op.tool_name} "
-                f"{'happened' if data['outcome'] == 'happened' else 'did not happen'}; "
-                f"the compensation of run {op.run_id} goes on.")
+        text = (
+            f"Recorded that {op.tool_name} "
+            f"{'happened' if data['outcome'] == 'happened' else 'did not happen'}; "
+            f"the compensation of run {op.run_id} goes on."
+        )
     elif status in TERMINAL and data["outcome"] != "abort":
-        text = (f"Recorded in the ledger that {op.tool_name} "
-                f"{'happened' if data['outcome'] == 'happened' else 'did not happen'}; "
-                f"run {op.run_id} stays {status}.")
+        text = (
+            f"Recorded in the ledger that {op.tool_name} "
+            f"{'happened' if data['outcome'] == 'happened' else 'did not happen'}; "
+            f"run {op.run_id} stays {status}."
+        )
     else:
         text = RECONCILED[data["outcome"]].format(tool=op.tool_name, run=op.run_id)
     return _answer(request, page=page, run_id=op.run_id, level=SUCCESS, text=text)
@@ -250,53 +332,91 @@ def operation_reconcile_view(request: HttpRequest, operation_id: int) -> HttpRes
 def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        return _answer(request, page="approvals", level=ERROR, text=_form_errors(form),
-                       status=422, extra=_kept(form, f"approval-{request_id}"))
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            text=_form_errors(form),
+            status=422,
+            extra=_kept(form, f"approval-{request_id}"),
+        )
     data = form.cleaned_data
     approve = data["decision"] in ("approve", "edit")
     edited = data.get("parameters")
     try:
-        req = approval_decide(request_id=request_id, user=request.user, approve=approve,
-                              comment=data.get("comment") or "", edited=edited,
-                              version=data.get("version"))
+        req = approval_decide(
+            request_id=request_id,
+            user=request.user,
+            approve=approve,
+            comment=data.get("comment") or "",
+            edited=edited,
+            version=data.get("version"),
+        )
     except ApprovalNotFound as exc:
         raise Http404(str(exc)) from exc
     except ApprovalExpired as exc:
         # the deadline passed: the timeout decided (rejected, or escalated) instead
-        return _answer(request, page="approvals", level=ERROR, status=409,
-                       text=f"Refused: {exc}.")
+        return _answer(request, page="approvals", level=ERROR, status=409, text=f"Refused: {exc}.")
     except ArgumentsChanged as exc:
-        return _answer(request, page="approvals", level=ERROR, status=409,
-                       text=f"Nothing recorded: {exc}.")
+        return _answer(
+            request, page="approvals", level=ERROR, status=409, text=f"Nothing recorded: {exc}."
+        )
     except NotAllowed as exc:
-        return _answer(request, page="approvals", level=ERROR, status=403,
-                       text=f"Not allowed: {exc}. Missing: {', '.join(exc.missing)}.")
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            status=403,
+            text=f"Not allowed: {exc}. Missing: {', '.join(exc.missing)}.",
+        )
     except (AlreadyDecided, IllegalTransition) as exc:
-        return _answer(request, page="approvals", level=ERROR, status=409,
-                       text=f"Nothing changed: {exc}.")
+        return _answer(
+            request, page="approvals", level=ERROR, status=409, text=f"Nothing changed: {exc}."
+        )
     except InvalidEdit as exc:
         # the field errors go next to the edit box; the request stays pending
-        return _answer(request, page="approvals", level=ERROR, status=422,
-                       text="The edited parameters were refused; the request is still "
-                            "pending. " + _edit_errors(exc),
-                       extra=_kept(form, f"approval-{request_id}", arg_errors=[
-                           {"field": f, "messages": m} for f, m in exc.errors.items()]))
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            status=422,
+            text="The edited parameters were refused; the request is still "
+            "pending. " + _edit_errors(exc),
+            extra=_kept(
+                form,
+                f"approval-{request_id}",
+                arg_errors=[{"field": f, "messages": m} for f, m in exc.errors.items()],
+            ),
+        )
     except (PayloadError, ValueError) as exc:
-        return _answer(request, page="approvals", level=ERROR, text=str(exc), status=422,
-                       extra=_kept(form, f"approval-{request_id}"))
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            text=str(exc),
+            status=422,
+            extra=_kept(form, f"approval-{request_id}"),
+        )
     if req.status == "pending":
-        text = (f"Your approval of “{req.title}” is recorded; it needs "
-                f"{req.required_approvals} approvals in all.")
+        text = (
+            f"Your approval of “{req.title}” is recorded; it needs "
+            f"{req.required_approvals} approvals in all."
+        )
         if edited is not None and req.required_approvals > 1:
             text += " You edited the arguments: earlier approvals no longer count."
     elif approve:
-        text = f"Approved “{req.title}”" + (" with edited parameters." if edited is not None
-                                            else ".") + f" Run {req.run_id} continues."
+        text = (
+            f"Approved “{req.title}”"
+            + (" with edited parameters." if edited is not None else ".")
+            + f" Run {req.run_id} continues."
+        )
     else:
         text = f"Rejected “{req.title}”. The agent of run {req.run_id} receives your comment."
     return _answer(request, page="approvals", level=SUCCESS, text=text)
 
 
 def _edit_errors(exc: InvalidEdit) -> str:
-    return " ".join(f"{field}: {'; '.join(msgs)}." if field else f"{'; '.join(msgs)}."
-                    for field, msgs in exc.errors.items())
+    return " ".join(
+        f"{field}: {'; '.join(msgs)}." if field else f"{'; '.join(msgs)}."
+        for field, msgs in exc.errors.items()
+    )

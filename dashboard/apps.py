@@ -12,5 +12,6 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         from .roles import ensure_roles_after_migrate
 
-        post_migrate.connect(ensure_roles_after_migrate, sender=self,
-                             dispatch_uid="dashboard.ensure_roles")
+        post_migrate.connect(
+            ensure_roles_after_migrate, sender=self, dispatch_uid="dashboard.ensure_roles"
+        )

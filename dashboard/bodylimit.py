@@ -41,11 +41,17 @@ class _TooLarge(Exception):
 
 async def _answer(send: Send, status: int, text: str) -> None:
     body = text.encode("utf-8")
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode("ascii")),
-        (b"connection", b"close"),
-    ]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode("ascii")),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -66,8 +72,9 @@ class BodySizeLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.limit()
-        too_large = (f"The request body is over the limit of {limit} bytes "
-                     "(MAX_REQUEST_BODY_BYTES).\n")
+        too_large = (
+            f"The request body is over the limit of {limit} bytes (MAX_REQUEST_BODY_BYTES).\n"
+        )
         for name, value in scope.get("headers") or ():
             if name.lower() == b"content-length":
                 if not _DIGITS.fullmatch(value.strip()):

@@ -35,8 +35,9 @@ MAX_FRAME_CHARS = 1024
 
 
 def _may_view(user: Any) -> bool:
-    return bool(user is not None and user.is_authenticated and user.is_active
-                and user.has_perm(VIEW_RUN))
+    return bool(
+        user is not None and user.is_authenticated and user.is_active and user.has_perm(VIEW_RUN)
+    )
 
 
 def _changed_since(since: int, run_id: str | None) -> int:
@@ -87,8 +88,13 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             if since is not None:
                 newest = await database_sync_to_async(_changed_since)(since, self.run_id())
                 if newest:
-                    await self.send_json({"type": "refresh", "last": newest,
-                                          "runs": [self.run_id()] if self.run_id() else []})
+                    await self.send_json(
+                        {
+                            "type": "refresh",
+                            "last": newest,
+                            "runs": [self.run_id()] if self.run_id() else [],
+                        }
+                    )
         except BaseException:
             await self._release()
             raise
@@ -115,8 +121,9 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
         finally:
             await self._release()
 
-    async def receive(self, text_data: str | None = None,
-                      bytes_data: bytes | None = None, **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
         """Ignore anything but small JSON text frames (never close the socket for them)."""
         if text_data is None or len(text_data) > MAX_FRAME_CHARS:
             return
@@ -139,8 +146,9 @@ class RunsConsumer(_LiveConsumer):
         return live.runs_group()
 
     async def runs_changed(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "refresh", "runs": event.get("runs", []),
-                              "last": event.get("last")})
+        await self.send_json(
+            {"type": "refresh", "runs": event.get("runs", []), "last": event.get("last")}
+        )
 
 
 class RunConsumer(_LiveConsumer):
@@ -153,5 +161,6 @@ class RunConsumer(_LiveConsumer):
         return live.run_group(self.run_id())
 
     async def run_changed(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "refresh", "runs": [event.get("run")],
-                              "last": event.get("last")})
+        await self.send_json(
+            {"type": "refresh", "runs": [event.get("run")], "last": event.get("last")}
+        )

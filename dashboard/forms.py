@@ -12,11 +12,14 @@ from durable.models import RunStatus
 from . import selectors
 from .parsing import BadParameter, bounded_datetime, load_json
 
-STATUS_CHOICES = [("", "Any status")] + [
-    (value, label) for value, label in RunStatus.choices] + [
-    (selectors.STATUS_APPROVAL, "Waiting for approval"),
-    (selectors.STATUS_ATTENTION, "Needs attention"),
-]
+STATUS_CHOICES = (
+    [("", "Any status")]
+    + [(value, label) for value, label in RunStatus.choices]
+    + [
+        (selectors.STATUS_APPROVAL, "Waiting for approval"),
+        (selectors.STATUS_ATTENTION, "Needs attention"),
+    ]
+)
 
 SORT_CHOICES = [
     ("-created", "Newest first"),
@@ -29,29 +32,44 @@ SORT_CHOICES = [
 class RunFilterForm(forms.Form):
     """The runs list's filters (a GET form; invalid fields are reported and ignored)."""
 
-    q = forms.CharField(required=False, max_length=200, label="Search",
-                        widget=forms.TextInput(attrs={
-                            "type": "search", "placeholder": "Run id, tag or input text"}))
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        widget=forms.TextInput(
+            attrs={"type": "search", "placeholder": "Run id, tag or input text"}
+        ),
+    )
     status = forms.ChoiceField(required=False, choices=STATUS_CHOICES)
     workflow = forms.ChoiceField(required=False, choices=[("", "Any workflow")])
-    version = forms.CharField(required=False, max_length=64,
-                              widget=forms.TextInput(attrs={"placeholder": "any"}))
-    started_by = forms.CharField(required=False, max_length=150, label="Started by",
-                                 widget=forms.TextInput(attrs={"placeholder": "username"}))
-    created_from = forms.DateField(required=False, label="Created from",
-                                   widget=forms.DateInput(attrs={"type": "date"}))
-    created_to = forms.DateField(required=False, label="Created to",
-                                 widget=forms.DateInput(attrs={"type": "date"}))
-    waiting_minutes = forms.IntegerField(required=False, min_value=1, max_value=10_000_000,
-                                         label="Waiting longer than (min)")
-    retries = forms.IntegerField(required=False, min_value=1, max_value=1_000_000,
-                                 label="Min. retries of a step")
+    version = forms.CharField(
+        required=False, max_length=64, widget=forms.TextInput(attrs={"placeholder": "any"})
+    )
+    started_by = forms.CharField(
+        required=False,
+        max_length=150,
+        label="Started by",
+        widget=forms.TextInput(attrs={"placeholder": "username"}),
+    )
+    created_from = forms.DateField(
+        required=False, label="Created from", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    created_to = forms.DateField(
+        required=False, label="Created to", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    waiting_minutes = forms.IntegerField(
+        required=False, min_value=1, max_value=10_000_000, label="Waiting longer than (min)"
+    )
+    retries = forms.IntegerField(
+        required=False, min_value=1, max_value=1_000_000, label="Min. retries of a step"
+    )
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES, label="Sort")
 
     def __init__(self, *args: Any, workflows: list[str] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["workflow"].choices = [("", "Any workflow")] + [
-            (name, name) for name in (workflows or [])]
+            (name, name) for name in (workflows or [])
+        ]
 
     def _bounded_day(self, name: str) -> Any:
         day = self.cleaned_data.get(name)
@@ -75,15 +93,18 @@ class RunFilterForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(required=False, max_length=500, label="Reason (optional)")
-    return_to = forms.ChoiceField(required=False, choices=[("detail", "detail"),
-                                                           ("attention", "attention")])
+    return_to = forms.ChoiceField(
+        required=False, choices=[("detail", "detail"), ("attention", "attention")]
+    )
 
 
 class ResumeForm(ReasonForm):
-    extra_steps = forms.IntegerField(required=False, min_value=0, max_value=10_000_000,
-                                     label="Extra steps for the budget")
-    deadline_minutes = forms.FloatField(required=False, min_value=0.1, max_value=10_000_000,
-                                        label="New deadline, minutes from now")
+    extra_steps = forms.IntegerField(
+        required=False, min_value=0, max_value=10_000_000, label="Extra steps for the budget"
+    )
+    deadline_minutes = forms.FloatField(
+        required=False, min_value=0.1, max_value=10_000_000, label="New deadline, minutes from now"
+    )
 
 
 class ForkForm(ReasonForm):
@@ -108,17 +129,27 @@ class DecisionForm(forms.Form):
     parsing); secret parameters are not in it: the server keeps their stored values.
     """
 
-    decision = forms.ChoiceField(choices=[("approve", "Approve"),
-                                          ("edit", "Approve with edited parameters"),
-                                          ("reject", "Reject")])
-    comment = forms.CharField(required=False, max_length=4000, widget=forms.Textarea(
-        attrs={"rows": 2}))
+    decision = forms.ChoiceField(
+        choices=[
+            ("approve", "Approve"),
+            ("edit", "Approve with edited parameters"),
+            ("reject", "Reject"),
+        ]
+    )
+    comment = forms.CharField(
+        required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2})
+    )
     # a little over the edit limit, so that parse_edit names the limit in its message
-    edited = forms.CharField(required=False, max_length=EDIT_MAX_BYTES + 1,
-                             label="Parameters (JSON)", strip=False,
-                             widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}))
-    version = forms.IntegerField(required=False, min_value=1, max_value=1_000_000,
-                                 widget=forms.HiddenInput)
+    edited = forms.CharField(
+        required=False,
+        max_length=EDIT_MAX_BYTES + 1,
+        label="Parameters (JSON)",
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+    )
+    version = forms.IntegerField(
+        required=False, min_value=1, max_value=1_000_000, widget=forms.HiddenInput
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -141,15 +172,24 @@ class DecisionForm(forms.Form):
 class ReconcileForm(forms.Form):
     """An operator's answer to a write whose outcome is unknown."""
 
-    outcome = forms.ChoiceField(choices=[("happened", "It happened"),
-                                         ("not_happened", "It did not happen — retry"),
-                                         ("abort", "Abort the run")])
+    outcome = forms.ChoiceField(
+        choices=[
+            ("happened", "It happened"),
+            ("not_happened", "It did not happen — retry"),
+            ("abort", "Abort the run"),
+        ]
+    )
     external_id = forms.CharField(required=False, max_length=400, label="External id")
-    result = forms.CharField(required=False, max_length=200_000, label="Result (JSON)",
-                             widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}))
+    result = forms.CharField(
+        required=False,
+        max_length=200_000,
+        label="Result (JSON)",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
     reason = forms.CharField(required=False, max_length=500, label="Reason (optional)")
-    return_to = forms.ChoiceField(required=False, choices=[("detail", "detail"),
-                                                           ("attention", "attention")])
+    return_to = forms.ChoiceField(
+        required=False, choices=[("detail", "detail"), ("attention", "attention")]
+    )
 
     def clean_result(self) -> Any:
         text = (self.cleaned_data.get("result") or "").strip()
@@ -162,8 +202,12 @@ class SignalForm(forms.Form):
     """Send a signal to a run: its name and an optional JSON payload."""
 
     name = forms.CharField(max_length=200, label="Signal name", strip=True)
-    payload = forms.CharField(required=False, max_length=200_000, label="Payload (JSON)",
-                              widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}))
+    payload = forms.CharField(
+        required=False,
+        max_length=200_000,
+        label="Payload (JSON)",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+    )
 
     def clean_payload(self) -> Any:
         text = (self.cleaned_data.get("payload") or "").strip()

@@ -67,8 +67,9 @@ def _max_event_id() -> int:
 def _events_after(cursor: int) -> list[tuple[int, str]]:
     from durable.models import TraceEvent
 
-    return list(TraceEvent.objects.filter(id__gt=cursor).order_by("id")
-                .values_list("id", "run_id")[:BATCH])
+    return list(
+        TraceEvent.objects.filter(id__gt=cursor).order_by("id").values_list("id", "run_id")[:BATCH]
+    )
 
 
 class Follower:
@@ -133,11 +134,13 @@ class Follower:
         if changed and layer is not None:
             run_ids = list(changed)
             newest = max(event_id for event_id, _ in rows)
-            await layer.group_send(runs_group(), {"type": "runs.changed", "runs": run_ids[:200],
-                                                  "last": newest})
+            await layer.group_send(
+                runs_group(), {"type": "runs.changed", "runs": run_ids[:200], "last": newest}
+            )
             for run_id in run_ids:
-                await layer.group_send(run_group(run_id), {"type": "run.changed",
-                                                           "run": run_id, "last": newest})
+                await layer.group_send(
+                    run_group(run_id), {"type": "run.changed", "run": run_id, "last": newest}
+                )
         return list(changed)
 
     def _advance(self, ids: list[int]) -> None:
@@ -151,8 +154,9 @@ class Follower:
             for missing in range(self.cursor + 1, top):
                 if missing not in present:
                     self.gaps.setdefault(missing, now)
-        self.gaps = {i: t for i, t in self.gaps.items()
-                     if i not in present and now - t < GAP_GRACE_SECONDS}
+        self.gaps = {
+            i: t for i, t in self.gaps.items() if i not in present and now - t < GAP_GRACE_SECONDS
+        }
         self.cursor = min(self.gaps) - 1 if self.gaps else max(self.cursor, top)
         self.seen = {i for i in self.seen if i > self.cursor}
 

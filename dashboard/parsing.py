@@ -68,13 +68,20 @@ def clean_text(value: str, what: str = "The value") -> str:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise BadParameter(f"{what} contains an invalid character (a lone "
-                               "surrogate).") from None
+            raise BadParameter(
+                f"{what} contains an invalid character (a lone surrogate)."
+            ) from None
     return value
 
 
-def parse_int(value: str | None, *, what: str = "The number", minimum: int = 0,
-              maximum: int | None = None, max_digits: int = MAX_INT_DIGITS) -> int | None:
+def parse_int(
+    value: str | None,
+    *,
+    what: str = "The number",
+    minimum: int = 0,
+    maximum: int | None = None,
+    max_digits: int = MAX_INT_DIGITS,
+) -> int | None:
     """``None`` for a missing or empty value; the int for ASCII digits in range.
 
     Raises :class:`BadParameter` for anything else: a sign, spaces, non-ASCII digits
@@ -126,8 +133,13 @@ def _no_bad_strings(value: Any, what: str) -> None:
             stack.extend(item)
 
 
-def load_json(text: str, *, what: str = "The value", max_bytes: int = MAX_JSON_BYTES,
-              max_depth: int = MAX_JSON_DEPTH) -> Any:
+def load_json(
+    text: str,
+    *,
+    what: str = "The value",
+    max_bytes: int = MAX_JSON_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
+) -> Any:
     """Parse ``text`` as strict JSON with bounded size and depth.
 
     The size (UTF-8 bytes) and the nesting depth are checked before parsing;

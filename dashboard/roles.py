@@ -64,8 +64,9 @@ def ensure_roles(apps: Any = None) -> None:
     perms = {}
     for (app_label, model, codename), name in PERMISSIONS.items():
         ct, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
-        perm, _ = Permission.objects.get_or_create(content_type=ct, codename=codename,
-                                                   defaults={"name": name})
+        perm, _ = Permission.objects.get_or_create(
+            content_type=ct, codename=codename, defaults={"name": name}
+        )
         perms[(app_label, model, codename)] = perm
     for group_name, keys in ROLES.items():
         group, _ = Group.objects.get_or_create(name=group_name)

@@ -35,8 +35,9 @@ def wants_fragment(request: HttpRequest) -> bool:
     return bool(htmx) and not htmx.history_restore_request
 
 
-def page_or_fragment(request: HttpRequest, template: str, fragment: str,
-                     context: dict[str, Any], status: int = 200) -> HttpResponse:
+def page_or_fragment(
+    request: HttpRequest, template: str, fragment: str, context: dict[str, Any], status: int = 200
+) -> HttpResponse:
     fragment_only = wants_fragment(request)
     name = f"{template}#{fragment}" if fragment_only else template
     return render(request, name, {**context, "is_fragment": fragment_only}, status=status)
@@ -45,8 +46,14 @@ def page_or_fragment(request: HttpRequest, template: str, fragment: str,
 # --- runs list -----------------------------------------------------------------------
 
 
-ADVANCED_FILTERS = ("version", "started_by", "created_from", "created_to", "waiting_minutes",
-                    "retries")
+ADVANCED_FILTERS = (
+    "version",
+    "started_by",
+    "created_from",
+    "created_to",
+    "waiting_minutes",
+    "retries",
+)
 
 
 @require_GET
@@ -56,11 +63,14 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
     # the live cursor is read before the rows: an event written while the page renders
     # is then after it, and the socket sends a refresh at once (no read skew)
     since = selectors.last_event_id()
-    form = RunFilterForm(request.GET or None, workflows=selectors.workflow_names(
-        _clean_or_empty(request.GET.get("workflow", "")[:200])))
+    form = RunFilterForm(
+        request.GET or None,
+        workflows=selectors.workflow_names(_clean_or_empty(request.GET.get("workflow", "")[:200])),
+    )
     filters = form.filters() if request.GET else selectors.RunFilters()
-    page = selectors.runs_page(filters, after=request.GET.get("after", ""),
-                               before=request.GET.get("before", ""))
+    page = selectors.runs_page(
+        filters, after=request.GET.get("after", ""), before=request.GET.get("before", "")
+    )
     context = {
         "form": form,
         "advanced_fields": [form[name] for name in ADVANCED_FILTERS],
@@ -85,9 +95,14 @@ def _clean_or_empty(value: str) -> str:
 def _status_links() -> list[tuple[str, str]]:
     from durable.models import RunStatus
 
-    return ([("", "All")] + [(selectors.STATUS_ATTENTION, "Needs attention"),
-                             (selectors.STATUS_APPROVAL, "Waiting for approval")]
-            + list(RunStatus.choices))
+    return (
+        [("", "All")]
+        + [
+            (selectors.STATUS_ATTENTION, "Needs attention"),
+            (selectors.STATUS_APPROVAL, "Waiting for approval"),
+        ]
+        + list(RunStatus.choices)
+    )
 
 
 # --- run detail ----------------------------------------------------------------------
@@ -101,8 +116,10 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
         raise Http404(f"There is no run with the id “{run_id}”.")
     detail = selectors.run_detail(run)
     may_operate = request.user.has_perm(OPERATE_RUN)
-    actions = {name: may_operate and transitions.can(name, run)
-               for name in ("cancel", "compensate", "resume", "fork")}
+    actions = {
+        name: may_operate and transitions.can(name, run)
+        for name in ("cancel", "compensate", "resume", "fork")
+    }
     actions["fork"] = actions["fork"] and bool(detail.step_ids)
     actions["signal"] = may_operate and transitions.can("signal", run)
     context = {
@@ -123,8 +140,9 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    return page_or_fragment(request, "dashboard/run_detail.html", "main",
-                            run_context(request, run_id))
+    return page_or_fragment(
+        request, "dashboard/run_detail.html", "main", run_context(request, run_id)
+    )
 
 
 def _position(value: str | None, name: str) -> int | None:
@@ -172,8 +190,13 @@ def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     # the navigation's badge shows the same number: count it once per request
     request._dashboard_inbox_count = total  # type: ignore[attr-defined]
     # the countdown (dashboard/static/dashboard/countdown.js) corrects the browser's clock by this
-    context = {"items": items, "total": total, "since": since, "nav": "approvals",
-               "server_now_ms": int(time.time() * 1000)}
+    context = {
+        "items": items,
+        "total": total,
+        "since": since,
+        "nav": "approvals",
+        "server_now_ms": int(time.time() * 1000),
+    }
     context.update(extra)
     return context
 
@@ -182,8 +205,7 @@ def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
 @vary_on_headers("HX-Request")
 @require_perm(DECIDE_APPROVAL)
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
-    return page_or_fragment(request, "dashboard/approvals.html", "inbox",
-                            inbox_context(request))
+    return page_or_fragment(request, "dashboard/approvals.html", "inbox", inbox_context(request))
 
 
 # --- needs attention -----------------------------------------------------------------
@@ -196,7 +218,7 @@ def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     context = {
         "operations": operations,
         "params": selectors.operation_payloads(operations),
-        "failed": failed[:selectors.FAILED_SHOWN],
+        "failed": failed[: selectors.FAILED_SHOWN],
         "failed_more": len(failed) > selectors.FAILED_SHOWN,
         "may_operate": request.user.has_perm(OPERATE_RUN),
         "since": since,
@@ -210,8 +232,9 @@ def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def attention(request: HtmxHttpRequest) -> HttpResponse:
-    return page_or_fragment(request, "dashboard/attention.html", "content",
-                            attention_context(request))
+    return page_or_fragment(
+        request, "dashboard/attention.html", "content", attention_context(request)
+    )
 
 
 # --- errors --------------------------------------------------------------------------

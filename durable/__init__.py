@@ -83,8 +83,14 @@ __all__ = [
 ]
 
 
-def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
-          started_by: Any = None, **options: Any) -> Run:
+def start(
+    workflow_name: str,
+    input: Any = None,
+    run_id: str | None = None,
+    *,
+    started_by: Any = None,
+    **options: Any,
+) -> Run:
     """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`.
 
     ``started_by``: who asks for it (a user, or a name such as ``"api:billing"``);
@@ -110,8 +116,9 @@ def result(run_id: str, timeout: float | None = 60.0) -> Any:
     return _result(run_id, timeout)
 
 
-def signal(run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,
-           *, by: Any = None) -> SignalResult:
+def signal(
+    run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None, *, by: Any = None
+) -> SignalResult:
     """Send signal ``name`` with ``payload`` to a run (see :func:`durable.services.run_signal`).
 
     Returns a :class:`SignalResult`: ``.delivery`` is ``SignalDelivery.DELIVERED`` (a

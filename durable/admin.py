@@ -25,17 +25,7 @@ from django.utils.safestring import SafeString
 from . import codec, registry, services
 from .durations import check_duration
 from .exceptions import IllegalTransition, InvalidDuration, ToolNotFound
-from .models import (
-    Operation,
-    Run,
-    Signal,
-    Step,
-    StepAttempt,
-    Tool,
-    TraceEvent,
-    Wait,
-    WorkerProcess,
-)
+from .models import Operation, Run, Signal, Step, StepAttempt, Tool, TraceEvent, Wait, WorkerProcess
 from .retry import RetryPolicy
 
 #: characters of a pretty-printed payload shown before it is cut
@@ -161,8 +151,16 @@ class _FirstStepsFormSet(forms.BaseInlineFormSet):
 class StepInline(ReadOnlyInline):
     model = Step
     formset = _FirstStepsFormSet
-    fields = ("position", "step_id", "kind", "tool_name", "status", "attempts", "duration_s",
-              "replay_count")
+    fields = (
+        "position",
+        "step_id",
+        "kind",
+        "tool_name",
+        "status",
+        "attempts",
+        "duration_s",
+        "replay_count",
+    )
     readonly_fields = fields
     ordering = ("position",)
     verbose_name_plural = f"steps (the first {INLINE_STEPS})"
@@ -180,14 +178,50 @@ class RunAdmin(ReadOnlyAdmin):
     search_fields = ("^id", "workflow_name")
     inlines = (StepInline,)
     fieldsets = (
-        (None, {"fields": ("id", "workflow_name", "workflow_version", "status", "tags",
-                           "started_by", "started_by_name", "requesters", "forked_from")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "workflow_name",
+                    "workflow_version",
+                    "status",
+                    "tags",
+                    "started_by",
+                    "started_by_name",
+                    "requesters",
+                    "forked_from",
+                )
+            },
+        ),
         ("Payloads", {"fields": ("input_display", "output_display", "input_hash")}),
         ("Error", {"fields": ("error_type", "error_display")}),
-        ("Timings", {"fields": ("created_at", "started_at", "finished_at", "updated_at",
-                                "wake_at", "deadline_at")}),
-        ("Lease", {"fields": ("lease_owner", "lease_expires_at", "dispatched_at", "claims",
-                              "cursor_position", "cursor_lost")}),
+        (
+            "Timings",
+            {
+                "fields": (
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                    "updated_at",
+                    "wake_at",
+                    "deadline_at",
+                )
+            },
+        ),
+        (
+            "Lease",
+            {
+                "fields": (
+                    "lease_owner",
+                    "lease_expires_at",
+                    "dispatched_at",
+                    "claims",
+                    "cursor_position",
+                    "cursor_lost",
+                )
+            },
+        ),
         ("Budget", {"fields": ("max_steps", "steps_executed", "steps_replayed", "related")}),
     )
     readonly_fields = ("input_display", "output_display", "error_display", "related")
@@ -202,12 +236,22 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="history")
     def related(self, obj: Run) -> SafeString:
-        links = [(label, reverse(f"admin:durable_{model}_changelist"))
-                 for label, model in (("steps", "step"), ("failed attempts", "stepattempt"),
-                                      ("operations", "operation"), ("waits", "wait"),
-                                      ("signals", "signal"), ("trace events", "traceevent"))]
-        return format_html_join(" · ", '<a href="{}?run__id__exact={}">{}</a>',
-                                ((url, obj.pk, label) for label, url in links))
+        links = [
+            (label, reverse(f"admin:durable_{model}_changelist"))
+            for label, model in (
+                ("steps", "step"),
+                ("failed attempts", "stepattempt"),
+                ("operations", "operation"),
+                ("waits", "wait"),
+                ("signals", "signal"),
+                ("trace events", "traceevent"),
+            )
+        ]
+        return format_html_join(
+            " · ",
+            '<a href="{}?run__id__exact={}">{}</a>',
+            ((url, obj.pk, label) for label, url in links),
+        )
 
 
 # --- steps and attempts --------------------------------------------------------------
@@ -215,30 +259,74 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(Step)
 class StepAdmin(ReadOnlyAdmin):
-    list_display = ("step_id", "run_link", "position", "kind", "tool_name", "status", "attempts",
-                    "replay_count", "started_at")
+    list_display = (
+        "step_id",
+        "run_link",
+        "position",
+        "kind",
+        "tool_name",
+        "status",
+        "attempts",
+        "replay_count",
+        "started_at",
+    )
     list_filter = ("status", "kind")
     search_fields = ("^run__id", "step_id", "tool_name")
     run_ordering = ("position",)
-    fields = ("run", "step_id", "position", "kind", "tool_name", "status", "attempts",
-              "budget_base", "next_attempt_at", "started_at", "finished_at", "replay_count",
-              "input_display", "output_display", "error_display")
+    fields = (
+        "run",
+        "step_id",
+        "position",
+        "kind",
+        "tool_name",
+        "status",
+        "attempts",
+        "budget_base",
+        "next_attempt_at",
+        "started_at",
+        "finished_at",
+        "replay_count",
+        "input_display",
+        "output_display",
+        "error_display",
+    )
     readonly_fields = ("input_display", "output_display", "error_display")
 
     input_display = shown("input")
     output_display = shown("output")
     error_display = shown("error", json_field=True)
 
+
 @admin.register(StepAttempt)
 class StepAttemptAdmin(ReadOnlyAdmin):
-    list_display = ("step_name", "run_link", "attempt", "outcome", "classification",
-                    "error_type", "message_line", "retry_delay", "finished_at")
+    list_display = (
+        "step_name",
+        "run_link",
+        "attempt",
+        "outcome",
+        "classification",
+        "error_type",
+        "message_line",
+        "retry_delay",
+        "finished_at",
+    )
     list_filter = ("outcome", "classification")
     list_select_related = ("step",)
     search_fields = ("^run__id", "step__step_id", "error_type")
     run_ordering = ("step__position", "attempt")
-    fields = ("run", "step", "attempt", "outcome", "classification", "error_type", "message",
-              "retry_delay", "started_at", "finished_at", "traceback_display")
+    fields = (
+        "run",
+        "step",
+        "attempt",
+        "outcome",
+        "classification",
+        "error_type",
+        "message",
+        "retry_delay",
+        "started_at",
+        "finished_at",
+        "traceback_display",
+    )
     readonly_fields = ("traceback_display",)
 
     @admin.display(description="step", ordering="step__step_id")
@@ -259,14 +347,39 @@ class StepAttemptAdmin(ReadOnlyAdmin):
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ("idempotency_key", "tool_name", "safety", "status", "external_id",
-                    "attempts", "run_link", "resolution", "updated_at")
+    list_display = (
+        "idempotency_key",
+        "tool_name",
+        "safety",
+        "status",
+        "external_id",
+        "attempts",
+        "run_link",
+        "resolution",
+        "updated_at",
+    )
     list_filter = ("status", "safety", "tool_name")
     search_fields = ("=idempotency_key", "^run__id", "external_id")
-    fields = ("idempotency_key", "run", "owner_run", "owners", "step_id", "tool_name",
-              "safety", "status", "external_id", "attempts", "params_display",
-              "result_display", "error_display", "params_hash", "resolution", "resolved_by",
-              "created_at", "updated_at")
+    fields = (
+        "idempotency_key",
+        "run",
+        "owner_run",
+        "owners",
+        "step_id",
+        "tool_name",
+        "safety",
+        "status",
+        "external_id",
+        "attempts",
+        "params_display",
+        "result_display",
+        "error_display",
+        "params_hash",
+        "resolution",
+        "resolved_by",
+        "created_at",
+        "updated_at",
+    )
     readonly_fields = ("params_display", "result_display", "error_display")
     actions = ("reconcile_not_happened", "reconcile_abort")
 
@@ -277,8 +390,10 @@ class OperationAdmin(ReadOnlyAdmin):
     def has_reconcile_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("durable.change_operation")
 
-    @admin.action(description="Unknown outcome: it did not happen — retry the write",
-                  permissions=["reconcile"])
+    @admin.action(
+        description="Unknown outcome: it did not happen — retry the write",
+        permissions=["reconcile"],
+    )
     def reconcile_not_happened(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._reconcile(request, queryset, "not_happened")
 
@@ -286,24 +401,33 @@ class OperationAdmin(ReadOnlyAdmin):
     def reconcile_abort(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._reconcile(request, queryset, "abort")
 
-    def _reconcile(self, request: HttpRequest, queryset: QuerySet,
-                   outcome: services.ReconcileOutcome) -> None:
+    def _reconcile(
+        self, request: HttpRequest, queryset: QuerySet, outcome: services.ReconcileOutcome
+    ) -> None:
         done = []
         for op in queryset.order_by("pk"):
             try:
-                services.operation_reconcile(operation_id=op.pk, outcome=outcome,
-                                             by=request.user, reason="admin action")
+                services.operation_reconcile(
+                    operation_id=op.pk, outcome=outcome, by=request.user, reason="admin action"
+                )
             except (IllegalTransition, services.OperationNotFound) as exc:
-                self.message_user(request, f"Operation {op.pk} ({op.idempotency_key}) was not "
-                                           f"changed: {exc}", level=messages.ERROR)
+                self.message_user(
+                    request,
+                    f"Operation {op.pk} ({op.idempotency_key}) was not changed: {exc}",
+                    level=messages.ERROR,
+                )
             else:
                 done.append(op)
         if done:
-            what = ("will be called again with the same idempotency key"
-                    if outcome == "not_happened" else "aborted: its run failed")
+            what = (
+                "will be called again with the same idempotency key"
+                if outcome == "not_happened"
+                else "aborted: its run failed"
+            )
             keys = ", ".join(op.idempotency_key for op in done)
-            self.message_user(request, f"{len(done)} operation(s) {what}: {keys}",
-                              level=messages.SUCCESS)
+            self.message_user(
+                request, f"{len(done)} operation(s) {what}: {keys}", level=messages.SUCCESS
+            )
 
 
 # --- waits, signals, events ----------------------------------------------------------
@@ -311,28 +435,59 @@ class OperationAdmin(ReadOnlyAdmin):
 
 @admin.register(Wait)
 class WaitAdmin(ReadOnlyAdmin):
-    list_display = ("wait_id", "run_link", "kind", "status", "title", "wake_at", "created_at",
-                    "resolved_by")
+    list_display = (
+        "wait_id",
+        "run_link",
+        "kind",
+        "status",
+        "title",
+        "wake_at",
+        "created_at",
+        "resolved_by",
+    )
     list_filter = ("kind", "status")
     search_fields = ("^run__id", "wait_id", "title")
     run_ordering = ("position", "pk")
-    fields = ("run", "wait_id", "position", "kind", "key", "status", "title", "operation",
-              "payload_display", "result_display", "wake_at", "created_at", "resolved_at",
-              "resolved_by")
+    fields = (
+        "run",
+        "wait_id",
+        "position",
+        "kind",
+        "key",
+        "status",
+        "title",
+        "operation",
+        "payload_display",
+        "result_display",
+        "wake_at",
+        "created_at",
+        "resolved_at",
+        "resolved_by",
+    )
     readonly_fields = ("payload_display", "result_display")
 
     payload_display = shown("payload")
     result_display = shown("result")
 
+
 @admin.register(Signal)
 class SignalAdmin(ReadOnlyAdmin):
     list_display = ("name", "run_link", "sent_by", "created_at", "consumed_at")
     search_fields = ("^run__id", "name", "dedupe_key")
-    fields = ("run", "name", "payload_display", "dedupe_key", "sent_by", "wait", "created_at",
-              "consumed_at")
+    fields = (
+        "run",
+        "name",
+        "payload_display",
+        "dedupe_key",
+        "sent_by",
+        "wait",
+        "created_at",
+        "consumed_at",
+    )
     readonly_fields = ("payload_display",)
 
     payload_display = shown("payload")
+
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(ReadOnlyAdmin):
@@ -369,6 +524,7 @@ class TraceEventAdmin(ReadOnlyAdmin):
 
     data_display = shown("data", json_field=True)
 
+
 # --- tools ---------------------------------------------------------------------------
 
 
@@ -382,8 +538,16 @@ def _is_number(value: Any) -> bool:
 class ToolAdminForm(forms.ModelForm):
     class Meta:
         model = Tool
-        fields = ("name", "description", "safety", "retry_policy", "timeout_seconds",
-                  "requires_approval", "allow_edit", "approver_group")
+        fields = (
+            "name",
+            "description",
+            "safety",
+            "retry_policy",
+            "timeout_seconds",
+            "requires_approval",
+            "allow_edit",
+            "approver_group",
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -392,7 +556,8 @@ class ToolAdminForm(forms.ModelForm):
                 "What a call does to the outside world. read_only calls skip the operation "
                 "ledger; an idempotent_write is repeated with the same key after an unknown "
                 "outcome; an unsafe_write waits for reconcile or an operator. Choose what "
-                "the tool really does: a wrong class can repeat a payment.")
+                "the tool really does: a wrong class can repeat a payment."
+            )
 
     def clean_retry_policy(self) -> dict[str, Any] | None:
         value = self.cleaned_data.get("retry_policy")
@@ -400,14 +565,20 @@ class ToolAdminForm(forms.ModelForm):
             return None
         example = '{"max_attempts": 3, "initial_interval": 1, "max_interval": 60}'
         if not isinstance(value, dict):
-            raise forms.ValidationError(f"Enter a JSON object such as {example}, or leave it "
-                                        "empty to use the policy declared in code.")
+            raise forms.ValidationError(
+                f"Enter a JSON object such as {example}, or leave it "
+                "empty to use the policy declared in code."
+            )
         problems = []
         if "max_attempts" in value and type(value["max_attempts"]) is not int:
             problems.append("max_attempts must be a whole number")
-        problems += [f"{key} must be a number of seconds" if key != "backoff_coefficient"
-                     else f"{key} must be a number" for key in _POLICY_NUMBERS
-                     if key in value and not _is_number(value[key])]
+        problems += [
+            f"{key} must be a number of seconds"
+            if key != "backoff_coefficient"
+            else f"{key} must be a number"
+            for key in _POLICY_NUMBERS
+            if key in value and not _is_number(value[key])
+        ]
         if "jitter" in value and type(value["jitter"]) is not bool:
             problems.append("jitter must be true or false")
         if problems:
@@ -433,15 +604,25 @@ class ToolAdminForm(forms.ModelForm):
             except InvalidDuration as exc:
                 raise forms.ValidationError(
                     f"A timeout is a positive number of seconds, at most 10 years ({exc.reason}); "
-                    "leave it empty to use the code's timeout.") from None
+                    "leave it empty to use the code's timeout."
+                ) from None
         return value
 
 
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):
     form = ToolAdminForm
-    list_display = ("name", "safety", "requires_approval", "allow_edit", "retry_summary",
-                    "timeout_seconds", "approver_group", "registered", "updated_at")
+    list_display = (
+        "name",
+        "safety",
+        "requires_approval",
+        "allow_edit",
+        "retry_summary",
+        "timeout_seconds",
+        "approver_group",
+        "registered",
+        "updated_at",
+    )
     list_filter = ("safety", "requires_approval", "allow_edit")
     search_fields = ("name",)
     list_select_related = ("approver_group",)
@@ -459,9 +640,11 @@ class ToolAdmin(admin.ModelAdmin):
             policy = RetryPolicy.from_dict(obj.retry_policy)
         except (ValueError, TypeError) as exc:
             return f"invalid: {exc}"
-        return (f"{policy.max_attempts} tries, {policy.initial_interval:g}s "
-                f"×{policy.backoff_coefficient:g} ≤ {policy.max_interval:g}s"
-                + (", jitter" if policy.jitter else ""))
+        return (
+            f"{policy.max_attempts} tries, {policy.initial_interval:g}s "
+            f"×{policy.backoff_coefficient:g} ≤ {policy.max_interval:g}s"
+            + (", jitter" if policy.jitter else "")
+        )
 
     @admin.display(description="in code", boolean=True)
     def registered(self, obj: Tool) -> bool:
@@ -473,14 +656,16 @@ class ToolAdmin(admin.ModelAdmin):
             spec = registry.get_tool(obj.name)
         except ToolNotFound:
             return "not registered in this process"
-        return json_html({
-            "module": f"{spec.fn.__module__}.{spec.fn.__qualname__}",
-            "safety": spec.safety,
-            "retry": spec.retry.to_dict() if spec.retry is not None else None,
-            "timeout": spec.timeout,
-            "requires_approval": spec.requires_approval,
-            "allow_edit": spec.allow_edit,
-            "approver_group": spec.approver_group,
-            "reconcile": spec.reconcile is not None,
-            "compensate": spec.compensate is not None,
-        })
+        return json_html(
+            {
+                "module": f"{spec.fn.__module__}.{spec.fn.__qualname__}",
+                "safety": spec.safety,
+                "retry": spec.retry.to_dict() if spec.retry is not None else None,
+                "timeout": spec.timeout,
+                "requires_approval": spec.requires_approval,
+                "allow_edit": spec.allow_edit,
+                "approver_group": spec.approver_group,
+                "reconcile": spec.reconcile is not None,
+                "compensate": spec.compensate is not None,
+            }
+        )

@@ -32,10 +32,18 @@ class RunFailed(DurableError):
         super().__init__(f"run {run.id} ended {run.status}{detail}")
 
 
-def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
-          version: str | None = None, tags: list[str] | None = None,
-          started_by: Any = None, max_steps: int | None = None,
-          deadline_seconds: float | None = None, max_tokens: int | None = None) -> Run:
+def start(
+    workflow_name: str,
+    input: Any = None,
+    run_id: str | None = None,
+    *,
+    version: str | None = None,
+    tags: list[str] | None = None,
+    started_by: Any = None,
+    max_steps: int | None = None,
+    deadline_seconds: float | None = None,
+    max_tokens: int | None = None,
+) -> Run:
     """Start a run of ``workflow_name`` with ``input`` and dispatch it on commit.
 
     Idempotent on ``run_id``: the same id with the same workflow and input returns the
@@ -57,10 +65,13 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     """
     spec = registry.get_workflow(workflow_name, version)
     if run_id is not None and not _RUN_ID_RE.fullmatch(str(run_id)):  # '$' allows a '\n'
-        raise ValueError(f"run id {run_id!r} is not valid: use 1-128 characters of letters, "
-                         "digits, '.', '_' and '-', starting with a letter or digit")
-    if tags is not None and (not isinstance(tags, list | tuple)
-                             or not all(isinstance(t, str) for t in tags)):
+        raise ValueError(
+            f"run id {run_id!r} is not valid: use 1-128 characters of letters, "
+            "digits, '.', '_' and '-', starting with a letter or digit"
+        )
+    if tags is not None and (
+        not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags)
+    ):
         raise ValueError("tags must be a list of strings")
     for tag in tags or ():
         check_identifier(tag, "tag")
@@ -71,8 +82,7 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     if max_steps is not None and max_steps < 1:  # 0 must not silently mean "the default"
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     if deadline_seconds is not None:  # finite, > 0, at most 10 years (InvalidDuration)
-        check_duration(deadline_seconds, call="durable.start(deadline_seconds=...)",
-                       positive=True)
+        check_duration(deadline_seconds, call="durable.start(deadline_seconds=...)", positive=True)
     steps_budget = max_steps or spec.max_steps or int(conf.get("MAX_STEPS"))
     if steps_budget < 1:
         raise ValueError("max_steps must be >= 1")
@@ -80,13 +90,20 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
     starter, principal = requesters.resolve(started_by)
     now = timezone.now()
     fields = dict(
-        workflow_name=spec.name, workflow_version=spec.version, input=input_text,
-        input_hash=input_hash, status=RunStatus.PENDING, created_at=now, updated_at=now,
+        workflow_name=spec.name,
+        workflow_version=spec.version,
+        input=input_text,
+        input_hash=input_hash,
+        status=RunStatus.PENDING,
+        created_at=now,
+        updated_at=now,
         max_steps=steps_budget,
         deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
         tags=list(tags or []),
         max_tokens=max_tokens if max_tokens is not None else conf.get("MAX_TOKENS"),
-        started_by=starter, started_by_name=principal["name"], requesters=[principal],
+        started_by=starter,
+        started_by_name=principal["name"],
+        requesters=[principal],
         dispatched_at=now,
     )
     if run_id is not None:
@@ -95,12 +112,16 @@ def start(workflow_name: str, input: Any = None, run_id: str | None = None, *,
             return _same_run(existing, spec.name, input_hash)
     try:
         with transaction.atomic():
-            run = (Run.objects.create(id=run_id, **fields) if run_id
-                   else Run.objects.create(**fields))
+            run = (
+                Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
+            )
             TraceEvent.objects.create(
-                run=run, kind=EventKind.CREATED, actor=principal["name"],
+                run=run,
+                kind=EventKind.CREATED,
+                actor=principal["name"],
                 message=f"started {spec.name} version {spec.version} by "
-                        f"{requesters.label(principal)}")
+                f"{requesters.label(principal)}",
+            )
             dispatch_on_commit(run.id, mark=False)
     except IntegrityError:
         existing = Run.objects.filter(pk=run_id).first() if run_id else None
@@ -124,9 +145,11 @@ def _why_not_running(run: Run) -> str:
         return ""
     event = run.events.order_by("-id").first()
     if event is not None and event.kind == EventKind.VERSION_UNAVAILABLE:
-        return (f"; {event.message} -- the worker must load the module that registers "
-                f"{run.workflow_name} version {run.workflow_version} "
-                "(an installed app's workflows.py or DURABLE_WORKFLOW_MODULES)")
+        return (
+            f"; {event.message} -- the worker must load the module that registers "
+            f"{run.workflow_name} version {run.workflow_version} "
+            "(an installed app's workflows.py or DURABLE_WORKFLOW_MODULES)"
+        )
     return ""
 
 
@@ -154,7 +177,8 @@ def result(run_id: str, timeout: float | None = 60.0, *, poll: float = 0.05) -> 
                 return run.output_value()
             raise RunFailed(run)
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s"
-                               + _why_not_running(run))
+            raise TimeoutError(
+                f"run {run_id} is still {run.status} after {timeout} s" + _why_not_running(run)
+            )
         time.sleep(delay)
         delay = min(delay * 1.5, 1.0)

@@ -86,24 +86,32 @@ def _model(fn: Callable[..., Any]) -> type[BaseModel]:
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             extra = "allow"
             continue
-        if (param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
-                or param.name in RESERVED):
+        if (
+            param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
+            or param.name in RESERVED
+        ):
             continue  # tools are called with keyword arguments only
         if param.name.startswith("_") or param.name == "model_config":
             raise ValueError(f"parameter {param.name!r} cannot be a pydantic field")
         annotation = hints.get(param.name, Any)
         if annotation is not Any and not _buildable(annotation):
-            logger.info("durable: %s.%s: annotation %r is not checked", fn.__qualname__,
-                        param.name, annotation)
+            logger.info(
+                "durable: %s.%s: annotation %r is not checked",
+                fn.__qualname__,
+                param.name,
+                annotation,
+            )
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    config = ConfigDict(extra=extra, strict=True, arbitrary_types_allowed=True,
-                        protected_namespaces=())
+    config = ConfigDict(
+        extra=extra, strict=True, arbitrary_types_allowed=True, protected_namespaces=()
+    )
     with warnings.catch_warnings():  # a parameter named like a BaseModel attribute is fine
         warnings.simplefilter("ignore")
-        return create_model(f"{getattr(fn, '__name__', 'tool')}_arguments",
-                            __config__=config, **fields)
+        return create_model(
+            f"{getattr(fn, '__name__', 'tool')}_arguments", __config__=config, **fields
+        )
 
 
 def _errors(exc: ValidationError) -> list[ArgumentError]:
@@ -136,16 +144,20 @@ def _binding_errors(fn: Callable[..., Any], arguments: dict[str, Any]) -> list[A
     return []
 
 
-def validate_arguments(fn: Callable[..., Any], arguments: dict[str, Any], *,
-                       unchecked: Iterable[str] = ()) -> list[ArgumentError]:
+def validate_arguments(
+    fn: Callable[..., Any], arguments: dict[str, Any], *, unchecked: Iterable[str] = ()
+) -> list[ArgumentError]:
     """Return what is wrong with calling ``fn(**arguments)`` (empty: nothing).
 
     ``unchecked``: names whose values are present but not to be type-checked (a secret
     kept from the original call: its stored value is not JSON). Values must be JSON
     types (what an approver can type); others are checked in pydantic's Python mode.
     """
-    errors = [ArgumentError(name, "is set by Durable, not by an edit")
-              for name in arguments if name in RESERVED]
+    errors = [
+        ArgumentError(name, "is set by Durable, not by an edit")
+        for name in arguments
+        if name in RESERVED
+    ]
     try:
         model = _model(fn)
     except Exception as exc:  # noqa: BLE001 - no signature, or names pydantic refuses

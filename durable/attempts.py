@@ -34,12 +34,14 @@ if TYPE_CHECKING:
     from .replay import StepCall
 
 #: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
-LLM_POLICY = RetryPolicy(max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0,
-                         max_interval=30.0)
+LLM_POLICY = RetryPolicy(
+    max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0, max_interval=30.0
+)
 
 
-def call_with_timeout(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
-                      timeout: float | None, label: str) -> Any:
+def call_with_timeout(
+    fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout: float | None, label: str
+) -> Any:
     """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped."""
     if not timeout:
         return fn(*args, **kwargs)
@@ -57,8 +59,10 @@ def call_with_timeout(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise StepTimeout(f"attempt did not finish within {timeout:g} s; it is abandoned "
-                          "and its late result will be discarded")
+        raise StepTimeout(
+            f"attempt did not finish within {timeout:g} s; it is abandoned "
+            "and its late result will be discarded"
+        )
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -73,8 +77,9 @@ class Attempts(Checkpoints):
         if name not in self.tool_rows:  # one query per tool and execution, row or None
             from .models import Tool
 
-            self.tool_rows[name] = Tool.objects.select_related("approver_group").filter(
-                name=name).first()
+            self.tool_rows[name] = (
+                Tool.objects.select_related("approver_group").filter(name=name).first()
+            )
         return registry.effective_tool(spec, self.tool_rows[name])
 
     def _lost_attempts(self, call: StepCall) -> int:
@@ -85,19 +90,27 @@ class Attempts(Checkpoints):
         prior = call.recorded.attempts if call.recorded is not None else 0
         now = timezone.now()
         for i in range(lost):
-            self.pending_lost.append(StepAttempt(
-                run_id=self.run_id, attempt=prior + i + 1, outcome=AttemptOutcome.WORKER_LOST,
-                error_type="WorkerLost",
-                message="the worker stopped (killed, crashed or lost its lease) during this "
-                        "step, or between the previous checkpoint and this step, before it "
-                        "recorded a result",
-                classification=AMBIGUOUS, started_at=None, finished_at=now))
+            self.pending_lost.append(
+                StepAttempt(
+                    run_id=self.run_id,
+                    attempt=prior + i + 1,
+                    outcome=AttemptOutcome.WORKER_LOST,
+                    error_type="WorkerLost",
+                    message="the worker stopped (killed, crashed or lost its lease) during this "
+                    "step, or between the previous checkpoint and this step, before it "
+                    "recorded a result",
+                    classification=AMBIGUOUS,
+                    started_at=None,
+                    finished_at=now,
+                )
+            )
         self.run.cursor_lost = 0
         return lost
 
     @db_faults_stop_the_execution
-    def compensation_step(self, step_id: str, fn: Callable[..., Any], tool_name: str,
-                          policy: RetryPolicy) -> Any:
+    def compensation_step(
+        self, step_id: str, fn: Callable[..., Any], tool_name: str, policy: RetryPolicy
+    ) -> Any:
         """Run a compensation hook ``fn(idempotency_key=...)`` as the durable step
         ``step_id``, at the cursor's position (see :meth:`ReplayCursor.move_to`)."""
         call = self.next_call(step_id, kind=StepKind.COMPENSATION, tool_name=tool_name)
@@ -105,11 +118,17 @@ class Attempts(Checkpoints):
             assert call.recorded is not None
             return self.replay(call.recorded)
         key = f"{self.run_id}:{call.step_id}"
-        return self.execute(call, fn=lambda: fn(idempotency_key=key), policy=policy,
-                            safety=None)
+        return self.execute(call, fn=lambda: fn(idempotency_key=key), policy=policy, safety=None)
 
-    def execute(self, call: StepCall, *, fn: Callable[[], Any], policy: RetryPolicy,
-                safety: str | None, ledger: OperationLedger | None = None) -> Any:
+    def execute(
+        self,
+        call: StepCall,
+        *,
+        fn: Callable[[], Any],
+        policy: RetryPolicy,
+        safety: str | None,
+        ledger: OperationLedger | None = None,
+    ) -> Any:
         """Try ``fn`` until it succeeds or fails for good; returns the recorded value."""
         pos, kind = call.position, call.kind
         rec = call.recorded
@@ -123,15 +142,27 @@ class Attempts(Checkpoints):
         # step began): lost tries do not use up the retry budget, but a step that keeps
         # killing its worker (a poison step) fails after MAX_WORKER_LOST_ATTEMPTS
         self.budget_base[pos] = (rec.budget_base if rec is not None else 0) + lost_count
-        if lost_count and lost_count >= int(conf.get("MAX_WORKER_LOST_ATTEMPTS")) and (
-                ledger is None):
-            exc = StepTimeout(f"the worker was lost {lost_count} time(s) at this step (during "
-                              "it, or just before it began): a poison step or workflow code "
-                              "that kills its worker")
-            self.record_failure(call, attempt=attempt, exc=exc, classification=PERMANENT,
-                                delay=None, started_at=timezone.now(),
-                                outcome=AttemptOutcome.FAILED, reason="max attempts exceeded",
-                                skip_attempt_row=True)
+        if (
+            lost_count
+            and lost_count >= int(conf.get("MAX_WORKER_LOST_ATTEMPTS"))
+            and (ledger is None)
+        ):
+            exc = StepTimeout(
+                f"the worker was lost {lost_count} time(s) at this step (during "
+                "it, or just before it began): a poison step or workflow code "
+                "that kills its worker"
+            )
+            self.record_failure(
+                call,
+                attempt=attempt,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=timezone.now(),
+                outcome=AttemptOutcome.FAILED,
+                reason="max attempts exceeded",
+                skip_attempt_row=True,
+            )
         while True:
             attempt += 1
             if ledger is not None:
@@ -156,27 +187,30 @@ class Attempts(Checkpoints):
                 if isinstance(exc, StepTimeout) and safety == "unsafe_write":
                     classification = AMBIGUOUS
                 if classification == MODEL_RECOVERABLE:
-                    value = ModelRecoverable(safe_str(exc), type(exc).__name__,
-                                             getattr(exc, "details", None))
+                    value = ModelRecoverable(
+                        safe_str(exc), type(exc).__name__, getattr(exc, "details", None)
+                    )
                     if ledger is not None:
                         ledger.failed_known()
-                    return self.record_success(call, attempt=attempt, value=value,
-                                               started_at=started_at, ledger=ledger)
+                    return self.record_success(
+                        call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
+                    )
                 if classification == AMBIGUOUS and ledger is not None and safety == "unsafe_write":
-                    settled = ledger.unknown_outcome(call, attempt=attempt, exc=exc,
-                                                     started_at=started_at)
+                    settled = ledger.unknown_outcome(
+                        call, attempt=attempt, exc=exc, started_at=started_at
+                    )
                     if settled is not AGAIN:
                         return settled
                     classification = "transient"  # reconciled: it did not happen
                 retryable = classification in ("transient", AMBIGUOUS)
                 if ledger is not None:
                     ledger.after_failure(ambiguous=classification == AMBIGUOUS)
-                reason = ("max attempts exceeded" if retryable else f"{classification} error")
+                reason = "max attempts exceeded" if retryable else f"{classification} error"
                 if retryable and retry_after is not None:
                     try:
                         retry_after = check_retry_after(
-                            retry_after, call=_call_name(call),
-                            source=_retry_after_source(exc))
+                            retry_after, call=_call_name(call), source=_retry_after_source(exc)
+                        )
                     except InvalidDuration as bad:  # recorded as this attempt's end, for good
                         retryable = False
                         classification = PERMANENT
@@ -185,18 +219,29 @@ class Attempts(Checkpoints):
                 if retryable and attempt - self.budget_base[pos] < policy.max_attempts:
                     delay = policy.next_delay(attempt, retry_after)
                 delay = self.record_failure(
-                    call, attempt=attempt, exc=exc, classification=classification,
-                    delay=delay, started_at=started_at,
-                    outcome=(AttemptOutcome.TIMED_OUT if isinstance(exc, StepTimeout)
-                             else AttemptOutcome.FAILED),
-                    reason=reason, ledger=ledger,
+                    call,
+                    attempt=attempt,
+                    exc=exc,
+                    classification=classification,
+                    delay=delay,
+                    started_at=started_at,
+                    outcome=(
+                        AttemptOutcome.TIMED_OUT
+                        if isinstance(exc, StepTimeout)
+                        else AttemptOutcome.FAILED
+                    ),
+                    reason=reason,
+                    ledger=ledger,
                     tokens=billed_tokens(getattr(exc, "billed_usage", None))
-                    if kind == StepKind.LLM else 0)
+                    if kind == StepKind.LLM
+                    else 0,
+                )
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
                 time.sleep(delay)
                 continue
-            return self.record_success(call, attempt=attempt, value=value,
-                                       started_at=started_at, ledger=ledger)
+            return self.record_success(
+                call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
+            )
 
 
 def _call_name(call: StepCall) -> str:

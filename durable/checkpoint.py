@@ -52,14 +52,14 @@ from .types import ModelRecoverable
 from .vocabulary import EventKind
 
 
-
 class LedgerEntry(Protocol):
     """What a checkpoint needs from the operation ledger's side of a write
     (:class:`durable.ledger.OperationLedger`, which imports this module, not the other
     way round)."""
 
-    def result_unstorable(self, call: StepCall, *, attempt: int, exc: Any,
-                          started_at: datetime) -> Any: ...
+    def result_unstorable(
+        self, call: StepCall, *, attempt: int, exc: Any, started_at: datetime
+    ) -> Any: ...
 
     def succeeded_txn(self, value: Any, output: str) -> None: ...
 
@@ -69,8 +69,14 @@ class LedgerEntry(Protocol):
 class Checkpoints(ReplayCursor):
     """The writes of one execution: the fence, step rows, the run's failure and end."""
 
-    def write(self, run_fields: dict[str, Any], work: Callable[[], None], *,
-              record_if_stopped: bool = True, events: Sequence[TraceEvent] = ()) -> None:
+    def write(
+        self,
+        run_fields: dict[str, Any],
+        work: Callable[[], None],
+        *,
+        record_if_stopped: bool = True,
+        events: Sequence[TraceEvent] = (),
+    ) -> None:
         """One fenced transaction: update the run (if our lease holds), then ``work``.
 
         Raises :class:`LeaseLost` (nothing written) when another worker holds the lease;
@@ -82,8 +88,9 @@ class Checkpoints(ReplayCursor):
         fields = {"updated_at": timezone.now(), **run_fields}
         stopped: str | None = None
         with transaction.atomic():
-            updated = Run.objects.filter(pk=self.run_id, lease_token=self.token,
-                                         status=self.status).update(**fields)
+            updated = Run.objects.filter(
+                pk=self.run_id, lease_token=self.token, status=self.status
+            ).update(**fields)
             if not updated:
                 row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
                 if row is None or row["lease_token"] != self.token:
@@ -96,18 +103,24 @@ class Checkpoints(ReplayCursor):
                 work()
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:
-                    mailbox.note_unconsumed_txn(self.run_id, fields["status"],
-                                                actor=self.worker_id)
+                    mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
         self.last_auth = time.monotonic()
         if stopped:
             self.stopped = stopped
             raise RunStopped(stopped)
 
-    def event(self, kind: str, step_id: str = "", message: str = "",
-              data: dict[str, Any] | None = None) -> TraceEvent:
+    def event(
+        self, kind: str, step_id: str = "", message: str = "", data: dict[str, Any] | None = None
+    ) -> TraceEvent:
         """An unsaved trace event of this run, by this worker (written by :meth:`write`)."""
-        return TraceEvent(run_id=self.run_id, kind=kind, step_id=step_id, message=message,
-                          data=data, actor=self.worker_id)
+        return TraceEvent(
+            run_id=self.run_id,
+            kind=kind,
+            step_id=step_id,
+            message=message,
+            data=data,
+            actor=self.worker_id,
+        )
 
     def save_step_txn(self, rec: Step | None, pos: int, **fields: Any) -> Step:
         """Create or update the step row at ``pos`` (inside :meth:`write`'s ``work``)."""
@@ -131,8 +144,9 @@ class Checkpoints(ReplayCursor):
             StepAttempt.objects.bulk_create(self.pending_lost)
             self.pending_lost = []
 
-    def encode_step_input(self, call: StepCall, args: tuple, kwargs: dict[str, Any], *,
-                          tool: bool = False) -> str | None:
+    def encode_step_input(
+        self, call: StepCall, args: tuple, kwargs: dict[str, Any], *, tool: bool = False
+    ) -> str | None:
         """The stored input of a step: ``{"args", "kwargs"}``; a tool's parameters as passed."""
         value: Any = {}
         if tool:
@@ -149,42 +163,71 @@ class Checkpoints(ReplayCursor):
         except PayloadError as exc:
             pos = self.position - 1
             self.record_failure(
-                StepCall(step_id=call.step_id, position=pos,
-                         recorded=self.by_position.get(pos)),
-                attempt=1, exc=exc, classification=PERMANENT, delay=None,
-                started_at=timezone.now(), outcome=AttemptOutcome.FAILED,
-                reason="cannot store the step's input")
+                StepCall(step_id=call.step_id, position=pos, recorded=self.by_position.get(pos)),
+                attempt=1,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=timezone.now(),
+                outcome=AttemptOutcome.FAILED,
+                reason="cannot store the step's input",
+            )
             raise AssertionError("unreachable") from None  # record_failure raised
 
     def fail_call_now(self, call: StepCall, exc: DurableError) -> None:
         """Fail this call for good before it runs (e.g. a duration that cannot be
         scheduled); raises :class:`StepFailed` with the run marked failed."""
-        self.record_failure(call, attempt=call.next_attempt, exc=exc,
-                            classification=PERMANENT, delay=None, started_at=timezone.now(),
-                            outcome=AttemptOutcome.FAILED, reason="invalid duration")
+        self.record_failure(
+            call,
+            attempt=call.next_attempt,
+            exc=exc,
+            classification=PERMANENT,
+            delay=None,
+            started_at=timezone.now(),
+            outcome=AttemptOutcome.FAILED,
+            reason="invalid duration",
+        )
         raise AssertionError("unreachable")  # record_failure raised StepFailed
 
     def record_model_error(self, call: StepCall, value: ModelRecoverable) -> ModelRecoverable:
         """Record ``value`` (a mistake the model can fix) as the call's result, untried."""
-        return self.record_success(call, attempt=call.next_attempt, value=value,
-                                   started_at=timezone.now(), ledger=None)
+        return self.record_success(
+            call, attempt=call.next_attempt, value=value, started_at=timezone.now(), ledger=None
+        )
 
-    def record_success(self, call: StepCall, *, attempt: int, value: Any,
-                       started_at: datetime, ledger: LedgerEntry | None) -> Any:
+    def record_success(
+        self,
+        call: StepCall,
+        *,
+        attempt: int,
+        value: Any,
+        started_at: datetime,
+        ledger: LedgerEntry | None,
+    ) -> Any:
         """Checkpoint the call's result (the cursor moves past it); returns ``value``."""
         sid, pos, rec, kind = call.step_id, call.position, call.recorded, call.kind
         error = None
         stored = value
         if isinstance(value, ModelRecoverable):
             stored = value.to_dict()
-            error = {"classification": MODEL_RECOVERABLE, "type": value.error_type,
-                     "message": redact_text(value.message)[:4000], "step_id": sid}
+            error = {
+                "classification": MODEL_RECOVERABLE,
+                "type": value.error_type,
+                "message": redact_text(value.message)[:4000],
+                "step_id": sid,
+            }
         # a reply is paid for whether or not it can be stored: a malformed one carries
         # its usage in the error's details, an oversized one is counted with its failure
-        reply = (value.details if isinstance(value, ModelRecoverable)
-                 and isinstance(value.details, dict) else value)
-        tokens = (billed_tokens(reply.get("usage"))
-                  if kind == StepKind.LLM and isinstance(reply, dict) else 0)
+        reply = (
+            value.details
+            if isinstance(value, ModelRecoverable) and isinstance(value.details, dict)
+            else value
+        )
+        tokens = (
+            billed_tokens(reply.get("usage"))
+            if kind == StepKind.LLM and isinstance(reply, dict)
+            else 0
+        )
         try:
             try:
                 output = codec.dumps_checked(stored, what="step output", step_id=sid)
@@ -199,56 +242,102 @@ class Checkpoints(ReplayCursor):
             if ledger is not None:
                 # the write happened; only its result cannot be stored: an operator (or
                 # the reconcile hook) says what it was -- never a success without a result
-                return ledger.result_unstorable(call, attempt=attempt, exc=exc,
-                                                started_at=started_at)
-            self.record_failure(call, attempt=attempt, exc=exc, classification=PERMANENT,
-                                delay=None, started_at=started_at,
-                                outcome=AttemptOutcome.FAILED,
-                                reason="cannot store the step's output", tokens=tokens)
+                return ledger.result_unstorable(
+                    call, attempt=attempt, exc=exc, started_at=started_at
+                )
+            self.record_failure(
+                call,
+                attempt=attempt,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=started_at,
+                outcome=AttemptOutcome.FAILED,
+                reason="cannot store the step's output",
+                tokens=tokens,
+            )
             raise AssertionError("unreachable") from None
         now = timezone.now()
 
         def work() -> None:
-            step = self.save_step_txn(rec, pos, step_id=sid, kind=kind,
-                                      tool_name=call.tool_name, status=StepStatus.SUCCEEDED,
-                                      input=call.input_text, output=output, error=error,
-                                      attempts=attempt, next_attempt_at=None,
-                                      started_at=started_at, finished_at=now)
+            step = self.save_step_txn(
+                rec,
+                pos,
+                step_id=sid,
+                kind=kind,
+                tool_name=call.tool_name,
+                status=StepStatus.SUCCEEDED,
+                input=call.input_text,
+                output=output,
+                error=error,
+                attempts=attempt,
+                next_attempt_at=None,
+                started_at=started_at,
+                finished_at=now,
+            )
             self.flush_lost_txn(step)
             if ledger is not None:
                 ledger.succeeded_txn(value, output)
 
-        run_fields: dict[str, Any] = {"cursor_position": pos + 1, "cursor_lost": 0,
-                                      "steps_executed": F("steps_executed") + 1}
+        run_fields: dict[str, Any] = {
+            "cursor_position": pos + 1,
+            "cursor_lost": 0,
+            "steps_executed": F("steps_executed") + 1,
+        }
         if kind == StepKind.LLM and isinstance(reply, dict):
             if tokens:
                 run_fields["tokens_used"] = F("tokens_used") + tokens
             if reply.get("scripted") and "scripted-llm" not in (self.run.tags or []):
                 self.run.tags = [*(self.run.tags or []), "scripted-llm"]
                 run_fields["tags"] = self.run.tags
-        event_data = {"attempt": attempt, "kind": kind, "tool": call.tool_name,
-                      "seconds": round((now - started_at).total_seconds(), 6),
-                      "model_recoverable": error is not None,
-                      **({"tokens": tokens, "cost_usd": reply.get("cost_usd")}
-                         if kind == StepKind.LLM and isinstance(reply, dict) else {})}
-        fast = (rec is None and ledger is None and not self.pending_lost
-                and "tags" not in run_fields and connection.vendor == "postgresql"
-                and not connection.in_atomic_block)
+        event_data = {
+            "attempt": attempt,
+            "kind": kind,
+            "tool": call.tool_name,
+            "seconds": round((now - started_at).total_seconds(), 6),
+            "model_recoverable": error is not None,
+            **(
+                {"tokens": tokens, "cost_usd": reply.get("cost_usd")}
+                if kind == StepKind.LLM and isinstance(reply, dict)
+                else {}
+            ),
+        }
+        fast = (
+            rec is None
+            and ledger is None
+            and not self.pending_lost
+            and "tags" not in run_fields
+            and connection.vendor == "postgresql"
+            and not connection.in_atomic_block
+        )
         step = None
         if fast:
             step = checkpoint_in_one_statement(
-                run_id=self.run_id, token=self.token, status=self.status,
-                worker_id=self.worker_id, call=call, output=output, error=error,
-                attempt=attempt, budget_base=self.budget_base.get(pos, 0),
-                started_at=started_at, now=now, tokens=tokens, event_data=event_data)
+                run_id=self.run_id,
+                token=self.token,
+                status=self.status,
+                worker_id=self.worker_id,
+                call=call,
+                output=output,
+                error=error,
+                attempt=attempt,
+                budget_base=self.budget_base.get(pos, 0),
+                started_at=started_at,
+                now=now,
+                tokens=tokens,
+                event_data=event_data,
+            )
         if step is not None:
             self.by_position[pos] = step
             self.positions_by_id[sid] = pos
             self.last_auth = time.monotonic()
         else:
             try:
-                self.write(run_fields, work,
-                           events=[self.event(EventKind.STEP_EXECUTED, sid, data=event_data)])
+                self.write(
+                    run_fields,
+                    work,
+                    events=[self.event(EventKind.STEP_EXECUTED, sid, data=event_data)],
+                )
             except LeaseLost:
                 if ledger is not None:  # the write happened: the ledger keeps its result
                     ledger.record_late_result(value, output)
@@ -256,10 +345,21 @@ class Checkpoints(ReplayCursor):
         self.run.tokens_used += tokens
         return value
 
-    def record_failure(self, call: StepCall, *, attempt: int, exc: BaseException,
-                       classification: str, delay: float | None, started_at: datetime,
-                       outcome: str, reason: str, ledger: LedgerEntry | None = None,
-                       skip_attempt_row: bool = False, tokens: int = 0) -> float:
+    def record_failure(
+        self,
+        call: StepCall,
+        *,
+        attempt: int,
+        exc: BaseException,
+        classification: str,
+        delay: float | None,
+        started_at: datetime,
+        outcome: str,
+        reason: str,
+        ledger: LedgerEntry | None = None,
+        skip_attempt_row: bool = False,
+        tokens: int = 0,
+    ) -> float:
         """Record a failed try. Returns the in-process delay (seconds) before the next try.
 
         ``tokens``: what a failed LLM attempt was billed; counted in the same commit.
@@ -275,21 +375,42 @@ class Checkpoints(ReplayCursor):
         if delay is None:
             step_status = StepStatus.FAILED
             run_fields: dict[str, Any] = {
-                **transitions.changes("fail", self.status), "error": {**info, "reason": reason},
-                "error_type": info["type"], "finished_at": now, "cursor_lost": 0}
-            events = [self.event(EventKind.ATTEMPT_FAILED, sid, info["message"], {
-                "attempt": attempt, "classification": classification}),
-                self.event(EventKind.FAILED, sid, f"{reason}: {info['type']}: {info['message']}")]
+                **transitions.changes("fail", self.status),
+                "error": {**info, "reason": reason},
+                "error_type": info["type"],
+                "finished_at": now,
+                "cursor_lost": 0,
+            }
+            events = [
+                self.event(
+                    EventKind.ATTEMPT_FAILED,
+                    sid,
+                    info["message"],
+                    {"attempt": attempt, "classification": classification},
+                ),
+                self.event(EventKind.FAILED, sid, f"{reason}: {info['type']}: {info['message']}"),
+            ]
         else:
             step_status = StepStatus.RETRYING
             run_fields = {"cursor_position": pos, "cursor_lost": 0}
-            events = [self.event(EventKind.ATTEMPT_FAILED, sid, info["message"], {
-                "attempt": attempt, "classification": classification}),
-                self.event(EventKind.RETRY_SCHEDULED, sid, f"retry in {delay:.3f} s",
-                           {"attempt": attempt + 1, "delay": delay, "in_process": inprocess})]
+            events = [
+                self.event(
+                    EventKind.ATTEMPT_FAILED,
+                    sid,
+                    info["message"],
+                    {"attempt": attempt, "classification": classification},
+                ),
+                self.event(
+                    EventKind.RETRY_SCHEDULED,
+                    sid,
+                    f"retry in {delay:.3f} s",
+                    {"attempt": attempt + 1, "delay": delay, "in_process": inprocess},
+                ),
+            ]
             if not inprocess:  # a compensation stays COMPENSATING, due at wake_at
-                run_fields.update(transitions.changes("schedule_retry", self.status),
-                                  wake_at=next_at)
+                run_fields.update(
+                    transitions.changes("schedule_retry", self.status), wake_at=next_at
+                )
 
         if tokens:
             run_fields["tokens_used"] = F("tokens_used") + tokens
@@ -297,18 +418,34 @@ class Checkpoints(ReplayCursor):
 
         def work() -> None:
             step = self.save_step_txn(
-                rec, pos, step_id=sid, kind=call.kind, tool_name=call.tool_name,
-                status=step_status, input=call.input_text, error=info, attempts=attempt,
+                rec,
+                pos,
+                step_id=sid,
+                kind=call.kind,
+                tool_name=call.tool_name,
+                status=step_status,
+                input=call.input_text,
+                error=info,
+                attempts=attempt,
                 next_attempt_at=next_at,
                 started_at=rec.started_at if rec is not None else started_at,
-                finished_at=now if delay is None else None)
+                finished_at=now if delay is None else None,
+            )
             self.flush_lost_txn(step)
             if not skip_attempt_row:
                 StepAttempt.objects.create(
-                    run_id=self.run_id, step=step, attempt=attempt, outcome=outcome,
-                    error_type=info["type"], message=info["message"],
-                    traceback=safe_traceback(exc), classification=classification,
-                    retry_delay=delay, started_at=started_at, finished_at=now)
+                    run_id=self.run_id,
+                    step=step,
+                    attempt=attempt,
+                    outcome=outcome,
+                    error_type=info["type"],
+                    message=info["message"],
+                    traceback=safe_traceback(exc),
+                    classification=classification,
+                    retry_delay=delay,
+                    started_at=started_at,
+                    finished_at=now,
+                )
             if ledger is not None:
                 ledger.failure_txn(info)
             if delay is not None and not inprocess:
@@ -320,8 +457,13 @@ class Checkpoints(ReplayCursor):
         self.run.tokens_used += tokens
         if delay is None:
             self.stopped = self.fail_status
-            raise StepFailed(step_id=sid, error_type=info["type"], message=info["message"],
-                             attempts=attempt, reason=reason)
+            raise StepFailed(
+                step_id=sid,
+                error_type=info["type"],
+                message=info["message"],
+                attempts=attempt,
+                reason=reason,
+            )
         if not inprocess:
             self.stopped = transitions.target("schedule_retry", self.status) or self.status
             assert next_at is not None
@@ -331,9 +473,16 @@ class Checkpoints(ReplayCursor):
     def fail_run(self, error: dict[str, Any], *, event: str) -> None:
         """Mark the run failed (or its compensation failed) with ``error``; release it."""
         now = timezone.now()
-        self.write({**transitions.changes("fail", self.status), "error": error,
-                    "error_type": error["type"], "finished_at": now}, lambda: None,
-                   events=[self.event(event, error.get("step_id", ""), error["message"])])
+        self.write(
+            {
+                **transitions.changes("fail", self.status),
+                "error": error,
+                "error_type": error["type"],
+                "finished_at": now,
+            },
+            lambda: None,
+            events=[self.event(event, error.get("step_id", ""), error["message"])],
+        )
         self.stopped = self.fail_status
 
     def suspend_waiting(self, work: Callable[[], None], events: list[TraceEvent]) -> None:
@@ -353,11 +502,16 @@ class Checkpoints(ReplayCursor):
         if self.status != RunStatus.COMPENSATING:
             step = self.unreached_step()
             if step is not None:
-                exc = NonDeterminismError(run_id=self.run_id, position=step.position,
-                                          recorded_step_id=step.step_id,
-                                          requested_step_id="(the workflow returned)")
-                self.fail_run(error_info(exc, classification=PERMANENT, step_id=step.step_id),
-                              event=EventKind.NONDETERMINISM)
+                exc = NonDeterminismError(
+                    run_id=self.run_id,
+                    position=step.position,
+                    recorded_step_id=step.step_id,
+                    requested_step_id="(the workflow returned)",
+                )
+                self.fail_run(
+                    error_info(exc, classification=PERMANENT, step_id=step.step_id),
+                    event=EventKind.NONDETERMINISM,
+                )
                 return
         try:
             output = codec.dumps_checked(result, what="workflow output")
@@ -371,11 +525,23 @@ class Checkpoints(ReplayCursor):
             if replayed:
                 Step.objects.filter(pk__in=replayed).update(replay_count=F("replay_count") + 1)
 
-        self.write({**transitions.changes("complete", self.status), "output": output,
-                    "finished_at": now, "steps_replayed": F("steps_replayed") + len(replayed)}, work,
-                   events=[self.event(EventKind.COMPLETED, message=f"run {self.done_status}",
-                                      data={"replayed": len(replayed)})],
-                   record_if_stopped=False)
+        self.write(
+            {
+                **transitions.changes("complete", self.status),
+                "output": output,
+                "finished_at": now,
+                "steps_replayed": F("steps_replayed") + len(replayed),
+            },
+            work,
+            events=[
+                self.event(
+                    EventKind.COMPLETED,
+                    message=f"run {self.done_status}",
+                    data={"replayed": len(replayed)},
+                )
+            ],
+            record_if_stopped=False,
+        )
         self.stopped = self.done_status
 
 
@@ -389,21 +555,24 @@ def billed_tokens(usage: Any) -> int:
         return 0
 
 
-def _storable_model_error(value: ModelRecoverable, exc: PayloadError,
-                          sid: str) -> tuple[ModelRecoverable, str]:
+def _storable_model_error(
+    value: ModelRecoverable, exc: PayloadError, sid: str
+) -> tuple[ModelRecoverable, str]:
     """``value`` with details the codec can store (durable/rendering.py), and its text.
 
     Falls back to a note in place of the details, then to a shortened message, so a
     model-recoverable error is always stored as one (never a permanent failure).
     """
-    candidates = [replace(value, details=render(value.details)),
-                  replace(value, details=f"<details not stored: {exc}>"[:2000]),
-                  replace(value, message=value.message[:4000],
-                          details=f"<details not stored: {exc}>"[:2000])]
+    candidates = [
+        replace(value, details=render(value.details)),
+        replace(value, details=f"<details not stored: {exc}>"[:2000]),
+        replace(value, message=value.message[:4000], details=f"<details not stored: {exc}>"[:2000]),
+    ]
     for candidate in candidates:
         try:
-            return candidate, codec.dumps_checked(candidate.to_dict(), what="step output",
-                                                  step_id=sid)
+            return candidate, codec.dumps_checked(
+                candidate.to_dict(), what="step output", step_id=sid
+            )
         except PayloadError:
             continue
     plain = ModelRecoverable(storable_text(safe_str(exc))[:4000], value.error_type[:200])

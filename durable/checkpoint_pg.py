@@ -22,11 +22,22 @@ if TYPE_CHECKING:
     from .replay import StepCall
 
 
-def checkpoint_in_one_statement(*, run_id: str, token: str, status: str, worker_id: str,
-                                call: StepCall, output: str, error: dict[str, Any] | None,
-                                attempt: int, budget_base: int, started_at: datetime,
-                                now: datetime, tokens: int,
-                                event_data: dict[str, Any]) -> Step | None:
+def checkpoint_in_one_statement(
+    *,
+    run_id: str,
+    token: str,
+    status: str,
+    worker_id: str,
+    call: StepCall,
+    output: str,
+    error: dict[str, Any] | None,
+    attempt: int,
+    budget_base: int,
+    started_at: datetime,
+    now: datetime,
+    tokens: int,
+    event_data: dict[str, Any],
+) -> Step | None:
     """The fenced run update, the step and its event in one statement.
 
     One round trip and one commit, no ORM work (the benchmark's checkpoint path).
@@ -56,17 +67,48 @@ def checkpoint_in_one_statement(*, run_id: str, token: str, status: str, worker_
                    created_at)
             SELECT r.id, 'step_executed', %s, '', %s::jsonb, %s, %s FROM r)
         SELECT id FROM s"""  # noqa: S608 - table names come from the models
-    params = [now, pos + 1, tokens, run_id, token, status,
-              sid, pos, call.kind, call.tool_name, StepStatus.SUCCEEDED, call.input_text,
-              output, json.dumps(storable_json(error)) if error is not None else None,
-              attempt, budget_base, started_at, now,
-              sid, json.dumps(storable_json(event_data)), worker_id, now]
+    params = [
+        now,
+        pos + 1,
+        tokens,
+        run_id,
+        token,
+        status,
+        sid,
+        pos,
+        call.kind,
+        call.tool_name,
+        StepStatus.SUCCEEDED,
+        call.input_text,
+        output,
+        json.dumps(storable_json(error)) if error is not None else None,
+        attempt,
+        budget_base,
+        started_at,
+        now,
+        sid,
+        json.dumps(storable_json(event_data)),
+        worker_id,
+        now,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
-    return Step(pk=row[0], run_id=run_id, step_id=sid, position=pos, kind=call.kind,
-                tool_name=call.tool_name, status=StepStatus.SUCCEEDED, input=call.input_text,
-                output=output, error=error, attempts=attempt, budget_base=budget_base,
-                started_at=started_at, finished_at=now)
+    return Step(
+        pk=row[0],
+        run_id=run_id,
+        step_id=sid,
+        position=pos,
+        kind=call.kind,
+        tool_name=call.tool_name,
+        status=StepStatus.SUCCEEDED,
+        input=call.input_text,
+        output=output,
+        error=error,
+        attempts=attempt,
+        budget_base=budget_base,
+        started_at=started_at,
+        finished_at=now,
+    )

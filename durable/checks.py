@@ -27,57 +27,100 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
         pass
     unknown = set(user) - set(conf.DEFAULTS)
     if unknown:
-        messages.append(Error(f"unknown DURABLE settings: {', '.join(sorted(unknown))}",
-                              hint=f"known: {', '.join(sorted(conf.DEFAULTS))}", id="durable.E001"))
+        messages.append(
+            Error(
+                f"unknown DURABLE settings: {', '.join(sorted(unknown))}",
+                hint=f"known: {', '.join(sorted(conf.DEFAULTS))}",
+                id="durable.E001",
+            )
+        )
     try:
         load_dispatcher(conf.get("DISPATCH"))
     except DurableConfigurationError as exc:
-        messages.append(Error(str(exc), hint="set DURABLE['DISPATCH'] to 'celery', 'manual' "
-                              "or the dotted path of a durable.dispatch.Dispatcher subclass",
-                              id="durable.E002"))
+        messages.append(
+            Error(
+                str(exc),
+                hint="set DURABLE['DISPATCH'] to 'celery', 'manual' "
+                "or the dotted path of a durable.dispatch.Dispatcher subclass",
+                id="durable.E002",
+            )
+        )
     for name in ("LEASE_SECONDS", "SWEEP_INTERVAL_SECONDS", "MAX_PAYLOAD_BYTES"):
         try:
             if float(conf.get(name)) <= 0:
                 raise ValueError
         except (TypeError, ValueError):
-            messages.append(Error(f"DURABLE['{name}'] must be a positive number",
-                                  id="durable.E003"))
+            messages.append(
+                Error(f"DURABLE['{name}'] must be a positive number", id="durable.E003")
+            )
     try:
         if conf.heartbeat_seconds() >= conf.lease_seconds():
-            messages.append(Error("the heartbeat must be shorter than the lease",
-                                  hint="set DURABLE['HEARTBEAT_SECONDS'] below LEASE_SECONDS",
-                                  id="durable.E004"))
+            messages.append(
+                Error(
+                    "the heartbeat must be shorter than the lease",
+                    hint="set DURABLE['HEARTBEAT_SECONDS'] below LEASE_SECONDS",
+                    id="durable.E004",
+                )
+            )
     except (TypeError, ValueError):
         pass
     try:
         if conf.worker_beat_seconds() <= 0 or (
-                conf.worker_dead_after_seconds() <= conf.worker_beat_seconds()):
-            messages.append(Error(
-                "a worker process must be presumed dead only after more than one missed "
-                "liveness beat", hint="set DURABLE['WORKER_DEAD_AFTER_SECONDS'] above "
-                "WORKER_BEAT_SECONDS (default: 3 beats), both positive", id="durable.E005"))
+            conf.worker_dead_after_seconds() <= conf.worker_beat_seconds()
+        ):
+            messages.append(
+                Error(
+                    "a worker process must be presumed dead only after more than one missed "
+                    "liveness beat",
+                    hint="set DURABLE['WORKER_DEAD_AFTER_SECONDS'] above "
+                    "WORKER_BEAT_SECONDS (default: 3 beats), both positive",
+                    id="durable.E005",
+                )
+            )
     except (TypeError, ValueError):
-        messages.append(Error("DURABLE['WORKER_BEAT_SECONDS'] and "
-                              "['WORKER_DEAD_AFTER_SECONDS'] must be numbers", id="durable.E005"))
+        messages.append(
+            Error(
+                "DURABLE['WORKER_BEAT_SECONDS'] and ['WORKER_DEAD_AFTER_SECONDS'] must be numbers",
+                id="durable.E005",
+            )
+        )
     for module, tb in registry.load_errors.items():
         last = tb.strip().splitlines()[-1] if tb.strip() else "import failed"
-        messages.append(Warning(f"workflow module {module} failed to import: {last}",
-                                hint="its workflows cannot run on this process; fix the module",
-                                id="durable.W001"))
+        messages.append(
+            Warning(
+                f"workflow module {module} failed to import: {last}",
+                hint="its workflows cannot run on this process; fix the module",
+                id="durable.W001",
+            )
+        )
     for spec in registry.tools():
-        if (spec.safety == Safety.UNSAFE_WRITE and spec.reconcile is None
-                and not spec.requires_approval):
-            messages.append(Warning(
-                f"tool {spec.name!r} is an unsafe_write with neither a reconcile hook nor "
-                "requires_approval: an unknown outcome will wait for an operator",
-                hint="add reconcile=... (look the write up by its idempotency key) or "
-                     "requires_approval=True", id="durable.W002"))
-        if spec.safety == Safety.UNSAFE_WRITE and spec.retry is not None and (
-                spec.retry.max_attempts > 1 and spec.reconcile is None):
-            messages.append(Warning(
-                f"tool {spec.name!r}: a retry policy with max_attempts="
-                f"{spec.retry.max_attempts} on an unsafe_write without reconcile may repeat "
-                "a write after a transient error", hint="raise TransientError only when the "
-                "write certainly did not happen, or declare the tool idempotent_write",
-                id="durable.W003"))
+        if (
+            spec.safety == Safety.UNSAFE_WRITE
+            and spec.reconcile is None
+            and not spec.requires_approval
+        ):
+            messages.append(
+                Warning(
+                    f"tool {spec.name!r} is an unsafe_write with neither a reconcile hook nor "
+                    "requires_approval: an unknown outcome will wait for an operator",
+                    hint="add reconcile=... (look the write up by its idempotency key) or "
+                    "requires_approval=True",
+                    id="durable.W002",
+                )
+            )
+        if (
+            spec.safety == Safety.UNSAFE_WRITE
+            and spec.retry is not None
+            and (spec.retry.max_attempts > 1 and spec.reconcile is None)
+        ):
+            messages.append(
+                Warning(
+                    f"tool {spec.name!r}: a retry policy with max_attempts="
+                    f"{spec.retry.max_attempts} on an unsafe_write without reconcile may repeat "
+                    "a write after a transient error",
+                    hint="raise TransientError only when the "
+                    "write certainly did not happen, or declare the tool idempotent_write",
+                    id="durable.W003",
+                )
+            )
     return messages

@@ -85,12 +85,15 @@ MAX_DEPTH = 200
 #: ints wider than this are stored as hex (decimal text is capped at 4300 digits)
 _INT_MAX_BITS = 12_000
 
-SUPPORTED = ("JSON types, tuple, set, frozenset, bytes, datetime, date, time, timedelta, "
-             "Decimal, UUID, Secret")
+SUPPORTED = (
+    "JSON types, tuple, set, frozenset, bytes, datetime, date, time, timedelta, "
+    "Decimal, UUID, Secret"
+)
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_JSON_SORTED = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                                sort_keys=True)
+_JSON_SORTED = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True
+)
 _dumps = _JSON.encode
 
 
@@ -138,11 +141,30 @@ def _unsupported(value: Any) -> str:
     elif _has_model_dump(value):
         hint = "; convert it with .model_dump() first"
     else:
-        for base in (bool, str, int, float, dict, list, tuple, frozenset, set, bytearray,
-                     bytes, dt.datetime, dt.date, dt.time, dt.timedelta, Decimal, uuid.UUID):
+        for base in (
+            bool,
+            str,
+            int,
+            float,
+            dict,
+            list,
+            tuple,
+            frozenset,
+            set,
+            bytearray,
+            bytes,
+            dt.datetime,
+            dt.date,
+            dt.time,
+            dt.timedelta,
+            Decimal,
+            uuid.UUID,
+        ):
             if isinstance(value, base):
-                hint = (f"; it is a subclass of {base.__name__}: convert it to a plain "
-                        f"{base.__name__} first")
+                hint = (
+                    f"; it is a subclass of {base.__name__}: convert it to a plain "
+                    f"{base.__name__} first"
+                )
                 break
     return f"type {name} is not supported (supported: {SUPPORTED}){hint}"
 
@@ -152,8 +174,9 @@ def _check_str(value: str) -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise _Fail(f"str contains a lone surrogate at index {exc.start} "
-                        "(not valid UTF-8)") from None
+            raise _Fail(
+                f"str contains a lone surrogate at index {exc.start} (not valid UTF-8)"
+            ) from None
 
 
 def _is_utf8(value: str) -> bool:
@@ -183,8 +206,9 @@ class _Encoder:
 
     __slots__ = ("active", "canonical", "is_secret_key", "known", "search")
 
-    def __init__(self, *, redact: bool = True, canonical: bool = False,
-                 active: set[int] | None = None) -> None:
+    def __init__(
+        self, *, redact: bool = True, canonical: bool = False, active: set[int] | None = None
+    ) -> None:
         self.is_secret_key = redaction.key_matcher() if redact else None
         self.search = redaction.pattern_matcher() if redact else None
         self.known = redaction.known_secrets() if redact else frozenset()
@@ -245,8 +269,10 @@ class _Encoder:
         if t is float:
             if math.isfinite(value):
                 return value
-            return {TAG: "float", "v": "nan" if math.isnan(value) else
-                    ("inf" if value > 0 else "-inf")}
+            return {
+                TAG: "float",
+                "v": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"),
+            }
         if t is dict:
             return self.mapping(value, depth)
         if t is list:
@@ -294,8 +320,7 @@ class _Encoder:
         try:
             for i, item in enumerate(value):  # noqa: B007 - the except clause names i
                 ti = type(item)
-                if item is None or ti is bool or (ti is int
-                                                  and item.bit_length() <= _INT_MAX_BITS):
+                if item is None or ti is bool or (ti is int and item.bit_length() <= _INT_MAX_BITS):
                     append(item)
                 else:
                     append(enc(item, d))
@@ -387,11 +412,13 @@ def _to_structure(value: Any, *, where: str, step_id: str | None, canonical: boo
     try:
         return encoder.enc(value, 0)
     except _Fail as exc:
-        raise PayloadError(f"cannot store {_path(where, exc.segments)}: {exc.reason}",
-                           step_id=step_id) from None
+        raise PayloadError(
+            f"cannot store {_path(where, exc.segments)}: {exc.reason}", step_id=step_id
+        ) from None
     except RecursionError:
-        raise PayloadError(f"cannot store {where}: containers are nested too deeply",
-                           step_id=step_id) from None
+        raise PayloadError(
+            f"cannot store {where}: containers are nested too deeply", step_id=step_id
+        ) from None
 
 
 def _encode(value: Any, where: str, step_id: str | None) -> str:
@@ -438,8 +465,9 @@ def fingerprint(value: Any, *, where: str = "value") -> str:
 # --- size ----------------------------------------------------------------------------
 
 
-def check_size(text: str, *, what: str, step_id: str | None = None,
-               limit: int | None = None) -> None:
+def check_size(
+    text: str, *, what: str, step_id: str | None = None, limit: int | None = None
+) -> None:
     """Raise :class:`~durable.exceptions.PayloadError` when ``text`` is over the limit.
 
     The size is ``len(text.encode("utf-8"))``; the limit defaults to
@@ -456,7 +484,9 @@ def check_size(text: str, *, what: str, step_id: str | None = None,
         raise PayloadError(
             f"{what} is {size} bytes, over the payload limit of {limit} bytes "
             "(DURABLE['MAX_PAYLOAD_BYTES'])",
-            step_id=step_id, size=size, limit=limit,
+            step_id=step_id,
+            size=size,
+            limit=limit,
         )
 
 
@@ -509,8 +539,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "datetime": _dec_datetime,
     "date": lambda d: dt.date.fromisoformat(d["v"]),
     "time": _dec_time,
-    "timedelta": lambda d: dt.timedelta(days=d["v"][0], seconds=d["v"][1],
-                                        microseconds=d["v"][2]),
+    "timedelta": lambda d: dt.timedelta(days=d["v"][0], seconds=d["v"][1], microseconds=d["v"][2]),
     "decimal": lambda d: Decimal(d["v"]),
     "uuid": lambda d: uuid.UUID(d["v"]),
     "float": lambda d: _FLOATS[d["v"]],
@@ -535,8 +564,7 @@ def _hook(d: dict[str, Any]) -> Any:
         return decoder(d)
     except PayloadError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError, InvalidOperation,
-            binascii.Error) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, InvalidOperation, binascii.Error) as exc:
         raise PayloadError(f"cannot decode a stored {tag!r} value: {exc}") from exc
 
 
@@ -591,8 +619,6 @@ _DISPLAYERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "sealed": lambda d: redaction.REDACTED,
     "Secret": lambda d: redaction.REDACTED,
 }
-
-
 
 
 def _display_hook(d: dict[str, Any]) -> Any:

@@ -50,30 +50,44 @@ UNSETTLED = (OperationStatus.STARTED, OperationStatus.UNKNOWN)
 
 def compensations(run_id: str) -> list[Operation]:
     """The completed writes the run owns, newest first (the order they are undone in)."""
-    return list(Operation.objects.owned_by(run_id).filter(status=OperationStatus.SUCCEEDED)
-                .exclude(step_id__startswith="compensate:").order_by("-created_at", "-id"))
+    return list(
+        Operation.objects.owned_by(run_id)
+        .filter(status=OperationStatus.SUCCEEDED)
+        .exclude(step_id__startswith="compensate:")
+        .order_by("-created_at", "-id")
+    )
 
 
 def unsettled(run_id: str) -> list[Operation]:
     """The writes the run owns whose outcome is not known, newest first."""
-    return list(Operation.objects.owned_by(run_id).filter(status__in=UNSETTLED)
-                .exclude(step_id__startswith="compensate:").order_by("-created_at", "-id"))
+    return list(
+        Operation.objects.owned_by(run_id)
+        .filter(status__in=UNSETTLED)
+        .exclude(step_id__startswith="compensate:")
+        .order_by("-created_at", "-id")
+    )
 
 
 def owned_elsewhere(run_id: str) -> list[dict[str, str]]:
     """Writes of the run's steps that another run answers for, newest first:
     ``[{"step_id", "owner"}]`` -- its own writes a fork adopted, and (for a fork) the
     reused writes it did not adopt. Compensating the run leaves them."""
-    step_ids = Step.objects.filter(run_id=run_id).exclude(kind=StepKind.COMPENSATION) \
+    step_ids = (
+        Step.objects.filter(run_id=run_id)
+        .exclude(kind=StepKind.COMPENSATION)
         .values_list("step_id", flat=True)
+    )
     lineage = run_lineage(run_id)
     nearest: dict[str, Operation] = {}  # per step, the write of the nearest run in the lineage
     for op in Operation.objects.filter(run_id__in=lineage, step_id__in=step_ids):
         known = nearest.get(op.step_id)
         if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
             nearest[op.step_id] = op
-    ops = sorted((op for op in nearest.values() if op.owner_id != run_id),
-                 key=lambda op: (op.created_at, op.pk), reverse=True)
+    ops = sorted(
+        (op for op in nearest.values() if op.owner_id != run_id),
+        key=lambda op: (op.created_at, op.pk),
+        reverse=True,
+    )
     return [{"step_id": op.step_id, "owner": op.owner_id} for op in ops]
 
 
@@ -114,8 +128,12 @@ def run_compensation(execution: Execution) -> dict[str, Any]:
             next_position += 1
         execution.compensation_step(sid, undo, op.tool_name, spec.retry or DEFAULT_POLICY)
         undone.append(op.step_id)
-    return {"compensated": undone, "nothing_to_undo": skipped,
-            "did_not_happen": not_happened, "owned_by": owned_elsewhere(execution.run_id)}
+    return {
+        "compensated": undone,
+        "nothing_to_undo": skipped,
+        "did_not_happen": not_happened,
+        "owned_by": owned_elsewhere(execution.run_id),
+    }
 
 
 def _settle(execution: Execution) -> list[str]:
@@ -123,8 +141,7 @@ def _settle(execution: Execution) -> list[str]:
     the ones that did not happen. Parks the run for an operator if one stays unknown."""
     undecided: list[Operation] = []
     for op in unsettled(execution.run_id):
-        found = (_ask_reconcile(execution, op) if op.status == OperationStatus.STARTED
-                 else _UNKNOWN)
+        found = _ask_reconcile(execution, op) if op.status == OperationStatus.STARTED else _UNKNOWN
         if found is _UNKNOWN:
             undecided.append(op)
             continue
@@ -133,9 +150,12 @@ def _settle(execution: Execution) -> list[str]:
         _wait_for_operator(execution, undecided)
     # failed: known not to have happened (refused, reconciled, or an operator said so)
     owned = Operation.objects.owned_by(execution.run_id)
-    return list(owned.filter(status=OperationStatus.FAILED)
-                .exclude(step_id__startswith="compensate:").order_by("-created_at", "-id")
-                .values_list("step_id", flat=True))
+    return list(
+        owned.filter(status=OperationStatus.FAILED)
+        .exclude(step_id__startswith="compensate:")
+        .order_by("-created_at", "-id")
+        .values_list("step_id", flat=True)
+    )
 
 
 _UNKNOWN = object()
@@ -152,8 +172,9 @@ def _ask_reconcile(execution: Execution, op: Operation) -> Any:
     try:
         found = spec.reconcile(codec.decode(op.params) or {}, idempotency_key=op.idempotency_key)
     except Exception as exc:  # noqa: BLE001 - an operator decides instead
-        logger.warning("reconcile of %s failed: %s", op.idempotency_key,
-                       redact_text(str(exc))[:500])
+        logger.warning(
+            "reconcile of %s failed: %s", op.idempotency_key, redact_text(str(exc))[:500]
+        )
         return _UNKNOWN
     return NOT_FOUND if found is None else found
 
@@ -161,22 +182,33 @@ def _ask_reconcile(execution: Execution, op: Operation) -> Any:
 def _record_reconciled(execution: Execution, op: Operation, found: Any) -> None:
     now = timezone.now()
     if found is NOT_FOUND:
-        fields: dict[str, Any] = {"status": OperationStatus.FAILED,
-                                  "resolution": "reconciled: did not happen"}
+        fields: dict[str, Any] = {
+            "status": OperationStatus.FAILED,
+            "resolution": "reconciled: did not happen",
+        }
     else:
-        fields = {"status": OperationStatus.SUCCEEDED,
-                  "result": codec.dumps_checked(found, what="operation result",
-                                                step_id=op.step_id),
-                  "resolution": "reconciled: happened"}
+        fields = {
+            "status": OperationStatus.SUCCEEDED,
+            "result": codec.dumps_checked(found, what="operation result", step_id=op.step_id),
+            "resolution": "reconciled: happened",
+        }
 
     def work() -> None:
-        Operation.objects.filter(pk=op.pk, status__in=UNSETTLED).update(updated_at=now,
-                                                                         **fields)
+        Operation.objects.filter(pk=op.pk, status__in=UNSETTLED).update(updated_at=now, **fields)
 
-    execution.write({}, work, record_if_stopped=False, events=[execution.event(
-        EventKind.OPERATION_RECONCILED, op.step_id,
-        f"{op.tool_name}: {fields['resolution']} (before compensating)",
-        {"operation": op.pk})])
+    execution.write(
+        {},
+        work,
+        record_if_stopped=False,
+        events=[
+            execution.event(
+                EventKind.OPERATION_RECONCILED,
+                op.step_id,
+                f"{op.tool_name}: {fields['resolution']} (before compensating)",
+                {"operation": op.pk},
+            )
+        ],
+    )
 
 
 def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
@@ -186,32 +218,57 @@ def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
 
     def work() -> None:
         for op in ops:
-            info = op.error if op.status == OperationStatus.UNKNOWN and op.error else {
-                "type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": op.step_id,
-                "message": "the worker that sent this write stopped before its result was "
-                           "recorded; compensation waits for the outcome"}
+            info = (
+                op.error
+                if op.status == OperationStatus.UNKNOWN and op.error
+                else {
+                    "type": "UnknownOutcome",
+                    "classification": AMBIGUOUS,
+                    "step_id": op.step_id,
+                    "message": "the worker that sent this write stopped before its result was "
+                    "recorded; compensation waits for the outcome",
+                }
+            )
             Operation.objects.filter(pk=op.pk, status__in=UNSETTLED).update(
-                status=OperationStatus.UNKNOWN, error=info, updated_at=now)
-            wait = Wait.objects.filter(run_id=execution.run_id,
-                                       wait_id=f"reconcile:{op.step_id}").first()
+                status=OperationStatus.UNKNOWN, error=info, updated_at=now
+            )
+            wait = Wait.objects.filter(
+                run_id=execution.run_id, wait_id=f"reconcile:{op.step_id}"
+            ).first()
             if wait is not None and wait.status == WaitStatus.PENDING:
                 continue
             Wait.objects.update_or_create(
-                run_id=execution.run_id, wait_id=f"reconcile:{op.step_id}",
-                defaults={"position": wait.position if wait is not None else next_position,
-                          "kind": WaitKind.RECONCILE, "status": WaitStatus.PENDING,
-                          "operation": op, "title": f"Did {op.tool_name} happen? "
-                                                    f"({op.idempotency_key})",
-                          "payload": op.params, "created_at": now, "resolved_at": None,
-                          "resolved_by": "", "result": None})
+                run_id=execution.run_id,
+                wait_id=f"reconcile:{op.step_id}",
+                defaults={
+                    "position": wait.position if wait is not None else next_position,
+                    "kind": WaitKind.RECONCILE,
+                    "status": WaitStatus.PENDING,
+                    "operation": op,
+                    "title": f"Did {op.tool_name} happen? ({op.idempotency_key})",
+                    "payload": op.params,
+                    "created_at": now,
+                    "resolved_at": None,
+                    "resolved_by": "",
+                    "result": None,
+                },
+            )
 
     names = ", ".join(f"{op.tool_name} ({op.pk})" for op in ops)
-    execution.write(transitions.changes("release", RunStatus.COMPENSATING), work,
-                    record_if_stopped=False, events=[execution.event(
-                        EventKind.COMPENSATION_WAITING, message=f"compensation waits until the outcome "
-                        f"of {names} is known: an operator must decide (manage.py durable "
-                        f"reconcile {ops[0].pk} --happened/--not-happened)",
-                        data={"operations": [op.pk for op in ops]})])
+    execution.write(
+        transitions.changes("release", RunStatus.COMPENSATING),
+        work,
+        record_if_stopped=False,
+        events=[
+            execution.event(
+                EventKind.COMPENSATION_WAITING,
+                message=f"compensation waits until the outcome "
+                f"of {names} is known: an operator must decide (manage.py durable "
+                f"reconcile {ops[0].pk} --happened/--not-happened)",
+                data={"operations": [op.pk for op in ops]},
+            )
+        ],
+    )
     execution.stop(RunStatus.COMPENSATING)
     raise Suspend(f"compensation of {execution.run_id} waits for an operator")
 

@@ -11,13 +11,26 @@ from typing import Any
 from django.conf import settings
 
 DEFAULT_REDACT_KEYS = (
-    "password", "passwd", "secret", "token", "api_key", "apikey", "access_token",
-    "refresh_token", "client_secret", "private_key", "authorization", "cookie",
-    "session", "credit_card", "card_number", "cvv",
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "access_token",
+    "refresh_token",
+    "client_secret",
+    "private_key",
+    "authorization",
+    "cookie",
+    "session",
+    "credit_card",
+    "card_number",
+    "cvv",
 )
 
 DEFAULT_REDACT_PATTERNS = (
-    r"sk-[A-Za-z0-9_\-]{6,}",             # OpenAI / Anthropic style secret keys
+    r"sk-[A-Za-z0-9_\-]{6,}",  # OpenAI / Anthropic style secret keys
     r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{10,}",  # Stripe secret and restricted keys
     # Authorization: <scheme> <credentials>, whatever the scheme
     r"(?i)\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:[A-Za-z]+\s+)?[^\s\"',;]+",
@@ -25,23 +38,34 @@ DEFAULT_REDACT_PATTERNS = (
     # Basic <base64 of user:password>: a digit, +, / or = or a lower-to-upper hump, so
     # that prose ("basic settings", "Basic Authentication") is left alone
     r"(?i:\bbasic)\s+(?=[A-Za-z0-9+/]*(?:[0-9+/=]|[a-z][A-Z]))[A-Za-z0-9+/]{8,}={0,2}",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",       # GitHub tokens
-    r"\bgithub_pat_[A-Za-z0-9_]{22,}",     # GitHub fine-grained tokens
-    r"\bxox[abeprs]-[A-Za-z0-9\-]{10,}",   # Slack tokens
-    r"\bxapp-[0-9]-[A-Za-z0-9\-]{10,}",    # Slack app-level tokens
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}",  # GitHub fine-grained tokens
+    r"\bxox[abeprs]-[A-Za-z0-9\-]{10,}",  # Slack tokens
+    r"\bxapp-[0-9]-[A-Za-z0-9\-]{10,}",  # Slack app-level tokens
     r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b",  # AWS access key ids
     # private-key blocks (PEM), up to their END line or the end of the text
-    (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*"
-     r"PRIVATE KEY( BLOCK)?-----|[\s\S]*)"),
+    (
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*"
+        r"PRIVATE KEY( BLOCK)?-----|[\s\S]*)"
+    ),
     r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",  # JWTs
 )
 
 #: normalised keys that contain a REDACT_KEYS entry but name counts, not secrets (the
 #: token usage of an LLM reply); matched exactly, after the same normalisation
 DEFAULT_REDACT_KEYS_ALLOW = (
-    "tokens", "max_tokens", "prompt_tokens", "completion_tokens", "total_tokens",
-    "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "token_count",
-    "tokens_used", "max_completion_tokens",
+    "tokens",
+    "max_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "token_count",
+    "tokens_used",
+    "max_completion_tokens",
 )
 
 DEFAULTS: dict[str, Any] = {

@@ -67,9 +67,15 @@ class WorkflowContext:
         return self._execution.is_replaying
 
     @db_faults_stop_the_execution
-    def step(self, step_id: str | None, fn: Callable[..., Any], *args: Any,
-             retry: RetryPolicy | None = None, timeout: float | None = None,
-             **kwargs: Any) -> Any:
+    def step(
+        self,
+        step_id: str | None,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and memoize its result.
 
         ``step_id`` names the step (``None``: derived from ``fn``'s name); a name used
@@ -84,8 +90,7 @@ class WorkflowContext:
         """
         ex = self._execution
         base = step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step")
-        timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)",
-                                    positive=True)
+        timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)", positive=True)
         call = ex.next_call(base, kind=StepKind.STEP)
         if call.succeeded:
             assert call.recorded is not None
@@ -98,12 +103,17 @@ class WorkflowContext:
         if registry.accepts_keyword(fn, "idempotency_key"):
             call_kwargs["idempotency_key"] = key
         call = replace(call, input_text=ex.encode_step_input(call, args, kwargs))
-        return ex.execute(call, fn=lambda: call_with_timeout(fn, args, call_kwargs, timeout, sid),
-                          policy=retry or DEFAULT_POLICY, safety=None)
+        return ex.execute(
+            call,
+            fn=lambda: call_with_timeout(fn, args, call_kwargs, timeout, sid),
+            policy=retry or DEFAULT_POLICY,
+            safety=None,
+        )
 
     @db_faults_stop_the_execution
-    def call_tool(self, name: str, params: dict[str, Any] | None = None, *,
-                  step_id: str | None = None) -> Any:
+    def call_tool(
+        self, name: str, params: dict[str, Any] | None = None, *, step_id: str | None = None
+    ) -> Any:
         """Call the registered tool ``name`` with ``params`` (keyword arguments), durably.
 
         Writes (``idempotent_write``, ``unsafe_write``) go through the operation ledger
@@ -128,23 +138,37 @@ class WorkflowContext:
         else:
             # arguments that do not fit the tool go back to the model before any person is
             # asked to approve a call that cannot run
-            needs_approval = (spec is not None and spec.requires_approval
-                              and _arguments_fit(spec, params))
+            needs_approval = (
+                spec is not None and spec.requires_approval and _arguments_fit(spec, params)
+            )
         if needs_approval:
             safety = spec.safety if spec is not None else ""
-            decision = ex.approval(approval_base, base, f"{name}: {safety.replace('_', ' ')}", {
-                "title": f"Run {name} ({safety.replace('_', ' ')})", "tool": name,
-                "safety": safety, "params": params,
-                "allow_edit": bool(spec and spec.allow_edit),
-                "approvers": spec.approver_group if spec is not None else None,
-                "four_eyes": safety == "unsafe_write", "required": 1,
-                "on_timeout": "reject", "escalate_to": None, "timeout": None})
+            decision = ex.approval(
+                approval_base,
+                base,
+                f"{name}: {safety.replace('_', ' ')}",
+                {
+                    "title": f"Run {name} ({safety.replace('_', ' ')})",
+                    "tool": name,
+                    "safety": safety,
+                    "params": params,
+                    "allow_edit": bool(spec and spec.allow_edit),
+                    "approvers": spec.approver_group if spec is not None else None,
+                    "four_eyes": safety == "unsafe_write",
+                    "required": 1,
+                    "on_timeout": "reject",
+                    "escalate_to": None,
+                    "timeout": None,
+                },
+            )
             if not decision.approved:
                 who = ", ".join(decision.decided_by) or "an approver"
                 return ModelRecoverable(
                     f"the call to {name} was rejected by {who}"
                     + (f": {decision.comment}" if decision.comment else ""),
-                    "ApprovalRejected", decision.to_dict())
+                    "ApprovalRejected",
+                    decision.to_dict(),
+                )
             if decision.edited is not None and isinstance(decision.edited, dict):
                 params = dict(decision.edited)
         call = ex.next_call(base, kind=StepKind.TOOL, tool_name=name)
@@ -156,8 +180,11 @@ class WorkflowContext:
         if spec is None:
             known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
             return ex.record_model_error(
-                call, ModelRecoverable(f"tool {name!r} is not registered; available tools: "
-                                       f"{known}", "ToolNotFound"))
+                call,
+                ModelRecoverable(
+                    f"tool {name!r} is not registered; available tools: {known}", "ToolNotFound"
+                ),
+            )
         _, invalid = _checked(spec.timeout, call=f"tool {name!r} timeout", positive=True)
         if invalid is not None:
             ex.fail_call_now(call, invalid)
@@ -170,19 +197,27 @@ class WorkflowContext:
             inspect.signature(spec.fn).bind(**call_kwargs)
         except TypeError as exc:
             return ex.record_model_error(
-                call, ModelRecoverable(f"wrong arguments for tool {name!r}: {exc}", "TypeError"))
+                call, ModelRecoverable(f"wrong arguments for tool {name!r}: {exc}", "TypeError")
+            )
         policy = spec.retry or DEFAULT_POLICY
         fn = lambda: call_with_timeout(spec.fn, (), call_kwargs, spec.timeout, sid)  # noqa: E731
         if spec.safety == "read_only":
             return ex.execute(call, fn=fn, policy=policy, safety=spec.safety)
-        ledger = OperationLedger(ex, spec, key, params, input_text,
-                                 input_text or codec.encode({}))
+        ledger = OperationLedger(ex, spec, key, params, input_text, input_text or codec.encode({}))
         return ex.execute(call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger)
 
     @db_faults_stop_the_execution
-    def llm(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-            model: str | None = None, step_id: str | None = None,
-            retry: RetryPolicy | None = None, timeout: float = 60.0, **options: Any) -> Any:
+    def llm(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        model: str | None = None,
+        step_id: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 60.0,
+        **options: Any,
+    ) -> Any:
         """One LLM chat completion as a durable step (see :mod:`durable.llm`).
 
         The request (redacted) and the response, token usage and cost are recorded; a
@@ -209,9 +244,13 @@ class WorkflowContext:
         call = replace(call, tool_name=request["model"])
         call = replace(call, input_text=ex.encode_step_input(call, (), request))
         return ex.execute(
-            call, fn=lambda: llm_module.chat(messages, model=model, tools=tools,
-                                             timeout=timeout, **options),
-            policy=retry or LLM_POLICY, safety=None)
+            call,
+            fn=lambda: llm_module.chat(
+                messages, model=model, tools=tools, timeout=timeout, **options
+            ),
+            policy=retry or LLM_POLICY,
+            safety=None,
+        )
 
     def idempotency_key(self, step_id: str) -> str:
         """The key of a step: ``"{run_id}:{step_id}"``, the same on every attempt."""
@@ -233,10 +272,14 @@ class WorkflowContext:
         """
         seconds, invalid = _checked(duration, call="ctx.sleep")
         if duration is None:
-            invalid = InvalidDuration(call="ctx.sleep", value=None,
-                                      reason="give seconds as an int or a float, or a timedelta")
-        self._execution.wait(step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds or 0.0,
-                             invalid=invalid)
+            invalid = InvalidDuration(
+                call="ctx.sleep",
+                value=None,
+                reason="give seconds as an int or a float, or a timedelta",
+            )
+        self._execution.wait(
+            step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds or 0.0, invalid=invalid
+        )
 
     @db_faults_stop_the_execution
     def sleep_until(self, when: datetime, *, step_id: str | None = None) -> None:
@@ -251,14 +294,18 @@ class WorkflowContext:
         if ahead > 0:
             _, invalid = _checked(ahead, call="ctx.sleep_until")
             if invalid is not None:
-                invalid = InvalidDuration(call="ctx.sleep_until", value=when,
-                                          reason=invalid.reason)
-        self._execution.wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when,
-                             invalid=invalid)
+                invalid = InvalidDuration(call="ctx.sleep_until", value=when, reason=invalid.reason)
+        self._execution.wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when, invalid=invalid)
 
     @db_faults_stop_the_execution
-    def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None,
-                        default: Any = None, step_id: str | None = None) -> Any:
+    def wait_for_signal(
+        self,
+        name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        default: Any = None,
+        step_id: str | None = None,
+    ) -> Any:
         """Wait for ``durable.signal(run_id, name, payload)`` and return its payload.
 
         Signals are kept in the run's mailbox, so one sent before the wait is reached is
@@ -266,18 +313,32 @@ class WorkflowContext:
         """
         if not name or len(name) > 200:
             raise ValueError("ctx.wait_for_signal: name must be 1-200 characters")
-        wake_in, invalid = _checked(timeout, call="ctx.wait_for_signal(timeout=...)",
-                                    positive=True)
-        return self._execution.wait(step_id or f"signal:{name}", kind=WaitKind.SIGNAL, key=name,
-                                    wake_in=wake_in, spec={"default": default}, invalid=invalid)
+        wake_in, invalid = _checked(timeout, call="ctx.wait_for_signal(timeout=...)", positive=True)
+        return self._execution.wait(
+            step_id or f"signal:{name}",
+            kind=WaitKind.SIGNAL,
+            key=name,
+            wake_in=wake_in,
+            spec={"default": default},
+            invalid=invalid,
+        )
 
     @db_faults_stop_the_execution
-    def wait_for_approval(self, key: str, *, title: str, payload: Any = None,
-                          approvers: str | None = None, timeout: float | timedelta | None = None,
-                          on_timeout: str = "reject", escalate_to: str | None = None,
-                          required: int = 1, allow_edit: bool = False,
-                          four_eyes: bool = False,
-                          requesters: list[str] | tuple[str, ...] = ()) -> Decision:
+    def wait_for_approval(
+        self,
+        key: str,
+        *,
+        title: str,
+        payload: Any = None,
+        approvers: str | None = None,
+        timeout: float | timedelta | None = None,
+        on_timeout: str = "reject",
+        escalate_to: str | None = None,
+        required: int = 1,
+        allow_edit: bool = False,
+        four_eyes: bool = False,
+        requesters: list[str] | tuple[str, ...] = (),
+    ) -> Decision:
         """Suspend until people decide; returns a :class:`~durable.Decision`.
 
         ``approvers``: the name of a group whose members may decide (besides holding the
@@ -295,13 +356,21 @@ class WorkflowContext:
             raise ValueError("ctx.wait_for_approval: on_timeout='escalate' needs escalate_to")
         if int(required) < 1:
             raise ValueError("ctx.wait_for_approval: required must be >= 1")
-        wake_in, invalid = _checked(timeout, call="ctx.wait_for_approval(timeout=...)",
-                                    positive=True)
+        wake_in, invalid = _checked(
+            timeout, call="ctx.wait_for_approval(timeout=...)", positive=True
+        )
         title = redact_text(str(title))  # free text shown to approvers: redacted, not refused
-        spec = {"title": title, "payload": payload, "approvers": approvers,
-                "on_timeout": on_timeout, "escalate_to": escalate_to, "required": int(required),
-                "allow_edit": bool(allow_edit), "four_eyes": bool(four_eyes),
-                "timeout": wake_in}
+        spec = {
+            "title": title,
+            "payload": payload,
+            "approvers": approvers,
+            "on_timeout": on_timeout,
+            "escalate_to": escalate_to,
+            "required": int(required),
+            "allow_edit": bool(allow_edit),
+            "four_eyes": bool(four_eyes),
+            "timeout": wake_in,
+        }
         if requesters:
             if isinstance(requesters, str) or not all(isinstance(r, str) for r in requesters):
                 raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
@@ -321,8 +390,9 @@ def _arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:
     return True
 
 
-def _checked(value: float | timedelta | None, *, call: str,
-             positive: bool = False) -> tuple[float | None, InvalidDuration | None]:
+def _checked(
+    value: float | timedelta | None, *, call: str, positive: bool = False
+) -> tuple[float | None, InvalidDuration | None]:
     """``(seconds, None)`` for a schedulable duration (``None`` stays ``None``), else
     ``(None, error)``: the caller fails the call once it knows the step's id."""
     if value is None:

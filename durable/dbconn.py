@@ -49,9 +49,14 @@ def is_db_fault(exc: BaseException) -> bool:
     if isinstance(exc, (OperationalError, InterfaceError)):
         return True
     database = getattr(connection, "Database", None)  # the driver, for unwrapped errors
-    driver = tuple(cls for cls in (getattr(database, "OperationalError", None),
-                                   getattr(database, "InterfaceError", None))
-                   if isinstance(cls, type))
+    driver = tuple(
+        cls
+        for cls in (
+            getattr(database, "OperationalError", None),
+            getattr(database, "InterfaceError", None),
+        )
+        if isinstance(cls, type)
+    )
     return bool(driver) and isinstance(exc, driver)
 
 
@@ -70,8 +75,7 @@ def drop_connection() -> None:
         connection.connection = None
 
 
-def retry_db(fn: Callable[[], T], *, what: str,
-             delays: tuple[float, ...] = RETRY_DELAYS) -> T:
+def retry_db(fn: Callable[[], T], *, what: str, delays: tuple[float, ...] = RETRY_DELAYS) -> T:
     """Call ``fn`` (one self-contained transaction); on a database fault, drop the
     connection and try again after each of ``delays`` (seconds); the last fault is
     raised. ``fn`` must be safe to repeat when its commit's outcome is unknown.
@@ -82,8 +86,13 @@ def retry_db(fn: Callable[[], T], *, what: str,
         except BaseException as exc:
             if delay is None or not is_db_fault(exc):
                 raise
-            logger.warning("durable: %s failed (%s: %s); reconnecting and trying again in "
-                           "%.2f s", what, type(exc).__name__, str(exc).strip()[:200], delay)
+            logger.warning(
+                "durable: %s failed (%s: %s); reconnecting and trying again in %.2f s",
+                what,
+                type(exc).__name__,
+                str(exc).strip()[:200],
+                delay,
+            )
             drop_connection()
             time.sleep(delay)
     raise AssertionError("unreachable")

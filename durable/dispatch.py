@@ -75,17 +75,19 @@ def load_dispatcher(value: Any) -> Dispatcher:
     if not isinstance(value, str):
         raise DurableConfigurationError(
             f"DURABLE['DISPATCH'] = {value!r}: a dotted path to a Dispatcher class is "
-            f"expected, or one of {', '.join(map(repr, ALIASES))}")
+            f"expected, or one of {', '.join(map(repr, ALIASES))}"
+        )
     path = ALIASES.get(value, value)
     try:
         cls = import_string(path)
     except ImportError as exc:
         raise DurableConfigurationError(
-            f"DURABLE['DISPATCH'] = {value!r} does not import: {exc}") from exc
+            f"DURABLE['DISPATCH'] = {value!r} does not import: {exc}"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, Dispatcher)):
         raise DurableConfigurationError(
-            f"DURABLE['DISPATCH'] = {value!r} is not a subclass of "
-            "durable.dispatch.Dispatcher")
+            f"DURABLE['DISPATCH'] = {value!r} is not a subclass of durable.dispatch.Dispatcher"
+        )
     return cls()
 
 
@@ -102,8 +104,10 @@ def _send(backend: Dispatcher, run_id: str, countdown: float | None) -> None:
     try:
         backend.send(run_id, countdown)
     except Exception:  # noqa: BLE001 - the sweeper re-dispatches; never lose the caller's work
-        logger.exception("durable: could not send run %s to the broker; the sweeper will "
-                         "dispatch it again", run_id)
+        logger.exception(
+            "durable: could not send run %s to the broker; the sweeper will dispatch it again",
+            run_id,
+        )
 
 
 def dispatch_now(run_id: str, *, countdown: float | None = None) -> None:
@@ -114,8 +118,7 @@ def dispatch_now(run_id: str, *, countdown: float | None = None) -> None:
         _send(backend, run_id, countdown)
 
 
-def dispatch_on_commit(run_id: str, *, countdown: float | None = None,
-                       mark: bool = True) -> None:
+def dispatch_on_commit(run_id: str, *, countdown: float | None = None, mark: bool = True) -> None:
     """Ask a worker to execute ``run_id`` once the current transaction commits.
 
     ``countdown``: seconds to wait before the worker looks (a retry's or timer's due

@@ -57,17 +57,21 @@ def check_duration(value: Any, *, call: str, positive: bool = False) -> float:
         except OverflowError:  # an int beyond any float
             raise InvalidDuration(call=call, value=value, reason=_too_long()) from None
         except ValueError:  # Decimal("sNaN")
-            raise InvalidDuration(call=call, value=value,
-                                  reason="it is not a number (nan)") from None
+            raise InvalidDuration(
+                call=call, value=value, reason="it is not a number (nan)"
+            ) from None
     else:
-        raise InvalidDuration(call=call, value=value,
-                              reason="give seconds as an int or a float, or a timedelta")
+        raise InvalidDuration(
+            call=call, value=value, reason="give seconds as an int or a float, or a timedelta"
+        )
     if math.isnan(seconds):
         raise InvalidDuration(call=call, value=value, reason="it is not a number (nan)")
     if seconds < 0 or (positive and seconds == 0):
-        raise InvalidDuration(call=call, value=value,
-                              reason="it must be greater than 0 seconds" if positive
-                              else "it must not be negative")
+        raise InvalidDuration(
+            call=call,
+            value=value,
+            reason="it must be greater than 0 seconds" if positive else "it must not be negative",
+        )
     if seconds > MAX_DURATION_SECONDS:
         raise InvalidDuration(call=call, value=value, reason=_too_long())
     return seconds
@@ -121,8 +125,10 @@ def check_retry_after(seconds: float, *, call: str, source: str) -> float:
     (``"Retry-After of HTTP 429"``).
     """
     if math.isnan(seconds) or seconds > MAX_DURATION_SECONDS:
-        raise InvalidDuration(call=call, value=seconds,
-                              reason=f"{source} asks for it; "
-                                     + ("it is not a number (nan)" if math.isnan(seconds)
-                                        else _too_long()))
+        raise InvalidDuration(
+            call=call,
+            value=seconds,
+            reason=f"{source} asks for it; "
+            + ("it is not a number (nan)" if math.isnan(seconds) else _too_long()),
+        )
     return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS)

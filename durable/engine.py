@@ -60,8 +60,7 @@ def _claimable(run: Run, now, token: str = "") -> bool:
         # a compensation whose retry is scheduled is claimable once due
         return run.wake_at is None or run.wake_at <= now
     if run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING):
-        return (not run.lease_token or run.lease_expires_at is None
-                or run.lease_expires_at < now)
+        return not run.lease_token or run.lease_expires_at is None or run.lease_expires_at < now
     return False
 
 
@@ -85,32 +84,59 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
         if run.lease_token == token:  # this claim committed already: load the steps
             return run, list(Step.objects.filter(run_id=run.id).order_by("position"))
         recovering = run.status in (RunStatus.RUNNING, RunStatus.COMPENSATING) and bool(
-            run.lease_token)
+            run.lease_token
+        )
         first_claim = run.claims == 0 and run.cursor_position == 0  # nothing recorded yet
         events = []
         if recovering:
             run.cursor_lost += 1
-            events.append(TraceEvent(
-                run_id=run.id, kind=EventKind.RECOVERED, actor=worker_id,
-                message=f"lease of {run.lease_owner or 'a worker'} expired at "
-                        f"{run.lease_expires_at.isoformat() if run.lease_expires_at else '?'}; "
-                        "resuming from the last checkpoint"))
-        transitions.apply("claim", run, lease_owner=worker_id[:200], lease_token=token,
-                          lease_expires_at=now + timedelta(seconds=conf.lease_seconds()),
-                          wake_at=None, claims=run.claims + 1,
-                          started_at=run.started_at or now, updated_at=now)
-        run.save(update_fields=["status", "lease_owner", "lease_token", "lease_expires_at",
-                                "wake_at", "claims", "started_at", "updated_at", "cursor_lost"])
-        events.append(TraceEvent(run_id=run.id, kind=EventKind.CLAIMED, actor=worker_id,
-                                 data={"claim": run.claims}))
+            events.append(
+                TraceEvent(
+                    run_id=run.id,
+                    kind=EventKind.RECOVERED,
+                    actor=worker_id,
+                    message=f"lease of {run.lease_owner or 'a worker'} expired at "
+                    f"{run.lease_expires_at.isoformat() if run.lease_expires_at else '?'}; "
+                    "resuming from the last checkpoint",
+                )
+            )
+        transitions.apply(
+            "claim",
+            run,
+            lease_owner=worker_id[:200],
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=conf.lease_seconds()),
+            wake_at=None,
+            claims=run.claims + 1,
+            started_at=run.started_at or now,
+            updated_at=now,
+        )
+        run.save(
+            update_fields=[
+                "status",
+                "lease_owner",
+                "lease_token",
+                "lease_expires_at",
+                "wake_at",
+                "claims",
+                "started_at",
+                "updated_at",
+                "cursor_lost",
+            ]
+        )
+        events.append(
+            TraceEvent(
+                run_id=run.id, kind=EventKind.CLAIMED, actor=worker_id, data={"claim": run.claims}
+            )
+        )
         TraceEvent.objects.bulk_create(events)
-        steps = ([] if first_claim else
-                 list(Step.objects.filter(run_id=run.id).order_by("position")))
+        steps = [] if first_claim else list(Step.objects.filter(run_id=run.id).order_by("position"))
     return run, steps
 
 
-def release(run_id: str, token: str, *, action: str = "release_stopped",
-            source: str | None = None) -> int:
+def release(
+    run_id: str, token: str, *, action: str = "release_stopped", source: str | None = None
+) -> int:
     """Give the lease back (only if we still hold it), by ``action`` of the transitions
     table; returns how many rows moved (1: released, 0: not ours or not in a source).
 
@@ -120,8 +146,12 @@ def release(run_id: str, token: str, *, action: str = "release_stopped",
     have no owner (the ``run_running_has_lease`` constraint refuses it). ``"release"``
     gives back a claimed run unfinished (``source``: only from that status).
     """
-    return transitions.update(action, Run.objects.filter(pk=run_id, lease_token=token),
-                              source=source, updated_at=timezone.now())
+    return transitions.update(
+        action,
+        Run.objects.filter(pk=run_id, lease_token=token),
+        source=source,
+        updated_at=timezone.now(),
+    )
 
 
 def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
@@ -148,23 +178,32 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     run, steps = claimed
     compensating = run.status == RunStatus.COMPENSATING
     try:
-        spec = None if compensating else registry.get_workflow(run.workflow_name,
-                                                                run.workflow_version)
+        spec = (
+            None if compensating else registry.get_workflow(run.workflow_name, run.workflow_version)
+        )
     except WorkflowNotFound:
         # another worker may have this version; leave the run pending for it
-        logger.warning("durable: run %s needs workflow %s version %s, not registered in this "
-                       "worker; released", run.id, run.workflow_name, run.workflow_version)
+        logger.warning(
+            "durable: run %s needs workflow %s version %s, not registered in this worker; released",
+            run.id,
+            run.workflow_name,
+            run.workflow_version,
+        )
         with transaction.atomic():
             release(run.id, token, action="release", source=RunStatus.RUNNING)
             TraceEvent.objects.create(
-                run_id=run.id, kind=EventKind.VERSION_UNAVAILABLE, actor=worker_id,
+                run_id=run.id,
+                kind=EventKind.VERSION_UNAVAILABLE,
+                actor=worker_id,
                 message=f"worker {worker_id} does not have {run.workflow_name} version "
-                        f"{run.workflow_version}; released for another worker")
+                f"{run.workflow_version}; released for another worker",
+            )
         return RunStatus.PENDING
 
     heartbeat = Heartbeat(run.id, token).start()
-    execution = Execution(run=run, token=token, steps=steps, spec=spec, worker_id=worker_id,
-                          heartbeat=heartbeat)
+    execution = Execution(
+        run=run, token=token, steps=steps, spec=spec, worker_id=worker_id, heartbeat=heartbeat
+    )
     fault: DatabaseUnavailable | None = None
     released = False
     try:
@@ -180,21 +219,28 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     finally:
         heartbeat.stop()
         if fault is not None:
-            logger.warning("durable: run %s stopped on worker %s because its database work "
-                           "failed (%s); releasing it for a retry from its last checkpoint",
-                           run.id, worker_id, fault)
-            released = release_after_db_fault(run.id, token, worker_id=worker_id,
-                                              error=fault.error)
+            logger.warning(
+                "durable: run %s stopped on worker %s because its database work "
+                "failed (%s); releasing it for a retry from its last checkpoint",
+                run.id,
+                worker_id,
+                fault,
+            )
+            released = release_after_db_fault(run.id, token, worker_id=worker_id, error=fault.error)
         elif execution.stopped in (RunStatus.CANCELLED, None):
             try:
                 retry_db(lambda: release(run.id, token), what=f"the release of run {run.id}")
             except Exception as exc:  # noqa: BLE001 - the lease then expires into recovery
                 if not is_db_fault(exc):
                     raise
-                logger.warning("durable: could not release run %s (%s); its lease expires",
-                               run.id, exc)
-        if (fault is None and not compensating
-                and execution.stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)):
+                logger.warning(
+                    "durable: could not release run %s (%s); its lease expires", run.id, exc
+                )
+        if (
+            fault is None
+            and not compensating
+            and execution.stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)
+        ):
             # compensation requested while this worker still held the lease (possibly
             # between its stop and its release above)
             _hand_over_to_compensation(run.id, token, worker_id)
@@ -210,13 +256,15 @@ def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
     """The run was cancelled and compensated while this worker executed a step: that
     step's outcome is recorded now, so give the lease back for the compensation."""
     with transaction.atomic():
-        if Run.objects.filter(pk=run_id, lease_token=token,
-                              status=RunStatus.COMPENSATING).exists():
+        if Run.objects.filter(pk=run_id, lease_token=token, status=RunStatus.COMPENSATING).exists():
             release(run_id, token, action="release", source=RunStatus.COMPENSATING)
             TraceEvent.objects.create(
-                run_id=run_id, kind=EventKind.RELEASED, actor=worker_id,
+                run_id=run_id,
+                kind=EventKind.RELEASED,
+                actor=worker_id,
                 message="the step in flight has finished and is recorded; the compensation "
-                        "can start")
+                "can start",
+            )
             dispatch_on_commit(run_id)
 
 
@@ -224,8 +272,9 @@ def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
 DB_FAULT_RETRY_SECONDS = 1.0
 
 
-def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
-                           error: BaseException) -> bool:
+def release_after_db_fault(
+    run_id: str, token: str, *, worker_id: str, error: BaseException
+) -> bool:
     """Give back a run whose execution stopped on a database fault, for a retry.
 
     Only if this execution still holds the lease (the failed statement may have
@@ -240,21 +289,29 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
     database stays unreachable (about 4 s of retries), the lease expires and the
     sweeper recovers the run as for a lost worker.
     """
-    message = (f"database fault on worker {worker_id}: {type(error).__name__}: "
-               f"{str(error).strip()[:300]}; released, retrying from the last checkpoint")
+    message = (
+        f"database fault on worker {worker_id}: {type(error).__name__}: "
+        f"{str(error).strip()[:300]}; released, retrying from the last checkpoint"
+    )
 
     def release_txn() -> bool:
         now = timezone.now()
         with transaction.atomic():
             mine = Run.objects.filter(pk=run_id, lease_token=token)
             released = transitions.update(
-                "schedule_retry", mine, source=RunStatus.RUNNING, updated_at=now,
-                wake_at=now + timedelta(seconds=DB_FAULT_RETRY_SECONDS))
+                "schedule_retry",
+                mine,
+                source=RunStatus.RUNNING,
+                updated_at=now,
+                wake_at=now + timedelta(seconds=DB_FAULT_RETRY_SECONDS),
+            )
             released = released or transitions.update(
-                "release", mine, source=RunStatus.COMPENSATING, updated_at=now)
+                "release", mine, source=RunStatus.COMPENSATING, updated_at=now
+            )
             if released:
-                TraceEvent.objects.create(run_id=run_id, kind=EventKind.DB_FAULT, actor=worker_id,
-                                          message=message)
+                TraceEvent.objects.create(
+                    run_id=run_id, kind=EventKind.DB_FAULT, actor=worker_id, message=message
+                )
                 dispatch_on_commit(run_id, countdown=DB_FAULT_RETRY_SECONDS)
         return bool(released)
 
@@ -264,8 +321,12 @@ def release_after_db_fault(run_id: str, token: str, *, worker_id: str,
     except Exception as exc:  # noqa: BLE001 - the lease expires into the recovery path
         if not is_db_fault(exc):
             raise
-        logger.error("durable: could not release run %s after a database fault (%s); it "
-                     "is recovered when its lease expires", run_id, exc)
+        logger.error(
+            "durable: could not release run %s after a database fault (%s); it "
+            "is recovered when its lease expires",
+            run_id,
+            exc,
+        )
         return False
 
 
@@ -283,8 +344,11 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
     except DatabaseUnavailable:
         raise
     except LeaseLost:
-        logger.warning("durable: worker %s lost the lease of run %s; it stops without "
-                       "recording anything more", execution.worker_id, execution.run_id)
+        logger.warning(
+            "durable: worker %s lost the lease of run %s; it stops without recording anything more",
+            execution.worker_id,
+            execution.run_id,
+        )
     except Exception as exc:  # noqa: BLE001 - user workflow code failed
         if is_db_fault(exc):  # e.g. orchestration code's own query: not the workflow's fault
             raise DatabaseUnavailable(exc) from exc

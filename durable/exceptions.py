@@ -82,8 +82,9 @@ class AmbiguousOutcomeError(DurableError):
 class NonDeterminismError(DurableError):
     """A replay asked for a different durable call than the one recorded at a position."""
 
-    def __init__(self, *, run_id: Any, position: int, recorded_step_id: str,
-                 requested_step_id: str):
+    def __init__(
+        self, *, run_id: Any, position: int, recorded_step_id: str, requested_step_id: str
+    ):
         self.run_id = run_id
         self.position = position
         self.recorded_step_id = recorded_step_id
@@ -114,8 +115,14 @@ class PayloadError(DurableError):
     Never retried: the same code would produce the same value again.
     """
 
-    def __init__(self, message: str, *, step_id: str | None = None, size: int | None = None,
-                 limit: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        step_id: str | None = None,
+        size: int | None = None,
+        limit: int | None = None,
+    ):
         self.step_id = step_id
         self.size = size
         self.limit = limit
@@ -136,7 +143,8 @@ class SecretInIdentifier(DurableError, ValueError):
         super().__init__(
             f"the {what} looks like a secret (it matches DURABLE['REDACT_PATTERNS'] or a "
             "secret value of this run); identifiers are stored and shown in clear, so "
-            "choose one that is not a secret")
+            "choose one that is not a secret"
+        )
 
 
 class InvalidDuration(DurableError, ValueError):
@@ -156,8 +164,9 @@ class InvalidDuration(DurableError, ValueError):
         self.call = call
         self.value = value
         self.reason = reason
-        super().__init__(f"{call}: {_short(value)} is not a duration that can be scheduled: "
-                         f"{reason}")
+        super().__init__(
+            f"{call}: {_short(value)} is not a duration that can be scheduled: {reason}"
+        )
 
 
 def _short(value: Any) -> str:
@@ -227,15 +236,16 @@ class StepFailed(DurableError):
     to log, but no further durable call will execute in this run.
     """
 
-    def __init__(self, *, step_id: str, error_type: str, message: str, attempts: int,
-                 reason: str):
+    def __init__(self, *, step_id: str, error_type: str, message: str, attempts: int, reason: str):
         self.step_id = step_id
         self.error_type = error_type
         self.error_message = message
         self.attempts = attempts
         self.reason = reason
-        super().__init__(f"step {step_id!r} failed after {attempts} attempt(s): {reason}: "
-                         f"{error_type}: {message}")
+        super().__init__(
+            f"step {step_id!r} failed after {attempts} attempt(s): {reason}: "
+            f"{error_type}: {message}"
+        )
 
 
 class StepTimeout(DurableError):

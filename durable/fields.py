@@ -91,8 +91,10 @@ def storable_json(value: Any, _depth: int = 0) -> Any:
     if _depth >= 100:
         return "..."
     if isinstance(value, dict):
-        return {storable_text(k if type(k) is str else _key_text(k)): storable_json(v, _depth + 1)
-                for k, v in value.items()}
+        return {
+            storable_text(k if type(k) is str else _key_text(k)): storable_json(v, _depth + 1)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple, set, frozenset)):
         return [storable_json(item, _depth + 1) for item in value]
     if isinstance(value, bool):  # a bool subclass, after the exact checks above

@@ -71,8 +71,9 @@ class _Service:
     def register(self, handle: Heartbeat) -> None:
         with self.cond:
             if not self.handles:
-                self.next_process_beat = max(self.next_process_beat,
-                                             time.monotonic() + conf.worker_beat_seconds())
+                self.next_process_beat = max(
+                    self.next_process_beat, time.monotonic() + conf.worker_beat_seconds()
+                )
             self.handles.add(handle)
             self.cond.notify()
 
@@ -111,8 +112,9 @@ class _Service:
         try:
             beat_process(self.started_at)
         except Exception:  # noqa: BLE001 - tried again soon; the lease is the safety net
-            logger.warning("durable: liveness beat of process %s failed", process_key(),
-                           exc_info=True)
+            logger.warning(
+                "durable: liveness beat of process %s failed", process_key(), exc_info=True
+            )
             self.next_process_beat = time.monotonic() + min(interval, 1.0)
             return
         self.next_process_beat = time.monotonic() + interval
@@ -123,7 +125,8 @@ class _Service:
         interval = conf.heartbeat_seconds()
         try:
             updated = Run.objects.filter(pk=handle.run_id, lease_token=handle.token).update(
-                lease_expires_at=timezone.now() + timedelta(seconds=conf.lease_seconds()))
+                lease_expires_at=timezone.now() + timedelta(seconds=conf.lease_seconds())
+            )
         except Exception:  # noqa: BLE001 - a failed beat is tried again soon
             logger.warning("durable: heartbeat of run %s failed", handle.run_id, exc_info=True)
             handle.next_beat = time.monotonic() + min(interval, 1.0)
@@ -147,9 +150,15 @@ def beat_process(started_at=None) -> None:
     host, _, pid = key.rpartition(":")
     now = timezone.now()
     WorkerProcess.objects.bulk_create(
-        [WorkerProcess(id=key, hostname=host[:200], pid=int(pid),
-                       started_at=started_at or now, beat_at=now)],
-        update_conflicts=True, unique_fields=["id"], update_fields=["beat_at"])
+        [
+            WorkerProcess(
+                id=key, hostname=host[:200], pid=int(pid), started_at=started_at or now, beat_at=now
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["beat_at"],
+    )
 
 
 _lock = threading.Lock()

@@ -61,8 +61,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def loads_bounded(text: str, *, what: str = "The value", max_bytes: int = MAX_BYTES,
-                  max_depth: int = MAX_DEPTH) -> Any:
+def loads_bounded(
+    text: str, *, what: str = "The value", max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH
+) -> Any:
     """Parse ``text`` as strict JSON; size (bytes) and depth are checked before parsing.
 
     Raises :class:`JSONInputError` (a ``ValueError``) whose message starts with ``what``:
@@ -72,13 +73,14 @@ def loads_bounded(text: str, *, what: str = "The value", max_bytes: int = MAX_BY
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise JSONInputError(f"{what} is larger than {max_bytes} bytes.", code="too_large")
     if nesting_exceeds(text, max_depth):
-        raise JSONInputError(f"{what} is nested deeper than {max_depth} levels.",
-                             code="too_deep")
+        raise JSONInputError(f"{what} is nested deeper than {max_depth} levels.", code="too_deep")
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise JSONInputError(
             f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "
-            f"(character {exc.pos + 1}).", code="invalid") from None
+            f"(character {exc.pos + 1}).",
+            code="invalid",
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise JSONInputError(f"{what} is not valid JSON: {exc}.", code="invalid") from None

@@ -56,8 +56,15 @@ class OperationLedger:
     """The operation-ledger side of one write (see "The operation ledger" in
     ``docs/architecture.md``)."""
 
-    def __init__(self, execution: Checkpoints, spec: ToolSpec, key: str, params: dict[str, Any],
-                 input_text: str | None, params_text: str) -> None:
+    def __init__(
+        self,
+        execution: Checkpoints,
+        spec: ToolSpec,
+        key: str,
+        params: dict[str, Any],
+        input_text: str | None,
+        params_text: str,
+    ) -> None:
         self.execution = execution
         self.spec = spec
         self.key = key
@@ -84,10 +91,19 @@ class OperationLedger:
             now = timezone.now()
             if op is None:
                 op = Operation.objects.create(
-                    idempotency_key=self.key, run_id=ex.run_id, step_id=call.step_id,
-                    tool_name=self.spec.name, safety=self.spec.safety, params=self.params_text,
-                    params_hash=self.params_hash, status=OperationStatus.STARTED,
-                    lease_token=ex.token, attempts=1, created_at=now, updated_at=now)
+                    idempotency_key=self.key,
+                    run_id=ex.run_id,
+                    step_id=call.step_id,
+                    tool_name=self.spec.name,
+                    safety=self.spec.safety,
+                    params=self.params_text,
+                    params_hash=self.params_hash,
+                    status=OperationStatus.STARTED,
+                    lease_token=ex.token,
+                    attempts=1,
+                    created_at=now,
+                    updated_at=now,
+                )
                 decision["action"] = "call"
             elif op.status == OperationStatus.SUCCEEDED and op.result is not None:
                 decision["action"] = "settled"
@@ -95,7 +111,8 @@ class OperationLedger:
                 # recorded before results were checked: it happened, its result is lost
                 decision["action"] = "unknown"
             elif op.status == OperationStatus.UNKNOWN or (
-                    op.status == OperationStatus.STARTED and op.lease_token != ex.token):
+                op.status == OperationStatus.STARTED and op.lease_token != ex.token
+            ):
                 decision["action"] = "unknown"
             else:  # failed (known not to have happened), or our own ambiguous try
                 op.status = OperationStatus.STARTED
@@ -109,10 +126,16 @@ class OperationLedger:
         try:
             ex.write({"cursor_position": call.position}, work, record_if_stopped=False)
         except IdempotencyConflict as exc:
-            ex.record_failure(call, attempt=attempt, exc=exc, classification=PERMANENT,
-                              delay=None, started_at=timezone.now(),
-                              outcome=AttemptOutcome.FAILED,
-                              reason="idempotency key reused with other parameters")
+            ex.record_failure(
+                call,
+                attempt=attempt,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=timezone.now(),
+                outcome=AttemptOutcome.FAILED,
+                reason="idempotency key reused with other parameters",
+            )
         action = decision["action"]
         if action == "call":
             return PROCEED
@@ -120,8 +143,13 @@ class OperationLedger:
         assert op is not None
         if action == "settled":
             value = codec.decode(op.result)
-            return ex.record_success(call, attempt=max(attempt - 1, 1), value=value,
-                                     started_at=op.created_at, ledger=None)
+            return ex.record_success(
+                call,
+                attempt=max(attempt - 1, 1),
+                value=value,
+                started_at=op.created_at,
+                ledger=None,
+            )
         settled = self._settle_unknown(call, attempt=attempt)
         if settled is AGAIN:  # known not to have happened: call again with the same key
             return self.before_attempt(call, attempt=attempt)
@@ -136,8 +164,7 @@ class OperationLedger:
             return self.spec.reconcile(self.params, idempotency_key=self.key)
         except Exception as exc:  # noqa: BLE001 - an operator decides instead
             if log_failure:
-                logger.warning("reconcile of %s failed: %s", self.key,
-                               redact_text(safe_str(exc)))
+                logger.warning("reconcile of %s failed: %s", self.key, redact_text(safe_str(exc)))
             return _UNRESOLVED
 
     def _settle_unknown(self, call: StepCall, *, attempt: int) -> Any:
@@ -151,9 +178,13 @@ class OperationLedger:
                     self._set_status_now(OperationStatus.FAILED, "reconciled: did not happen")
                     return AGAIN
                 self.resolution = "reconciled: happened"
-                return self.execution.record_success(call, attempt=max(attempt - 1, 1),
-                                                     value=found, started_at=op.created_at,
-                                                     ledger=self)
+                return self.execution.record_success(
+                    call,
+                    attempt=max(attempt - 1, 1),
+                    value=found,
+                    started_at=op.created_at,
+                    ledger=self,
+                )
         if op.status == OperationStatus.STARTED and self.spec.safety == "idempotent_write":
             self._set_status_now(OperationStatus.FAILED, "")
             return AGAIN
@@ -162,19 +193,22 @@ class OperationLedger:
     def _set_status_now(self, status: str, resolution: str) -> None:
         assert self.op is not None
         Operation.objects.filter(pk=self.op.pk).update(
-            status=status, resolution=resolution, updated_at=timezone.now())
+            status=status, resolution=resolution, updated_at=timezone.now()
+        )
         self.op.status = status
 
-    def unknown_outcome(self, call: StepCall, *, attempt: int, exc: BaseException | None,
-                        started_at: datetime) -> Any:
+    def unknown_outcome(
+        self, call: StepCall, *, attempt: int, exc: BaseException | None, started_at: datetime
+    ) -> Any:
         """No way to know if the write happened: reconcile, else wait for an operator."""
         sid = call.step_id
         if exc is not None:
             found = self._reconcile(log_failure=False)
             if found is not _UNRESOLVED and found is not None and found is not NOT_FOUND:
                 self.resolution = "reconciled: happened"
-                return self.execution.record_success(call, attempt=attempt, value=found,
-                                                     started_at=started_at, ledger=self)
+                return self.execution.record_success(
+                    call, attempt=attempt, value=found, started_at=started_at, ledger=self
+                )
             if found is NOT_FOUND or found is None:
                 self._set_status_now(OperationStatus.FAILED, "reconciled: did not happen")
                 return AGAIN
@@ -185,16 +219,26 @@ class OperationLedger:
         elif op.status == OperationStatus.UNKNOWN and op.error:
             info = op.error  # parked before: keep what was said then
         else:
-            info = {"type": "UnknownOutcome", "classification": AMBIGUOUS, "step_id": sid,
-                    "message": "the worker stopped after this write was sent and before its "
-                               "result was recorded"}
-        return self._park_for_operator(call, attempt=attempt, exc=exc, started_at=started_at,
-                                       info=info,
-                                       title=f"Did {self.spec.name} happen? ({self.key})",
-                                       what="outcome unknown")
+            info = {
+                "type": "UnknownOutcome",
+                "classification": AMBIGUOUS,
+                "step_id": sid,
+                "message": "the worker stopped after this write was sent and before its "
+                "result was recorded",
+            }
+        return self._park_for_operator(
+            call,
+            attempt=attempt,
+            exc=exc,
+            started_at=started_at,
+            info=info,
+            title=f"Did {self.spec.name} happen? ({self.key})",
+            what="outcome unknown",
+        )
 
-    def result_unstorable(self, call: StepCall, *, attempt: int, exc: PayloadError,
-                          started_at: datetime) -> Any:
+    def result_unstorable(
+        self, call: StepCall, *, attempt: int, exc: PayloadError, started_at: datetime
+    ) -> Any:
         """The write happened, but its result cannot be stored (docs/values.md).
 
         The ``reconcile`` hook is asked for the result; a storable one is recorded. Else
@@ -211,22 +255,40 @@ class OperationLedger:
                 pass
             else:
                 self.resolution = "reconciled: happened"
-                return self.execution.record_success(call, attempt=attempt, value=found,
-                                                     started_at=started_at, ledger=self)
-        info = {"type": "ResultNotStorable", "classification": AMBIGUOUS, "step_id": sid,
-                "message": redact_text(
-                    f"{self.spec.name} returned, so its effect happened, but its result "
-                    f"cannot be stored ({exc}); an operator must record the result it "
-                    "returned")[:4000]}
-        return self._park_for_operator(call, attempt=attempt, exc=exc, started_at=started_at,
-                                       info=info,
-                                       title=f"{self.spec.name} happened: record its result "
-                                             f"({self.key})",
-                                       what="it happened but its result cannot be stored")
+                return self.execution.record_success(
+                    call, attempt=attempt, value=found, started_at=started_at, ledger=self
+                )
+        info = {
+            "type": "ResultNotStorable",
+            "classification": AMBIGUOUS,
+            "step_id": sid,
+            "message": redact_text(
+                f"{self.spec.name} returned, so its effect happened, but its result "
+                f"cannot be stored ({exc}); an operator must record the result it "
+                "returned"
+            )[:4000],
+        }
+        return self._park_for_operator(
+            call,
+            attempt=attempt,
+            exc=exc,
+            started_at=started_at,
+            info=info,
+            title=f"{self.spec.name} happened: record its result ({self.key})",
+            what="it happened but its result cannot be stored",
+        )
 
-    def _park_for_operator(self, call: StepCall, *, attempt: int, exc: BaseException | None,
-                           started_at: datetime, info: dict[str, Any], title: str,
-                           what: str) -> Any:
+    def _park_for_operator(
+        self,
+        call: StepCall,
+        *,
+        attempt: int,
+        exc: BaseException | None,
+        started_at: datetime,
+        info: dict[str, Any],
+        title: str,
+        what: str,
+    ) -> Any:
         """Mark the operation unknown, open its decision wait and suspend the run."""
         ex = self.execution
         sid, pos, rec = call.step_id, call.position, call.recorded
@@ -236,33 +298,65 @@ class OperationLedger:
 
         def work() -> None:
             Operation.objects.filter(pk=op.pk).update(
-                status=OperationStatus.UNKNOWN, error=info, resolution="", updated_at=now)
-            step = ex.save_step_txn(rec, pos, step_id=sid, kind=call.kind,
-                                    tool_name=self.spec.name, status=StepStatus.WAITING,
-                                    input=self.input_text, error=info, attempts=attempt,
-                                    next_attempt_at=None,
-                                    started_at=rec.started_at if rec is not None
-                                    else started_at)
+                status=OperationStatus.UNKNOWN, error=info, resolution="", updated_at=now
+            )
+            step = ex.save_step_txn(
+                rec,
+                pos,
+                step_id=sid,
+                kind=call.kind,
+                tool_name=self.spec.name,
+                status=StepStatus.WAITING,
+                input=self.input_text,
+                error=info,
+                attempts=attempt,
+                next_attempt_at=None,
+                started_at=rec.started_at if rec is not None else started_at,
+            )
             ex.flush_lost_txn(step)
             if exc is not None:
                 StepAttempt.objects.create(
-                    run_id=ex.run_id, step=step, attempt=attempt, outcome=AttemptOutcome.FAILED,
-                    error_type=info["type"], message=info["message"],
-                    traceback=safe_traceback(exc), classification=AMBIGUOUS,
-                    retry_delay=None, started_at=started_at, finished_at=now)
+                    run_id=ex.run_id,
+                    step=step,
+                    attempt=attempt,
+                    outcome=AttemptOutcome.FAILED,
+                    error_type=info["type"],
+                    message=info["message"],
+                    traceback=safe_traceback(exc),
+                    classification=AMBIGUOUS,
+                    retry_delay=None,
+                    started_at=started_at,
+                    finished_at=now,
+                )
             Wait.objects.update_or_create(
-                run_id=ex.run_id, wait_id=f"reconcile:{sid}",
-                defaults={"position": pos, "kind": WaitKind.RECONCILE,
-                          "status": WaitStatus.PENDING, "operation": op,
-                          "title": title[:300],
-                          "payload": self.params_text, "created_at": now,
-                          "resolved_at": None, "resolved_by": "", "result": None})
+                run_id=ex.run_id,
+                wait_id=f"reconcile:{sid}",
+                defaults={
+                    "position": pos,
+                    "kind": WaitKind.RECONCILE,
+                    "status": WaitStatus.PENDING,
+                    "operation": op,
+                    "title": title[:300],
+                    "payload": self.params_text,
+                    "created_at": now,
+                    "resolved_at": None,
+                    "resolved_by": "",
+                    "result": None,
+                },
+            )
 
-        ex.suspend_waiting(work, [ex.event(
-            EventKind.UNKNOWN_OUTCOME, sid,
-            f"{self.spec.name}: {what}; an operator must decide "
-            f"(manage.py durable reconcile {op.pk} --happened/--not-happened)",
-            {"operation": op.pk, "idempotency_key": self.key})])
+        ex.suspend_waiting(
+            work,
+            [
+                ex.event(
+                    EventKind.UNKNOWN_OUTCOME,
+                    sid,
+                    f"{self.spec.name}: {what}; an operator must decide "
+                    f"(manage.py durable reconcile {op.pk} --happened/--not-happened)",
+                    {"operation": op.pk, "idempotency_key": self.key},
+                )
+            ],
+        )
         raise Suspend(f"unknown outcome of {self.key}")
 
     def after_failure(self, *, ambiguous: bool) -> None:
@@ -271,10 +365,10 @@ class OperationLedger:
     def failure_txn(self, info: dict[str, Any]) -> None:
         if self.op is None:
             return
-        status = (OperationStatus.STARTED if self._ambiguous
-                  else OperationStatus.FAILED)
-        Operation.objects.filter(pk=self.op.pk).update(status=status, error=info,
-                                                       updated_at=timezone.now())
+        status = OperationStatus.STARTED if self._ambiguous else OperationStatus.FAILED
+        Operation.objects.filter(pk=self.op.pk).update(
+            status=status, error=info, updated_at=timezone.now()
+        )
         self.op.status = status
 
     def failed_known(self) -> None:
@@ -301,17 +395,24 @@ class OperationLedger:
         ex = self.execution
         with transaction.atomic():
             updated = Operation.objects.filter(
-                pk=self.op.pk, status=OperationStatus.STARTED, lease_token=ex.token).update(
-                status=OperationStatus.SUCCEEDED, result=output, external_id=external_id,
+                pk=self.op.pk, status=OperationStatus.STARTED, lease_token=ex.token
+            ).update(
+                status=OperationStatus.SUCCEEDED,
+                result=output,
+                external_id=external_id,
                 resolution="late result: recorded after the worker lost its lease",
-                updated_at=timezone.now())
+                updated_at=timezone.now(),
+            )
             if updated:
                 TraceEvent.objects.create(
-                    run_id=ex.run_id, kind=EventKind.LATE_RESULT, step_id=self.op.step_id,
+                    run_id=ex.run_id,
+                    kind=EventKind.LATE_RESULT,
+                    step_id=self.op.step_id,
                     actor=ex.worker_id,
                     message=f"{self.spec.name} answered after this worker lost its lease; "
-                            "its result is recorded in the ledger",
-                    data={"operation": self.op.pk})
+                    "its result is recorded in the ledger",
+                    data={"operation": self.op.pk},
+                )
         if updated:
             self.op.status = OperationStatus.SUCCEEDED
 
@@ -319,8 +420,11 @@ class OperationLedger:
         if self.op is None:
             return
         external_id = self._external_id(value)
-        fields: dict[str, Any] = {"status": OperationStatus.SUCCEEDED, "result": output,
-                                  "updated_at": timezone.now()}
+        fields: dict[str, Any] = {
+            "status": OperationStatus.SUCCEEDED,
+            "result": output,
+            "updated_at": timezone.now(),
+        }
         if external_id:
             fields["external_id"] = external_id
         if self.resolution:

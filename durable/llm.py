@@ -39,8 +39,11 @@ def _client(base_url: str | None, api_key: str, timeout: float) -> Any:
 
 def client(timeout: float = 60.0) -> Any:
     """An ``openai.OpenAI`` client from the environment (cached per process)."""
-    return _client(os.environ.get("OPENAI_BASE_URL") or None,
-                   os.environ.get("OPENAI_API_KEY") or "not-needed", float(timeout))
+    return _client(
+        os.environ.get("OPENAI_BASE_URL") or None,
+        os.environ.get("OPENAI_API_KEY") or "not-needed",
+        float(timeout),
+    )
 
 
 def cost_usd(model: str, usage: dict[str, Any]) -> float | None:
@@ -59,8 +62,10 @@ def billed_usage(response: Any) -> dict[str, int]:
     try:
         data = response.model_dump() if hasattr(response, "model_dump") else dict(response)
         usage = data.get("usage") or {}
-        return {k: int(usage.get(k) or 0)
-                for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        return {
+            k: int(usage.get(k) or 0)
+            for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        }
     except Exception:  # noqa: BLE001 - an unreadable reply: nothing known to count
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
@@ -80,9 +85,13 @@ def parse_response(response: Any) -> dict[str, Any]:
     message = choices[0].get("message") or {}
     usage = data.get("usage") or {}
     # what a malformed reply cost, so the run's token budget counts it (it was paid for)
-    spent = {"usage": {k: int(usage.get(k) or 0)
-                       for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
-             "scripted": data.get("system_fingerprint") == SCRIPTED_FINGERPRINT}
+    spent = {
+        "usage": {
+            k: int(usage.get(k) or 0)
+            for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        },
+        "scripted": data.get("system_fingerprint") == SCRIPTED_FINGERPRINT,
+    }
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
@@ -94,29 +103,41 @@ def parse_response(response: Any) -> dict[str, Any]:
             raise ModelRecoverableError(
                 f"the arguments of tool call {name!r} are not valid JSON ({exc.msg} at "
                 f"character {exc.pos}); send the call again with a JSON object",
-                details={"tool": name, "arguments": raw[:2000], "tool_call_id": call.get("id"),
-                         **spent},
+                details={
+                    "tool": name,
+                    "arguments": raw[:2000],
+                    "tool_call_id": call.get("id"),
+                    **spent,
+                },
             ) from None
         if not isinstance(arguments, dict):
             raise ModelRecoverableError(
                 f"the arguments of tool call {name!r} must be a JSON object, got "
                 f"{type(arguments).__name__}",
-                details={"tool": name, "tool_call_id": call.get("id"), **spent})
+                details={"tool": name, "tool_call_id": call.get("id"), **spent},
+            )
         calls.append({"id": call.get("id") or "", "name": name, "arguments": arguments})
     return {
         "content": message.get("content"),
         "tool_calls": calls,
         "finish_reason": choices[0].get("finish_reason"),
         "model": data.get("model") or "",
-        "usage": {k: int(usage.get(k) or 0)
-                  for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "usage": {
+            k: int(usage.get(k) or 0)
+            for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        },
         "scripted": data.get("system_fingerprint") == SCRIPTED_FINGERPRINT,
     }
 
 
-def chat(messages: list[dict[str, Any]], *, model: str | None = None,
-         tools: list[dict[str, Any]] | None = None, timeout: float = 60.0,
-         **options: Any) -> dict[str, Any]:
+def chat(
+    messages: list[dict[str, Any]],
+    *,
+    model: str | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    timeout: float = 60.0,
+    **options: Any,
+) -> dict[str, Any]:
     """One chat-completions call; returns :func:`parse_response`'s dict (plus ``cost_usd``)."""
     model = model or default_model()
     kwargs: dict[str, Any] = {"model": model, "messages": messages, **options}

@@ -28,8 +28,7 @@ SHOWN = 20
 def signal_names(run_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(waiting_on, waited_on)``: the names of the run's pending signal waits, and every
     signal name it has waited on so far (first wait first), each without repeats."""
-    return names_of(Wait.objects.filter(run_id=run_id, kind=WaitKind.SIGNAL)
-                    .order_by("position"))
+    return names_of(Wait.objects.filter(run_id=run_id, kind=WaitKind.SIGNAL).order_by("position"))
 
 
 def names_of(waits: Iterable[Wait]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -50,8 +49,14 @@ def _names(names: tuple[str, ...]) -> str:
     return ", ".join(names)
 
 
-def describe(name: str, *, delivered: bool, waiting_on: tuple[str, ...],
-             waited_on: tuple[str, ...], duplicate: bool = False) -> str:
+def describe(
+    name: str,
+    *,
+    delivered: bool,
+    waiting_on: tuple[str, ...],
+    waited_on: tuple[str, ...],
+    duplicate: bool = False,
+) -> str:
     """The sentence a sender reads (see the module docstring for the cases)."""
     if delivered:
         text = f"signal {name!r}: delivered to its wait; the run continues"
@@ -60,28 +65,49 @@ def describe(name: str, *, delivered: bool, waiting_on: tuple[str, ...],
             where = f"this run waits on {_names(waiting_on)}"
         else:
             where = f"this run has waited on {_names(waited_on)} so far"
-        text = (f"signal {name!r}: kept; {where}, never on {name!r} -- check the name (it "
-                "is delivered only if the workflow later waits on exactly this name)")
+        text = (
+            f"signal {name!r}: kept; {where}, never on {name!r} -- check the name (it "
+            "is delivered only if the workflow later waits on exactly this name)"
+        )
     elif name in waited_on:
-        text = (f"signal {name!r}: kept in the mailbox for the run's next wait on {name!r} "
-                "(no such wait is pending now)")
+        text = (
+            f"signal {name!r}: kept in the mailbox for the run's next wait on {name!r} "
+            "(no such wait is pending now)"
+        )
     else:
-        text = (f"signal {name!r}: kept in the mailbox; the run has not waited on any "
-                "signal yet and receives it when it reaches wait_for_signal"
-                f"({name!r})")
+        text = (
+            f"signal {name!r}: kept in the mailbox; the run has not waited on any "
+            "signal yet and receives it when it reaches wait_for_signal"
+            f"({name!r})"
+        )
     if duplicate:
         text = f"already received (same dedupe key), not stored again; {text}"
     return text
 
 
-def result_txn(signal: Signal, *, delivered: bool, waiting_on: tuple[str, ...],
-               waited_on: tuple[str, ...], duplicate: bool = False) -> SignalResult:
+def result_txn(
+    signal: Signal,
+    *,
+    delivered: bool,
+    waiting_on: tuple[str, ...],
+    waited_on: tuple[str, ...],
+    duplicate: bool = False,
+) -> SignalResult:
     return SignalResult(
-        signal=signal, name=signal.name,
+        signal=signal,
+        name=signal.name,
         delivery=SignalDelivery.DELIVERED if delivered else SignalDelivery.KEPT,
-        waiting_on=waiting_on, waited_on=waited_on, duplicate=duplicate,
-        message=describe(signal.name, delivered=delivered, waiting_on=waiting_on,
-                         waited_on=waited_on, duplicate=duplicate))
+        waiting_on=waiting_on,
+        waited_on=waited_on,
+        duplicate=duplicate,
+        message=describe(
+            signal.name,
+            delivered=delivered,
+            waiting_on=waiting_on,
+            waited_on=waited_on,
+            duplicate=duplicate,
+        ),
+    )
 
 
 def undelivered(run_id: str, *, limit: int | None = None) -> list[Signal]:
@@ -93,19 +119,32 @@ def undelivered(run_id: str, *, limit: int | None = None) -> list[Signal]:
 def note_unconsumed_txn(run_id: str, status: str, *, actor: str = "") -> TraceEvent | None:
     """At the end of a run: record a ``signals_unconsumed`` event naming the signals no
     wait consumed (none: nothing is written). Call inside the transaction that ends it."""
-    left = list(Signal.objects.filter(run_id=run_id, wait__isnull=True)
-                .order_by("id").values("pk", "name", "sent_by")[:SHOWN + 1])
+    left = list(
+        Signal.objects.filter(run_id=run_id, wait__isnull=True)
+        .order_by("id")
+        .values("pk", "name", "sent_by")[: SHOWN + 1]
+    )
     if not left:
         return None
-    total = (len(left) if len(left) <= SHOWN else
-             Signal.objects.filter(run_id=run_id, wait__isnull=True).count())
+    total = (
+        len(left)
+        if len(left) <= SHOWN
+        else Signal.objects.filter(run_id=run_id, wait__isnull=True).count()
+    )
     _waiting, waited = signal_names(run_id)
     shown = ", ".join(repr(s["name"]) for s in left[:SHOWN])
     more = f" and {total - SHOWN} more" if total > SHOWN else ""
     hint = f"; it waited on {_names(waited)}" if waited else "; it never waited on a signal"
     return TraceEvent.objects.create(
-        run_id=run_id, kind=EventKind.SIGNALS_UNCONSUMED, actor=actor,
+        run_id=run_id,
+        kind=EventKind.SIGNALS_UNCONSUMED,
+        actor=actor,
         message=f"run {status} with {total} signal(s) never delivered: {shown}{more}{hint}",
-        data={"signals": [{"id": s["pk"], "name": s["name"], "sent_by": s["sent_by"]}
-                          for s in left[:SHOWN]],
-              "count": total, "waited_on": list(waited)})
+        data={
+            "signals": [
+                {"id": s["pk"], "name": s["name"], "sent_by": s["sent_by"]} for s in left[:SHOWN]
+            ],
+            "count": total,
+            "waited_on": list(waited),
+        },
+    )

@@ -39,8 +39,13 @@ class RunStatus(models.TextChoices):
 
 #: statuses in which a worker may claim the run (subject to the lease / due time)
 CLAIMABLE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.COMPENSATING)
-TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED,
-            RunStatus.COMPENSATED, RunStatus.COMPENSATION_FAILED)
+TERMINAL = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.COMPENSATED,
+    RunStatus.COMPENSATION_FAILED,
+)
 
 
 class RunQuerySet(models.QuerySet):
@@ -49,30 +54,36 @@ class RunQuerySet(models.QuerySet):
 
     def expired_leases(self, now=None) -> RunQuerySet:
         now = now or timezone.now()
-        return self.filter(status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING),
-                           lease_expires_at__lt=now).exclude(lease_token="")
+        return self.filter(
+            status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING), lease_expires_at__lt=now
+        ).exclude(lease_token="")
 
     def due(self, now=None) -> RunQuerySet:
         """Runs whose retry is due: retrying, or a compensation without a lease whose
         retry was scheduled (wake_at reached)."""
         now = now or timezone.now()
-        return self.filter(Q(status=RunStatus.RETRYING)
-                           | Q(status=RunStatus.COMPENSATING, lease_token=""),
-                           wake_at__lte=now)
+        return self.filter(
+            Q(status=RunStatus.RETRYING) | Q(status=RunStatus.COMPENSATING, lease_token=""),
+            wake_at__lte=now,
+        )
 
     def undispatched(self, older_than) -> RunQuerySet:
         """Runs ready for a worker (pending, or compensating without a lease) whose last
         dispatch is older than ``older_than`` (a datetime)."""
         # a compensation that waits for an operator's decision is not ready
-        deciding = models.Exists(Wait.objects.filter(run=models.OuterRef("pk"),
-                                                     kind=WaitKind.RECONCILE,
-                                                     status=WaitStatus.PENDING))
+        deciding = models.Exists(
+            Wait.objects.filter(
+                run=models.OuterRef("pk"), kind=WaitKind.RECONCILE, status=WaitStatus.PENDING
+            )
+        )
         # nor one whose retry is scheduled (:meth:`due` finds it once due)
-        return self.filter(Q(status=RunStatus.PENDING)
-                           | (Q(status=RunStatus.COMPENSATING, lease_token="",
-                                wake_at__isnull=True)
-                              & ~Q(deciding))).filter(
-            Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
+        return self.filter(
+            Q(status=RunStatus.PENDING)
+            | (
+                Q(status=RunStatus.COMPENSATING, lease_token="", wake_at__isnull=True)
+                & ~Q(deciding)
+            )
+        ).filter(Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
 
 
 class Run(models.Model):
@@ -85,8 +96,9 @@ class Run(models.Model):
     input = StorableTextField(help_text="codec JSON, redacted values encrypted")
     input_hash = models.CharField(max_length=64, help_text="sha256 of the canonical input")
     output = StorableTextField(null=True, blank=True)
-    error = StorableJSONField(null=True, blank=True,
-                             help_text="{type, message, classification, step_id}")
+    error = StorableJSONField(
+        null=True, blank=True, help_text="{type, message, classification, step_id}"
+    )
     error_type = StorableCharField(max_length=200, blank=True, default="")
 
     created_at = models.DateTimeField(default=timezone.now)
@@ -99,8 +111,9 @@ class Run(models.Model):
     lease_token = models.CharField(max_length=36, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    wake_at = models.DateTimeField(null=True, blank=True,
-                                   help_text="when a retrying run is due again")
+    wake_at = models.DateTimeField(
+        null=True, blank=True, help_text="when a retrying run is due again"
+    )
     claims = models.PositiveIntegerField(default=0, help_text="times a worker claimed it")
 
     # position of the next durable call, and how many workers were lost while it ran
@@ -110,25 +123,31 @@ class Run(models.Model):
     # budgets
     max_steps = models.PositiveIntegerField(default=10_000)
     deadline_at = models.DateTimeField(null=True, blank=True)
-    max_tokens = models.PositiveIntegerField(null=True, blank=True,
-                                             help_text="token budget of the run's LLM calls")
+    max_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="token budget of the run's LLM calls"
+    )
     tokens_used = models.PositiveIntegerField(default=0)
     steps_executed = models.PositiveIntegerField(default=0)
     steps_replayed = models.PositiveIntegerField(default=0)
 
     # who asked for the run (durable/requesters.py): the dashboard account, when known,
     # and the recorded name ("alice", "os:alice", "billing-bot"; "" = unknown)
-    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL, related_name="+")
-    started_by_name = StorableCharField(max_length=200, blank=True, default="",
-                                        help_text="who started the run; empty: unknown")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_by_name = StorableCharField(
+        max_length=200, blank=True, default="", help_text="who started the run; empty: unknown"
+    )
     requesters = StorableJSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="four-eyes requesters: [{user, name}], the starter then (for a fork) the "
-                  "source run's requesters")
+        "source run's requesters",
+    )
     tags = StorableJSONField(default=list, blank=True)
-    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
-                                    related_name="forks")
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
 
     objects = RunQuerySet.as_manager()
 
@@ -138,22 +157,29 @@ class Run(models.Model):
             models.Index(fields=["-created_at", "-id"], name="run_created_idx"),
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
             models.Index(fields=["workflow_name", "-created_at"], name="run_workflow_idx"),
-            models.Index(fields=["lease_expires_at"], name="run_lease_claim_idx",
-                         condition=Q(status__in=["running", "compensating"])),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="run_lease_claim_idx",
+                condition=Q(status__in=["running", "compensating"]),
+            ),
             models.Index(fields=["wake_at"], name="run_due_idx", condition=Q(status="retrying")),
-            models.Index(fields=["dispatched_at"], name="run_pending_idx",
-                         condition=Q(status="pending")),
+            models.Index(
+                fields=["dispatched_at"], name="run_pending_idx", condition=Q(status="pending")
+            ),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=RunStatus.values),
-                                   name="run_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="run_status_valid"
+            ),
             models.CheckConstraint(
                 condition=~Q(status="retrying") | Q(wake_at__isnull=False),
-                name="run_retrying_has_wake_at"),
+                name="run_retrying_has_wake_at",
+            ),
             models.CheckConstraint(
                 condition=~Q(status="running")
                 | (~Q(lease_token="") & Q(lease_expires_at__isnull=False)),
-                name="run_running_has_lease"),
+                name="run_running_has_lease",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -181,10 +207,12 @@ class Run(models.Model):
 
     def input_value(self) -> Any:
         from . import codec
+
         return codec.decode(self.input)
 
     def output_value(self) -> Any:
         from . import codec
+
         return codec.decode(self.output)
 
 
@@ -230,7 +258,8 @@ class Step(models.Model):
     error = StorableJSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     budget_base = models.PositiveIntegerField(
-        default=0, help_text="attempts before the last resume; the retry budget counts from here")
+        default=0, help_text="attempts before the last resume; the retry budget counts from here"
+    )
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -241,11 +270,13 @@ class Step(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "step_id"], name="step_unique_id_per_run"),
             models.UniqueConstraint(fields=["run", "position"], name="step_unique_position"),
-            models.CheckConstraint(condition=Q(status__in=StepStatus.values),
-                                   name="step_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=StepStatus.values), name="step_status_valid"
+            ),
             models.CheckConstraint(
                 condition=~Q(status="retrying") | Q(next_attempt_at__isnull=False),
-                name="step_retrying_has_due_time"),
+                name="step_retrying_has_due_time",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -259,6 +290,7 @@ class Step(models.Model):
 
     def output_value(self) -> Any:
         from . import codec
+
         return codec.decode(self.output)
 
 
@@ -277,14 +309,16 @@ class StepAttempt(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_rows")
     attempt = models.PositiveIntegerField()
-    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices,
-                               default=AttemptOutcome.FAILED)
+    outcome = models.CharField(
+        max_length=16, choices=AttemptOutcome.choices, default=AttemptOutcome.FAILED
+    )
     error_type = StorableCharField(max_length=200, blank=True, default="")
     message = StorableTextField(blank=True, default="")
     traceback = StorableTextField(blank=True, default="")
     classification = models.CharField(max_length=24, choices=Classification.choices)
-    retry_delay = models.FloatField(null=True, blank=True,
-                                    help_text="seconds before the next try; null: no retry")
+    retry_delay = models.FloatField(
+        null=True, blank=True, help_text="seconds before the next try; null: no retry"
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(default=timezone.now)
 
@@ -331,23 +365,33 @@ class Operation(models.Model):
     safety = models.CharField(max_length=24)
     params = StorableTextField(null=True, blank=True)
     params_hash = models.CharField(max_length=64)
-    status = models.CharField(max_length=16, choices=OperationStatus.choices,
-                              default=OperationStatus.STARTED)
+    status = models.CharField(
+        max_length=16, choices=OperationStatus.choices, default=OperationStatus.STARTED
+    )
     external_id = StorableCharField(max_length=400, blank=True, default="")
     result = StorableTextField(null=True, blank=True)
     error = StorableJSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=1)
-    lease_token = models.CharField(max_length=36, blank=True, default="",
-                                   help_text="the lease under which the last call started")
+    lease_token = models.CharField(
+        max_length=36,
+        blank=True,
+        default="",
+        help_text="the lease under which the last call started",
+    )
     resolved_by = StorableCharField(max_length=200, blank=True, default="")
     resolution = StorableCharField(max_length=200, blank=True, default="")
     owner_run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="adopted_operations",
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="adopted_operations",
         help_text="the fork that adopted this write and answers for it (compensation); "
-                  "empty: the run that made it")
+        "empty: the run that made it",
+    )
     owners = models.JSONField(
-        default=list, blank=True,
-        help_text="ownership history: [{run, from, at, by}], oldest first")
+        default=list, blank=True, help_text="ownership history: [{run, from, at, by}], oldest first"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -357,12 +401,14 @@ class Operation(models.Model):
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["run", "step_id"], name="operation_run_step_idx"),
-            models.Index(fields=["updated_at"], name="operation_unknown_idx",
-                         condition=Q(status="unknown")),
+            models.Index(
+                fields=["updated_at"], name="operation_unknown_idx", condition=Q(status="unknown")
+            ),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=OperationStatus.values),
-                                   name="operation_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=OperationStatus.values), name="operation_status_valid"
+            )
         ]
 
     def __str__(self) -> str:
@@ -404,17 +450,22 @@ class Wait(models.Model):
     wait_id = StorableCharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=WaitKind.choices)
-    key = StorableCharField(max_length=255, blank=True, default="",
-                           help_text="the signal name or approval key the wait is for")
-    status = models.CharField(max_length=16, choices=WaitStatus.choices,
-                              default=WaitStatus.PENDING)
+    key = StorableCharField(
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="the signal name or approval key the wait is for",
+    )
+    status = models.CharField(max_length=16, choices=WaitStatus.choices, default=WaitStatus.PENDING)
     title = StorableCharField(max_length=300, blank=True, default="")
     payload = StorableTextField(null=True, blank=True)
     result = StorableTextField(null=True, blank=True)
-    wake_at = models.DateTimeField(null=True, blank=True,
-                                   help_text="timer due time, or the wait's timeout")
-    operation = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.CASCADE,
-                                  related_name="waits")
+    wake_at = models.DateTimeField(
+        null=True, blank=True, help_text="timer due time, or the wait's timeout"
+    )
+    operation = models.ForeignKey(
+        Operation, null=True, blank=True, on_delete=models.CASCADE, related_name="waits"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = StorableCharField(max_length=200, blank=True, default="")
@@ -425,17 +476,22 @@ class Wait(models.Model):
         ordering = ["created_at"]
         indexes = [
             models.Index(fields=["wake_at"], name="wait_due_idx", condition=Q(status="pending")),
-            models.Index(fields=["kind", "created_at"], name="wait_pending_kind_idx",
-                         condition=Q(status="pending")),
+            models.Index(
+                fields=["kind", "created_at"],
+                name="wait_pending_kind_idx",
+                condition=Q(status="pending"),
+            ),
             models.Index(fields=["run", "kind", "key"], name="wait_run_key_idx"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["run", "wait_id"], name="wait_unique_id_per_run"),
             models.CheckConstraint(condition=Q(kind__in=WaitKind.values), name="wait_kind_valid"),
-            models.CheckConstraint(condition=Q(status__in=WaitStatus.values),
-                                   name="wait_status_valid"),
-            models.CheckConstraint(condition=~Q(kind="timer") | Q(wake_at__isnull=False),
-                                   name="wait_timer_has_wake_at"),
+            models.CheckConstraint(
+                condition=Q(status__in=WaitStatus.values), name="wait_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind="timer") | Q(wake_at__isnull=False), name="wait_timer_has_wake_at"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -454,20 +510,25 @@ class Signal(models.Model):
     payload = StorableTextField(null=True, blank=True)
     dedupe_key = StorableCharField(max_length=255, blank=True, default="")
     sent_by = StorableCharField(max_length=200, blank=True, default="")
-    wait = models.OneToOneField(Wait, null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="signal")
+    wait = models.OneToOneField(
+        Wait, null=True, blank=True, on_delete=models.SET_NULL, related_name="signal"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     consumed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
         indexes = [
-            models.Index(fields=["run", "name", "id"], name="signal_unconsumed_idx",
-                         condition=Q(wait__isnull=True)),
+            models.Index(
+                fields=["run", "name", "id"],
+                name="signal_unconsumed_idx",
+                condition=Q(wait__isnull=True),
+            )
         ]
         constraints = [
-            models.UniqueConstraint(fields=["run", "dedupe_key"], name="signal_dedupe",
-                                    condition=~Q(dedupe_key="")),
+            models.UniqueConstraint(
+                fields=["run", "dedupe_key"], name="signal_dedupe", condition=~Q(dedupe_key="")
+            )
         ]
 
     def __str__(self) -> str:
@@ -481,15 +542,17 @@ class Tool(models.Model):
     description = StorableTextField(blank=True, default="")
     safety = models.CharField(max_length=24, choices=Safety.choices)
     retry_policy = StorableJSONField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="RetryPolicy fields: max_attempts, initial_interval, backoff_coefficient, "
-                  "max_interval (seconds), jitter; empty: the code's policy")
+        "max_interval (seconds), jitter; empty: the code's policy",
+    )
     timeout_seconds = models.FloatField(null=True, blank=True)
     requires_approval = models.BooleanField(default=False)
-    allow_edit = models.BooleanField(default=False,
-                                     help_text="approvers may edit the parameters")
-    approver_group = models.ForeignKey("auth.Group", null=True, blank=True,
-                                       on_delete=models.SET_NULL, related_name="+")
+    allow_edit = models.BooleanField(default=False, help_text="approvers may edit the parameters")
+    approver_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -498,7 +561,8 @@ class Tool(models.Model):
             models.CheckConstraint(condition=Q(safety__in=Safety.values), name="tool_safety_valid"),
             models.CheckConstraint(
                 condition=Q(timeout_seconds__isnull=True) | Q(timeout_seconds__gt=0),
-                name="tool_timeout_positive"),
+                name="tool_timeout_positive",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -91,8 +91,11 @@ class KeyMatcher:
         except KeyError:
             pass
         normal = _normalise(key)
-        found = (self._regex is not None and normal not in self._allow
-                 and self._regex.search(normal) is not None)
+        found = (
+            self._regex is not None
+            and normal not in self._allow
+            and self._regex.search(normal) is not None
+        )
         if len(self._cache) >= 8192:
             self._cache.clear()
         self._cache[key] = found

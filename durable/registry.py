@@ -62,8 +62,13 @@ _tools: dict[str, ToolSpec] = {}
 load_errors: dict[str, str] = {}
 
 
-def workflow(*, name: str | None = None, version: str = "1", max_steps: int | None = None,
-             deadline_seconds: float | None = None) -> Callable[[F], F]:
+def workflow(
+    *,
+    name: str | None = None,
+    version: str = "1",
+    max_steps: int | None = None,
+    deadline_seconds: float | None = None,
+) -> Callable[[F], F]:
     """Register ``fn(ctx, input)`` as a workflow.
 
     ``name`` defaults to the function's qualified name; ``version`` (a string) is stored
@@ -73,8 +78,9 @@ def workflow(*, name: str | None = None, version: str = "1", max_steps: int | No
     """
 
     if deadline_seconds is not None:
-        check_duration(deadline_seconds, call="durable.workflow(deadline_seconds=...)",
-                       positive=True)
+        check_duration(
+            deadline_seconds, call="durable.workflow(deadline_seconds=...)", positive=True
+        )
 
     def decorator(fn: F) -> F:
         wf_name = name or f"{fn.__module__}.{fn.__qualname__}"
@@ -86,11 +92,14 @@ def workflow(*, name: str | None = None, version: str = "1", max_steps: int | No
         versions = _workflows.setdefault(wf_name, {})
         existing = versions.get(ver)
         if existing is not None and (existing.fn.__module__, existing.fn.__qualname__) != (
-                fn.__module__, fn.__qualname__):
+            fn.__module__,
+            fn.__qualname__,
+        ):
             raise DurableConfigurationError(
                 f"workflow {wf_name!r} version {ver!r} is registered twice: by "
                 f"{existing.fn.__module__}.{existing.fn.__qualname__} and "
-                f"{fn.__module__}.{fn.__qualname__}")
+                f"{fn.__module__}.{fn.__qualname__}"
+            )
         versions.pop(ver, None)  # re-registration (module reload) moves it to the end
         versions[ver] = WorkflowSpec(wf_name, ver, fn, max_steps, deadline_seconds, fn.__module__)
         fn.workflow_name = wf_name  # type: ignore[attr-defined]
@@ -99,12 +108,19 @@ def workflow(*, name: str | None = None, version: str = "1", max_steps: int | No
     return decorator
 
 
-def tool(*, name: str | None = None, safety: str, retry: RetryPolicy | None = None,
-         timeout: float | None = None, requires_approval: bool = False,
-         allow_edit: bool = False, reconcile: Callable[..., Any] | None = None,
-         compensate: Callable[..., Any] | None = None,
-         external_id: Callable[[Any], Any] | None = None,
-         approver_group: str | None = None) -> Callable[[F], F]:
+def tool(
+    *,
+    name: str | None = None,
+    safety: str,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+    requires_approval: bool = False,
+    allow_edit: bool = False,
+    reconcile: Callable[..., Any] | None = None,
+    compensate: Callable[..., Any] | None = None,
+    external_id: Callable[[Any], Any] | None = None,
+    approver_group: str | None = None,
+) -> Callable[[F], F]:
     """Register ``fn(**params[, idempotency_key=...])`` as a tool with a safety class.
 
     - ``safety``: ``"read_only"``, ``"idempotent_write"`` (repeating with the same
@@ -120,7 +136,8 @@ def tool(*, name: str | None = None, safety: str, retry: RetryPolicy | None = No
     """
     if safety not in SAFETY_CLASSES:
         raise DurableConfigurationError(
-            f"tool safety must be one of {', '.join(SAFETY_CLASSES)}, got {safety!r}")
+            f"tool safety must be one of {', '.join(SAFETY_CLASSES)}, got {safety!r}"
+        )
     if timeout is not None:
         check_duration(timeout, call=f"durable.tool(name={name!r}, timeout=...)", positive=True)
 
@@ -130,14 +147,24 @@ def tool(*, name: str | None = None, safety: str, retry: RetryPolicy | None = No
             raise DurableConfigurationError(f"tool name {tool_name!r} is not valid")
         existing = _tools.get(tool_name)
         if existing is not None and (existing.fn.__module__, existing.fn.__qualname__) != (
-                fn.__module__, fn.__qualname__):
+            fn.__module__,
+            fn.__qualname__,
+        ):
             raise DurableConfigurationError(f"tool {tool_name!r} is registered twice")
         _tools[tool_name] = ToolSpec(
-            name=tool_name, fn=fn, safety=safety, retry=retry, timeout=timeout,
-            requires_approval=requires_approval, allow_edit=allow_edit, reconcile=reconcile,
-            compensate=compensate, external_id=external_id,
+            name=tool_name,
+            fn=fn,
+            safety=safety,
+            retry=retry,
+            timeout=timeout,
+            requires_approval=requires_approval,
+            allow_edit=allow_edit,
+            reconcile=reconcile,
+            compensate=compensate,
+            external_id=external_id,
             description=(inspect.getdoc(fn) or "").split("\n\n")[0],
-            approver_group=approver_group)
+            approver_group=approver_group,
+        )
         fn.tool_name = tool_name  # type: ignore[attr-defined]
         return fn
 
@@ -184,10 +211,14 @@ def effective_tool(spec: ToolSpec, row: Any | None) -> ToolSpec:
     if row.retry_policy:
         retry = RetryPolicy.from_dict(row.retry_policy, base=spec.retry)
     return replace(
-        spec, safety=row.safety or spec.safety, retry=retry,
+        spec,
+        safety=row.safety or spec.safety,
+        retry=retry,
         timeout=row.timeout_seconds if row.timeout_seconds is not None else spec.timeout,
-        requires_approval=row.requires_approval, allow_edit=row.allow_edit,
-        approver_group=row.approver_group.name if row.approver_group_id else spec.approver_group)
+        requires_approval=row.requires_approval,
+        allow_edit=row.allow_edit,
+        approver_group=row.approver_group.name if row.approver_group_id else spec.approver_group,
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -196,8 +227,9 @@ def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
-                                    for p in params.values())
+    return keyword in params or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    )
 
 
 def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
@@ -214,8 +246,12 @@ def _import(module: str) -> None:
         load_errors.pop(module, None)
     except Exception:  # noqa: BLE001 - any failure of user code is reported, not fatal
         load_errors[module] = traceback.format_exc()
-        logger.error("durable: workflow module %s failed to import; its workflows are "
-                     "unavailable on this process:\n%s", module, load_errors[module])
+        logger.error(
+            "durable: workflow module %s failed to import; its workflows are "
+            "unavailable on this process:\n%s",
+            module,
+            load_errors[module],
+        )
 
 
 def autodiscover() -> None:

@@ -34,8 +34,21 @@ from .secrets import Secret
 __all__ = ["render"]
 
 _REPR_LIMIT = 200
-_EXACT = (str, int, float, bool, bytes, bytearray, Decimal, uuid.UUID, dt.datetime, dt.date,
-          dt.time, dt.timedelta, Secret)
+_EXACT = (
+    str,
+    int,
+    float,
+    bool,
+    bytes,
+    bytearray,
+    Decimal,
+    uuid.UUID,
+    dt.datetime,
+    dt.date,
+    dt.time,
+    dt.timedelta,
+    Secret,
+)
 
 
 def _repr(value: Any) -> str:
@@ -51,7 +64,7 @@ def _exception_text(exc: BaseException) -> str:
         message = str(exc)
     except Exception:  # noqa: BLE001
         message = "<unprintable>"
-    return f"{type(exc).__name__}: {message}"[:_REPR_LIMIT * 5]
+    return f"{type(exc).__name__}: {message}"[: _REPR_LIMIT * 5]
 
 
 def render(value: Any) -> Any:

@@ -21,7 +21,7 @@ from . import codec, transitions
 from .exceptions import BudgetExceeded, LeaseLost, NonDeterminismError, RunStopped
 from .failures import error_info
 from .fields import storable_text
-from .models import Run, RunStatus, Step, StepAttempt, StepKind, StepStatus
+from .models import Run, Step, StepAttempt, StepKind, StepStatus
 from .redaction import check_identifier
 from .retry import MODEL_RECOVERABLE, PERMANENT
 from .types import ModelRecoverable
@@ -69,8 +69,16 @@ class ReplayCursor:
     the checkpoint, attempt and wait parts add their behaviour on this state.
     """
 
-    def __init__(self, *, run: Run, token: str, steps: list[Step], spec: WorkflowSpec | None,
-                 worker_id: str, heartbeat: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        run: Run,
+        token: str,
+        steps: list[Step],
+        spec: WorkflowSpec | None,
+        worker_id: str,
+        heartbeat: Any = None,
+    ) -> None:
         self.run = run
         self.run_id: str = run.id
         self.token = token
@@ -122,8 +130,7 @@ class ReplayCursor:
         """The recorded step at the cursor, if any."""
         return self.by_position.get(self.position)
 
-    def next_call(self, base: str, *, kind: str = StepKind.STEP,
-                  tool_name: str = "") -> StepCall:
+    def next_call(self, base: str, *, kind: str = StepKind.STEP, tool_name: str = "") -> StepCall:
         """Take the next position for a call named ``base``; check it against history."""
         self.ensure_live()
         check_identifier(base, "step id")  # also wait keys and signal names: see waits.py
@@ -136,13 +143,18 @@ class ReplayCursor:
         rec = self.by_position.get(pos)
         recorded_pos = self.positions_by_id.get(sid)
         if (rec is not None and rec.step_id != sid) or (
-                recorded_pos is not None and recorded_pos != pos):
+            recorded_pos is not None and recorded_pos != pos
+        ):
             exc = NonDeterminismError(
-                run_id=self.run_id, position=pos,
+                run_id=self.run_id,
+                position=pos,
                 recorded_step_id=rec.step_id if rec is not None else "(nothing)",
-                requested_step_id=sid)
-            self.fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                          event=EventKind.NONDETERMINISM)
+                requested_step_id=sid,
+            )
+            self.fail_run(
+                error_info(exc, classification=PERMANENT, step_id=sid),
+                event=EventKind.NONDETERMINISM,
+            )
             raise exc
         if rec is None or rec.status != StepStatus.SUCCEEDED:
             self.check_budgets(sid, pos)
@@ -159,22 +171,29 @@ class ReplayCursor:
     def unreached_step(self) -> Step | None:
         """The first recorded step past the cursor that the workflow did not ask for
         (compensation steps aside): returning before it is non-determinism."""
-        unasked = sorted(pos for pos, step in self.by_position.items()
-                         if pos >= self.position and step.kind != StepKind.COMPENSATION)
+        unasked = sorted(
+            pos
+            for pos, step in self.by_position.items()
+            if pos >= self.position and step.kind != StepKind.COMPENSATION
+        )
         return self.by_position[unasked[0]] if unasked else None
 
     def check_budgets(self, sid: str, pos: int) -> None:
         run = self.run
         exc: BudgetExceeded | None = None
         if pos >= run.max_steps:
-            exc = BudgetExceeded(run_id=self.run_id, budget="max_steps", limit=run.max_steps,
-                                 used=pos + 1)
+            exc = BudgetExceeded(
+                run_id=self.run_id, budget="max_steps", limit=run.max_steps, used=pos + 1
+            )
         elif run.deadline_at is not None and timezone.now() > run.deadline_at:
-            exc = BudgetExceeded(run_id=self.run_id, budget="deadline",
-                                 limit=run.deadline_at.isoformat())
+            exc = BudgetExceeded(
+                run_id=self.run_id, budget="deadline", limit=run.deadline_at.isoformat()
+            )
         if exc is not None:
-            self.fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                          event=EventKind.BUDGET_EXCEEDED)
+            self.fail_run(
+                error_info(exc, classification=PERMANENT, step_id=sid),
+                event=EventKind.BUDGET_EXCEEDED,
+            )
             raise exc
 
     def check_token_budget(self, sid: str) -> None:
@@ -185,10 +204,13 @@ class ReplayCursor:
         """
         run = self.run
         if run.max_tokens is not None and run.tokens_used >= run.max_tokens:
-            exc = BudgetExceeded(run_id=self.run_id, budget="max_tokens",
-                                 limit=run.max_tokens, used=run.tokens_used)
-            self.fail_run(error_info(exc, classification=PERMANENT, step_id=sid),
-                          event=EventKind.BUDGET_EXCEEDED)
+            exc = BudgetExceeded(
+                run_id=self.run_id, budget="max_tokens", limit=run.max_tokens, used=run.tokens_used
+            )
+            self.fail_run(
+                error_info(exc, classification=PERMANENT, step_id=sid),
+                event=EventKind.BUDGET_EXCEEDED,
+            )
             raise exc
 
     def ensure_live(self) -> None:

@@ -42,7 +42,7 @@ def bare_name(name: str) -> str:
     """``name`` without its origin prefix: ``"os:alice"`` -> ``"alice"``."""
     for prefix in ORIGIN_PREFIXES:
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 

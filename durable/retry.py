@@ -72,18 +72,28 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or not (
-                1 <= attempts <= MAX_ATTEMPTS):
-            raise ValueError(f"RetryPolicy.max_attempts must be an int from 1 to "
-                             f"{MAX_ATTEMPTS:,}, got {attempts!r}")
+        if (
+            isinstance(attempts, bool)
+            or not isinstance(attempts, int)
+            or not (1 <= attempts <= MAX_ATTEMPTS)
+        ):
+            raise ValueError(
+                f"RetryPolicy.max_attempts must be an int from 1 to "
+                f"{MAX_ATTEMPTS:,}, got {attempts!r}"
+            )
         # durations: finite, >= 0, at most 10 years (InvalidDuration is a ValueError)
         check_duration(self.initial_interval, call="RetryPolicy.initial_interval")
         check_duration(self.max_interval, call="RetryPolicy.max_interval")
         coefficient = self.backoff_coefficient
-        if isinstance(coefficient, bool) or not isinstance(coefficient, (int, float)) or not (
-                1 <= coefficient <= MAX_BACKOFF_COEFFICIENT):  # also refuses nan
-            raise ValueError(f"RetryPolicy.backoff_coefficient must be a number from 1 to "
-                             f"{MAX_BACKOFF_COEFFICIENT:g}, got {coefficient!r}")
+        if (
+            isinstance(coefficient, bool)
+            or not isinstance(coefficient, (int, float))
+            or not (1 <= coefficient <= MAX_BACKOFF_COEFFICIENT)
+        ):  # also refuses nan
+            raise ValueError(
+                f"RetryPolicy.backoff_coefficient must be a number from 1 to "
+                f"{MAX_BACKOFF_COEFFICIENT:g}, got {coefficient!r}"
+            )
 
     def backoff(self, attempt: int) -> float:
         """Upper bound of the delay after failed try number ``attempt`` (1-based), seconds."""
@@ -93,8 +103,9 @@ class RetryPolicy:
             return self.max_interval
         return min(self.max_interval, self.initial_interval * growth)
 
-    def next_delay(self, attempt: int, retry_after: float | None = None,
-                   rng: random.Random | None = None) -> float:
+    def next_delay(
+        self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None
+    ) -> float:
         """Seconds to wait after failed try ``attempt`` before the next one."""
         cap = self.backoff(attempt)
         delay = (rng or random).uniform(0, cap) if self.jitter else cap
@@ -103,18 +114,27 @@ class RetryPolicy:
         return delay
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("retryable", "non_retryable")}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("retryable", "non_retryable")
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], base: RetryPolicy | None = None) -> RetryPolicy:
         """Build a policy from JSON (the Tool admin); unknown keys raise ``ValueError``."""
-        allowed = {"max_attempts", "initial_interval", "backoff_coefficient", "max_interval",
-                   "jitter"}
+        allowed = {
+            "max_attempts",
+            "initial_interval",
+            "backoff_coefficient",
+            "max_interval",
+            "jitter",
+        }
         unknown = set(data) - allowed
         if unknown:
-            raise ValueError(f"unknown retry policy keys: {sorted(unknown)}; "
-                             f"allowed: {sorted(allowed)}")
+            raise ValueError(
+                f"unknown retry policy keys: {sorted(unknown)}; allowed: {sorted(allowed)}"
+            )
         base = base or cls()
         values = base.to_dict()
         values.update(data)
@@ -145,8 +165,9 @@ def _is_request_not_sent(exc: BaseException) -> bool:
     return name in {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "PoolTimeout"}
 
 
-def classify(exc: BaseException, *, safety: str | None = None,
-             policy: RetryPolicy = DEFAULT_POLICY) -> tuple[str, float | None]:
+def classify(
+    exc: BaseException, *, safety: str | None = None, policy: RetryPolicy = DEFAULT_POLICY
+) -> tuple[str, float | None]:
     """Classify a failure: ``(classification, retry_after_seconds)``.
 
     ``retry_after_seconds`` is the parsed ``Retry-After`` as given (it may be ``inf`` or
@@ -158,8 +179,10 @@ def classify(exc: BaseException, *, safety: str | None = None,
     """
     if isinstance(exc, ModelRecoverableError):
         return MODEL_RECOVERABLE, None
-    if isinstance(exc, (PermanentError, PayloadError, NonDeterminismError, BudgetExceeded,
-                        IdempotencyConflict)):
+    if isinstance(
+        exc,
+        (PermanentError, PayloadError, NonDeterminismError, BudgetExceeded, IdempotencyConflict),
+    ):
         return PERMANENT, None
     if policy.non_retryable and isinstance(exc, policy.non_retryable):
         return PERMANENT, None

@@ -47,9 +47,15 @@ def _actor(by: Any) -> str:
     return str(by)
 
 
-def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
-                        result: Any = None, external_id: str = "", by: Any = None,
-                        reason: str = "") -> Operation:
+def operation_reconcile(
+    *,
+    operation_id: int | str,
+    outcome: ReconcileOutcome,
+    result: Any = None,
+    external_id: str = "",
+    by: Any = None,
+    reason: str = "",
+) -> Operation:
     """An operator's decision on a write whose outcome is unknown.
 
     - ``"happened"``: the write took effect; ``result`` (JSON-able) becomes the step's
@@ -74,8 +80,11 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
     actor = _actor(by)
     now = timezone.now()
     with transaction.atomic():
-        lookup = ({"pk": int(operation_id)} if str(operation_id).isdigit()
-                  else {"idempotency_key": str(operation_id)})
+        lookup = (
+            {"pk": int(operation_id)}
+            if str(operation_id).isdigit()
+            else {"idempotency_key": str(operation_id)}
+        )
         run_id = Operation.objects.filter(**lookup).values_list("run_id", flat=True).first()
         if run_id is None:
             raise OperationNotFound(operation_id)
@@ -85,11 +94,19 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         if op.status != OperationStatus.UNKNOWN or op.resolution:
             raise IllegalTransition(
                 f"operation {op.pk} ({op.idempotency_key}) is {op.status}"
-                + (f", already decided: {op.resolution} by {op.resolved_by}" if op.resolution
-                   else "") + "; only an unknown outcome can be reconciled",
-                current=op.status)
-        wait = Wait.objects.select_for_update().filter(
-            operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).first()
+                + (
+                    f", already decided: {op.resolution} by {op.resolved_by}"
+                    if op.resolution
+                    else ""
+                )
+                + "; only an unknown outcome can be reconciled",
+                current=op.status,
+            )
+        wait = (
+            Wait.objects.select_for_update()
+            .filter(operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING)
+            .first()
+        )
         # the row of the table: a WAITING run waits for this decision ("reconcile"); a
         # compensating run that waits for it goes on, and for a finished run the decision
         # only records in the ledger what happened ("settle")
@@ -98,20 +115,23 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
         record_only = action == "settle" and not compensating
         if not transitions.can(action, run) or (wait is None and not record_only):
             raise IllegalTransition(
-                f"run {run.id} is {run.status}, not waiting for a decision on operation "
-                f"{op.pk}", current=run.status)
+                f"run {run.id} is {run.status}, not waiting for a decision on operation {op.pk}",
+                current=run.status,
+            )
         if record_only and outcome == "abort":
             raise IllegalTransition(
                 f"run {run.id} is {run.status}: there is nothing to abort; record whether "
-                f"operation {op.pk} happened or not", current=run.status)
+                f"operation {op.pk} happened or not",
+                current=run.status,
+            )
         note = f"operator: {outcome.replace('_', ' ')}" + (f" ({reason})" if reason else "")
-        fields: dict[str, Any] = {"resolved_by": actor, "resolution": note[:200],
-                                  "updated_at": now}
+        fields: dict[str, Any] = {"resolved_by": actor, "resolution": note[:200], "updated_at": now}
         if outcome == "happened":
-            fields.update(status=OperationStatus.SUCCEEDED,
-                          result=codec.dumps_checked(result, what="operation result",
-                                                     step_id=op.step_id),
-                          external_id=str(external_id or "")[:400])
+            fields.update(
+                status=OperationStatus.SUCCEEDED,
+                result=codec.dumps_checked(result, what="operation result", step_id=op.step_id),
+                external_id=str(external_id or "")[:400],
+            )
         elif outcome == "not_happened":
             fields.update(status=OperationStatus.FAILED)
         for name, value in fields.items():
@@ -124,10 +144,14 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
                 wait.resolved_by = actor
                 wait.result = codec.encode({"outcome": outcome, "reason": reason})
                 wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-            TraceEvent.objects.create(run=run, kind=EventKind.OPERATION_RECONCILED,
-                                      step_id=op.step_id, actor=actor,
-                                      message=f"{note} (run {run.status}: recorded in the ledger)",
-                                      data={"operation": op.pk, "outcome": outcome})
+            TraceEvent.objects.create(
+                run=run,
+                kind=EventKind.OPERATION_RECONCILED,
+                step_id=op.step_id,
+                actor=actor,
+                message=f"{note} (run {run.status}: recorded in the ledger)",
+                data={"operation": op.pk, "outcome": outcome},
+            )
             return op
         assert wait is not None
         wait.status = WaitStatus.RESOLVED if outcome != "abort" else WaitStatus.CANCELLED
@@ -139,19 +163,30 @@ def operation_reconcile(*, operation_id: int | str, outcome: ReconcileOutcome,
             # a compensation that waited for this write stops; a run stops
             what = "stopped the compensation" if compensating else "aborted the run"
             transitions.apply(
-                "abort", run, finished_at=now, error_type="AbortedByOperator",
-                error={"type": "AbortedByOperator",
-                       "classification": Classification.AMBIGUOUS.value, "step_id": op.step_id,
-                       "message": f"{actor} {what} at the unknown outcome of "
-                                  f"{op.tool_name} ({op.idempotency_key})"
-                                  + (f": {reason}" if reason else "")})
+                "abort",
+                run,
+                finished_at=now,
+                error_type="AbortedByOperator",
+                error={
+                    "type": "AbortedByOperator",
+                    "classification": Classification.AMBIGUOUS.value,
+                    "step_id": op.step_id,
+                    "message": f"{actor} {what} at the unknown outcome of "
+                    f"{op.tool_name} ({op.idempotency_key})" + (f": {reason}" if reason else ""),
+                },
+            )
         else:  # a compensation that waited for this write goes on as it is
             transitions.apply(action, run)
         run.updated_at = now
         run.save(update_fields=["status", "finished_at", "error", "error_type", "updated_at"])
-        TraceEvent.objects.create(run=run, kind=EventKind.OPERATION_RECONCILED,
-                                  step_id=op.step_id, actor=actor, message=note,
-                                  data={"operation": op.pk, "outcome": outcome})
+        TraceEvent.objects.create(
+            run=run,
+            kind=EventKind.OPERATION_RECONCILED,
+            step_id=op.step_id,
+            actor=actor,
+            message=note,
+            data={"operation": op.pk, "outcome": outcome},
+        )
         if outcome == "abort":
             mailbox.note_unconsumed_txn(run.id, RunStatus.FAILED, actor=actor)
         if outcome != "abort":
@@ -169,8 +204,7 @@ def _lock_run(run_id: str) -> Run:
 
 
 def _event(run: Run, kind: EventKind, actor: str, message: str, **data: Any) -> None:
-    TraceEvent.objects.create(run=run, kind=kind, actor=actor, message=message,
-                              data=data or None)
+    TraceEvent.objects.create(run=run, kind=kind, actor=actor, message=message, data=data or None)
 
 
 def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
@@ -188,17 +222,31 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
         # the lease stays with a worker that is executing, so its late result is fenced
         # in as "recorded, starts nothing"; an idle run has no lease to keep
         fields = transitions.apply(
-            "cancel", run, finished_at=now, updated_at=now, wake_at=None,
-            error={"type": "Cancelled", "classification": Classification.PERMANENT.value,
-                   "step_id": "",
-                   "message": f"cancelled by {actor}" + (f": {reason}" if reason else "")},
-            error_type="Cancelled")
+            "cancel",
+            run,
+            finished_at=now,
+            updated_at=now,
+            wake_at=None,
+            error={
+                "type": "Cancelled",
+                "classification": Classification.PERMANENT.value,
+                "step_id": "",
+                "message": f"cancelled by {actor}" + (f": {reason}" if reason else ""),
+            },
+            error_type="Cancelled",
+        )
         run.save(update_fields=list(fields))
         from .waits import close_wait_txn
 
         for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
-            close_wait_txn(wait, status=WaitStatus.CANCELLED, result=None, by=actor, now=now,
-                           reason="run cancelled")
+            close_wait_txn(
+                wait,
+                status=WaitStatus.CANCELLED,
+                result=None,
+                by=actor,
+                now=now,
+                reason="run cancelled",
+            )
         _event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
         mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
     return run
@@ -222,8 +270,14 @@ def _reopen_failed_steps_txn(run: Run, now, *, kind: str | None = None) -> list[
     return reopened
 
 
-def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: int = 0,
-               deadline_seconds: float | None = None) -> Run:
+def run_resume(
+    *,
+    run_id: str,
+    by: Any = None,
+    reason: str = "",
+    extra_steps: int = 0,
+    deadline_seconds: float | None = None,
+) -> Run:
     """Retry a failed run from its failed step with a fresh attempt budget.
 
     Completed steps replay; the failed step runs again (its attempt count goes on, its
@@ -244,17 +298,40 @@ def run_resume(*, run_id: str, by: Any = None, reason: str = "", extra_steps: in
         transitions.check("resume", run)
         reopened = _reopen_failed_steps_txn(run, now)
         Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).update(
-            resolution="", resolved_by="", updated_at=now)
-        transitions.apply("resume", run, error=None, error_type="", finished_at=None,
-                          updated_at=now, cursor_lost=0)
+            resolution="", resolved_by="", updated_at=now
+        )
+        transitions.apply(
+            "resume",
+            run,
+            error=None,
+            error_type="",
+            finished_at=None,
+            updated_at=now,
+            cursor_lost=0,
+        )
         if extra_steps:
             run.max_steps += int(extra_steps)
         if deadline_seconds:
             run.deadline_at = now + timedelta(seconds=float(deadline_seconds))
-        run.save(update_fields=["status", "error", "error_type", "finished_at", "updated_at",
-                                "cursor_lost", "max_steps", "deadline_at"])
-        _event(run, EventKind.RESUMED, actor,
-               f"resumed by {actor}" + (f": {reason}" if reason else ""), steps=reopened)
+        run.save(
+            update_fields=[
+                "status",
+                "error",
+                "error_type",
+                "finished_at",
+                "updated_at",
+                "cursor_lost",
+                "max_steps",
+                "deadline_at",
+            ]
+        )
+        _event(
+            run,
+            EventKind.RESUMED,
+            actor,
+            f"resumed by {actor}" + (f": {reason}" if reason else ""),
+            steps=reopened,
+        )
         dispatch_on_commit(run.id)
     return run
 
@@ -276,29 +353,51 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
             _reopen_failed_steps_txn(run, now, kind=StepKind.COMPENSATION)
         previous = run.status
-        in_flight = bool(run.lease_token and run.lease_expires_at is not None
-                         and run.lease_expires_at > now)
-        transitions.apply("compensate", run, finished_at=None, updated_at=now,
-                          **({} if in_flight else transitions.LEASE_RELEASED))
+        in_flight = bool(
+            run.lease_token and run.lease_expires_at is not None and run.lease_expires_at > now
+        )
+        transitions.apply(
+            "compensate",
+            run,
+            finished_at=None,
+            updated_at=now,
+            **({} if in_flight else transitions.LEASE_RELEASED),
+        )
         # else a worker is still executing a step of the cancelled run: it keeps the
         # lease, records that step's late result (a write's outcome goes to the ledger)
         # and then hands the run to the compensation; if it dies, its lease expires and
         # the compensation settles the write through reconcile (docs/compensation.md)
         # a write an operator aborted on is put to a decision again
         Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).exclude(
-            resolution="").update(resolution="", resolved_by="", updated_at=now)
-        run.save(update_fields=["status", "finished_at", "updated_at", "lease_token",
-                                "lease_owner", "lease_expires_at"])
-        _event(run, EventKind.COMPENSATING, actor,
-               f"compensation requested by {actor}" + (f": {reason}" if reason else "")
-               + ("; it starts when the step in flight has finished" if in_flight else ""),
-               previous=previous, in_flight=in_flight)
+            resolution=""
+        ).update(resolution="", resolved_by="", updated_at=now)
+        run.save(
+            update_fields=[
+                "status",
+                "finished_at",
+                "updated_at",
+                "lease_token",
+                "lease_owner",
+                "lease_expires_at",
+            ]
+        )
+        _event(
+            run,
+            EventKind.COMPENSATING,
+            actor,
+            f"compensation requested by {actor}"
+            + (f": {reason}" if reason else "")
+            + ("; it starts when the step in flight has finished" if in_flight else ""),
+            previous=previous,
+            in_flight=in_flight,
+        )
         dispatch_on_commit(run.id)
     return run
 
 
-def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
-             new_run_id: str | None = None) -> Run:
+def run_fork(
+    *, run_id: str, from_step: str, by: Any = None, reason: str = "", new_run_id: str | None = None
+) -> Run:
     """Start a new run of the same workflow and input that reuses the recorded results
     of every step before ``from_step`` (which, and everything after it, executes anew).
 
@@ -319,38 +418,74 @@ def run_fork(*, run_id: str, from_step: str, by: Any = None, reason: str = "",
         transitions.check("fork", source)
         pivot = Step.objects.filter(run=source, step_id=from_step).first()
         if pivot is None:
-            known = list(Step.objects.filter(run=source).order_by("position")
-                         .values_list("step_id", flat=True)[:20])
-            raise ValueError(f"run {source.id} has no step {from_step!r}; its steps: "
-                             f"{', '.join(known) or 'none'}")
+            known = list(
+                Step.objects.filter(run=source)
+                .order_by("position")
+                .values_list("step_id", flat=True)[:20]
+            )
+            raise ValueError(
+                f"run {source.id} has no step {from_step!r}; its steps: "
+                f"{', '.join(known) or 'none'}"
+            )
         kwargs: dict[str, Any] = {}
         if new_run_id:
             kwargs["id"] = new_run_id
         fork = Run.objects.create(
-            workflow_name=source.workflow_name, workflow_version=source.workflow_version,
-            input=source.input, input_hash=source.input_hash, status=RunStatus.PENDING,
-            max_steps=source.max_steps, tags=list(source.tags or []),
-            started_by=forker, started_by_name=principal["name"],
+            workflow_name=source.workflow_name,
+            workflow_version=source.workflow_version,
+            input=source.input,
+            input_hash=source.input_hash,
+            status=RunStatus.PENDING,
+            max_steps=source.max_steps,
+            tags=list(source.tags or []),
+            started_by=forker,
+            started_by_name=principal["name"],
             requesters=requesters.chain(principal, source.requesters or [requesters.UNKNOWN]),
             forked_from=source,
-            created_at=now, updated_at=now, **kwargs)
+            created_at=now,
+            updated_at=now,
+            **kwargs,
+        )
         copied = [
-            Step(run=fork, step_id=s.step_id, position=s.position, kind=s.kind,
-                 tool_name=s.tool_name, status=StepStatus.SUCCEEDED, input=s.input,
-                 output=s.output, error=s.error, attempts=s.attempts, started_at=s.started_at,
-                 finished_at=s.finished_at)
-            for s in Step.objects.filter(run=source, position__lt=pivot.position,
-                                         status=StepStatus.SUCCEEDED).order_by("position")]
+            Step(
+                run=fork,
+                step_id=s.step_id,
+                position=s.position,
+                kind=s.kind,
+                tool_name=s.tool_name,
+                status=StepStatus.SUCCEEDED,
+                input=s.input,
+                output=s.output,
+                error=s.error,
+                attempts=s.attempts,
+                started_at=s.started_at,
+                finished_at=s.finished_at,
+            )
+            for s in Step.objects.filter(
+                run=source, position__lt=pivot.position, status=StepStatus.SUCCEEDED
+            ).order_by("position")
+        ]
         Step.objects.bulk_create(copied)
         fork.cursor_position = len(copied)
         fork.save(update_fields=["cursor_position"])
-        _event(fork, EventKind.CREATED, actor, f"forked from {source.id} at step {from_step!r} by "
-               f"{actor}" + (f": {reason}" if reason else ""), forked_from=source.id,
-               reused_steps=len(copied), requesters=[requesters.label(p)
-                                                     for p in fork.requesters])
+        _event(
+            fork,
+            EventKind.CREATED,
+            actor,
+            f"forked from {source.id} at step {from_step!r} by "
+            f"{actor}" + (f": {reason}" if reason else ""),
+            forked_from=source.id,
+            reused_steps=len(copied),
+            requesters=[requesters.label(p) for p in fork.requesters],
+        )
         _adopt_writes_txn(source, fork, [s.step_id for s in copied], actor, now)
-        _event(source, EventKind.FORKED, actor, f"forked into {fork.id} at step {from_step!r}",
-               fork=fork.id)
+        _event(
+            source,
+            EventKind.FORKED,
+            actor,
+            f"forked into {fork.id} at step {from_step!r}",
+            fork=fork.id,
+        )
         dispatch_on_commit(fork.id)
     return fork
 
@@ -372,43 +507,77 @@ def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, n
 
     if not step_ids:
         return
-    ops = list(Operation.objects.select_for_update()
-               .filter(run_id__in=run_lineage(source.id), step_id__in=step_ids,
-                       status=OperationStatus.SUCCEEDED)
-               .exclude(step_id__startswith="compensate:").order_by("created_at", "id"))
+    ops = list(
+        Operation.objects.select_for_update()
+        .filter(
+            run_id__in=run_lineage(source.id),
+            step_id__in=step_ids,
+            status=OperationStatus.SUCCEEDED,
+        )
+        .exclude(step_id__startswith="compensate:")
+        .order_by("created_at", "id")
+    )
     owners = {r.id: r for r in Run.objects.filter(pk__in={op.owner_id for op in ops})}
-    undone = set(Step.objects.filter(
-        run_id__in=list(owners), status=StepStatus.SUCCEEDED,
-        step_id__in=[f"compensate:{op.step_id}" for op in ops])
-        .values_list("run_id", "step_id"))
+    undone = set(
+        Step.objects.filter(
+            run_id__in=list(owners),
+            status=StepStatus.SUCCEEDED,
+            step_id__in=[f"compensate:{op.step_id}" for op in ops],
+        ).values_list("run_id", "step_id")
+    )
     for op in ops:
         owner = owners.get(op.owner_id)
-        if (owner is not None and owner.status in GAVE_UP
-                and (owner.id, f"compensate:{op.step_id}") not in undone):
-            op.owners = [*(op.owners or []), {"run": fork.id, "from": owner.id,
-                                              "at": now.isoformat(), "by": actor}]
+        if (
+            owner is not None
+            and owner.status in GAVE_UP
+            and (owner.id, f"compensate:{op.step_id}") not in undone
+        ):
+            op.owners = [
+                *(op.owners or []),
+                {"run": fork.id, "from": owner.id, "at": now.isoformat(), "by": actor},
+            ]
             op.owner_run = fork
             op.updated_at = now
             op.save(update_fields=["owner_run", "owners", "updated_at"])
-            _event(fork, EventKind.OPERATION_ADOPTED, actor,
-                   f"adopted {op.tool_name} ({op.idempotency_key}) from run {owner.id}: "
-                   "compensating this run undoes it", operation=op.pk, owner_was=owner.id)
+            _event(
+                fork,
+                EventKind.OPERATION_ADOPTED,
+                actor,
+                f"adopted {op.tool_name} ({op.idempotency_key}) from run {owner.id}: "
+                "compensating this run undoes it",
+                operation=op.pk,
+                owner_was=owner.id,
+            )
             if owner.id != fork.id:
-                _event(owner, EventKind.OPERATION_HANDED_OVER, actor,
-                       f"{op.tool_name} ({op.idempotency_key}) now belongs to fork {fork.id}: "
-                       "compensating this run leaves it", operation=op.pk, owner=fork.id)
+                _event(
+                    owner,
+                    EventKind.OPERATION_HANDED_OVER,
+                    actor,
+                    f"{op.tool_name} ({op.idempotency_key}) now belongs to fork {fork.id}: "
+                    "compensating this run leaves it",
+                    operation=op.pk,
+                    owner=fork.id,
+                )
         else:
-            why = ("it was undone already" if owner is not None and
-                   (owner.id, f"compensate:{op.step_id}") in undone else
-                   f"that run is {owner.status if owner is not None else 'gone'}")
-            _event(fork, EventKind.OPERATION_REUSED, actor,
-                   f"reuses {op.tool_name} ({op.idempotency_key}) owned by run {op.owner_id} "
-                   f"({why}): compensating this run leaves it", operation=op.pk,
-                   owner=op.owner_id)
+            why = (
+                "it was undone already"
+                if owner is not None and (owner.id, f"compensate:{op.step_id}") in undone
+                else f"that run is {owner.status if owner is not None else 'gone'}"
+            )
+            _event(
+                fork,
+                EventKind.OPERATION_REUSED,
+                actor,
+                f"reuses {op.tool_name} ({op.idempotency_key}) owned by run {op.owner_id} "
+                f"({why}): compensating this run leaves it",
+                operation=op.pk,
+                owner=op.owner_id,
+            )
 
 
-def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None,
-               by: Any = None) -> SignalResult:
+def run_signal(
+    *, run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None, by: Any = None
+) -> SignalResult:
     """Send a signal to a run: delivered to its ``wait_for_signal(name)``, now or later.
 
     Kept in the run's mailbox until a wait consumes it (so it may arrive before the wait
@@ -438,23 +607,49 @@ def run_signal(*, run_id: str, name: str, payload: Any = None, dedupe_key: str |
         if dedupe_key:
             existing = Signal.objects.filter(run=run, dedupe_key=dedupe_key).first()
             if existing is not None:
-                return mailbox.result_txn(existing, delivered=existing.wait_id is not None,
-                                          waiting_on=waiting_on, waited_on=waited_on,
-                                          duplicate=True)
-        signal = Signal.objects.create(run=run, name=name, payload=payload_text,
-                                       dedupe_key=dedupe_key or "", sent_by=actor,
-                                       created_at=now)
-        wait = (Wait.objects.select_for_update()
-                .filter(run=run, kind=WaitKind.SIGNAL, key=name, status=WaitStatus.PENDING)
-                .order_by("position").first())
-        result = mailbox.result_txn(signal, delivered=wait is not None, waiting_on=waiting_on,
-                                    waited_on=waited_on)
-        _event(run, EventKind.SIGNAL_RECEIVED, actor, result.message, signal=signal.pk,
-               delivery=result.delivery.value, misaddressed=result.misaddressed)
+                return mailbox.result_txn(
+                    existing,
+                    delivered=existing.wait_id is not None,
+                    waiting_on=waiting_on,
+                    waited_on=waited_on,
+                    duplicate=True,
+                )
+        signal = Signal.objects.create(
+            run=run,
+            name=name,
+            payload=payload_text,
+            dedupe_key=dedupe_key or "",
+            sent_by=actor,
+            created_at=now,
+        )
+        wait = (
+            Wait.objects.select_for_update()
+            .filter(run=run, kind=WaitKind.SIGNAL, key=name, status=WaitStatus.PENDING)
+            .order_by("position")
+            .first()
+        )
+        result = mailbox.result_txn(
+            signal, delivered=wait is not None, waiting_on=waiting_on, waited_on=waited_on
+        )
+        _event(
+            run,
+            EventKind.SIGNAL_RECEIVED,
+            actor,
+            result.message,
+            signal=signal.pk,
+            delivery=result.delivery.value,
+            misaddressed=result.misaddressed,
+        )
         if wait is not None:
             signal.wait = wait
             signal.consumed_at = now
             signal.save(update_fields=["wait", "consumed_at"])
-            close_wait_txn(wait, status=WaitStatus.RESOLVED, result=payload, by=actor, now=now,
-                           reason=f"signal {name!r} received")
+            close_wait_txn(
+                wait,
+                status=WaitStatus.RESOLVED,
+                result=payload,
+                by=actor,
+                now=now,
+                reason=f"signal {name!r} received",
+            )
     return result

@@ -49,8 +49,11 @@ def sweep(now=None) -> dict[str, Any]:
     not_recently = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
 
     orphaned = _expire_leases_of_dead_processes(now)
-    expired = _pick(Run.objects.expired_leases(now).filter(
-        not_recently | Q(dispatched_at__lt=F("lease_expires_at"))))
+    expired = _pick(
+        Run.objects.expired_leases(now).filter(
+            not_recently | Q(dispatched_at__lt=F("lease_expires_at"))
+        )
+    )
     due = _pick(Run.objects.due(now).filter(not_recently | Q(dispatched_at__lt=F("wake_at"))))
     timers = _wake_due_timers(now)
     pending = _pick(Run.objects.undispatched(stale))
@@ -60,15 +63,29 @@ def sweep(now=None) -> dict[str, Any]:
         with transaction.atomic():
             Run.objects.filter(pk__in=run_ids).update(dispatched_at=now)
             if expired:
-                TraceEvent.objects.bulk_create([
-                    TraceEvent(run_id=rid, kind=EventKind.LEASE_EXPIRED, actor="sweeper",
-                               message="lease expired without a heartbeat: the worker is "
-                                       "presumed lost; dispatched for recovery")
-                    for rid in expired if rid not in orphaned])
+                TraceEvent.objects.bulk_create(
+                    [
+                        TraceEvent(
+                            run_id=rid,
+                            kind=EventKind.LEASE_EXPIRED,
+                            actor="sweeper",
+                            message="lease expired without a heartbeat: the worker is "
+                            "presumed lost; dispatched for recovery",
+                        )
+                        for rid in expired
+                        if rid not in orphaned
+                    ]
+                )
             for rid in run_ids:
                 dispatch_on_commit(rid, mark=False)  # marked above, with the others
-    result = {"expired": len(expired), "orphaned": len(orphaned), "due": len(due),
-              "timers": len(timers), "pending": len(pending), "run_ids": run_ids}
+    result = {
+        "expired": len(expired),
+        "orphaned": len(orphaned),
+        "due": len(due),
+        "timers": len(timers),
+        "pending": len(pending),
+        "run_ids": run_ids,
+    }
     if run_ids:
         logger.info("durable sweep: %s", {k: v for k, v in result.items() if k != "run_ids"})
     return result
@@ -89,41 +106,55 @@ def _expire_leases_of_dead_processes(now) -> set[str]:
     Each gets an ``owner_dead`` trace event naming the process and its last beat.
     """
     cutoff = now - timedelta(seconds=conf.worker_dead_after_seconds())
-    dead = dict(WorkerProcess.objects.silent_since(cutoff).order_by("beat_at")
-                .values_list("id", "beat_at")[:100])
+    dead = dict(
+        WorkerProcess.objects.silent_since(cutoff)
+        .order_by("beat_at")
+        .values_list("id", "beat_at")[:100]
+    )
     if not dead:
         return set()
     owners = Q()
     for key in dead:
         owners |= Q(lease_owner__startswith=f"{key}:")
     # written before the cutoff: lease_expires_at = written + LEASE_SECONDS
-    qs = Run.objects.filter(owners, status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING),
-                            lease_expires_at__gte=now,
-                            lease_expires_at__lt=cutoff + timedelta(
-                                seconds=conf.lease_seconds())).exclude(lease_token="")
+    qs = Run.objects.filter(
+        owners,
+        status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING),
+        lease_expires_at__gte=now,
+        lease_expires_at__lt=cutoff + timedelta(seconds=conf.lease_seconds()),
+    ).exclude(lease_token="")
     rows = list(qs.order_by().values_list("id", "lease_owner")[:BATCH])
     orphaned: set[str] = set()
     if rows:
         with transaction.atomic():
             # the same conditions again, in the UPDATE: a run claimed meanwhile is kept
             qs.filter(pk__in=[rid for rid, _ in rows]).update(
-                lease_expires_at=now - timedelta(microseconds=1))
-            orphaned = set(qs.model.objects.filter(
-                pk__in=[rid for rid, _ in rows], lease_expires_at__lt=now).exclude(
-                lease_token="").values_list("id", flat=True))
+                lease_expires_at=now - timedelta(microseconds=1)
+            )
+            orphaned = set(
+                qs.model.objects.filter(pk__in=[rid for rid, _ in rows], lease_expires_at__lt=now)
+                .exclude(lease_token="")
+                .values_list("id", flat=True)
+            )
             events = []
             for rid, owner in rows:
                 if rid not in orphaned:
                     continue
                 key = owner.rsplit(":", 1)[0]
                 beat = dead.get(key)
-                events.append(TraceEvent(
-                    run_id=rid, kind=EventKind.OWNER_DEAD, actor="sweeper",
-                    message=f"worker process {key} has not beaten since "
-                            f"{beat.isoformat() if beat else '?'} (presumed dead after "
-                            f"{conf.worker_dead_after_seconds():g} s): its lease is released "
-                            "for recovery"))
+                events.append(
+                    TraceEvent(
+                        run_id=rid,
+                        kind=EventKind.OWNER_DEAD,
+                        actor="sweeper",
+                        message=f"worker process {key} has not beaten since "
+                        f"{beat.isoformat() if beat else '?'} (presumed dead after "
+                        f"{conf.worker_dead_after_seconds():g} s): its lease is released "
+                        "for recovery",
+                    )
+                )
             TraceEvent.objects.bulk_create(events)
-    WorkerProcess.objects.silent_since(now - timedelta(
-        seconds=FORGET_PROCESSES_AFTER_SECONDS)).delete()
+    WorkerProcess.objects.silent_since(
+        now - timedelta(seconds=FORGET_PROCESSES_AFTER_SECONDS)
+    ).delete()
     return orphaned

@@ -12,8 +12,13 @@ from celery.signals import task_postrun, task_prerun, worker_ready
 from .dispatch import Dispatcher
 
 
-@shared_task(name="durable.execute_run", acks_late=True, reject_on_worker_lost=True,
-             ignore_result=True, max_retries=0)
+@shared_task(
+    name="durable.execute_run",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=0,
+)
 def execute_run(run_id: str) -> str | None:
     """Execute one run (claim, replay, continue) -- ``durable.engine.execute``."""
     from .engine import execute

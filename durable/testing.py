@@ -14,8 +14,13 @@ from .engine import execute
 from .models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
 
 
-def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = True,
-          worker_id: str = "test-worker") -> Run:
+def drive(
+    run_id: str,
+    *,
+    max_executions: int = 100,
+    wait_for_retries: bool = True,
+    worker_id: str = "test-worker",
+) -> Run:
     """Execute ``run_id`` here until it is terminal or waiting (a compensation waiting
     for an operator included); returns the fresh Run.
 
@@ -26,13 +31,15 @@ def drive(run_id: str, *, max_executions: int = 100, wait_for_retries: bool = Tr
         run = Run.objects.get(pk=run_id)
         if run.status in TERMINAL or run.status == RunStatus.WAITING:
             return run
-        if (run.status == RunStatus.COMPENSATING and not run.lease_token
-                and run.waits.filter(kind=WaitKind.RECONCILE,
-                                     status=WaitStatus.PENDING).exists()):
+        if (
+            run.status == RunStatus.COMPENSATING
+            and not run.lease_token
+            and run.waits.filter(kind=WaitKind.RECONCILE, status=WaitStatus.PENDING).exists()
+        ):
             return run  # the compensation waits for an operator's decision
         scheduled = run.status == RunStatus.RETRYING or (
-            run.status == RunStatus.COMPENSATING and not run.lease_token
-            and run.wake_at is not None)  # a compensation's retry is due at wake_at
+            run.status == RunStatus.COMPENSATING and not run.lease_token and run.wake_at is not None
+        )  # a compensation's retry is due at wake_at
         if scheduled:
             if not wait_for_retries:
                 return run

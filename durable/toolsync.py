@@ -52,14 +52,21 @@ def sync_tools(*, using: str = DEFAULT_DB_ALIAS, model: Any = None) -> list[str]
     created = []
     for spec in registry.tools():
         _, was_created = model._default_manager.using(using).get_or_create(
-            name=spec.name, defaults=tool_defaults(spec))
+            name=spec.name, defaults=tool_defaults(spec)
+        )
         if was_created:
             created.append(spec.name)
     return created
 
 
-def _on_post_migrate(sender: Any, *, using: str = DEFAULT_DB_ALIAS, apps: Any = global_apps,
-                     verbosity: int = 1, **kwargs: Any) -> None:
+def _on_post_migrate(
+    sender: Any,
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    apps: Any = global_apps,
+    verbosity: int = 1,
+    **kwargs: Any,
+) -> None:
     if getattr(sender, "label", None) != "durable":
         return
     try:

@@ -24,7 +24,8 @@ S = RunStatus
 
 #: the fields that give a run's lease back (no worker owns it any more)
 LEASE_RELEASED: Mapping[str, Any] = MappingProxyType(
-    {"lease_token": "", "lease_owner": "", "lease_expires_at": None})
+    {"lease_token": "", "lease_owner": "", "lease_expires_at": None}
+)
 
 _NONE: Mapping[str, str | None] = MappingProxyType({})
 
@@ -40,8 +41,9 @@ class Transition(NamedTuple):
     releases_lease: bool = False
 
 
-def _row(sources: set[str], target: str | None, *, releases_lease: bool = False,
-         **by_source: str | None) -> Transition:
+def _row(
+    sources: set[str], target: str | None, *, releases_lease: bool = False, **by_source: str | None
+) -> Transition:
     return Transition(frozenset(sources), target, MappingProxyType(by_source), releases_lease)
 
 
@@ -65,35 +67,41 @@ TRANSITIONS: dict[str, Transition] = {
     # ---- the engine's own moves
     # a worker takes the lease (a retrying run once due, a running one once its lease
     # expired); a compensation stays COMPENSATING
-    "claim": _row({S.PENDING, S.RETRYING, S.RUNNING, S.COMPENSATING}, S.RUNNING,
-                  compensating=None),
+    "claim": _row({S.PENDING, S.RETRYING, S.RUNNING, S.COMPENSATING}, S.RUNNING, compensating=None),
     # the workflow reached a pending wait: the run frees its worker
     "park": _row({S.RUNNING}, S.WAITING, releases_lease=True),
     # a retry too far off to wait for in process (or a database fault): due at wake_at;
     # a compensation's retry keeps it COMPENSATING (claimable again once wake_at is due)
-    "schedule_retry": _row({S.RUNNING, S.COMPENSATING}, S.RETRYING, releases_lease=True,
-                           compensating=None),
-    "fail": _row({S.RUNNING, S.COMPENSATING}, S.FAILED, releases_lease=True,
-                 compensating=S.COMPENSATION_FAILED),
-    "complete": _row({S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, releases_lease=True,
-                     compensating=S.COMPENSATED),
+    "schedule_retry": _row(
+        {S.RUNNING, S.COMPENSATING}, S.RETRYING, releases_lease=True, compensating=None
+    ),
+    "fail": _row(
+        {S.RUNNING, S.COMPENSATING},
+        S.FAILED,
+        releases_lease=True,
+        compensating=S.COMPENSATION_FAILED,
+    ),
+    "complete": _row(
+        {S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, releases_lease=True, compensating=S.COMPENSATED
+    ),
     # a wait was closed (decision, signal, timer, expiry): the run continues
     "wake": _row({S.WAITING}, S.PENDING),
     # the worker gives a claimed run back unfinished: a workflow version it lacks (the
     # run is pending for another worker), a compensation handed over, waiting for an
     # operator or stopped by a database fault (it stays COMPENSATING)
-    "release": _row({S.RUNNING, S.COMPENSATING}, S.PENDING, releases_lease=True,
-                    compensating=None),
+    "release": _row({S.RUNNING, S.COMPENSATING}, S.PENDING, releases_lease=True, compensating=None),
     # the execution has stopped and the run has left RUNNING (finished, waiting,
     # retrying, cancelled): only the lease goes. A running run keeps its lease until it
     # expires, so that recovery counts the interrupted attempt.
-    "release_stopped": _row(set(RunStatus.values) - {S.RUNNING, S.COMPENSATING}, None,
-                            releases_lease=True),
+    "release_stopped": _row(
+        set(RunStatus.values) - {S.RUNNING, S.COMPENSATING}, None, releases_lease=True
+    ),
 }
 
 #: the actions an operator (or a service on their behalf) takes; the rest are the engine's
-OPERATOR_ACTIONS = frozenset({"cancel", "compensate", "resume", "fork", "signal", "decide",
-                              "reconcile", "settle", "abort"})
+OPERATOR_ACTIONS = frozenset(
+    {"cancel", "compensate", "resume", "fork", "signal", "decide", "reconcile", "settle", "abort"}
+)
 
 _WHY = {
     "cancel": "only pending, running, retrying or waiting runs can be cancelled",
@@ -125,8 +133,9 @@ def can(action: str, run: Run | str) -> bool:
 def check(action: str, run: Run) -> None:
     """Raise :class:`~durable.IllegalTransition` unless ``action`` is legal for ``run``."""
     if not can(action, run):
-        raise IllegalTransition(f"cannot {action} run {run.id}: it is {run.status}; {_WHY[action]}",
-                                current=run.status)
+        raise IllegalTransition(
+            f"cannot {action} run {run.id}: it is {run.status}; {_WHY[action]}", current=run.status
+        )
 
 
 def target(action: str, source: str | None = None) -> str | None:
@@ -164,8 +173,7 @@ def apply(action: str, run: Run, **fields: Any) -> dict[str, Any]:
     return written
 
 
-def update(action: str, runs: QuerySet[Run], *, source: str | None = None,
-           **fields: Any) -> int:
+def update(action: str, runs: QuerySet[Run], *, source: str | None = None, **fields: Any) -> int:
     """Move the runs of ``runs`` by compare-and-set: only those in a source status of
     ``action`` (or in ``source``, one of them) are updated, each to its target, with
     ``fields`` too. Returns how many moved."""

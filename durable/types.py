@@ -67,16 +67,24 @@ class Decision:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
-        return cls(approved=bool(data.get("approved")),
-                   decided_by=tuple(data.get("decided_by") or ()),
-                   decided_at=str(data.get("decided_at") or ""),
-                   comment=str(data.get("comment") or ""),
-                   edited=data.get("edited"), expired=bool(data.get("expired")))
+        return cls(
+            approved=bool(data.get("approved")),
+            decided_by=tuple(data.get("decided_by") or ()),
+            decided_at=str(data.get("decided_at") or ""),
+            comment=str(data.get("comment") or ""),
+            edited=data.get("edited"),
+            expired=bool(data.get("expired")),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"approved": self.approved, "decided_by": list(self.decided_by),
-                "decided_at": self.decided_at, "comment": self.comment,
-                "edited": self.edited, "expired": self.expired}
+        return {
+            "approved": self.approved,
+            "decided_by": list(self.decided_by),
+            "decided_at": self.decided_at,
+            "comment": self.comment,
+            "edited": self.edited,
+            "expired": self.expired,
+        }
 
 
 class SignalDelivery(str, Enum):
@@ -119,8 +127,11 @@ class SignalResult:
     @property
     def misaddressed(self) -> bool:
         """Kept although the run has waited on signals, never on this name (a typo?)."""
-        return (self.delivery == SignalDelivery.KEPT and bool(self.waited_on)
-                and self.name not in self.waited_on)
+        return (
+            self.delivery == SignalDelivery.KEPT
+            and bool(self.waited_on)
+            and self.name not in self.waited_on
+        )
 
     def __bool__(self) -> bool:
         return True

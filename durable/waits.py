@@ -41,8 +41,15 @@ def register_expiry_handler(kind: str, handler: Callable[[Wait, datetime], bool]
     _expiry_handlers[kind] = handler
 
 
-def close_wait_txn(wait: Wait, *, status: str, result: Any = None, by: str = "",
-                   now: datetime | None = None, reason: str = "") -> None:
+def close_wait_txn(
+    wait: Wait,
+    *,
+    status: str,
+    result: Any = None,
+    by: str = "",
+    now: datetime | None = None,
+    reason: str = "",
+) -> None:
     """Close a pending wait and wake its run. Call inside a transaction holding the row.
 
     ``status``: resolved, expired or cancelled; ``result``: the value the workflow
@@ -58,30 +65,51 @@ def close_wait_txn(wait: Wait, *, status: str, result: Any = None, by: str = "",
     wait_closed.send(sender=Wait, wait=wait, reason=reason or status)
     if status != WaitStatus.CANCELLED:
         woken = transitions.update("wake", Run.objects.filter(pk=wait.run_id), updated_at=now)
-        TraceEvent.objects.create(run_id=wait.run_id, kind=EventKind(f"wait_{status}"),
-                                  step_id=wait.wait_id, actor=by or "",
-                                  message=reason or f"{wait.kind} wait {status}")
+        TraceEvent.objects.create(
+            run_id=wait.run_id,
+            kind=EventKind(f"wait_{status}"),
+            step_id=wait.wait_id,
+            actor=by or "",
+            message=reason or f"{wait.kind} wait {status}",
+        )
         if woken:
             dispatch_on_commit(wait.run_id)
 
 
 def _expire_one(wait: Wait, now: datetime) -> bool:
     if wait.kind == WaitKind.TIMER:
-        close_wait_txn(wait, status=WaitStatus.RESOLVED, result=None, by="timer", now=now,
-                       reason="timer fired")
+        close_wait_txn(
+            wait, status=WaitStatus.RESOLVED, result=None, by="timer", now=now, reason="timer fired"
+        )
         return True
     if wait.kind == WaitKind.SIGNAL:
         spec = codec.decode(wait.payload) if wait.payload else {}
-        close_wait_txn(wait, status=WaitStatus.EXPIRED, result=(spec or {}).get("default"),
-                       by="timeout", now=now, reason=f"no signal {wait.key!r} before the timeout")
+        close_wait_txn(
+            wait,
+            status=WaitStatus.EXPIRED,
+            result=(spec or {}).get("default"),
+            by="timeout",
+            now=now,
+            reason=f"no signal {wait.key!r} before the timeout",
+        )
         return True
     handler = _expiry_handlers.get(wait.kind)
     if handler is not None:
         return handler(wait, now)
-    close_wait_txn(wait, status=WaitStatus.EXPIRED,
-                   result={"approved": False, "expired": True, "decided_by": ["timeout"],
-                           "decided_at": now.isoformat(), "comment": "expired"},
-                   by="timeout", now=now, reason="expired")
+    close_wait_txn(
+        wait,
+        status=WaitStatus.EXPIRED,
+        result={
+            "approved": False,
+            "expired": True,
+            "decided_by": ["timeout"],
+            "decided_at": now.isoformat(),
+            "comment": "expired",
+        },
+        by="timeout",
+        now=now,
+        reason="expired",
+    )
     return True
 
 
@@ -92,8 +120,11 @@ def _wake(qs, now: datetime) -> list[str]:
             # lock order: the run first, then its wait (as run_cancel, run_signal and
             # approval_decide do), so expiring a wait cannot deadlock against them
             Run.objects.select_for_update().filter(pk=run_id).first()
-            wait = Wait.objects.select_for_update().filter(
-                pk=wait_pk, status=WaitStatus.PENDING, wake_at__lte=now).first()
+            wait = (
+                Wait.objects.select_for_update()
+                .filter(pk=wait_pk, status=WaitStatus.PENDING, wake_at__lte=now)
+                .first()
+            )
             if wait is None:
                 continue
             try:
@@ -125,20 +156,43 @@ def wake_due_for_run(run_id: str, now: datetime | None = None) -> bool:
 class WaitParking(Checkpoints):
     """The waits of an execution: a timer, a signal or a decision reached by the workflow."""
 
-    def approval(self, base: str, key: str, title: str, spec: dict[str, Any], *,
-                 invalid: InvalidDuration | None = None) -> Decision:
+    def approval(
+        self,
+        base: str,
+        key: str,
+        title: str,
+        spec: dict[str, Any],
+        *,
+        invalid: InvalidDuration | None = None,
+    ) -> Decision:
         """Wait for people's decision on ``spec`` (an approval wait); returns it."""
-        value = self.wait(base, kind=WaitKind.APPROVAL, key=key, wake_in=spec.get("timeout"),
-                          title=title, spec=spec, invalid=invalid)
+        value = self.wait(
+            base,
+            kind=WaitKind.APPROVAL,
+            key=key,
+            wake_in=spec.get("timeout"),
+            title=title,
+            spec=spec,
+            invalid=invalid,
+        )
         return Decision.from_dict(value or {})
 
-    def wait(self, base: str, *, kind: str, key: str = "", wake_in: float | None = None,
-             wake_at: datetime | None = None, title: str = "",
-             spec: dict[str, Any] | None = None,
-             invalid: InvalidDuration | None = None) -> Any:
+    def wait(
+        self,
+        base: str,
+        *,
+        kind: str,
+        key: str = "",
+        wake_in: float | None = None,
+        wake_at: datetime | None = None,
+        title: str = "",
+        spec: dict[str, Any] | None = None,
+        invalid: InvalidDuration | None = None,
+    ) -> Any:
         """Return the wait's answer: recorded (replay), already there, or after parking."""
         step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
-            kind, StepKind.WAIT)
+            kind, StepKind.WAIT
+        )
         check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
         call = self.next_call(base, kind=step_kind)
         if call.succeeded:
@@ -151,8 +205,12 @@ class WaitParking(Checkpoints):
             wait = Wait.objects.filter(run_id=self.run_id, wait_id=sid).first()
             now = timezone.now()
             if wait is not None:
-                due_timer = (wait.kind == WaitKind.TIMER and wait.status == WaitStatus.PENDING
-                             and wait.wake_at is not None and wait.wake_at <= now)
+                due_timer = (
+                    wait.kind == WaitKind.TIMER
+                    and wait.status == WaitStatus.PENDING
+                    and wait.wake_at is not None
+                    and wait.wake_at <= now
+                )
                 if wait.status in (WaitStatus.RESOLVED, WaitStatus.EXPIRED) or due_timer:
                     return self._finish_wait(call, wait, due_timer)
                 if wait.status == WaitStatus.CANCELLED:
@@ -161,18 +219,36 @@ class WaitParking(Checkpoints):
             elif wake_at is None and wake_in is not None:
                 wake_at = now + timedelta(seconds=wake_in)
             if wait is None and kind == WaitKind.TIMER and wake_at is not None and wake_at <= now:
-                wait = self._park(call, None, kind=kind, key=key, wake_at=wake_at,
-                                  title=title, spec=spec, park=False)
+                wait = self._park(
+                    call,
+                    None,
+                    kind=kind,
+                    key=key,
+                    wake_at=wake_at,
+                    title=title,
+                    spec=spec,
+                    park=False,
+                )
                 return self._finish_wait(call, wait, True)
-            consumed = self._park(call, wait, kind=kind, key=key, wake_at=wake_at,
-                                  title=title, spec=spec)
+            consumed = self._park(
+                call, wait, kind=kind, key=key, wake_at=wake_at, title=title, spec=spec
+            )
             if consumed is _ANSWERED_MEANWHILE:
                 continue
             return self._finish_wait(call, consumed, False)
 
-    def _park(self, call: StepCall, wait: Wait | None, *, kind: str, key: str,
-              wake_at: datetime | None, title: str, spec: dict[str, Any] | None,
-              park: bool = True) -> Any:
+    def _park(
+        self,
+        call: StepCall,
+        wait: Wait | None,
+        *,
+        kind: str,
+        key: str,
+        wake_at: datetime | None,
+        title: str,
+        spec: dict[str, Any] | None,
+        park: bool = True,
+    ) -> Any:
         """Create the wait (or re-check it) and suspend the run, in one fenced transaction.
 
         Returns the wait when it is already answered (a buffered signal),
@@ -187,10 +263,18 @@ class WaitParking(Checkpoints):
             created = wait is None
             if created:
                 w = Wait.objects.create(
-                    run_id=self.run_id, wait_id=sid, position=pos, kind=kind, key=key,
-                    title=(title or "")[:300], wake_at=wake_at, created_at=now,
+                    run_id=self.run_id,
+                    wait_id=sid,
+                    position=pos,
+                    kind=kind,
+                    key=key,
+                    title=(title or "")[:300],
+                    wake_at=wake_at,
+                    created_at=now,
                     payload=codec.dumps_checked(spec, what="wait options", step_id=sid)
-                    if spec else None)
+                    if spec
+                    else None,
+                )
             else:
                 w = Wait.objects.select_for_update().get(pk=wait.pk)
                 if w.status != WaitStatus.PENDING:
@@ -201,8 +285,11 @@ class WaitParking(Checkpoints):
             if kind == WaitKind.SIGNAL:
                 from .models import Signal
 
-                sig = (Signal.objects.filter(run_id=self.run_id, name=key, wait__isnull=True)
-                       .order_by("id").first())
+                sig = (
+                    Signal.objects.filter(run_id=self.run_id, name=key, wait__isnull=True)
+                    .order_by("id")
+                    .first()
+                )
                 if sig is not None:
                     Signal.objects.filter(pk=sig.pk).update(wait=w, consumed_at=now)
                     w.status = WaitStatus.RESOLVED
@@ -216,13 +303,16 @@ class WaitParking(Checkpoints):
                 wait_created.send(sender=Wait, wait=w, spec=spec or {})
             transitions.update("park", Run.objects.filter(pk=self.run_id), source=self.status)
             TraceEvent.objects.create(
-                run_id=self.run_id, kind=EventKind.WAITING, step_id=sid, actor=self.worker_id,
+                run_id=self.run_id,
+                kind=EventKind.WAITING,
+                step_id=sid,
+                actor=self.worker_id,
                 message=f"waiting for {WaitKind(kind).label.lower()}"
-                        + (f" {key!r}" if key else "")
-                        + (f" until {wake_at.isoformat()}" if wake_at else ""))
+                + (f" {key!r}" if key else "")
+                + (f" until {wake_at.isoformat()}" if wake_at else ""),
+            )
             if wake_at is not None:
-                dispatch_on_commit(self.run_id,
-                                   countdown=max(0.0, (wake_at - now).total_seconds()))
+                dispatch_on_commit(self.run_id, countdown=max(0.0, (wake_at - now).total_seconds()))
             state["parked"] = w
 
         try:
@@ -237,10 +327,12 @@ class WaitParking(Checkpoints):
     def _finish_wait(self, call: StepCall, wait: Wait, fire_timer: bool) -> Any:
         if fire_timer and wait.status == WaitStatus.PENDING:
             Wait.objects.filter(pk=wait.pk, status=WaitStatus.PENDING).update(
-                status=WaitStatus.RESOLVED, resolved_at=timezone.now(), resolved_by="timer")
+                status=WaitStatus.RESOLVED, resolved_at=timezone.now(), resolved_by="timer"
+            )
         value = codec.decode(wait.result) if wait.result else None
-        return self.record_success(call, attempt=call.next_attempt, value=value,
-                                   started_at=wait.created_at, ledger=None)
+        return self.record_success(
+            call, attempt=call.next_attempt, value=value, started_at=wait.created_at, ledger=None
+        )
 
 
 class _Answered(Exception):

@@ -63,8 +63,9 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def error(status: int, message: str, type_: str = "invalid_request_error",
-          **extra: Any) -> Response:
+def error(
+    status: int, message: str, type_: str = "invalid_request_error", **extra: Any
+) -> Response:
     headers = {k: str(v) for k, v in extra.pop("headers", {}).items()}
     return Response(status, {"error": {"type": type_, "message": message, **extra}}, headers)
 
@@ -96,8 +97,7 @@ class Router:
             return fn(request)
         if allowed:
             return error(405, f"{request.method} is not allowed on {request.path}")
-        return error(404, f"no route for {request.method} {request.path}",
-                     "not_found")
+        return error(404, f"no route for {request.method} {request.path}", "not_found")
 
 
 def _abort(sock: socket.socket) -> None:
@@ -121,9 +121,12 @@ def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             request = Request(
-                method=self.command, path=split.path.rstrip("/") or "/",
+                method=self.command,
+                path=split.path.rstrip("/") or "/",
                 query={k: v[-1] for k, v in parse_qs(split.query).items()},
-                headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body,
+            )
             try:
                 response = router.dispatch(request)
             except DropConnection:
@@ -134,8 +137,7 @@ def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:
                 response = error(400, f"the body is not valid JSON: {exc}")
             except Exception as exc:
                 logger.exception("%s: %s %s failed", name, self.command, self.path)
-                response = error(500, f"internal error: {type(exc).__name__}: {exc}",
-                                 "api_error")
+                response = error(500, f"internal error: {type(exc).__name__}: {exc}", "api_error")
             payload = b"" if response.body is None else json.dumps(response.body).encode()
             self.send_response(response.status)
             self.send_header("Content-Type", "application/json")
@@ -177,15 +179,25 @@ def write_port_file(path: str | None, port: int | str) -> None:
 def arg_parser(description: str, default_port: int) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=default_port,
-                        help=f"TCP port (default {default_port}; 0 picks a free one)")
-    parser.add_argument("--port-file", default=None,
-                        help="write the bound port here once listening")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=default_port,
+        help=f"TCP port (default {default_port}; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--port-file", default=None, help="write the bound port here once listening"
+    )
     return parser
 
 
-def run_forever(servers: list[Any], port: int | str, port_file: str | None, banner: str,
-                on_stop: Callable[[], None] | None = None) -> None:
+def run_forever(
+    servers: list[Any],
+    port: int | str,
+    port_file: str | None,
+    banner: str,
+    on_stop: Callable[[], None] | None = None,
+) -> None:
     """Block until SIGTERM/SIGINT, then shut the servers down."""
     stop = threading.Event()
 

@@ -71,10 +71,26 @@ class ChaosWorker:
         self.log_path = folder / f"{name}.log"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [str(CELERY), "-A", "config", "worker", "--pool=solo", "--concurrency=1",
-             "--without-mingle", "--without-gossip", "-n", f"{name}@%h", "--loglevel=INFO"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                str(CELERY),
+                "-A",
+                "config",
+                "worker",
+                "--pool=solo",
+                "--concurrency=1",
+                "--without-mingle",
+                "--without-gossip",
+                "-n",
+                f"{name}@%h",
+                "--loglevel=INFO",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
 
     def alive(self) -> bool:
@@ -154,10 +170,16 @@ class Report:
             dups = len(self.duplicates.get(name, []))
             rows.append((f"duplicate {name}s", dups, "FAIL" if dups else "ok"))
         rows += [
-            ("effects missing from succeeded runs", sum(len(v) for v in self.missing.values()),
-             "FAIL" if self.missing else "ok"),
-            ("refunds / tickets / emails", (f"{self.effects['refund']} / "
-             f"{self.effects['ticket']} / {self.effects['email']}"), ""),
+            (
+                "effects missing from succeeded runs",
+                sum(len(v) for v in self.missing.values()),
+                "FAIL" if self.missing else "ok",
+            ),
+            (
+                "refunds / tickets / emails",
+                (f"{self.effects['refund']} / {self.effects['ticket']} / {self.effects['email']}"),
+                "",
+            ),
             ("workers SIGKILLed / started", f"{self.kills} / {self.workers_started}", ""),
             ("attempts lost with a worker", self.worker_lost_attempts, ""),
             ("writes reconciled after a crash", self.reconciled, ""),
@@ -171,17 +193,30 @@ class Report:
         lines = [f"{'check'.ljust(width)}  {'value':>9}  result", "-" * (width + 19)]
         lines += [f"{name.ljust(width)}  {value!s:>9}  {verdict}" for name, value, verdict in rows]
         lines.append("-" * (width + 19))
-        lines.append("AUDIT CLEAN: zero duplicates, zero losses" if self.ok else
-                     "AUDIT FAILED: " + ", ".join(
-                         f"{k}: {', '.join(v[:5])}" for k, v in {
-                             **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
-                             "lost": self.lost, "not terminal": self.not_terminal}.items() if v))
+        lines.append(
+            "AUDIT CLEAN: zero duplicates, zero losses"
+            if self.ok
+            else "AUDIT FAILED: "
+            + ", ".join(
+                f"{k}: {', '.join(v[:5])}"
+                for k, v in {
+                    **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
+                    "lost": self.lost,
+                    "not terminal": self.not_terminal,
+                }.items()
+                if v
+            )
+        )
         if self.failed:
-            lines.append("failed runs: " + "; ".join(
-                f"{rid}: {why}" for rid, why in list(self.failed.items())[:10]))
+            lines.append(
+                "failed runs: "
+                + "; ".join(f"{rid}: {why}" for rid, why in list(self.failed.items())[:10])
+            )
         if self.missing:
-            lines.append("missing effects: " + "; ".join(
-                f"{k}: {', '.join(v[:5])}" for k, v in self.missing.items()))
+            lines.append(
+                "missing effects: "
+                + "; ".join(f"{k}: {', '.join(v[:5])}" for k, v in self.missing.items())
+            )
         return "\n".join(lines)
 
 
@@ -195,27 +230,57 @@ def restart_services(log: Callable[[str], None] = print) -> None:
     ``DURABLE_CHAOS_PG_CLUSTER`` (default ``main``) names the cluster; the version is the
     newest under /etc/postgresql. Redis' port comes from ``CELERY_BROKER_URL``.
     """
-    versions = sorted(os.listdir("/etc/postgresql"),
-                      key=lambda v: [int(p) for p in v.split(".") if p.isdigit()])
+    versions = sorted(
+        os.listdir("/etc/postgresql"), key=lambda v: [int(p) for p in v.split(".") if p.isdigit()]
+    )
     cluster = os.environ.get("DURABLE_CHAOS_PG_CLUSTER", "main")
     log(f"restarting PostgreSQL {versions[-1]}/{cluster}")
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], cluster,
-                    "restart"], check=True, timeout=120)
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], cluster, "restart"],
+        check=True,
+        timeout=120,
+    )
     broker = urlsplit(str(settings.CELERY_BROKER_URL))
     if broker.scheme in ("redis", "rediss"):
         port = str(broker.port or 6379)
         log(f"restarting Redis on port {port}")
-        subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", port, "shutdown", "nosave"],
-                       timeout=30, check=False, capture_output=True)
+        subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", port, "shutdown", "nosave"],
+            timeout=30,
+            check=False,
+            capture_output=True,
+        )
         Path("/var/lib/redis").mkdir(parents=True, exist_ok=True)
         Path("/var/log/redis").mkdir(parents=True, exist_ok=True)
-        subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1",
-                        "--port", port, "--save", "", "--appendonly", "no",
-                        "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"],
-                       check=True, timeout=30)
+        subprocess.run(
+            [
+                "redis-server",
+                "--daemonize",
+                "yes",
+                "--bind",
+                "127.0.0.1",
+                "-::1",
+                "--port",
+                port,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                "/var/lib/redis",
+                "--logfile",
+                "/var/log/redis/ci.log",
+            ],
+            check=True,
+            timeout=30,
+        )
         for _ in range(60):
-            ping = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", port, "ping"],
-                                  capture_output=True, text=True, check=False)
+            ping = subprocess.run(
+                ["redis-cli", "-h", "127.0.0.1", "-p", port, "ping"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if ping.stdout.strip() == "PONG":
                 break
             time.sleep(0.5)
@@ -229,8 +294,9 @@ def _operator() -> Any:
     user = User.objects.filter(username=OPERATOR).first()
     if user is None:
         user = User.objects.create_user(OPERATOR, f"{OPERATOR}@example.com", None)
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval",
-                                                     content_type__app_label="approvals"))
+    user.user_permissions.add(
+        Permission.objects.get(codename="decide_approval", content_type__app_label="approvals")
+    )
     for name in APPROVER_GROUPS:
         group, _ = Group.objects.get_or_create(name=name)
         user.groups.add(group)
@@ -245,27 +311,58 @@ def _inputs(i: int, kind: str, rng: random.Random) -> tuple[dict[str, Any], dict
             faults.append("[fault:429]")
         if i % 7 == 0:
             faults.append("[fault:malformed_json]")
-        return ({"customer": f"Chaos Customer {i}", "email": f"customer{i}@example.com",
-                 "message": f"I was charged twice for order #{5000 + i}; please refund the "
-                            f"duplicate charge ch_chaos{i:05d} of ${10 + i % 90}.{i % 100:02d}. "
-                            + " ".join(faults)}, {})
+        return (
+            {
+                "customer": f"Chaos Customer {i}",
+                "email": f"customer{i}@example.com",
+                "message": f"I was charged twice for order #{5000 + i}; please refund the "
+                f"duplicate charge ch_chaos{i:05d} of ${10 + i % 90}.{i % 100:02d}. "
+                + " ".join(faults),
+            },
+            {},
+        )
     if kind == "invoice":
-        return ({"customer": f"Chaos Corp {i}", "email": f"billing{i}@example.com",
-                 "lines": [{"description": "Service", "amount_cents": 10000 + i},
-                           {"description": "Support", "amount_cents": 500}]}, {})
+        return (
+            {
+                "customer": f"Chaos Corp {i}",
+                "email": f"billing{i}@example.com",
+                "lines": [
+                    {"description": "Service", "amount_cents": 10000 + i},
+                    {"description": "Support", "amount_cents": 500},
+                ],
+            },
+            {},
+        )
     escalate = i % 2 == 0
-    return ({"requester": f"Chaos Buyer {i}", "item": f"Part {i}", "quantity": 1 + i % 4,
-             "amount_cents": 1000 * (1 + i % 50), "vendor": "Chaos Supplies",
-             "approval_timeout_seconds": 2 if escalate else 600,
-             "goods_timeout_seconds": 3600},
-            {"escalate": escalate, "early_signal": rng.random() < 0.5})
+    return (
+        {
+            "requester": f"Chaos Buyer {i}",
+            "item": f"Part {i}",
+            "quantity": 1 + i % 4,
+            "amount_cents": 1000 * (1 + i % 50),
+            "vendor": "Chaos Supplies",
+            "approval_timeout_seconds": 2 if escalate else 600,
+            "goods_timeout_seconds": 3600,
+        },
+        {"escalate": escalate, "early_signal": rng.random() < 0.5},
+    )
 
 
 class Chaos:
-    def __init__(self, *, runs: int, kill_every: float, workers: int = 3, lease: float = 3.0,
-                 timeout: float = 600.0, seed: int | None = None, service_faults: float = 0.0,
-                 folder: Path | None = None, midway: Callable[[], None] | None = None,
-                 log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        *,
+        runs: int,
+        kill_every: float,
+        workers: int = 3,
+        lease: float = 3.0,
+        timeout: float = 600.0,
+        seed: int | None = None,
+        service_faults: float = 0.0,
+        folder: Path | None = None,
+        midway: Callable[[], None] | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
         self.n_runs = runs
         self.kill_every = kill_every
         self.n_workers = workers
@@ -293,12 +390,22 @@ class Chaos:
             self.services = ServiceSet.start(self.folder / "services")
             os.environ.update(self.services.env())
             # this process dispatches, sweeps and decides as beat and an operator would
-            settings.DURABLE = {**settings.DURABLE, "DISPATCH": "celery",
-                                "REDISPATCH_AFTER_SECONDS": 5.0}
+            settings.DURABLE = {
+                **settings.DURABLE,
+                "DISPATCH": "celery",
+                "REDISPATCH_AFTER_SECONDS": 5.0,
+            }
             if self.service_faults:
-                admin(self.services.payments_url, "POST", "/_admin/chaos",
-                      {"rate": self.service_faults, "faults": ["429", "503", "drop"],
-                       "methods": ["POST"]})
+                admin(
+                    self.services.payments_url,
+                    "POST",
+                    "/_admin/chaos",
+                    {
+                        "rate": self.service_faults,
+                        "faults": ["429", "503", "drop"],
+                        "methods": ["POST"],
+                    },
+                )
             self.operator = _operator()
             env = self._worker_env()
             for _ in range(self.n_workers):
@@ -322,22 +429,27 @@ class Chaos:
     def _worker_env(self) -> dict[str, str]:
         assert self.services is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CRASH_"))}
-        env.update({
-            "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(REPO),
-            "PYTHONUNBUFFERED": "1", "DATABASE_URL": database_url(),
-            "CELERY_BROKER_URL": str(settings.CELERY_BROKER_URL),
-            "DURABLE_VAR_DIR": str(broker_var_dir()),
-            "DJANGO_SECRET_KEY": str(settings.SECRET_KEY), "DURABLE_DISPATCH": "celery",
-            "DURABLE_LEASE_SECONDS": str(self.lease),
-            "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
-            **self.services.env()})
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "config.settings",
+                "PYTHONPATH": str(REPO),
+                "PYTHONUNBUFFERED": "1",
+                "DATABASE_URL": database_url(),
+                "CELERY_BROKER_URL": str(settings.CELERY_BROKER_URL),
+                "DURABLE_VAR_DIR": str(broker_var_dir()),
+                "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
+                "DURABLE_DISPATCH": "celery",
+                "DURABLE_LEASE_SECONDS": str(self.lease),
+                "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
+                **self.services.env(),
+            }
+        )
         env.pop("DURABLE_HEARTBEAT_SECONDS", None)
         return env
 
     def _start_worker(self, env: dict[str, str]) -> None:
         self._names += 1
-        self.workers.append(ChaosWorker(f"chaos{os.getpid()}w{self._names}", env,
-                                        self.folder))
+        self.workers.append(ChaosWorker(f"chaos{os.getpid()}w{self._names}", env, self.folder))
         self.report.workers_started += 1
 
     def _start_runs(self) -> None:
@@ -348,8 +460,14 @@ class Chaos:
             kind = KINDS[i % len(KINDS)]
             data, plan = _inputs(i, kind, self.rng)
             # a known requester, not the operator: four-eyes lets the operator approve
-            run = durable.start(f"examples.{kind}", data, run_id=f"chaos-{stamp}-{i:03d}-{kind}",
-                                tags=["chaos"], max_tokens=100_000, started_by=REQUESTER)
+            run = durable.start(
+                f"examples.{kind}",
+                data,
+                run_id=f"chaos-{stamp}-{i:03d}-{kind}",
+                tags=["chaos"],
+                max_tokens=100_000,
+                started_by=REQUESTER,
+            )
             self.report.runs[run.id] = kind
             self.plans[run.id] = plan
             if plan.get("early_signal"):
@@ -409,8 +527,11 @@ class Chaos:
     def _remaining(self) -> list[str]:
         from durable.models import TERMINAL, Run
 
-        return list(Run.objects.filter(pk__in=list(self.report.runs))
-                    .exclude(status__in=TERMINAL).values_list("id", flat=True))
+        return list(
+            Run.objects.filter(pk__in=list(self.report.runs))
+            .exclude(status__in=TERMINAL)
+            .values_list("id", flat=True)
+        )
 
     def _operate(self, remaining: list[str]) -> None:
         """Decide pending approvals and send due signals, as an operator would."""
@@ -419,21 +540,27 @@ class Chaos:
         from durable.exceptions import DurableError
         from durable.models import Wait, WaitKind, WaitStatus
 
-        pending = ApprovalRequest.objects.filter(run_id__in=remaining,
-                                                 status=ApprovalStatus.PENDING)
+        pending = ApprovalRequest.objects.filter(
+            run_id__in=remaining, status=ApprovalStatus.PENDING
+        )
         for req in pending:
             if self.plans.get(req.run_id, {}).get("escalate") and req.escalated_at is None:
                 continue  # let it expire into finance's hands first
             try:
-                approval_decide(request_id=req.pk, user=self.operator, approve=True,
-                                comment="chaos operator")
+                approval_decide(
+                    request_id=req.pk, user=self.operator, approve=True, comment="chaos operator"
+                )
             except DurableError:
                 continue  # decided meanwhile, or the run moved on
             self.report.approvals += 1
             if req.escalated_at is not None:
                 self.report.escalations += 1
-        waiting = Wait.objects.filter(run_id__in=remaining, kind=WaitKind.SIGNAL,
-                                      status=WaitStatus.PENDING, key="goods_received")
+        waiting = Wait.objects.filter(
+            run_id__in=remaining,
+            kind=WaitKind.SIGNAL,
+            status=WaitStatus.PENDING,
+            key="goods_received",
+        )
         for run_id in waiting.values_list("run_id", flat=True):
             self._signal(run_id)
 
@@ -442,8 +569,13 @@ class Chaos:
 
         if run_id in self.signalled:
             return
-        durable.signal(run_id, "goods_received", {"received_by": OPERATOR},
-                       dedupe_key=f"{run_id}:goods_received", by=OPERATOR)
+        durable.signal(
+            run_id,
+            "goods_received",
+            {"received_by": OPERATOR},
+            dedupe_key=f"{run_id}:goods_received",
+            by=OPERATOR,
+        )
         self.signalled.add(run_id)
         self.report.signals += 1
 
@@ -455,8 +587,9 @@ class Chaos:
         assert self.services is not None
         report = self.report
         run_ids = list(report.runs)
-        rows = {r["id"]: r for r in Run.objects.filter(pk__in=run_ids).values(
-            "id", "status", "error")}
+        rows = {
+            r["id"]: r for r in Run.objects.filter(pk__in=run_ids).values("id", "status", "error")
+        }
         for run_id in run_ids:
             row = rows.get(run_id)
             if row is None:
@@ -466,8 +599,9 @@ class Chaos:
             if row["status"] not in TERMINAL:
                 report.not_terminal.append(run_id)
             elif row["status"] != "succeeded":
-                report.failed[run_id] = f"{row['status']}: " + str(
-                    (row["error"] or {}).get("message", ""))[:160]
+                report.failed[run_id] = (
+                    f"{row['status']}: " + str((row["error"] or {}).get("message", ""))[:160]
+                )
         objects = admin(self.services.payments_url, "GET", "/_admin/objects")["data"]
         mails = httpx.get(f"{self.services.sink_url}/messages", timeout=30).json()["data"]
         per_run: dict[str, Counter] = defaultdict(Counter)
@@ -494,12 +628,15 @@ class Chaos:
         report.duplicates["refund"] += [f"{c} x{n}" for c, n in by_charge.items() if n > 1]
         report.duplicates["email"] += [f"{m} x{n}" for m, n in by_message.items() if n > 1]
         report.reconciled = Operation.objects.filter(
-            run_id__in=run_ids, resolution__startswith="reconciled").count()
+            run_id__in=run_ids, resolution__startswith="reconciled"
+        ).count()
         report.worker_lost_attempts = StepAttempt.objects.filter(
-            run_id__in=run_ids, outcome=AttemptOutcome.WORKER_LOST).count()
+            run_id__in=run_ids, outcome=AttemptOutcome.WORKER_LOST
+        ).count()
         asked = admin(self.services.llm_url, "GET", "/_admin/requests")["data"]
-        report.plan_requests = sum(1 for r in asked if r["run"] in report.runs
-                                   and r["turn"] == 0 and r["status"] == 200)
+        report.plan_requests = sum(
+            1 for r in asked if r["run"] in report.runs and r["turn"] == 0 and r["status"] == 200
+        )
 
 
 def run_chaos(**options: Any) -> Report:
@@ -515,14 +652,29 @@ def main(options: dict[str, Any], stdout: Any) -> int:
         stdout.flush()
 
     midway = (lambda: restart_services(log)) if options.get("restart_services") else None
-    report = run_chaos(runs=options["runs"], kill_every=options["kill_every"],
-                       workers=options["workers"], lease=options["lease"],
-                       timeout=options["timeout"], seed=options.get("seed"),
-                       service_faults=options["service_faults"], midway=midway, log=log)
+    report = run_chaos(
+        runs=options["runs"],
+        kill_every=options["kill_every"],
+        workers=options["workers"],
+        lease=options["lease"],
+        timeout=options["timeout"],
+        seed=options.get("seed"),
+        service_faults=options["service_faults"],
+        midway=midway,
+        log=log,
+    )
     stdout.write(report.table() + "\n")
     if options.get("json"):
-        stdout.write(json.dumps({"ok": report.ok, "duplicates": report.duplicate_count,
-                                 "lost": len(report.lost),
-                                 "not_terminal": len(report.not_terminal),
-                                 "statuses": dict(report.statuses)}) + "\n")
+        stdout.write(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "duplicates": report.duplicate_count,
+                    "lost": len(report.lost),
+                    "not_terminal": len(report.not_terminal),
+                    "statuses": dict(report.statuses),
+                }
+            )
+            + "\n"
+        )
     return 0 if report.ok else 1

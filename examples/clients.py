@@ -66,24 +66,32 @@ def _check(response: httpx.Response) -> Any:
             detail = response.text[:300]
         raise ServiceError(
             f"{response.status_code} {response.reason_phrase} from {response.request.method} "
-            f"{response.request.url.path}: {detail}", request=response.request,
-            response=response)
+            f"{response.request.url.path}: {detail}",
+            request=response.request,
+            response=response,
+        )
     return response.json()
 
 
-def payments(method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
-             idempotency_key: str | None = None) -> Any:
+def payments(
+    method: str,
+    path: str,
+    *,
+    json: Any = None,
+    params: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> Any:
     """One request to the payments service; returns the decoded JSON body."""
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    response = _client(payments_url()).request(method, path, json=json, params=params,
-                                               headers=headers)
+    response = _client(payments_url()).request(
+        method, path, json=json, params=params, headers=headers
+    )
     return _check(response)
 
 
 def find_by_key(collection: str, idempotency_key: str) -> dict[str, Any] | None:
     """The object of ``collection`` created with ``idempotency_key``, or None."""
-    data = payments("GET", f"/v1/{collection}",
-                    params={"idempotency_key": idempotency_key})["data"]
+    data = payments("GET", f"/v1/{collection}", params={"idempotency_key": idempotency_key})["data"]
     return data[0] if data else None
 
 

@@ -45,21 +45,35 @@ def _support(n: int, charge: bool = True, extra: str = "") -> dict[str, Any]:
     names = {1: "Ann Lee", 2: "Carlos Ruiz", 3: "Mei Chen", 4: "Omar Haddad"}
     name = names.get(n, f"Customer {n}")
     email = name.lower().replace(" ", ".") + "@example.com"
-    text = (f"Hi, I was charged twice for my order #{4810 + n}. Could you refund the "
-            f"duplicate charge ch_demo{n:03d} of $49.90? Thanks." if charge else
-            f"Hello, my parcel for order #{4810 + n} has not arrived yet. Any news?")
+    text = (
+        f"Hi, I was charged twice for my order #{4810 + n}. Could you refund the "
+        f"duplicate charge ch_demo{n:03d} of $49.90? Thanks."
+        if charge
+        else f"Hello, my parcel for order #{4810 + n} has not arrived yet. Any news?"
+    )
     return {"customer": name, "email": email, "message": f"{text} {extra}".strip()}
 
 
 def _invoice(customer: str, email: str, amount: int) -> dict[str, Any]:
-    return {"customer": customer, "email": email, "currency": "usd",
-            "lines": [{"description": "Annual subscription", "amount_cents": amount},
-                      {"description": "Onboarding", "amount_cents": 25000}]}
+    return {
+        "customer": customer,
+        "email": email,
+        "currency": "usd",
+        "lines": [
+            {"description": "Annual subscription", "amount_cents": amount},
+            {"description": "Onboarding", "amount_cents": 25000},
+        ],
+    }
 
 
 def _purchase(item: str, quantity: int, amount: int) -> dict[str, Any]:
-    return {"requester": "Dana Scully", "item": item, "quantity": quantity,
-            "amount_cents": amount, "vendor": "Acme Office Supply"}
+    return {
+        "requester": "Dana Scully",
+        "item": item,
+        "quantity": quantity,
+        "amount_cents": amount,
+        "vendor": "Acme Office Supply",
+    }
 
 
 def wait_for_services(log: Callable[[str], None], timeout: float = READY_TIMEOUT) -> None:
@@ -79,8 +93,10 @@ def wait_for_services(log: Callable[[str], None], timeout: float = READY_TIMEOUT
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not answer within {timeout:g} s; are the "
-                                   "example services running (see the Procfile)?")
+                raise RuntimeError(
+                    f"{url} did not answer within {timeout:g} s; are the "
+                    "example services running (see the Procfile)?"
+                )
             time.sleep(0.5)
     log("example services are up")
 
@@ -90,10 +106,12 @@ def _operator() -> Any:
     from django.contrib.auth.models import Group, Permission
 
     User = get_user_model()
-    user, _ = User.objects.get_or_create(username=DEMO_OPERATOR,
-                                         defaults={"email": "demo-operator@example.com"})
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval",
-                                                     content_type__app_label="approvals"))
+    user, _ = User.objects.get_or_create(
+        username=DEMO_OPERATOR, defaults={"email": "demo-operator@example.com"}
+    )
+    user.user_permissions.add(
+        Permission.objects.get(codename="decide_approval", content_type__app_label="approvals")
+    )
     for name in APPROVER_GROUPS:
         group, _ = Group.objects.get_or_create(name=name)
         user.groups.add(group)
@@ -112,32 +130,76 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
 
     wait_for_services(log)
     day = f"{timezone.now():%Y%m%d}"
-    ids = {label: f"demo-{label}-{day}" for label in (
-        "refund-approval", "invoice-approval", "purchase-approval", "purchase-goods",
-        "invoice-failed", "refund-unknown", "support-done")}
+    ids = {
+        label: f"demo-{label}-{day}"
+        for label in (
+            "refund-approval",
+            "invoice-approval",
+            "purchase-approval",
+            "purchase-goods",
+            "invoice-failed",
+            "refund-unknown",
+            "support-done",
+        )
+    }
     payments = clients.payments_url()
     # faults first, so they are in place before a worker reaches them
-    _fault(payments, {"fault": "401", "path": "/complete$", "method": "POST",
-                      "match": ids["invoice-failed"], "times": -1})
-    _fault(payments, {"fault": "drop", "path": "^/v1/refunds$", "method": "POST",
-                      "match": ids["refund-unknown"], "times": 1})
-    _fault(payments, {"fault": "503", "path": "^/v1/refunds$", "method": "GET",
-                      "match": ids["refund-unknown"], "times": -1, "retry_after": 30})
+    _fault(
+        payments,
+        {
+            "fault": "401",
+            "path": "/complete$",
+            "method": "POST",
+            "match": ids["invoice-failed"],
+            "times": -1,
+        },
+    )
+    _fault(
+        payments,
+        {
+            "fault": "drop",
+            "path": "^/v1/refunds$",
+            "method": "POST",
+            "match": ids["refund-unknown"],
+            "times": 1,
+        },
+    )
+    _fault(
+        payments,
+        {
+            "fault": "503",
+            "path": "^/v1/refunds$",
+            "method": "GET",
+            "match": ids["refund-unknown"],
+            "times": -1,
+            "retry_after": 30,
+        },
+    )
     starts = {
         "refund-approval": ("examples.support", _support(1)),
-        "invoice-approval": ("examples.invoice",
-                             _invoice("Globex Corporation", "ap@globex.example", 480000)),
+        "invoice-approval": (
+            "examples.invoice",
+            _invoice("Globex Corporation", "ap@globex.example", 480000),
+        ),
         "purchase-approval": ("examples.procurement", _purchase("Standing desks", 6, 389400)),
         "purchase-goods": ("examples.procurement", _purchase("Laptops", 3, 567000)),
-        "invoice-failed": ("examples.invoice",
-                           _invoice("Initech", "billing@initech.example", 120000)),
+        "invoice-failed": (
+            "examples.invoice",
+            _invoice("Initech", "billing@initech.example", 120000),
+        ),
         "refund-unknown": ("examples.support", _support(2)),
         "support-done": ("examples.support", _support(3, charge=False)),
     }
     for label, (workflow, data) in starts.items():
         try:
-            durable.start(workflow, data, run_id=ids[label], tags=["demo"], max_tokens=50_000,
-                          started_by=DEMO_REQUESTER)
+            durable.start(
+                workflow,
+                data,
+                run_id=ids[label],
+                tags=["demo"],
+                max_tokens=50_000,
+                started_by=DEMO_REQUESTER,
+            )
         except durable.RunInputConflict as exc:
             log(f"skipping {label}: {exc}")
     log(f"started the demo runs: {', '.join(ids.values())}")
@@ -151,25 +213,37 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
     }
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for req in ApprovalRequest.objects.filter(run_id__in=to_approve,
-                                                  status=ApprovalStatus.PENDING):
+        for req in ApprovalRequest.objects.filter(
+            run_id__in=to_approve, status=ApprovalStatus.PENDING
+        ):
             with contextlib.suppress(durable.DurableError):
-                approval_decide(request_id=req.pk, user=operator, approve=True,
-                                comment="approved by the demo seeder")
+                approval_decide(
+                    request_id=req.pk,
+                    user=operator,
+                    approve=True,
+                    comment="approved by the demo seeder",
+                )
         decided = not ApprovalRequest.objects.filter(
-            run_id__in=to_approve, status=ApprovalStatus.PENDING).exists()
+            run_id__in=to_approve, status=ApprovalStatus.PENDING
+        ).exists()
         states = dict(Run.objects.filter(pk__in=ids.values()).values_list("id", "status"))
         # reached, or already moved on (an operator acted on an earlier seeding)
-        settled = decided and all(states.get(ids[label]) in statuses | set(TERMINAL)
-                                  for label, statuses in wanted.items())
-        asked = [ids[label] for label in ("refund-approval", "invoice-approval",
-                                          "purchase-approval")]
-        waiting = all(ApprovalRequest.objects.filter(run_id=run_id).exists()
-                      or states.get(run_id) in TERMINAL for run_id in asked)
+        settled = decided and all(
+            states.get(ids[label]) in statuses | set(TERMINAL) for label, statuses in wanted.items()
+        )
+        asked = [
+            ids[label] for label in ("refund-approval", "invoice-approval", "purchase-approval")
+        ]
+        waiting = all(
+            ApprovalRequest.objects.filter(run_id=run_id).exists() or states.get(run_id) in TERMINAL
+            for run_id in asked
+        )
         if settled and waiting and states.get(ids["support-done"]) in TERMINAL:
             log("the demo is ready")
             return ids
         time.sleep(1)
-    log(f"the demo runs did not all reach their states within {timeout:g} s (is the worker "
-        "running?); they go on in the background")
+    log(
+        f"the demo runs did not all reach their states within {timeout:g} s (is the worker "
+        "running?); they go on in the background"
+    )
     return ids

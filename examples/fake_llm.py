@@ -54,8 +54,7 @@ from typing import Any
 from examples._http import Request, Response, Router, arg_parser, error, run_forever, start
 
 SCRIPTED_FINGERPRINT = "durable-scripted"  # == durable.llm.SCRIPTED_FINGERPRINT
-FAULT_RE = re.compile(r"\[fault:([a-z_]*[a-z]|\d{3})(?:x(\d+))?(?:=([0-9.]+))?\]",
-                      re.IGNORECASE)
+FAULT_RE = re.compile(r"\[fault:([a-z_]*[a-z]|\d{3})(?:x(\d+))?(?:=([0-9.]+))?\]", re.IGNORECASE)
 SCRIPT_RE = re.compile(r"durable-script:\s*([\w.\-]+)")
 RUN_RE = re.compile(r"\brun:\s*([\w.\-]+)")
 #: what the workflow says when it feeds an unusable reply back (counted by the script)
@@ -80,10 +79,14 @@ class Conversation:
 
     def __init__(self, body: dict[str, Any]) -> None:
         self.body = body
-        self.messages: list[dict[str, Any]] = [m for m in body.get("messages") or []
-                                               if isinstance(m, dict)]
-        self.system = "\n".join(_text(m.get("content")) for m in self.messages
-                                if m.get("role") in ("system", "developer"))
+        self.messages: list[dict[str, Any]] = [
+            m for m in body.get("messages") or [] if isinstance(m, dict)
+        ]
+        self.system = "\n".join(
+            _text(m.get("content"))
+            for m in self.messages
+            if m.get("role") in ("system", "developer")
+        )
         users = [_text(m.get("content")) for m in self.messages if m.get("role") == "user"]
         self.first_user = users[0] if users else ""
         self.feedbacks = sum(1 for u in users if u.startswith(FEEDBACK_PREFIX))
@@ -93,8 +96,10 @@ class Conversation:
         self.run_id = run.group(1) if run else ""
         self.faults: dict[str, tuple[int | None, float | None]] = {}
         for m in FAULT_RE.finditer(" ".join(users)):
-            self.faults[m.group(1).lower()] = (int(m.group(2)) if m.group(2) else None,
-                                               float(m.group(3)) if m.group(3) else None)
+            self.faults[m.group(1).lower()] = (
+                int(m.group(2)) if m.group(2) else None,
+                float(m.group(3)) if m.group(3) else None,
+            )
         self.turn = sum(1 for m in self.messages if m.get("role") == "assistant")
 
     def fault(self, name: str) -> tuple[int | None, float | None] | None:
@@ -133,8 +138,11 @@ class Conversation:
 
 EMAIL_RE = re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+")
 CHARGE_RE = re.compile(r"\bch_\w+")
-AMOUNT_RE = re.compile(r"(?:\$|USD\s?|EUR\s?|€)\s?(\d{1,6}(?:[.,]\d{1,2})?)|"
-                       r"(\d{1,6}(?:[.,]\d{1,2})?)\s?(?:USD|EUR|dollars|euros|€)", re.IGNORECASE)
+AMOUNT_RE = re.compile(
+    r"(?:\$|USD\s?|EUR\s?|€)\s?(\d{1,6}(?:[.,]\d{1,2})?)|"
+    r"(\d{1,6}(?:[.,]\d{1,2})?)\s?(?:USD|EUR|dollars|euros|€)",
+    re.IGNORECASE,
+)
 NAME_RE = re.compile(r"^Customer:\s*([^<\n]+?)\s*(?:<|$)", re.MULTILINE)
 
 
@@ -149,9 +157,13 @@ def _support_facts(text: str) -> dict[str, Any]:
         cents = round(float(raw) * 100)
     message = text.split("Message:", 1)[1].strip() if "Message:" in text else text.strip()
     message = FAULT_RE.sub("", message).strip()
-    return {"email": email.group(0) if email else "", "charge": charge.group(0) if charge else "",
-            "cents": cents, "name": name.group(1).strip() if name else "customer",
-            "message": message}
+    return {
+        "email": email.group(0) if email else "",
+        "charge": charge.group(0) if charge else "",
+        "cents": cents,
+        "name": name.group(1).strip() if name else "customer",
+        "message": message,
+    }
 
 
 def _money(cents: int | None) -> str:
@@ -163,51 +175,96 @@ def support_script(conv: Conversation) -> dict[str, Any]:
     facts = _support_facts(conv.first_user)
     subject = (facts["message"].splitlines() or ["Customer request"])[0][:80] or "Customer request"
     if conv.turn == 0 and conv.fault("eager_email") and facts["charge"] and facts["cents"]:
-        return {"content": None, "tool_calls": [
-            ("kb_search", {"query": "refund policy duplicate charge"}),
-            ("payments_refund", {"charge_id": facts["charge"], "amount_cents": facts["cents"],
-                                 "reason": "duplicate charge reported by the customer"}),
-            ("email_send", {"to": facts["email"], "subject": f"Re: {subject}",
-                            "body": f"Hello {facts['name']},\n\nYour refund of "
-                                    f"{_money(facts['cents'])} has been issued.\n\n"
-                                    "The support team"})]}
+        return {
+            "content": None,
+            "tool_calls": [
+                ("kb_search", {"query": "refund policy duplicate charge"}),
+                (
+                    "payments_refund",
+                    {
+                        "charge_id": facts["charge"],
+                        "amount_cents": facts["cents"],
+                        "reason": "duplicate charge reported by the customer",
+                    },
+                ),
+                (
+                    "email_send",
+                    {
+                        "to": facts["email"],
+                        "subject": f"Re: {subject}",
+                        "body": f"Hello {facts['name']},\n\nYour refund of "
+                        f"{_money(facts['cents'])} has been issued.\n\n"
+                        "The support team",
+                    },
+                ),
+            ],
+        }
     if conv.turn == 0:  # nothing executed yet: plan
         calls = [
-            ("kb_search", {"query": "refund policy duplicate charge" if facts["charge"]
-                           else subject}),
-            ("tickets_create", {"customer": facts["name"], "email": facts["email"],
-                                "subject": subject, "body": facts["message"][:2000],
-                                "priority": "high" if facts["charge"] else "normal"}),
+            (
+                "kb_search",
+                {"query": "refund policy duplicate charge" if facts["charge"] else subject},
+            ),
+            (
+                "tickets_create",
+                {
+                    "customer": facts["name"],
+                    "email": facts["email"],
+                    "subject": subject,
+                    "body": facts["message"][:2000],
+                    "priority": "high" if facts["charge"] else "normal",
+                },
+            ),
         ]
         if facts["charge"] and facts["cents"]:
-            refund = {"charge_id": facts["charge"], "amount_cents": facts["cents"],
-                      "reason": "duplicate charge reported by the customer"}
+            refund = {
+                "charge_id": facts["charge"],
+                "amount_cents": facts["cents"],
+                "reason": "duplicate charge reported by the customer",
+            }
             if conv.fault("wrong_args"):
                 refund = {"charge": facts["charge"], "amount": facts["cents"]}
             name = "payments_refund_all" if conv.fault("unknown_tool") else "payments_refund"
             calls.append((name, refund))
         if facts["email"]:
-            body = (f"Hello {facts['name']},\n\nthank you for writing to us. We have opened a "
-                    "ticket for your request"
-                    + (f" and asked for a refund of {_money(facts['cents'])} on charge "
-                       f"{facts['charge']}" if facts["charge"] and facts["cents"] else "")
-                    + ". You will hear from us shortly.\n\nThe support team")
-            calls.append(("email_send", {"to": facts["email"], "subject": f"Re: {subject}",
-                                         "body": body}))
+            body = (
+                f"Hello {facts['name']},\n\nthank you for writing to us. We have opened a "
+                "ticket for your request"
+                + (
+                    f" and asked for a refund of {_money(facts['cents'])} on charge "
+                    f"{facts['charge']}"
+                    if facts["charge"] and facts["cents"]
+                    else ""
+                )
+                + ". You will hear from us shortly.\n\nThe support team"
+            )
+            calls.append(
+                ("email_send", {"to": facts["email"], "subject": f"Re: {subject}", "body": body})
+            )
         malformed = conv.fault("malformed_json") or conv.fault("malformed_json_always")
-        limit = 10**9 if conv.fault("malformed_json_always") else (
-            (malformed[0] or 1) if malformed else 0)
+        limit = (
+            10**9
+            if conv.fault("malformed_json_always")
+            else ((malformed[0] or 1) if malformed else 0)
+        )
         return {"content": None, "tool_calls": calls, "malformed": conv.feedbacks < limit}
     # correct what the tools refused in the last turn
     retry = []
-    correct = {"charge_id": facts["charge"], "amount_cents": facts["cents"],
-               "reason": "duplicate charge reported by the customer"}
+    correct = {
+        "charge_id": facts["charge"],
+        "amount_cents": facts["cents"],
+        "reason": "duplicate charge reported by the customer",
+    }
     for call, result in conv.tool_results(only_last_turn=True):
         err = result.get("error") if isinstance(result, dict) else None
         if not err or err.get("type") == "ApprovalRejected":
             continue  # a person said no: do not insist
-        if ((call["name"], call["arguments"]) != ("payments_refund", correct)
-                and call["name"].startswith("payments_") and facts["charge"] and facts["cents"]):
+        if (
+            (call["name"], call["arguments"]) != ("payments_refund", correct)
+            and call["name"].startswith("payments_")
+            and facts["charge"]
+            and facts["cents"]
+        ):
             retry.append(("payments_refund", correct))
     if retry:
         return {"content": None, "tool_calls": retry}
@@ -224,8 +281,10 @@ def _summary(conv: Conversation, facts: dict[str, Any]) -> str:
         elif call["name"] == "tickets_create" and isinstance(value, dict):
             done.append(f"opened ticket {value.get('number') or value.get('id')}")
         elif call["name"] == "payments_refund" and isinstance(value, dict):
-            done.append(f"refunded {_money(value.get('amount_cents'))} on "
-                        f"{value.get('charge_id')} ({value.get('id')})")
+            done.append(
+                f"refunded {_money(value.get('amount_cents'))} on "
+                f"{value.get('charge_id')} ({value.get('id')})"
+            )
         elif call["name"] == "email_send":
             done.append(f"emailed {call['arguments'].get('to')}")
         elif call["name"] == "kb_search":
@@ -238,14 +297,17 @@ def _summary(conv: Conversation, facts: dict[str, Any]) -> str:
 
 def echo_script(conv: Conversation) -> dict[str, Any]:
     last = _text(conv.messages[-1].get("content")) if conv.messages else ""
-    return {"content": f"(scripted model, no script for this conversation) You said: "
-                       f"{last[:500]}", "tool_calls": []}
+    return {
+        "content": f"(scripted model, no script for this conversation) You said: {last[:500]}",
+        "tool_calls": [],
+    }
 
 
 SCRIPTS = {"support": support_script, "echo": echo_script}
 
 
 # ------------------------------------------------------------------------- server
+
 
 class FakeLLM:
     def __init__(self, api_key: str = "") -> None:
@@ -257,8 +319,17 @@ class FakeLLM:
         self.router = Router()
         r = self.router
         r.route("GET", "/health")(lambda req: Response(200, {"ok": True}))
-        r.route("GET", "/v1/models")(lambda req: Response(200, {"object": "list", "data": [
-            {"id": "scripted", "object": "model", "created": 0, "owned_by": "durable"}]}))
+        r.route("GET", "/v1/models")(
+            lambda req: Response(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": "scripted", "object": "model", "created": 0, "owned_by": "durable"}
+                    ],
+                },
+            )
+        )
         r.route("POST", "/v1/chat/completions")(self.completions)
         r.route("GET", "/_admin/requests")(self._requests)
         r.route("POST", "/_admin/faults")(self._add_fault)
@@ -278,8 +349,15 @@ class FakeLLM:
         with self.lock:
             self.seen[thread] = self.seen.get(thread, 0) + 1
             n = self.seen[thread]
-        entry = {"at": time.time(), "run": conv.run_id, "script": conv.script,
-                 "turn": conv.turn, "feedbacks": conv.feedbacks, "status": 200, "fault": ""}
+        entry = {
+            "at": time.time(),
+            "run": conv.run_id,
+            "script": conv.script,
+            "turn": conv.turn,
+            "feedbacks": conv.feedbacks,
+            "status": 200,
+            "fault": "",
+        }
         response = self._fault(req, conv, n, entry)
         if response is None:
             response = self._answer(conv, fp)
@@ -288,12 +366,14 @@ class FakeLLM:
             self.log.append(entry)
         return response
 
-    def _fault(self, req: Request, conv: Conversation, n: int,
-               entry: dict[str, Any]) -> Response | None:
+    def _fault(
+        self, req: Request, conv: Conversation, n: int, entry: dict[str, Any]
+    ) -> Response | None:
         if self.api_key and req.header("authorization") != f"Bearer {self.api_key}":
             entry["fault"] = "401"
-            return error(401, "Incorrect API key provided.", "invalid_request_error",
-                         code="invalid_api_key")
+            return error(
+                401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key"
+            )
         wanted: dict[str, Any] | None = None
         header = req.header("x-fault")
         if header:
@@ -302,8 +382,9 @@ class FakeLLM:
         if wanted is None:
             with self.lock:
                 for rule in self.queued:
-                    if rule["times"] != 0 and (not rule["match"]
-                                               or rule["match"] in json.dumps(conv.body)):
+                    if rule["times"] != 0 and (
+                        not rule["match"] or rule["match"] in json.dumps(conv.body)
+                    ):
                         rule["times"] -= 1
                         wanted = {"fault": rule["fault"], "arg": rule.get("arg")}
                         break
@@ -328,14 +409,27 @@ class FakeLLM:
             return None
         ra = {"Retry-After": f"{arg:g}" if arg else "1"}
         if fault == "401":
-            return error(401, "Incorrect API key provided (injected).", "invalid_request_error",
-                         code="invalid_api_key")
+            return error(
+                401,
+                "Incorrect API key provided (injected).",
+                "invalid_request_error",
+                code="invalid_api_key",
+            )
         if fault == "429":
-            return error(429, "Rate limit reached for requests (injected).", "requests",
-                         code="rate_limit_exceeded", headers=ra)
+            return error(
+                429,
+                "Rate limit reached for requests (injected).",
+                "requests",
+                code="rate_limit_exceeded",
+                headers=ra,
+            )
         if fault in ("500", "502", "503"):
-            return error(int(fault), "The server had an error while processing your request "
-                                     "(injected).", "server_error", headers=ra)
+            return error(
+                int(fault),
+                "The server had an error while processing your request (injected).",
+                "server_error",
+                headers=ra,
+            )
         return None
 
     def _answer(self, conv: Conversation, fp: str) -> Response:
@@ -346,33 +440,54 @@ class FakeLLM:
             arguments = json.dumps(args)
             if out.get("malformed") and i == len(out["tool_calls"]) - 1:
                 arguments = arguments[:-1].replace('"', "'", 2)  # cut and mangled
-            tool_calls.append({"id": "call_" + hashlib.sha1(f"{fp}:{i}".encode()).hexdigest()[:24],
-                               "type": "function",
-                               "function": {"name": name, "arguments": arguments}})
-        message: dict[str, Any] = {"role": "assistant", "content": out.get("content"),
-                                   "refusal": None}
+            tool_calls.append(
+                {
+                    "id": "call_" + hashlib.sha1(f"{fp}:{i}".encode()).hexdigest()[:24],
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            )
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": out.get("content"),
+            "refusal": None,
+        }
         if tool_calls:
             message["tool_calls"] = tool_calls
         prompt_text = json.dumps(conv.body.get("messages")) + json.dumps(
-            conv.body.get("tools") or [])
+            conv.body.get("tools") or []
+        )
         completion_text = json.dumps(message)
-        usage = {"prompt_tokens": _tokens(prompt_text),
-                 "completion_tokens": _tokens(completion_text)}
+        usage = {
+            "prompt_tokens": _tokens(prompt_text),
+            "completion_tokens": _tokens(completion_text),
+        }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return Response(200, {
-            "id": "chatcmpl-" + fp[:24], "object": "chat.completion", "created": int(time.time()),
-            "model": str(conv.body.get("model") or "scripted"),
-            "system_fingerprint": SCRIPTED_FINGERPRINT,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": usage})
+        return Response(
+            200,
+            {
+                "id": "chatcmpl-" + fp[:24],
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": str(conv.body.get("model") or "scripted"),
+                "system_fingerprint": SCRIPTED_FINGERPRINT,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": "tool_calls" if tool_calls else "stop",
+                    }
+                ],
+                "usage": usage,
+            },
+        )
 
     # ----------------------------------------------------------------- admin
 
     def _requests(self, req: Request) -> Response:
         with self.lock:
-            data = [e for e in self.log if not req.query.get("run")
-                    or e["run"] == req.query["run"]]
+            data = [e for e in self.log if not req.query.get("run") or e["run"] == req.query["run"]]
         return Response(200, {"data": data})
 
     def _add_fault(self, req: Request) -> Response:
@@ -380,9 +495,14 @@ class FakeLLM:
         fault = str(p.get("fault") or "")
         if fault not in ("401", "429", "500", "502", "503", "slow"):
             return error(400, "fault must be 401, 429, 500, 502, 503 or slow")
-        rule = {"fault": fault, "times": int(p.get("times", 1)), "match": str(p.get("match") or ""),
-                "arg": float(p["retry_after"]) if p.get("retry_after") is not None else (
-                    float(p["seconds"]) if p.get("seconds") is not None else None)}
+        rule = {
+            "fault": fault,
+            "times": int(p.get("times", 1)),
+            "match": str(p.get("match") or ""),
+            "arg": float(p["retry_after"])
+            if p.get("retry_after") is not None
+            else (float(p["seconds"]) if p.get("seconds") is not None else None),
+        }
         with self.lock:
             self.queued.append(rule)
         return Response(200, rule)
@@ -402,14 +522,21 @@ class FakeLLM:
 
 def main(argv: list[str] | None = None) -> None:
     parser = arg_parser("OpenAI-compatible scripted chat-completions server.", default_port=8010)
-    parser.add_argument("--api-key", default=os.environ.get("FAKE_LLM_API_KEY", ""),
-                        help="require 'Authorization: Bearer KEY' (default: any key)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("FAKE_LLM_API_KEY", ""),
+        help="require 'Authorization: Bearer KEY' (default: any key)",
+    )
     args = parser.parse_args(argv)
     llm = FakeLLM(api_key=args.api_key)
     server = start(llm.router, "fake-llm", args.host, args.port)
     port = server.server_address[1]
-    run_forever([server], port, args.port_file,
-                f"scripted LLM on http://{args.host}:{port}/v1 (OPENAI_BASE_URL)")
+    run_forever(
+        [server],
+        port,
+        args.port_file,
+        f"scripted LLM on http://{args.host}:{port}/v1 (OPENAI_BASE_URL)",
+    )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,11 @@ def _classify_smtp(exc: smtplib.SMTPException | OSError) -> Exception:
     elif isinstance(exc, smtplib.SMTPResponseException):
         code, text = exc.smtp_code, exc.smtp_error
     elif isinstance(exc, (smtplib.SMTPConnectError, ConnectionRefusedError)):
-        return durable.TransientError(f"could not connect to the SMTP server "
-                                      f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}: {exc}",
-                                      retry_after=None)
+        return durable.TransientError(
+            f"could not connect to the SMTP server "
+            f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}: {exc}",
+            retry_after=None,
+        )
     else:
         return exc  # disconnected mid-exchange, timeout: ambiguous, reconciled
     reply = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
@@ -55,17 +57,31 @@ def _classify_smtp(exc: smtplib.SMTPException | OSError) -> Exception:
     return durable.PermanentError(message)
 
 
-def send(to: str, subject: str, body: str, *, idempotency_key: str,
-         extra_headers: dict[str, str] | None = None) -> dict[str, Any]:
+def send(
+    to: str,
+    subject: str,
+    body: str,
+    *,
+    idempotency_key: str,
+    extra_headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Send one plain-text email; returns ``{"message_id", "to", "subject"}``."""
     if not isinstance(to, str) or not EMAIL_RE.match(to.strip()):
         raise durable.ModelRecoverableError(f"'to' must be one email address, got {to!r}")
     to = to.strip()
     message_id = message_id_for(idempotency_key)
-    headers = {"Message-ID": message_id, "X-Durable-Idempotency-Key": idempotency_key,
-               **(extra_headers or {})}
-    message = EmailMessage(subject=str(subject)[:300], body=str(body)[:20000],
-                           from_email=settings.DEFAULT_FROM_EMAIL, to=[to], headers=headers)
+    headers = {
+        "Message-ID": message_id,
+        "X-Durable-Idempotency-Key": idempotency_key,
+        **(extra_headers or {}),
+    }
+    message = EmailMessage(
+        subject=str(subject)[:300],
+        body=str(body)[:20000],
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+        headers=headers,
+    )
     try:
         with get_connection(fail_silently=False) as connection:
             message.connection = connection
@@ -85,8 +101,12 @@ def find_sent(params: dict[str, Any], *, idempotency_key: str) -> Any:
     if not found:
         return durable.NOT_FOUND
     first = found[0]
-    return {"message_id": message_id, "to": (first.get("to") or [""])[0],
-            "subject": first.get("subject", ""), "reconciled": True}
+    return {
+        "message_id": message_id,
+        "to": (first.get("to") or [""])[0],
+        "subject": first.get("subject", ""),
+        "reconciled": True,
+    }
 
 
 def send_once(to: str, subject: str, body: str, *, idempotency_key: str) -> dict[str, Any]:

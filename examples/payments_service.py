@@ -110,8 +110,11 @@ class Store:
         return _Tx(self.conn())
 
     def count(self, db: sqlite3.Connection, name: str, n: int = 1) -> None:
-        db.execute("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT(name) "
-                   "DO UPDATE SET value = value + excluded.value", (name, n))
+        db.execute(
+            "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT(name) "
+            "DO UPDATE SET value = value + excluded.value",
+            (name, n),
+        )
 
 
 class _Tx:
@@ -150,11 +153,15 @@ class Faults:
         fault = str(rule.get("fault") or "")
         if fault not in ("429", "503", "500", "401", "drop", "slow"):
             raise ValidationError("fault must be one of 429, 503, 500, 401, drop, slow")
-        clean = {"fault": fault, "path": str(rule.get("path") or ".*"),
-                 "method": str(rule.get("method") or "").upper(),
-                 "match": str(rule.get("match") or ""), "times": int(rule.get("times", 1)),
-                 "retry_after": float(rule.get("retry_after", 1)),
-                 "seconds": float(rule.get("seconds", 2))}
+        clean = {
+            "fault": fault,
+            "path": str(rule.get("path") or ".*"),
+            "method": str(rule.get("method") or "").upper(),
+            "match": str(rule.get("match") or ""),
+            "times": int(rule.get("times", 1)),
+            "retry_after": float(rule.get("retry_after", 1)),
+            "seconds": float(rule.get("seconds", 2)),
+        }
         re.compile(clean["path"])
         with self.lock:
             self.rules.append(clean)
@@ -165,8 +172,7 @@ class Faults:
         if header:
             name, _, arg = header.partition("=")
             return {"fault": name, "retry_after": float(arg or 1), "seconds": float(arg or 2)}
-        haystack = " ".join([key, *request.query.values(),
-                             request.body.decode("utf-8", "replace")])
+        haystack = " ".join([key, *request.query.values(), request.body.decode("utf-8", "replace")])
         with self.lock:
             for rule in self.rules:
                 if rule["times"] == 0:
@@ -181,11 +187,17 @@ class Faults:
                     rule["times"] -= 1
                 return rule
             chaos = self.chaos
-            if (chaos and request.path.startswith("/v1/")
-                    and request.method in chaos["methods"]
-                    and self.rng.random() < chaos["rate"]):
-                return {"fault": self.rng.choice(chaos["faults"]), "retry_after": 0.2,
-                        "seconds": 1.0}
+            if (
+                chaos
+                and request.path.startswith("/v1/")
+                and request.method in chaos["methods"]
+                and self.rng.random() < chaos["rate"]
+            ):
+                return {
+                    "fault": self.rng.choice(chaos["faults"]),
+                    "retry_after": 0.2,
+                    "seconds": 1.0,
+                }
         return None
 
 
@@ -207,10 +219,10 @@ class PaymentsService:
         r.route("POST", "/v1/invoices")(self._guard(self._create_invoice))
         r.route("POST", r"/v1/invoices/(?P<id>in_\w+)/void")(self._guard(self._void_invoice))
         r.route("POST", r"/v1/invoices/(?P<id>in_\w+)/complete")(
-            self._guard(self._complete_invoice))
+            self._guard(self._complete_invoice)
+        )
         r.route("POST", "/v1/purchase_requests")(self._guard(self._create_pr))
-        r.route("POST", r"/v1/purchase_requests/(?P<id>pr_\w+)/close")(
-            self._guard(self._close_pr))
+        r.route("POST", r"/v1/purchase_requests/(?P<id>pr_\w+)/close")(self._guard(self._close_pr))
         r.route("POST", "/v1/orders")(self._guard(self._create_order))
         r.route("GET", r"/v1/(?P<collection>\w+)")(self._guard(self._list))
         r.route("GET", r"/v1/(?P<collection>\w+)/(?P<id>\w+)")(self._guard(self._get))
@@ -218,7 +230,8 @@ class PaymentsService:
         r.route("GET", "/_admin/stats")(self._admin_stats)
         r.route("POST", "/_admin/faults")(self._admin_add_fault)
         r.route("GET", "/_admin/faults")(
-            lambda req: Response(200, {"rules": self.faults.rules, "chaos": self.faults.chaos}))
+            lambda req: Response(200, {"rules": self.faults.rules, "chaos": self.faults.chaos})
+        )
         r.route("DELETE", "/_admin/faults")(self._admin_clear_faults)
         r.route("POST", "/_admin/chaos")(self._admin_chaos)
         r.route("DELETE", "/_admin/chaos")(self._admin_clear_chaos)
@@ -256,27 +269,39 @@ class PaymentsService:
             if row is not None:
                 if row["params_hash"] != phash:
                     self.store.count(db, "idempotency_mismatch")
-                    return error(422, "Keys for idempotent requests can only be used with "
-                                      "the same parameters they were first used with. Try "
-                                      "using a key other than "
-                                      f"'{key}' if you meant to execute a different request.",
-                                 "idempotency_error")
+                    return error(
+                        422,
+                        "Keys for idempotent requests can only be used with "
+                        "the same parameters they were first used with. Try "
+                        "using a key other than "
+                        f"'{key}' if you meant to execute a different request.",
+                        "idempotency_error",
+                    )
                 if row["state"] == "done":
                     self.store.count(db, "idempotent_replays")
-                    return Response(row["status"], json.loads(row["body"]),
-                                    {"Idempotent-Replayed": "true", "Idempotency-Key": key})
+                    return Response(
+                        row["status"],
+                        json.loads(row["body"]),
+                        {"Idempotent-Replayed": "true", "Idempotency-Key": key},
+                    )
                 if now - row["created"] < IN_PROGRESS_TIMEOUT:
                     self.store.count(db, "idempotency_conflicts")
-                    return error(409, "There is currently another in-progress request using "
-                                      "this Idempotency Key (that probably means you "
-                                      "submitted twice, and the other request is still going "
-                                      "through). Please try again later.",
-                                 "idempotency_error", headers={"Retry-After": "1"})
+                    return error(
+                        409,
+                        "There is currently another in-progress request using "
+                        "this Idempotency Key (that probably means you "
+                        "submitted twice, and the other request is still going "
+                        "through). Please try again later.",
+                        "idempotency_error",
+                        headers={"Retry-After": "1"},
+                    )
                 db.execute("UPDATE idempotency SET created = ? WHERE key = ?", (now, key))
             else:
-                db.execute("INSERT INTO idempotency (key, method, path, params_hash, state, "
-                           "created) VALUES (?, ?, ?, ?, 'in_progress', ?)",
-                           (key, req.method, req.path, phash, now))
+                db.execute(
+                    "INSERT INTO idempotency (key, method, path, params_hash, state, "
+                    "created) VALUES (?, ?, ?, ?, 'in_progress', ?)",
+                    (key, req.method, req.path, phash, now),
+                )
         return self._execute(fn, req, key, fault)
 
     def _execute(self, fn: Any, req: Request, key: str | None, fault: dict | None) -> Response:
@@ -286,13 +311,16 @@ class PaymentsService:
             with self.store.tx() as db:
                 status, body = fn(db, req, key)
                 if key:
-                    db.execute("UPDATE idempotency SET state = 'done', status = ?, body = ? "
-                               "WHERE key = ?", (status, json.dumps(body), key))
+                    db.execute(
+                        "UPDATE idempotency SET state = 'done', status = ?, body = ? WHERE key = ?",
+                        (status, json.dumps(body), key),
+                    )
         except Exception as exc:
             if key:  # rolled back, nothing executed: the key may be used again
                 with self.store.tx() as db:
-                    db.execute("DELETE FROM idempotency WHERE key = ? AND state = "
-                               "'in_progress'", (key,))
+                    db.execute(
+                        "DELETE FROM idempotency WHERE key = ? AND state = 'in_progress'", (key,)
+                    )
             if isinstance(exc, (ValidationError, StateError, json.JSONDecodeError)):
                 return error(400, str(exc), "invalid_request_error")
             if isinstance(exc, _NotFound):
@@ -304,28 +332,39 @@ class PaymentsService:
 
     # ------------------------------------------------------------- resources
 
-    def _insert(self, db: sqlite3.Connection, kind: str, key: str | None,
-                data: dict[str, Any]) -> dict[str, Any]:
+    def _insert(
+        self, db: sqlite3.Connection, kind: str, key: str | None, data: dict[str, Any]
+    ) -> dict[str, Any]:
         prefix = KINDS[kind][0]
         now = time.time()
-        obj = {"id": f"{prefix}_{secrets.token_hex(7)}", "object": kind, **data,
-               "idempotency_key": key, "created": int(now)}
-        db.execute("INSERT INTO objects (id, kind, idempotency_key, run_id, data, created, "
-                   "updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   (obj["id"], kind, key, _run_id(key), json.dumps(obj), now, now))
+        obj = {
+            "id": f"{prefix}_{secrets.token_hex(7)}",
+            "object": kind,
+            **data,
+            "idempotency_key": key,
+            "created": int(now),
+        }
+        db.execute(
+            "INSERT INTO objects (id, kind, idempotency_key, run_id, data, created, "
+            "updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (obj["id"], kind, key, _run_id(key), json.dumps(obj), now, now),
+        )
         self.store.count(db, f"created {kind}")
         return obj
 
     def _load(self, db: sqlite3.Connection, kind: str, obj_id: str) -> dict[str, Any]:
-        row = db.execute("SELECT data FROM objects WHERE id = ? AND kind = ?",
-                         (obj_id, kind)).fetchone()
+        row = db.execute(
+            "SELECT data FROM objects WHERE id = ? AND kind = ?", (obj_id, kind)
+        ).fetchone()
         if row is None:
             raise _NotFound(f"No such {kind}: '{obj_id}'")
         return json.loads(row["data"])
 
     def _save(self, db: sqlite3.Connection, obj: dict[str, Any]) -> None:
-        db.execute("UPDATE objects SET data = ?, updated = ? WHERE id = ?",
-                   (json.dumps(obj), time.time(), obj["id"]))
+        db.execute(
+            "UPDATE objects SET data = ?, updated = ? WHERE id = ?",
+            (json.dumps(obj), time.time(), obj["id"]),
+        )
 
     def _create_refund(self, db, req, key):
         p = req.json()
@@ -333,10 +372,18 @@ class PaymentsService:
         if not re.fullmatch(r"ch_\w{1,60}", charge):
             raise ValidationError(f"No such charge: '{charge}' (charge ids look like ch_...)")
         amount = _amount(p, "amount_cents")
-        return 200, self._insert(db, "refund", key, {
-            "charge_id": charge, "amount_cents": amount,
-            "currency": _currency(p), "reason": str(p.get("reason") or "")[:500],
-            "status": "succeeded"})
+        return 200, self._insert(
+            db,
+            "refund",
+            key,
+            {
+                "charge_id": charge,
+                "amount_cents": amount,
+                "currency": _currency(p),
+                "reason": str(p.get("reason") or "")[:500],
+                "status": "succeeded",
+            },
+        )
 
     def _create_ticket(self, db, req, key):
         p = req.json()
@@ -344,27 +391,51 @@ class PaymentsService:
         if priority not in ("low", "normal", "high", "urgent"):
             raise ValidationError("priority must be low, normal, high or urgent")
         number = self._next_number(db, "ticket")
-        return 200, self._insert(db, "ticket", key, {
-            "number": f"T-{number:05d}", "customer": _text(p, "customer", 200),
-            "email": _text(p, "email", 200, required=False),
-            "subject": _text(p, "subject", 300), "body": str(p.get("body") or "")[:5000],
-            "priority": priority, "status": "open"})
+        return 200, self._insert(
+            db,
+            "ticket",
+            key,
+            {
+                "number": f"T-{number:05d}",
+                "customer": _text(p, "customer", 200),
+                "email": _text(p, "email", 200, required=False),
+                "subject": _text(p, "subject", 300),
+                "body": str(p.get("body") or "")[:5000],
+                "priority": priority,
+                "status": "open",
+            },
+        )
 
     def _create_invoice(self, db, req, key):
         p = req.json()
         lines = p.get("lines")
         if not isinstance(lines, list) or not lines or len(lines) > 100:
             raise ValidationError("lines must be a list of 1-100 {description, amount_cents}")
-        clean = [{"description": _text(line, "description", 300),
-                  "amount_cents": _amount(line, "amount_cents")}
-                 for line in lines if isinstance(line, dict)]
+        clean = [
+            {
+                "description": _text(line, "description", 300),
+                "amount_cents": _amount(line, "amount_cents"),
+            }
+            for line in lines
+            if isinstance(line, dict)
+        ]
         if len(clean) != len(lines):
             raise ValidationError("every line must be an object")
         number = self._next_number(db, "invoice")
-        return 200, self._insert(db, "invoice", key, {
-            "number": f"INV-{number:06d}", "customer": _text(p, "customer", 200),
-            "email": _text(p, "email", 200), "currency": _currency(p), "lines": clean,
-            "total_cents": sum(line["amount_cents"] for line in clean), "status": "open"})
+        return 200, self._insert(
+            db,
+            "invoice",
+            key,
+            {
+                "number": f"INV-{number:06d}",
+                "customer": _text(p, "customer", 200),
+                "email": _text(p, "email", 200),
+                "currency": _currency(p),
+                "lines": clean,
+                "total_cents": sum(line["amount_cents"] for line in clean),
+                "status": "open",
+            },
+        )
 
     def _void_invoice(self, db, req, key):
         inv = self._load(db, "invoice", req.params["id"])
@@ -388,10 +459,19 @@ class PaymentsService:
 
     def _create_pr(self, db, req, key):
         p = req.json()
-        return 200, self._insert(db, "purchase_request", key, {
-            "requester": _text(p, "requester", 200), "item": _text(p, "item", 300),
-            "quantity": _amount(p, "quantity"), "amount_cents": _amount(p, "amount_cents"),
-            "vendor": _text(p, "vendor", 200), "status": "submitted"})
+        return 200, self._insert(
+            db,
+            "purchase_request",
+            key,
+            {
+                "requester": _text(p, "requester", 200),
+                "item": _text(p, "item", 300),
+                "quantity": _amount(p, "quantity"),
+                "amount_cents": _amount(p, "amount_cents"),
+                "vendor": _text(p, "vendor", 200),
+                "status": "submitted",
+            },
+        )
 
     def _close_pr(self, db, req, key):
         pr = self._load(db, "purchase_request", req.params["id"])
@@ -406,15 +486,25 @@ class PaymentsService:
         p = req.json()
         pr_id = _text(p, "purchase_request", 100)
         self._load(db, "purchase_request", pr_id)
-        return 200, self._insert(db, "order", key, {
-            "purchase_request": pr_id, "vendor": _text(p, "vendor", 200),
-            "item": _text(p, "item", 300), "quantity": _amount(p, "quantity"),
-            "amount_cents": _amount(p, "amount_cents"), "status": "placed"})
+        return 200, self._insert(
+            db,
+            "order",
+            key,
+            {
+                "purchase_request": pr_id,
+                "vendor": _text(p, "vendor", 200),
+                "item": _text(p, "item", 300),
+                "quantity": _amount(p, "quantity"),
+                "amount_cents": _amount(p, "amount_cents"),
+                "status": "placed",
+            },
+        )
 
     def _next_number(self, db: sqlite3.Connection, kind: str) -> int:
         self.store.count(db, f"number {kind}")
-        return db.execute("SELECT value FROM counters WHERE name = ?",
-                          (f"number {kind}",)).fetchone()[0]
+        return db.execute(
+            "SELECT value FROM counters WHERE name = ?", (f"number {kind}",)
+        ).fetchone()[0]
 
     def _list(self, db, req, key):
         kind = COLLECTIONS.get(req.params["collection"])
@@ -446,13 +536,19 @@ class PaymentsService:
             sql += " WHERE kind = ?"
             args.append(req.query["kind"])
         rows = self.store.conn().execute(sql + " ORDER BY created", args).fetchall()
-        return Response(200, {"data": [
-            {**json.loads(r["data"]), "run_id": r["run_id"]} for r in rows]})
+        return Response(
+            200, {"data": [{**json.loads(r["data"]), "run_id": r["run_id"]} for r in rows]}
+        )
 
     def _admin_stats(self, req: Request) -> Response:
         rows = self.store.conn().execute("SELECT name, value FROM counters").fetchall()
-        return Response(200, {"counters": {r["name"]: r["value"] for r in rows},
-                              "faults_injected": dict(self.faults.injected)})
+        return Response(
+            200,
+            {
+                "counters": {r["name"]: r["value"] for r in rows},
+                "faults_injected": dict(self.faults.injected),
+            },
+        )
 
     def _admin_add_fault(self, req: Request) -> Response:
         try:
@@ -472,8 +568,11 @@ class PaymentsService:
         if not set(faults) <= {"429", "503", "500", "401", "drop", "slow"}:
             return error(400, "unknown fault in faults")
         with self.faults.lock:
-            self.faults.chaos = {"rate": float(p.get("rate", 0.1)), "faults": faults,
-                                 "methods": [m.upper() for m in p.get("methods") or ["POST"]]}
+            self.faults.chaos = {
+                "rate": float(p.get("rate", 0.1)),
+                "faults": faults,
+                "methods": [m.upper() for m in p.get("methods") or ["POST"]],
+            }
             if "seed" in p:
                 self.faults.rng.seed(p["seed"])
         return Response(200, self.faults.chaos)
@@ -508,11 +607,19 @@ def _early_fault(fault: dict[str, Any]) -> Response | None:
     name = fault["fault"]
     retry_after = fault.get("retry_after", 1)
     if name == "429":
-        return error(429, "Too many requests hit the API too quickly.", "rate_limit_error",
-                     headers={"Retry-After": _fmt(retry_after)})
+        return error(
+            429,
+            "Too many requests hit the API too quickly.",
+            "rate_limit_error",
+            headers={"Retry-After": _fmt(retry_after)},
+        )
     if name == "503":
-        return error(503, "The service is temporarily unavailable.", "api_error",
-                     headers={"Retry-After": _fmt(retry_after)})
+        return error(
+            503,
+            "The service is temporarily unavailable.",
+            "api_error",
+            headers={"Retry-After": _fmt(retry_after)},
+        )
     if name == "500":
         return error(500, "An unexpected error occurred (injected).", "api_error")
     if name == "401":
@@ -555,17 +662,25 @@ def _currency(p: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     default_db = Path(os.environ.get("DURABLE_VAR_DIR") or "var") / "payments.sqlite3"
-    parser = arg_parser("Payments and tickets service with Stripe's idempotency contract.",
-                        default_port=8020)
+    parser = arg_parser(
+        "Payments and tickets service with Stripe's idempotency contract.", default_port=8020
+    )
     parser.add_argument("--db", default=str(default_db), help=f"SQLite file (default {default_db})")
-    parser.add_argument("--api-key", default=os.environ.get("PAYMENTS_SERVICE_API_KEY", ""),
-                        help="require 'Authorization: Bearer KEY' (default: no check)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("PAYMENTS_SERVICE_API_KEY", ""),
+        help="require 'Authorization: Bearer KEY' (default: no check)",
+    )
     args = parser.parse_args(argv)
     service = PaymentsService(args.db, api_key=args.api_key)
     server = start(service.router, "payments", args.host, args.port)
     port = server.server_address[1]
-    run_forever([server], port, args.port_file,
-                f"payments service on http://{args.host}:{port}/ (db {args.db})")
+    run_forever(
+        [server],
+        port,
+        args.port_file,
+        f"payments service on http://{args.host}:{port}/ (db {args.db})",
+    )
 
 
 if __name__ == "__main__":

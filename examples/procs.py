@@ -51,8 +51,9 @@ class Service:
                 self.proc.wait(timeout=10)
 
 
-def start_service(name: str, module: str, args: list[str], folder: Path,
-                  env: dict[str, str] | None = None) -> Service:
+def start_service(
+    name: str, module: str, args: list[str], folder: Path, env: dict[str, str] | None = None
+) -> Service:
     """Start ``python -m module args --port-file F`` and wait until it wrote its port(s)."""
     folder.mkdir(parents=True, exist_ok=True)
     port_file = folder / f"{name}.port"
@@ -60,9 +61,14 @@ def start_service(name: str, module: str, args: list[str], folder: Path,
     log_path = folder / f"{name}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child from here on
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args, "--port-file", str(port_file)], cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, stdout=log,
-        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        [sys.executable, "-m", module, *args, "--port-file", str(port_file)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log.close()
     service = Service(name, proc, log_path)
     deadline = time.monotonic() + READY_TIMEOUT
@@ -71,8 +77,7 @@ def start_service(name: str, module: str, args: list[str], folder: Path,
             raise RuntimeError(f"{name} exited with {proc.returncode}:\n{service.log_text()}")
         if time.monotonic() > deadline:
             service.stop(signal.SIGKILL)
-            raise RuntimeError(f"{name} did not start in {READY_TIMEOUT} s:\n"
-                               f"{service.log_text()}")
+            raise RuntimeError(f"{name} did not start in {READY_TIMEOUT} s:\n{service.log_text()}")
         time.sleep(0.05)
     text = port_file.read_text().strip()
     service.ports = json.loads(text) if text.startswith("{") else {"http": int(text)}
@@ -92,13 +97,14 @@ class ServiceSet:
     def start(cls, folder: Path) -> ServiceSet:
         services = cls(folder)
         try:
-            services.llm = start_service("fake_llm", "examples.fake_llm", ["--port", "0"],
-                                         folder)
+            services.llm = start_service("fake_llm", "examples.fake_llm", ["--port", "0"], folder)
             services.start_payments()
             services.sink = start_service(
-                "smtp_sink", "examples.smtp_sink",
+                "smtp_sink",
+                "examples.smtp_sink",
                 ["--smtp-port", "0", "--http-port", "0", "--db", str(folder / "sink.sqlite3")],
-                folder)
+                folder,
+            )
         except BaseException:
             services.stop()
             raise
@@ -107,8 +113,11 @@ class ServiceSet:
     def start_payments(self, port: int = 0) -> Service:
         """(Re)start the payments service on ``port`` (0: a free one), keeping its data."""
         self.payments = start_service(
-            "payments", "examples.payments_service",
-            ["--port", str(port), "--db", str(self.folder / "payments.sqlite3")], self.folder)
+            "payments",
+            "examples.payments_service",
+            ["--port", str(port), "--db", str(self.folder / "payments.sqlite3")],
+            self.folder,
+        )
         return self.payments
 
     def all(self) -> list[Service]:
@@ -138,10 +147,15 @@ class ServiceSet:
     def env(self) -> dict[str, str]:
         """Environment variables that point the tools and ``ctx.llm`` at these services."""
         assert self.sink is not None
-        return {"OPENAI_BASE_URL": f"{self.llm_url}/v1", "OPENAI_API_KEY": "scripted",
-                "DURABLE_LLM_MODEL": "scripted", "DURABLE_PAYMENTS_URL": self.payments_url,
-                "DURABLE_SMTP_SINK_URL": self.sink_url, "EMAIL_HOST": "127.0.0.1",
-                "EMAIL_PORT": str(self.sink.ports["smtp"])}
+        return {
+            "OPENAI_BASE_URL": f"{self.llm_url}/v1",
+            "OPENAI_API_KEY": "scripted",
+            "DURABLE_LLM_MODEL": "scripted",
+            "DURABLE_PAYMENTS_URL": self.payments_url,
+            "DURABLE_SMTP_SINK_URL": self.sink_url,
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(self.sink.ports["smtp"]),
+        }
 
 
 def admin(base_url: str, method: str, path: str, body: Any = None) -> Any:

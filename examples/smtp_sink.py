@@ -41,15 +41,7 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP
 
-from examples._http import (
-    Request,
-    Response,
-    Router,
-    error,
-    start,
-    thread_db,
-    write_port_file,
-)
+from examples._http import Request, Response, Router, error, start, thread_db, write_port_file
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -87,8 +79,11 @@ class Sink:
         return None
 
     def record(self, envelope: Any) -> int:
-        raw = envelope.content if isinstance(envelope.content, bytes) else (
-            envelope.content or "").encode("utf-8", "replace")
+        raw = (
+            envelope.content
+            if isinstance(envelope.content, bytes)
+            else (envelope.content or "").encode("utf-8", "replace")
+        )
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         body = msg.get_body(preferencelist=("plain",)) if msg.is_multipart() else msg
         text = ""
@@ -99,10 +94,17 @@ class Sink:
         cur = self.conn().execute(
             "INSERT INTO messages (message_id, mail_from, rcpt_tos, subject, received, size, "
             "body, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (str(msg.get("Message-ID") or "").strip(), envelope.mail_from,
-             json.dumps(list(envelope.rcpt_tos)), str(msg.get("Subject") or ""), time.time(),
-             len(raw), str(text)[:20000],
-             str(msg.get("X-Durable-Idempotency-Key") or "").strip()))
+            (
+                str(msg.get("Message-ID") or "").strip(),
+                envelope.mail_from,
+                json.dumps(list(envelope.rcpt_tos)),
+                str(msg.get("Subject") or ""),
+                time.time(),
+                len(raw),
+                str(text)[:20000],
+                str(msg.get("X-Durable-Idempotency-Key") or "").strip(),
+            ),
+        )
         return int(cur.lastrowid)
 
     def query(self, q: dict[str, str]) -> list[dict[str, Any]]:
@@ -115,12 +117,21 @@ class Sink:
             sql += " AND subject = ?"
             args.append(q["subject"])
         rows = self.conn().execute(sql + " ORDER BY id LIMIT 10000", args).fetchall()
-        out = [{"id": r["id"], "message_id": r["message_id"], "from": r["mail_from"],
-                "to": json.loads(r["rcpt_tos"]), "subject": r["subject"],
-                "received": r["received"], "size": r["size"], "body": r["body"],
+        out = [
+            {
+                "id": r["id"],
+                "message_id": r["message_id"],
+                "from": r["mail_from"],
+                "to": json.loads(r["rcpt_tos"]),
+                "subject": r["subject"],
+                "received": r["received"],
+                "size": r["size"],
+                "body": r["body"],
                 "idempotency_key": r["idempotency_key"],
-                "run_id": (r["idempotency_key"] or "").split(":", 1)[0]}
-               for r in rows]
+                "run_id": (r["idempotency_key"] or "").split(":", 1)[0],
+            }
+            for r in rows
+        ]
         if q.get("to"):
             out = [m for m in out if q["to"] in m["to"]]
         return out
@@ -141,18 +152,28 @@ class Sink:
     def _messages(self, req: Request) -> Response:
         rule = self.fault("query", " ".join(req.query.values()))
         if rule is not None:
-            return error(503, "the message store is unavailable (injected)", "api_error",
-                         headers={"Retry-After": "5"})
+            return error(
+                503,
+                "the message store is unavailable (injected)",
+                "api_error",
+                headers={"Retry-After": "5"},
+            )
         return Response(200, {"data": self.query(req.query)})
 
     def _stats(self, req: Request) -> Response:
         db = self.conn()
         total = db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-        dups = db.execute("SELECT message_id, COUNT(*) AS n FROM messages GROUP BY message_id "
-                          "HAVING n > 1").fetchall()
-        return Response(200, {"messages": total,
-                              "duplicates": {r["message_id"]: r["n"] for r in dups},
-                              "faults_injected": dict(self.injected)})
+        dups = db.execute(
+            "SELECT message_id, COUNT(*) AS n FROM messages GROUP BY message_id HAVING n > 1"
+        ).fetchall()
+        return Response(
+            200,
+            {
+                "messages": total,
+                "duplicates": {r["message_id"]: r["n"] for r in dups},
+                "faults_injected": dict(self.injected),
+            },
+        )
 
     def _add_fault(self, req: Request) -> Response:
         p = req.json()
@@ -162,8 +183,13 @@ class Sink:
         stage = str(p.get("stage") or ("data" if fault in ("drop", "slow") else "rcpt"))
         if stage not in ("rcpt", "data", "query"):
             return error(400, "stage must be rcpt, data or query")
-        rule = {"fault": fault, "stage": stage, "match": str(p.get("match") or ""),
-                "times": int(p.get("times", 1)), "seconds": float(p.get("seconds", 2))}
+        rule = {
+            "fault": fault,
+            "stage": stage,
+            "match": str(p.get("match") or ""),
+            "times": int(p.get("times", 1)),
+            "seconds": float(p.get("seconds", 2)),
+        }
         with self.lock:
             self.rules.append(rule)
         return Response(200, rule)
@@ -199,8 +225,11 @@ class SinkHandler:
     async def handle_DATA(self, server, session, envelope):
         raw = envelope.content if isinstance(envelope.content, bytes) else b""
         subject = re.search(rb"^Subject: ?(.*)$", raw, re.MULTILINE | re.IGNORECASE)
-        haystack = " ".join(envelope.rcpt_tos) + " " + (
-            subject.group(1).decode("utf-8", "replace") if subject else "")
+        haystack = (
+            " ".join(envelope.rcpt_tos)
+            + " "
+            + (subject.group(1).decode("utf-8", "replace") if subject else "")
+        )
         rule = self.sink.fault("data", haystack)
         if rule is not None and rule["fault"] != "drop":
             reply = await self._fault_reply(rule, server)
@@ -233,8 +262,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smtp-port", type=int, default=1025)
     parser.add_argument("--http-port", type=int, default=1080)
     parser.add_argument("--db", default=str(default_db))
-    parser.add_argument("--port-file", default=None,
-                        help='write {"smtp": port, "http": port} here once listening')
+    parser.add_argument(
+        "--port-file", default=None, help='write {"smtp": port, "http": port} here once listening'
+    )
     args = parser.parse_args(argv)
 
     sink = Sink(args.db)
@@ -242,18 +272,30 @@ def main(argv: list[str] | None = None) -> None:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     handler = SinkHandler(sink)
-    server = loop.run_until_complete(loop.create_server(
-        lambda: SMTP(handler, hostname="durable-sink.local", ident="durable smtp sink",
-                     enable_SMTPUTF8=True, timeout=60),
-        host=args.host, port=args.smtp_port))
+    server = loop.run_until_complete(
+        loop.create_server(
+            lambda: SMTP(
+                handler,
+                hostname="durable-sink.local",
+                ident="durable smtp sink",
+                enable_SMTPUTF8=True,
+                timeout=60,
+            ),
+            host=args.host,
+            port=args.smtp_port,
+        )
+    )
     smtp_port = server.sockets[0].getsockname()[1]
     http_port = http.server_address[1]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     write_port_file(args.port_file, json.dumps({"smtp": smtp_port, "http": http_port}))
-    print(f"SMTP sink on {args.host}:{smtp_port}, query API on http://{args.host}:"
-          f"{http_port}/messages (db {args.db})", flush=True)
+    print(
+        f"SMTP sink on {args.host}:{smtp_port}, query API on http://{args.host}:"
+        f"{http_port}/messages (db {args.db})",
+        flush=True,
+    )
     loop.run_until_complete(stop.wait())
     server.close()
     http.shutdown()

@@ -60,36 +60,77 @@ def hello(ctx, data):
 
 #: the support agent's tools, in the OpenAI function-calling format
 SUPPORT_TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": "kb_search", "description": "Search the help-center articles.",
-        "parameters": {"type": "object", "properties": {
-            "query": {"type": "string"}}, "required": ["query"]}}},
-    {"type": "function", "function": {
-        "name": "tickets_create", "description": "Open a support ticket for the customer.",
-        "parameters": {"type": "object", "properties": {
-            "customer": {"type": "string"}, "email": {"type": "string"},
-            "subject": {"type": "string"}, "body": {"type": "string"},
-            "priority": {"type": "string", "enum": ["low", "normal", "high", "urgent"]}},
-            "required": ["customer", "subject"]}}},
-    {"type": "function", "function": {
-        "name": "payments_refund",
-        "description": "Refund a charge the customer should not have paid (a person "
-                       "approves it first). Amounts in cents.",
-        "parameters": {"type": "object", "properties": {
-            "charge_id": {"type": "string", "description": "ch_..."},
-            "amount_cents": {"type": "integer"}, "reason": {"type": "string"}},
-            "required": ["charge_id", "amount_cents"]}}},
-    {"type": "function", "function": {
-        "name": "email_send", "description": "Email the customer.",
-        "parameters": {"type": "object", "properties": {
-            "to": {"type": "string"}, "subject": {"type": "string"},
-            "body": {"type": "string"}}, "required": ["to", "subject", "body"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "kb_search",
+            "description": "Search the help-center articles.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "tickets_create",
+            "description": "Open a support ticket for the customer.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "customer": {"type": "string"},
+                    "email": {"type": "string"},
+                    "subject": {"type": "string"},
+                    "body": {"type": "string"},
+                    "priority": {"type": "string", "enum": ["low", "normal", "high", "urgent"]},
+                },
+                "required": ["customer", "subject"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "payments_refund",
+            "description": "Refund a charge the customer should not have paid (a person "
+            "approves it first). Amounts in cents.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "charge_id": {"type": "string", "description": "ch_..."},
+                    "amount_cents": {"type": "integer"},
+                    "reason": {"type": "string"},
+                },
+                "required": ["charge_id", "amount_cents"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "email_send",
+            "description": "Email the customer.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string"},
+                    "subject": {"type": "string"},
+                    "body": {"type": "string"},
+                },
+                "required": ["to", "subject", "body"],
+            },
+        },
+    },
 ]
 #: LLM function name -> registered tool (OpenAI function names may not contain dots)
-SUPPORT_TOOL_NAMES = {"kb_search": "examples.kb.search",
-                      "tickets_create": "examples.tickets.create",
-                      "payments_refund": "examples.payments.refund",
-                      "email_send": "examples.email.send"}
+SUPPORT_TOOL_NAMES = {
+    "kb_search": "examples.kb.search",
+    "tickets_create": "examples.tickets.create",
+    "payments_refund": "examples.payments.refund",
+    "email_send": "examples.email.send",
+}
 #: model calls one support run may make (the token budget usually ends it sooner)
 SUPPORT_MAX_LLM_CALLS = 8
 #: the first words of the message that feeds an unusable model reply back to the model
@@ -101,7 +142,8 @@ SUPPORT_SYSTEM_PROMPT = (
     "JSON arguments. When every tool has answered, reply with a short summary for the "
     "support team.\n"
     "durable-script: support\n"
-    "run: {run_id}")
+    "run: {run_id}"
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _EMAIL = re.compile(r"^[\w.+\-]+@[\w\-]+(\.[\w\-]+)+$")
 MAX_MESSAGE_CHARS = 4000
@@ -119,7 +161,8 @@ def read_customer_message(data: Any) -> dict[str, str]:
         raise durable.PermanentError(
             f"the support input must be a JSON object with 'message', got "
             f"{type(data).__name__}; start the run again with "
-            '{"customer": ..., "email": ..., "message": ...}')
+            '{"customer": ..., "email": ..., "message": ...}'
+        )
     message = data.get("message")
     if not isinstance(message, str):
         raise durable.PermanentError(f"'message' must be text, got {type(message).__name__}")
@@ -128,14 +171,14 @@ def read_customer_message(data: Any) -> dict[str, str]:
         raise durable.PermanentError("'message' is empty: there is nothing to answer")
     customer = _CONTROL.sub("", str(data.get("customer") or "")).strip()[:200] or "customer"
     email = str(data.get("email") or "").strip()
-    return {"customer": customer, "email": email if _EMAIL.match(email) else "",
-            "message": message}
+    return {"customer": customer, "email": email if _EMAIL.match(email) else "", "message": message}
 
 
 def _refuse_tool(name: str) -> None:
     raise durable.ModelRecoverableError(
         f"tool {name[:80]!r} is not available to this agent; use one of "
-        f"{', '.join(sorted(SUPPORT_TOOL_NAMES))}")
+        f"{', '.join(sorted(SUPPORT_TOOL_NAMES))}"
+    )
 
 
 def _tool_message(call_id: str, result: Any) -> dict[str, Any]:
@@ -143,8 +186,11 @@ def _tool_message(call_id: str, result: Any) -> dict[str, Any]:
         content = {"error": {"type": result.error_type, "message": result.message}}
     else:
         content = {"result": result}
-    return {"role": "tool", "tool_call_id": call_id,
-            "content": json.dumps(content, default=str)[:8000]}
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": json.dumps(content, default=str)[:8000],
+    }
 
 
 def _is_write(tool: str) -> bool:
@@ -156,7 +202,9 @@ def _skipped(name: str, rejected: durable.ModelRecoverable) -> durable.ModelReco
     """What the model is told about a call of its turn that was not run."""
     return durable.ModelRecoverable(
         f"{name} was not run: an earlier call of the same turn was rejected "
-        f"({rejected.message}); decide again with that in mind", "SkippedAfterRejection")
+        f"({rejected.message}); decide again with that in mind",
+        "SkippedAfterRejection",
+    )
 
 
 @durable.workflow(name="examples.support", version="1")
@@ -173,24 +221,44 @@ def support(ctx, data):
     request = ctx.step("read_message", read_customer_message, data)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SUPPORT_SYSTEM_PROMPT.format(run_id=ctx.run_id)},
-        {"role": "user", "content": f"Customer: {request['customer']} <{request['email']}>\n"
-                                    f"Message:\n{request['message']}"}]
+        {
+            "role": "user",
+            "content": f"Customer: {request['customer']} <{request['email']}>\n"
+            f"Message:\n{request['message']}",
+        },
+    ]
     done: dict[str, Any] = {"ticket": None, "refund": None, "email": None}
     planned = False
     for _ in range(SUPPORT_MAX_LLM_CALLS):
         reply = ctx.llm(messages, tools=SUPPORT_TOOLS, step_id="turn" if planned else "plan")
         if isinstance(reply, durable.ModelRecoverable):
-            messages.append({"role": "user", "content": (
-                f"{FEEDBACK_PREFIX}: {reply.message}. Send your tool calls again, each "
-                "with a JSON object as its arguments.")})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": (
+                        f"{FEEDBACK_PREFIX}: {reply.message}. Send your tool calls again, each "
+                        "with a JSON object as its arguments."
+                    ),
+                }
+            )
             continue
         planned = True
         if not reply["tool_calls"]:
             return {**done, "summary": reply["content"] or "", "status": "answered"}
-        messages.append({"role": "assistant", "content": reply["content"], "tool_calls": [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-            for c in reply["tool_calls"]]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": reply["content"],
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                    }
+                    for c in reply["tool_calls"]
+                ],
+            }
+        )
         rejected: durable.ModelRecoverable | None = None
         for call in reply["tool_calls"]:
             tool = SUPPORT_TOOL_NAMES.get(call["name"])
@@ -204,20 +272,27 @@ def support(ctx, data):
                 result = ctx.call_tool(tool, call["arguments"])
             else:
                 result = ctx.step("refuse_tool", _refuse_tool, call["name"])
-            if (isinstance(result, durable.ModelRecoverable)
-                    and result.error_type == "ApprovalRejected"):
+            if (
+                isinstance(result, durable.ModelRecoverable)
+                and result.error_type == "ApprovalRejected"
+            ):
                 rejected = result
             if not isinstance(result, durable.ModelRecoverable) and isinstance(result, dict):
-                key = {"tickets_create": "ticket", "payments_refund": "refund",
-                       "email_send": "email"}.get(call["name"])
+                key = {
+                    "tickets_create": "ticket",
+                    "payments_refund": "refund",
+                    "email_send": "email",
+                }.get(call["name"])
                 if key:
                     done[key] = result.get("id") or result.get("message_id")
             messages.append(_tool_message(call["id"], result))
     raise durable.PermanentError(
-        f"the agent did not finish within {SUPPORT_MAX_LLM_CALLS} model calls")
+        f"the agent did not finish within {SUPPORT_MAX_LLM_CALLS} model calls"
+    )
 
 
 # ---------------------------------------------------------------------- invoice
+
 
 def read_invoice_request(data: Any) -> dict[str, Any]:
     """Validate ``{"customer", "email", "lines": [{"description", "amount_cents"}],
@@ -231,17 +306,25 @@ def read_invoice_request(data: Any) -> dict[str, Any]:
     for line in lines:
         if not isinstance(line, dict) or not isinstance(line.get("amount_cents"), int):
             raise durable.PermanentError(
-                "each line needs a 'description' and an integer 'amount_cents'")
-        clean.append({"description": str(line.get("description") or "item")[:300],
-                      "amount_cents": line["amount_cents"]})
+                "each line needs a 'description' and an integer 'amount_cents'"
+            )
+        clean.append(
+            {
+                "description": str(line.get("description") or "item")[:300],
+                "amount_cents": line["amount_cents"],
+            }
+        )
     email = str(data.get("email") or "").strip()
     if not _EMAIL.match(email):
         raise durable.PermanentError(f"'email' is not an email address: {email!r}")
     timeout = data.get("approval_timeout_seconds")
-    return {"customer": str(data.get("customer") or "").strip()[:200] or "customer",
-            "email": email, "lines": clean,
-            "currency": str(data.get("currency") or "usd").lower()[:3],
-            "approval_timeout": float(timeout) if timeout else None}
+    return {
+        "customer": str(data.get("customer") or "").strip()[:200] or "customer",
+        "email": email,
+        "lines": clean,
+        "currency": str(data.get("currency") or "usd").lower()[:3],
+        "approval_timeout": float(timeout) if timeout else None,
+    }
 
 
 @durable.workflow(name="examples.invoice", version="1")
@@ -252,33 +335,66 @@ def invoice(ctx, data):
     and emails the customer a correction (the ``compensate`` hooks of the tools).
     """
     order = ctx.step("read_request", read_invoice_request, data)
-    inv = ctx.call_tool("examples.invoices.create", {"customer": order["customer"],
-                                            "email": order["email"], "lines": order["lines"],
-                                            "currency": order["currency"]})
+    inv = ctx.call_tool(
+        "examples.invoices.create",
+        {
+            "customer": order["customer"],
+            "email": order["email"],
+            "lines": order["lines"],
+            "currency": order["currency"],
+        },
+    )
     if isinstance(inv, durable.ModelRecoverable):
         raise durable.PermanentError(f"the billing service refused the invoice: {inv.message}")
     total = f"{inv['total_cents'] / 100:,.2f} {inv['currency'].upper()}"
     decision = ctx.wait_for_approval(
-        "send-invoice", title=f"Send invoice {inv['number']} ({total}) to {order['email']}?",
-        payload={"invoice": inv["id"], "number": inv["number"], "customer": order["customer"],
-                 "email": order["email"], "total": total, "lines": order["lines"]},
-        approvers="billing", timeout=order["approval_timeout"], on_timeout="reject",
-        four_eyes=True)  # money leaves with the invoice: whoever asked may not approve
+        "send-invoice",
+        title=f"Send invoice {inv['number']} ({total}) to {order['email']}?",
+        payload={
+            "invoice": inv["id"],
+            "number": inv["number"],
+            "customer": order["customer"],
+            "email": order["email"],
+            "total": total,
+            "lines": order["lines"],
+        },
+        approvers="billing",
+        timeout=order["approval_timeout"],
+        on_timeout="reject",
+        four_eyes=True,
+    )  # money leaves with the invoice: whoever asked may not approve
     if not decision.approved:
         ctx.call_tool("examples.invoices.void", {"invoice_id": inv["id"]})
-        return {"invoice": inv["id"], "number": inv["number"], "status": "voided",
-                "decided_by": list(decision.decided_by), "comment": decision.comment}
-    sent = ctx.call_tool("examples.invoices.send", {
-        "invoice_id": inv["id"], "number": inv["number"], "to": order["email"],
-        "customer": order["customer"], "total_cents": inv["total_cents"],
-        "currency": inv["currency"]})
+        return {
+            "invoice": inv["id"],
+            "number": inv["number"],
+            "status": "voided",
+            "decided_by": list(decision.decided_by),
+            "comment": decision.comment,
+        }
+    sent = ctx.call_tool(
+        "examples.invoices.send",
+        {
+            "invoice_id": inv["id"],
+            "number": inv["number"],
+            "to": order["email"],
+            "customer": order["customer"],
+            "total_cents": inv["total_cents"],
+            "currency": inv["currency"],
+        },
+    )
     if isinstance(sent, durable.ModelRecoverable):
         raise durable.PermanentError(f"the invoice email was refused: {sent.message}")
     done = ctx.call_tool("examples.invoices.complete", {"invoice_id": inv["id"]})
     if isinstance(done, durable.ModelRecoverable):
         raise durable.PermanentError(f"the invoice could not be completed: {done.message}")
-    return {"invoice": inv["id"], "number": inv["number"], "status": done["status"],
-            "email": sent["message_id"], "approved_by": list(decision.decided_by)}
+    return {
+        "invoice": inv["id"],
+        "number": inv["number"],
+        "status": done["status"],
+        "email": sent["message_id"],
+        "approved_by": list(decision.decided_by),
+    }
 
 
 # ------------------------------------------------------------------ procurement
@@ -298,11 +414,15 @@ def read_purchase_request(data: Any) -> dict[str, Any]:
     for name in ("requester", "item", "vendor"):
         if not isinstance(data.get(name), str) or not data[name].strip():
             raise durable.PermanentError(f"'{name}' must be non-empty text")
-    return {"requester": data["requester"].strip()[:200], "item": data["item"].strip()[:300],
-            "vendor": data["vendor"].strip()[:200], "quantity": data["quantity"],
-            "amount_cents": data["amount_cents"],
-            "approval_timeout": float(data.get("approval_timeout_seconds") or THREE_DAYS),
-            "goods_timeout": float(data.get("goods_timeout_seconds") or THIRTY_DAYS)}
+    return {
+        "requester": data["requester"].strip()[:200],
+        "item": data["item"].strip()[:300],
+        "vendor": data["vendor"].strip()[:200],
+        "quantity": data["quantity"],
+        "amount_cents": data["amount_cents"],
+        "approval_timeout": float(data.get("approval_timeout_seconds") or THREE_DAYS),
+        "goods_timeout": float(data.get("goods_timeout_seconds") or THIRTY_DAYS),
+    }
 
 
 @durable.workflow(name="examples.procurement", version="1")
@@ -313,32 +433,57 @@ def procurement(ctx, data):
     The approval is four-eyes: neither the run's starter nor the purchase's
     ``requester`` (a dashboard username, when it is one) may approve it."""
     req = ctx.step("read_request", read_purchase_request, data)
-    pr = ctx.call_tool("examples.procurement.submit", {k: req[k] for k in (
-        "requester", "item", "quantity", "amount_cents", "vendor")})
+    pr = ctx.call_tool(
+        "examples.procurement.submit",
+        {k: req[k] for k in ("requester", "item", "quantity", "amount_cents", "vendor")},
+    )
     if isinstance(pr, durable.ModelRecoverable):
         raise durable.PermanentError(f"the purchase request was refused: {pr.message}")
     decision = ctx.wait_for_approval(
-        "purchase", title=f"Buy {req['quantity']} x {req['item']} from {req['vendor']} "
-                          f"({req['amount_cents'] / 100:,.2f})?",
-        payload={"purchase_request": pr["id"], **{k: req[k] for k in (
-            "requester", "item", "quantity", "amount_cents", "vendor")}},
-        approvers="procurement", timeout=req["approval_timeout"], on_timeout="escalate",
+        "purchase",
+        title=f"Buy {req['quantity']} x {req['item']} from {req['vendor']} "
+        f"({req['amount_cents'] / 100:,.2f})?",
+        payload={
+            "purchase_request": pr["id"],
+            **{k: req[k] for k in ("requester", "item", "quantity", "amount_cents", "vendor")},
+        },
+        approvers="procurement",
+        timeout=req["approval_timeout"],
+        on_timeout="escalate",
         escalate_to="finance",
         # the requester of the purchase may not approve it, nor may whoever started the run
-        four_eyes=True, requesters=[req["requester"]])
+        four_eyes=True,
+        requesters=[req["requester"]],
+    )
     if not decision.approved:
         outcome = "expired" if decision.expired else "rejected"
-        ctx.call_tool("examples.procurement.close",
-                      {"purchase_request": pr["id"], "outcome": outcome})
-        return {"purchase_request": pr["id"], "status": outcome,
-                "decided_by": list(decision.decided_by)}
-    order = ctx.call_tool("examples.orders.place", {
-        "purchase_request": pr["id"], "vendor": req["vendor"], "item": req["item"],
-        "quantity": req["quantity"], "amount_cents": req["amount_cents"]})
+        ctx.call_tool(
+            "examples.procurement.close", {"purchase_request": pr["id"], "outcome": outcome}
+        )
+        return {
+            "purchase_request": pr["id"],
+            "status": outcome,
+            "decided_by": list(decision.decided_by),
+        }
+    order = ctx.call_tool(
+        "examples.orders.place",
+        {
+            "purchase_request": pr["id"],
+            "vendor": req["vendor"],
+            "item": req["item"],
+            "quantity": req["quantity"],
+            "amount_cents": req["amount_cents"],
+        },
+    )
     if isinstance(order, durable.ModelRecoverable):
         raise durable.PermanentError(f"the order was refused: {order.message}")
     goods = ctx.wait_for_signal("goods_received", timeout=req["goods_timeout"], default=None)
     outcome = "received" if goods is not None else "goods not received in time"
     ctx.call_tool("examples.procurement.close", {"purchase_request": pr["id"], "outcome": outcome})
-    return {"purchase_request": pr["id"], "order": order["id"], "status": outcome,
-            "approved_by": list(decision.decided_by), "goods": goods}
+    return {
+        "purchase_request": pr["id"],
+        "order": order["id"],
+        "status": outcome,
+        "approved_by": list(decision.decided_by),
+        "goods": goods,
+    }

@@ -6,5 +6,8 @@ import pytest
 @pytest.fixture(autouse=True)
 def _manual_dispatch(settings):
     """In-process tests drive runs themselves; process tests override this."""
-    settings.DURABLE = {**settings.DURABLE, "DISPATCH": "manual",
-                        "WORKFLOW_MODULES": ["tests.workflows", "tests.waits_workflows"]}
+    settings.DURABLE = {
+        **settings.DURABLE,
+        "DISPATCH": "manual",
+        "WORKFLOW_MODULES": ["tests.workflows", "tests.waits_workflows"],
+    }

@@ -91,9 +91,18 @@ def split_key(key: str) -> tuple[str, str]:
 def enter(kind: str, key: str, **extra: Any) -> None:
     """Log that a body (``kind="step"``) or a reconcile hook was entered."""
     run_id, step_id = split_key(key)
-    append_jsonl(crash_dir() / "invocations.jsonl",
-                 {"kind": kind, "step": step_id, "run": run_id, "key": key,
-                  "pid": os.getpid(), "t": time.time(), **extra})
+    append_jsonl(
+        crash_dir() / "invocations.jsonl",
+        {
+            "kind": kind,
+            "step": step_id,
+            "run": run_id,
+            "key": key,
+            "pid": os.getpid(),
+            "t": time.time(),
+            **extra,
+        },
+    )
 
 
 def crash_point(point: str) -> None:
@@ -125,8 +134,14 @@ def first_time(name: str) -> bool:
 # ----------------------------------------------------------- the recording fake service
 
 
-def service_call(service: str, key: str, params: dict[str, Any], *, dedupe: bool,
-                 make_result: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+def service_call(
+    service: str,
+    key: str,
+    params: dict[str, Any],
+    *,
+    dedupe: bool,
+    make_result: Callable[[int], dict[str, Any]],
+) -> dict[str, Any]:
     """Perform an external effect: one line in ``effects.jsonl``.
 
     ``dedupe``: a repeated key returns the first result and writes nothing (an
@@ -141,8 +156,16 @@ def service_call(service: str, key: str, params: dict[str, Any], *, dedupe: bool
                 if line["key"] == key:
                     return line["result"]
         result = make_result(len(lines) + 1)
-        append_jsonl(path, {"service": service, "key": key, "params": params,
-                            "result": result, "pid": os.getpid()})
+        append_jsonl(
+            path,
+            {
+                "service": service,
+                "key": key,
+                "params": params,
+                "result": result,
+                "pid": os.getpid(),
+            },
+        )
         return result
 
 
@@ -160,10 +183,12 @@ def plan_llm(message: str, customer: str, *, idempotency_key: str) -> dict[str, 
     """Stands in for an LLM call: the step we must not pay for twice."""
     enter("step", idempotency_key)
     crash_point("plan:before")
-    return {"query": "refund policy duplicate charge",
-            "subject": f"Duplicate charge reported by {customer}",
-            "refund_amount": Decimal("19.90"),
-            "reply": f"We are refunding the duplicate charge. ({len(message)} chars read)"}
+    return {
+        "query": "refund policy duplicate charge",
+        "subject": f"Duplicate charge reported by {customer}",
+        "refund_amount": Decimal("19.90"),
+        "reply": f"We are refunding the duplicate charge. ({len(message)} chars read)",
+    }
 
 
 @durable.tool(name="kb.search", safety="read_only")
@@ -171,8 +196,10 @@ def kb_search(query: str, *, idempotency_key: str) -> list[dict[str, str]]:
     """Search the knowledge base."""
     enter("step", idempotency_key)
     crash_point("kb.search:before")
-    return [{"id": "kb-7", "title": "Refunds for duplicate charges"},
-            {"id": "kb-12", "title": f"Escalation policy ({query.split()[0]})"}]
+    return [
+        {"id": "kb-7", "title": "Refunds for duplicate charges"},
+        {"id": "kb-12", "title": f"Escalation policy ({query.split()[0]})"},
+    ]
 
 
 @durable.tool(name="tickets.create", safety="idempotent_write")
@@ -180,8 +207,13 @@ def tickets_create(customer: str, subject: str, *, idempotency_key: str) -> dict
     """Open a support ticket (the service dedupes by idempotency key)."""
     enter("step", idempotency_key)
     crash_point("tickets.create:before")
-    result = service_call("tickets", idempotency_key, {"customer": customer, "subject": subject},
-                          dedupe=True, make_result=lambda n: {"ticket_id": f"T-{n}"})
+    result = service_call(
+        "tickets",
+        idempotency_key,
+        {"customer": customer, "subject": subject},
+        dedupe=True,
+        make_result=lambda n: {"ticket_id": f"T-{n}"},
+    )
     crash_point("tickets.create:after_effect")
     return result
 
@@ -191,15 +223,23 @@ def find_refund(params: dict[str, Any], *, idempotency_key: str) -> Any:
     return service_lookup("payments", idempotency_key) or NOT_FOUND
 
 
-@durable.tool(name="payments.refund", safety="unsafe_write", reconcile=find_refund,
-              external_id=lambda result: result.get("refund_id"))
+@durable.tool(
+    name="payments.refund",
+    safety="unsafe_write",
+    reconcile=find_refund,
+    external_id=lambda result: result.get("refund_id"),
+)
 def payments_refund(charge_id: str, amount: Decimal, *, idempotency_key: str) -> dict[str, Any]:
     """Refund a charge. Not idempotent: every call moves money."""
     enter("step", idempotency_key)
     crash_point("payments.refund:before")
-    result = service_call("payments", idempotency_key,
-                          {"charge_id": charge_id, "amount": str(amount)}, dedupe=False,
-                          make_result=lambda n: {"refund_id": f"R-{n}", "amount": str(amount)})
+    result = service_call(
+        "payments",
+        idempotency_key,
+        {"charge_id": charge_id, "amount": str(amount)},
+        dedupe=False,
+        make_result=lambda n: {"refund_id": f"R-{n}", "amount": str(amount)},
+    )
     crash_point("payments.refund:after_effect")
     return result
 
@@ -214,25 +254,40 @@ def email_send(to: str, subject: str, body: str, *, idempotency_key: str) -> dic
     """Send an email. Not idempotent: every call is another email."""
     enter("step", idempotency_key)
     crash_point("email.send:before")
-    result = service_call("email", idempotency_key, {"to": to, "subject": subject, "body": body},
-                          dedupe=False, make_result=lambda n: {"message_id": f"M-{n}"})
+    result = service_call(
+        "email",
+        idempotency_key,
+        {"to": to, "subject": subject, "body": body},
+        dedupe=False,
+        make_result=lambda n: {"message_id": f"M-{n}"},
+    )
     crash_point("email.send:after_effect")
     return result
 
 
-def summarize(plan: dict[str, Any], docs: list[dict[str, str]], ticket: dict[str, Any],
-              refund: dict[str, Any], email: dict[str, Any], *, idempotency_key: str) -> str:
+def summarize(
+    plan: dict[str, Any],
+    docs: list[dict[str, str]],
+    ticket: dict[str, Any],
+    refund: dict[str, Any],
+    email: dict[str, Any],
+    *,
+    idempotency_key: str,
+) -> str:
     enter("step", idempotency_key)
     crash_point("summary:before")
-    return (f"{ticket['ticket_id']}: refunded {refund['amount']} as {refund['refund_id']}, "
-            f"emailed {email['message_id']}; sources {', '.join(d['id'] for d in docs)}; "
-            f"{plan['subject']}")
+    return (
+        f"{ticket['ticket_id']}: refunded {refund['amount']} as {refund['refund_id']}, "
+        f"emailed {email['message_id']}; sources {', '.join(d['id'] for d in docs)}; "
+        f"{plan['subject']}"
+    )
 
 
 #: the reference agent's durable calls in order (step ids)
 AGENT_STEPS = ("plan", "kb.search", "tickets.create", "payments.refund", "email.send", "summary")
 #: the ones with an external effect
 AGENT_EFFECT_STEPS = ("tickets.create", "payments.refund", "email.send")
+
 
 def get_safety(step_id: str) -> str | None:
     """The safety class of the tool a step calls (``None`` for a plain step)."""
@@ -245,23 +300,35 @@ def get_safety(step_id: str) -> str | None:
         return None
 
 
-AGENT_INPUT = {"customer": "cus_42", "email": "ada@example.com", "charge_id": "ch_1001",
-               "message": "I was charged twice for order 1001, please refund one."}
+AGENT_INPUT = {
+    "customer": "cus_42",
+    "email": "ada@example.com",
+    "charge_id": "ch_1001",
+    "message": "I was charged twice for order 1001, please refund one.",
+}
 
 
 @durable.workflow(name="crash.support_agent", version="1")
 def support_agent(ctx, data):
     plan = ctx.step("plan", plan_llm, data["message"], data["customer"])
     docs = ctx.call_tool("kb.search", {"query": plan["query"]})
-    ticket = ctx.call_tool("tickets.create", {"customer": data["customer"],
-                                              "subject": plan["subject"]})
-    refund = ctx.call_tool("payments.refund", {"charge_id": data["charge_id"],
-                                               "amount": plan["refund_amount"]})
-    email = ctx.call_tool("email.send", {"to": data["email"], "subject": plan["subject"],
-                                         "body": plan["reply"]})
+    ticket = ctx.call_tool(
+        "tickets.create", {"customer": data["customer"], "subject": plan["subject"]}
+    )
+    refund = ctx.call_tool(
+        "payments.refund", {"charge_id": data["charge_id"], "amount": plan["refund_amount"]}
+    )
+    email = ctx.call_tool(
+        "email.send", {"to": data["email"], "subject": plan["subject"], "body": plan["reply"]}
+    )
     summary = ctx.step("summary", summarize, plan, docs, ticket, refund, email)
-    return {"ticket": ticket["ticket_id"], "refund": refund, "email": email["message_id"],
-            "docs": [d["id"] for d in docs], "summary": summary}
+    return {
+        "ticket": ticket["ticket_id"],
+        "refund": refund,
+        "email": email["message_id"],
+        "docs": [d["id"] for d in docs],
+        "summary": summary,
+    }
 
 
 # ------------------------------------------------------------ scenario workflows
@@ -278,8 +345,13 @@ def long_write(seconds: float, *, idempotency_key: str) -> dict[str, Any]:
     """S01: runs longer than the lease, then writes to an external ledger."""
     enter("step", idempotency_key)
     time.sleep(seconds)
-    service_call("ledger", idempotency_key, {"seconds": seconds}, dedupe=False,
-                 make_result=lambda n: {"entry": n})
+    service_call(
+        "ledger",
+        idempotency_key,
+        {"seconds": seconds},
+        dedupe=False,
+        make_result=lambda n: {"entry": n},
+    )
     return {"slept": seconds}
 
 
@@ -311,18 +383,29 @@ def charge_api(amount: str, *, idempotency_key: str) -> dict[str, Any]:
     enter("step", idempotency_key, attempt=attempt)
     if first:
         time.sleep(5.0)
-    append_jsonl(crash_dir() / "api_requests.jsonl",
-                 {"key": idempotency_key, "attempt": attempt, "pid": os.getpid(),
-                  "t": time.time()})
-    charge = service_call("api", idempotency_key, {"amount": amount}, dedupe=True,
-                          make_result=lambda n: {"charge_id": f"C-{n}", "attempt": attempt})
+    append_jsonl(
+        crash_dir() / "api_requests.jsonl",
+        {"key": idempotency_key, "attempt": attempt, "pid": os.getpid(), "t": time.time()},
+    )
+    charge = service_call(
+        "api",
+        idempotency_key,
+        {"amount": amount},
+        dedupe=True,
+        make_result=lambda n: {"charge_id": f"C-{n}", "attempt": attempt},
+    )
     return {"attempt": attempt, "charge": charge}
 
 
 @durable.workflow(name="crash.timeout_api", version="1")
 def timeout_api(ctx, data):
-    charged = ctx.step("charge", charge_api, data["amount"], timeout=2,
-                       retry=RetryPolicy(max_attempts=2, initial_interval=0.1))
+    charged = ctx.step(
+        "charge",
+        charge_api,
+        data["amount"],
+        timeout=2,
+        retry=RetryPolicy(max_attempts=2, initial_interval=0.1),
+    )
     counted = ctx.step("count", tally, "count", charged["charge"]["charge_id"])
     return {"charged": charged, "counted": counted}
 
@@ -362,10 +445,17 @@ def steal_lease(*, idempotency_key: str) -> str:
     run_id, _ = split_key(idempotency_key)
     enter("step", idempotency_key)
     Run.objects.filter(pk=run_id).update(
-        lease_token="thief-token", lease_owner="thief:1:1",
-        lease_expires_at=timezone.now() + timedelta(seconds=60))
-    service_call("ledger", idempotency_key, {"by": "stale worker"}, dedupe=False,
-                 make_result=lambda n: {"entry": n})
+        lease_token="thief-token",
+        lease_owner="thief:1:1",
+        lease_expires_at=timezone.now() + timedelta(seconds=60),
+    )
+    service_call(
+        "ledger",
+        idempotency_key,
+        {"by": "stale worker"},
+        dedupe=False,
+        make_result=lambda n: {"entry": n},
+    )
     return "written by a worker that lost its lease"
 
 

@@ -53,8 +53,13 @@ def open_ticket(n: int, seconds: float, *, idempotency_key: str) -> dict[str, An
     """A plain step whose effect is an idempotent service call (dedupes by key)."""
     enter("step", idempotency_key)
     time.sleep(seconds)
-    return service_call("tickets", idempotency_key, {"n": n}, dedupe=True,
-                        make_result=lambda i: {"ticket": f"T-{i}"})
+    return service_call(
+        "tickets",
+        idempotency_key,
+        {"n": n},
+        dedupe=True,
+        make_result=lambda i: {"ticket": f"T-{i}"},
+    )
 
 
 def find_charge(params: dict[str, Any], *, idempotency_key: str) -> Any:
@@ -63,13 +68,17 @@ def find_charge(params: dict[str, Any], *, idempotency_key: str) -> Any:
 
 
 @durable.tool(name="dbf.charge", safety="unsafe_write", reconcile=find_charge)
-def charge(n: int, ticket: str, seconds: float = 0.0, *,
-           idempotency_key: str) -> dict[str, Any]:
+def charge(n: int, ticket: str, seconds: float = 0.0, *, idempotency_key: str) -> dict[str, Any]:
     """Not idempotent: every call is another charge (a repeat would be a visible dup)."""
     enter("step", idempotency_key)
     time.sleep(seconds)
-    return service_call("charges", idempotency_key, {"n": n, "ticket": ticket}, dedupe=False,
-                        make_result=lambda i: {"charge_id": f"C-{i}"})
+    return service_call(
+        "charges",
+        idempotency_key,
+        {"n": n, "ticket": ticket},
+        dedupe=False,
+        make_result=lambda i: {"charge_id": f"C-{i}"},
+    )
 
 
 @durable.workflow(name="dbf.two_steps", version="1")
@@ -77,8 +86,9 @@ def two_steps(ctx, data):
     """S28: a plain step with an idempotent effect, then an unsafe write with reconcile."""
     seconds = data.get("seconds", 0.0)
     first = ctx.step("first", open_ticket, data["n"], seconds)
-    charged = ctx.call_tool("dbf.charge", {"n": data["n"], "ticket": first["ticket"],
-                                           "seconds": seconds})
+    charged = ctx.call_tool(
+        "dbf.charge", {"n": data["n"], "ticket": first["ticket"], "seconds": seconds}
+    )
     return {"n": data["n"], "ticket": first["ticket"], "charge": charged["charge_id"]}
 
 
@@ -144,8 +154,12 @@ def _task_started(sender=None, task=None, args=None, **kwargs) -> None:
         return
     execution = _next_execution(run_id)
     if execution <= len(faults) and faults[execution - 1] > 0:
-        _state.target = {"run": run_id, "execution": execution,
-                         "statement": faults[execution - 1], "seen": 0}
+        _state.target = {
+            "run": run_id,
+            "execution": execution,
+            "statement": faults[execution - 1],
+            "seen": 0,
+        }
     from django.db import connection
 
     if _inject not in connection.execute_wrappers:
@@ -165,17 +179,28 @@ def _inject(execute, sql, params, many, context):
 def _fault(wrapper: Any, target: dict[str, Any], sql: str) -> None:
     from django.db import OperationalError
 
-    append_jsonl(crash_dir() / "faults.jsonl",
-                 {"run": target["run"], "execution": target["execution"],
-                  "statement": target["statement"], "sql": " ".join(sql.split())[:160],
-                  "pid": os.getpid(), "vendor": wrapper.vendor, "t": time.time()})
+    append_jsonl(
+        crash_dir() / "faults.jsonl",
+        {
+            "run": target["run"],
+            "execution": target["execution"],
+            "statement": target["statement"],
+            "sql": " ".join(sql.split())[:160],
+            "pid": os.getpid(),
+            "vendor": wrapper.vendor,
+            "t": time.time(),
+        },
+    )
     if wrapper.vendor != "postgresql":
         raise OperationalError("database is locked (injected by tests/dbfault_workflows.py)")
     import psycopg
 
     pid = wrapper.connection.info.backend_pid
-    params = {k: v for k, v in wrapper.get_connection_params().items()
-              if k in ("dbname", "user", "password", "host", "port") and v}
+    params = {
+        k: v
+        for k, v in wrapper.get_connection_params().items()
+        if k in ("dbname", "user", "password", "host", "port") and v
+    }
     with psycopg.connect(**params, autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
 

@@ -88,10 +88,15 @@ def use_session_broker(var_dir: Path) -> dict[str, Any] | None:
     folders = {name: var_dir / "broker" / name for name in ("queue", "processed", "control")}
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
-    _set_transport_options({**previous, "data_folder_in": str(folders["queue"]),
-                            "data_folder_out": str(folders["queue"]),
-                            "processed_folder": str(folders["processed"]),
-                            "control_folder": str(folders["control"])})
+    _set_transport_options(
+        {
+            **previous,
+            "data_folder_in": str(folders["queue"]),
+            "data_folder_out": str(folders["queue"]),
+            "processed_folder": str(folders["processed"]),
+            "control_folder": str(folders["control"]),
+        }
+    )
     _session_var_dir = var_dir
     return previous
 
@@ -119,24 +124,29 @@ def worker_env(crash_dir: Path, **extra: str) -> dict[str, str]:
 
     # pass the test process's environment through (DURABLE_ENCRYPTION_KEY,
     # DURABLE_EXTRA_APPS, ...), minus what this harness decides per worker
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CRASH_", "PYTEST_"))
-           and k not in ("DURABLE_HEARTBEAT_SECONDS", "DURABLE_REDISPATCH_AFTER_SECONDS")}
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "PYTHONPATH": str(REPO),
-        "PYTHONUNBUFFERED": "1",
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": str(settings.CELERY_BROKER_URL),
-        "DURABLE_VAR_DIR": str(_session_var_dir or settings.VAR_DIR),
-        "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
-        "DURABLE_DISPATCH": "celery",
-        "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows",
-        "DURABLE_LEASE_SECONDS": str(LEASE_SECONDS),
-        "DURABLE_SWEEP_INTERVAL_SECONDS": str(SWEEP_INTERVAL),
-        "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
-        "CRASH_TEST_DIR": str(crash_dir),
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CRASH_", "PYTEST_"))
+        and k not in ("DURABLE_HEARTBEAT_SECONDS", "DURABLE_REDISPATCH_AFTER_SECONDS")
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+            "DATABASE_URL": database_url(),
+            "CELERY_BROKER_URL": str(settings.CELERY_BROKER_URL),
+            "DURABLE_VAR_DIR": str(_session_var_dir or settings.VAR_DIR),
+            "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
+            "DURABLE_DISPATCH": "celery",
+            "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows",
+            "DURABLE_LEASE_SECONDS": str(LEASE_SECONDS),
+            "DURABLE_SWEEP_INTERVAL_SECONDS": str(SWEEP_INTERVAL),
+            "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
+            "CRASH_TEST_DIR": str(crash_dir),
+        }
+    )
     env.update(extra)
     return env
 
@@ -175,8 +185,15 @@ def purge_broker() -> int:
 class Worker:
     """One ``celery worker`` process (``--pool=solo`` unless told) in its own session."""
 
-    def __init__(self, name: str, env: dict[str, str], log_path: Path, *,
-                 pool: str = "solo", concurrency: int = 1) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        pool: str = "solo",
+        concurrency: int = 1,
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self.env = env
@@ -184,11 +201,26 @@ class Worker:
         self.started_at = time.monotonic()
         self.ready_at: float | None = None
         self.proc = subprocess.Popen(
-            [str(CELERY), "-A", "config", "worker", f"--pool={pool}",
-             f"--concurrency={concurrency}",
-             "--without-mingle", "--without-gossip", "-n", f"{name}@%h", "--loglevel=INFO"],
-            cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                str(CELERY),
+                "-A",
+                "config",
+                "worker",
+                f"--pool={pool}",
+                f"--concurrency={concurrency}",
+                "--without-mingle",
+                "--without-gossip",
+                "-n",
+                f"{name}@%h",
+                "--loglevel=INFO",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
@@ -204,8 +236,11 @@ class Worker:
             return ""
 
     def is_ready(self) -> bool:
-        if self.ready_at is None and f"{self.name}@" in (text := self.log_text()) and (
-                " ready." in text):
+        if (
+            self.ready_at is None
+            and f"{self.name}@" in (text := self.log_text())
+            and (" ready." in text)
+        ):
             self.ready_at = time.monotonic()
         return self.ready_at is not None
 
@@ -214,11 +249,14 @@ class Worker:
         deadline = time.monotonic() + timeout
         while not self.is_ready():
             if not self.alive():
-                raise AssertionError(f"worker {self.name} exited with {self.proc.returncode} "
-                                     f"before it was ready:\n{self.tail()}")
+                raise AssertionError(
+                    f"worker {self.name} exited with {self.proc.returncode} "
+                    f"before it was ready:\n{self.tail()}"
+                )
             if time.monotonic() > deadline:
-                raise AssertionError(f"worker {self.name} not ready after {timeout} s:\n"
-                                     f"{self.tail()}")
+                raise AssertionError(
+                    f"worker {self.name} not ready after {timeout} s:\n{self.tail()}"
+                )
             time.sleep(0.05)
         assert self.ready_at is not None
         return self.ready_at - self.started_at
@@ -228,8 +266,9 @@ class Worker:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.name} still running after {timeout} s:\n"
-                                 f"{self.tail()}") from None
+            raise AssertionError(
+                f"worker {self.name} still running after {timeout} s:\n{self.tail()}"
+            ) from None
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group (a crash: no cleanup, no ack)."""
@@ -256,16 +295,23 @@ class WorkerPool:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.workers: list[Worker] = []
 
-    def start(self, *, crash_at: str = "", crash_dir: Path | None = None, wait: bool = False,
-              pool: str = "solo", concurrency: int = 1, **extra_env: str) -> Worker:
+    def start(
+        self,
+        *,
+        crash_at: str = "",
+        crash_dir: Path | None = None,
+        wait: bool = False,
+        pool: str = "solo",
+        concurrency: int = 1,
+        **extra_env: str,
+    ) -> Worker:
         """Start a worker; ``crash_at`` arms ``CRASH_AT``; ``wait``: until it is ready;
         ``pool``/``concurrency``: Celery's (``prefork`` runs tasks in child processes)."""
         name = f"w{next(_names)}"
         env = worker_env(crash_dir or self.crash_dir, **extra_env)
         if crash_at:
             env["CRASH_AT"] = crash_at
-        worker = Worker(name, env, self.log_dir / f"{name}.log", pool=pool,
-                        concurrency=concurrency)
+        worker = Worker(name, env, self.log_dir / f"{name}.log", pool=pool, concurrency=concurrency)
         self.workers.append(worker)
         if wait:
             worker.wait_ready()
@@ -282,16 +328,24 @@ class WorkerPool:
         parts = []
         for w in self.workers:
             state = "alive" if w.alive() else f"exit {w.proc.returncode}"
-            parts.append(f"----- worker {w.name} pid {w.pid} ({state}) "
-                         f"crash_at={w.env.get('CRASH_AT', '')!r} -----\n{w.tail(lines)}")
+            parts.append(
+                f"----- worker {w.name} pid {w.pid} ({state}) "
+                f"crash_at={w.env.get('CRASH_AT', '')!r} -----\n{w.tail(lines)}"
+            )
         return "\n".join(parts)
 
 
 # ------------------------------------------------------------------------- waiting
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, *, what: str = "the condition",
-               sweep: bool = True, interval: float = 0.1) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    *,
+    what: str = "the condition",
+    sweep: bool = True,
+    interval: float = 0.1,
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; return that.
 
     Runs ``durable.sweeper.sweep()`` every ``SWEEP_INTERVAL`` seconds (as Celery beat
@@ -339,10 +393,14 @@ def describe_run(run_id: str) -> str:
     if run is None:
         return f"run {run_id} does not exist"
     events = list(TraceEvent.objects.filter(run_id=run_id).order_by("-id")[:12])
-    head = (f"run {run_id}: status={run.status} claims={run.claims} "
-            f"lease_owner={run.lease_owner!r} lease_expires_at={run.lease_expires_at} "
-            f"dispatched_at={run.dispatched_at} error={run.error}")
+    head = (
+        f"run {run_id}: status={run.status} claims={run.claims} "
+        f"lease_owner={run.lease_owner!r} lease_expires_at={run.lease_expires_at} "
+        f"dispatched_at={run.dispatched_at} error={run.error}"
+    )
     lines = [head]
-    lines += [f"  {e.created_at:%H:%M:%S.%f} {e.kind} {e.step_id} {e.actor} {e.message[:160]}"
-              for e in reversed(events)]
+    lines += [
+        f"  {e.created_at:%H:%M:%S.%f} {e.kind} {e.step_id} {e.actor} {e.message[:160]}"
+        for e in reversed(events)
+    ]
     return "\n".join(lines)

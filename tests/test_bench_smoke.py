@@ -23,14 +23,39 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _run_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PYTEST_") and k not in ("DATABASE_URL", "CELERY_BROKER_URL",
-                                                         "DJANGO_SETTINGS_MODULE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_")
+        and k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
+    }
     return subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "checkpoint", "--dbs", "sqlite",
-         "--reps", "1", "--var-dir", str(tmp_path / "var"), "--out", str(tmp_path / "out"),
-         "--name", "smoke", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=110, check=False)
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            "checkpoint",
+            "--dbs",
+            "sqlite",
+            "--reps",
+            "1",
+            "--var-dir",
+            str(tmp_path / "var"),
+            "--out",
+            str(tmp_path / "out"),
+            "--name",
+            "smoke",
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
 
 
 def test_quick_checkpoint_run_produces_the_table(tmp_path: Path) -> None:
@@ -52,9 +77,14 @@ def test_quick_checkpoint_run_produces_the_table(tmp_path: Path) -> None:
 
     rows = data["parts"]["checkpoint"]["rows"]
     got = {(r["system"], r["db"], r["scenario"]) for r in rows}
-    assert {("durable", "sqlite", "seq"), ("durable", "sqlite", "single"),
-            ("durable", "sqlite", "read_tool"), ("durable", "sqlite", "write_tool"),
-            ("floor", "sqlite", "seq"), ("floor", "sqlite", "single")} <= got
+    assert {
+        ("durable", "sqlite", "seq"),
+        ("durable", "sqlite", "single"),
+        ("durable", "sqlite", "read_tool"),
+        ("durable", "sqlite", "write_tool"),
+        ("floor", "sqlite", "seq"),
+        ("floor", "sqlite", "single"),
+    } <= got
     for r in rows:
         assert r["per_step_ms"]["n"] == 1
         assert r["per_step_ms"]["median"] > 0

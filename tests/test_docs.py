@@ -28,7 +28,8 @@ SUFFIXES = {".py", ".md", ".html"}
 #: own pages are lower-case, ``docs/architecture.md`` and ``docs/conventions.md``)
 OUTSIDE = re.compile(
     r"\.\./shared|shared/design|\bSCENARIOS\b|\bARCHITECTURE\b|\bCONVENTIONS\b"
-    r"|\bSTRUCTURE\.md\b")
+    r"|\bSTRUCTURE\.md\b"
+)
 #: outside ``docs/``, a page of ``docs/`` is named with its folder
 BARE_PAGE = re.compile(r"(?<![\w/.-])(?:architecture|conventions)\.md\b", re.IGNORECASE)
 #: ``docs/<page>.md`` with an optional ``#anchor``, not part of a longer path
@@ -36,9 +37,19 @@ DOCS_LINK = re.compile(r"(?<![\w/.-])docs/([\w-]+\.md)(?:#([\w-]+))?")
 #: inside ``docs/``: markdown links to a sibling page or to a heading of the same page
 RELATIVE_LINK = re.compile(r"\]\((?:([\w-]+\.md))?(?:#([\w-]+))?\)")
 
-REQUIRED_SECTIONS = ("Layers", "The run state machine", "Leases", "Checkpoints", "Replay",
-                     "The operation ledger", "Waits", "Dispatch", "Failures and retries",
-                     "Values", "Module map")
+REQUIRED_SECTIONS = (
+    "Layers",
+    "The run state machine",
+    "Leases",
+    "Checkpoints",
+    "Replay",
+    "The operation ledger",
+    "Waits",
+    "Dispatch",
+    "Failures and retries",
+    "Values",
+    "Module map",
+)
 
 
 def project_files(root: Path) -> Iterator[Path]:
@@ -58,8 +69,9 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
-    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"),
-                  flags=re.MULTILINE | re.DOTALL)  # no headings inside code blocks
+    text = re.sub(
+        r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL
+    )  # no headings inside code blocks
     headings = re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.MULTILINE)
     return {slug(m.group(1)) for m in headings}
 
@@ -86,8 +98,10 @@ def broken_links(root: Path) -> list[str]:
         if not page.is_file():
             broken.append(f"{rel}:{number}: {link} (no such page)")
         elif anchor and anchor not in cache.setdefault(page, anchors(page)):
-            broken.append(f"{rel}:{number}: {link} (no heading with that anchor on "
-                          f"{page.relative_to(root).as_posix()})")
+            broken.append(
+                f"{rel}:{number}: {link} (no heading with that anchor on "
+                f"{page.relative_to(root).as_posix()})"
+            )
 
     for path in project_files(root):
         rel = path.relative_to(root).as_posix()
@@ -104,8 +118,10 @@ def broken_links(root: Path) -> list[str]:
 
 def test_no_file_points_to_a_document_outside_the_repository():
     found = outside_references(ROOT)
-    assert not found, ("these lines point to documents outside the repository; link a "
-                       "section of docs/ or name the test instead:\n" + "\n".join(found))
+    assert not found, (
+        "these lines point to documents outside the repository; link a "
+        "section of docs/ or name the test instead:\n" + "\n".join(found)
+    )
 
 
 def test_every_link_to_docs_names_an_existing_page_and_heading():
@@ -125,13 +141,16 @@ def test_readme_links_the_design_documents_near_the_top():
     assert "docs/conventions.md" in "\n".join(top)
 
 
-@pytest.mark.parametrize(("heading", "anchor"), [
-    ("Layers", "layers"),
-    ("The run state machine", "the-run-state-machine"),
-    ("Planned, not built", "planned-not-built"),
-    ("`make check` and CI", "make-check-and-ci"),
-    ("Who asked, and where signals went", "who-asked-and-where-signals-went"),
-])
+@pytest.mark.parametrize(
+    ("heading", "anchor"),
+    [
+        ("Layers", "layers"),
+        ("The run state machine", "the-run-state-machine"),
+        ("Planned, not built", "planned-not-built"),
+        ("`make check` and CI", "make-check-and-ci"),
+        ("Who asked, and where signals went", "who-asked-and-where-signals-went"),
+    ],
+)
 def test_slug_matches_githubs_anchors(heading, anchor):
     assert slug(heading) == anchor
 
@@ -145,7 +164,8 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         '"""Leases (docs/architecture.md#leases), see ../shared/ARCHITECTURE.md."""\n'
         "# SCENARIOS S01\n"
         "# docs/architecture.md#heartbeats and docs/missing.md\n"
-        "# see architecture.md\n")
+        "# see architecture.md\n"
+    )
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv" / "x.py").write_text("# ../shared/CONVENTIONS.md\n")
 

@@ -25,11 +25,29 @@ PRODUCT = {"durable", "approvals", "dashboard"}
 def wheel_names(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "var", "build", "*.egg-info", "__pycache__", "*.pyc", ".*_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(tmp / "dist"), str(source)], check=True, capture_output=True,
-                   timeout=240)
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "var", "build", "*.egg-info", "__pycache__", "*.pyc", ".*_cache"
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
     (wheel,) = (tmp / "dist").glob("durable-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         return archive.namelist()
@@ -55,8 +73,10 @@ def test_wheel_holds_the_product_packages_only(wheel_names):
 def test_wheel_holds_the_dashboard_templates_and_static_files(wheel_names):
     for folder, suffix in [("templates/dashboard", ".html"), ("static/dashboard", "")]:
         shipped = {name for name in wheel_names if name.startswith(f"dashboard/{folder}/")}
-        on_disk = {f"dashboard/{path.relative_to(ROOT / 'dashboard').as_posix()}"
-                   for path in (ROOT / "dashboard" / folder).rglob(f"*{suffix}")
-                   if path.is_file()}
+        on_disk = {
+            f"dashboard/{path.relative_to(ROOT / 'dashboard').as_posix()}"
+            for path in (ROOT / "dashboard" / folder).rglob(f"*{suffix}")
+            if path.is_file()
+        }
         assert on_disk and shipped == on_disk
     assert "durable/static/durable/admin.css" in wheel_names

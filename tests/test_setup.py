@@ -34,8 +34,11 @@ def test_makefile_has_up_test_lint_clean():
 
 
 def test_procfile_runs_web_worker_and_beat():
-    entries = dict(line.split(":", 1) for line in read("Procfile").splitlines()
-                   if line.strip() and not line.startswith("#"))
+    entries = dict(
+        line.split(":", 1)
+        for line in read("Procfile").splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     entries = {name.strip(): cmd.strip() for name, cmd in entries.items()}
     assert {"web", "worker", "beat"} <= set(entries)
     assert entries["web"].startswith("daphne ") and "config.asgi:application" in entries["web"]
@@ -73,15 +76,25 @@ def test_readme_quick_start_has_both_commands():
     readme = read("README.md")
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert "make up" in quick and "make test" in quick
-    for section in ("## Settings", "## Running in production", "## Management commands",
-                    "## Architecture map", "## Waits and approvals", "## Dashboard"):
+    for section in (
+        "## Settings",
+        "## Running in production",
+        "## Management commands",
+        "## Architecture map",
+        "## Waits and approvals",
+        "## Dashboard",
+    ):
         assert section in readme
 
 
 def test_readme_lists_every_environment_variable_of_the_settings():
-    names = set(re.findall(r"""environ(?:\.get)?\(\s*["']([A-Z_]+)["']|"""
-                           r"""env_(?:bool|list|float)\(\s*["']([A-Z_]+)["']""",
-                           read("config/settings.py")))
+    names = set(
+        re.findall(
+            r"""environ(?:\.get)?\(\s*["']([A-Z_]+)["']|"""
+            r"""env_(?:bool|list|float)\(\s*["']([A-Z_]+)["']""",
+            read("config/settings.py"),
+        )
+    )
     names = {a or b for a, b in names}
     assert "DATABASE_URL" not in names  # read by dj-database-url
     names |= {"DATABASE_URL"}
@@ -95,7 +108,10 @@ def test_hello_example_runs_to_completion():
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value() == {"message": "Bonjour, Ada Lovelace!", "language": "fr"}
     assert list(run.steps.order_by("position").values_list("step_id", flat=True)) == [
-        "normalize_name", "examples.lookup_greeting", "compose"]
+        "normalize_name",
+        "examples.lookup_greeting",
+        "compose",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,16 +7,25 @@ import durable
 EFFECTS: list[tuple[str, object]] = []
 
 
-@durable.tool(name="waits.charge", safety="idempotent_write",
-              compensate=lambda params, result, *, idempotency_key: EFFECTS.append(
-                  ("refund", params["amount"])))
+@durable.tool(
+    name="waits.charge",
+    safety="idempotent_write",
+    compensate=lambda params, result, *, idempotency_key: EFFECTS.append(
+        ("refund", params["amount"])
+    ),
+)
 def charge(amount, *, idempotency_key):
     EFFECTS.append(("charge", amount))
     return {"id": f"ch_{idempotency_key}", "amount": amount}
 
 
-@durable.tool(name="waits.send", safety="unsafe_write", requires_approval=True, allow_edit=True,
-              reconcile=lambda params, *, idempotency_key: durable.NOT_FOUND)
+@durable.tool(
+    name="waits.send",
+    safety="unsafe_write",
+    requires_approval=True,
+    allow_edit=True,
+    reconcile=lambda params, *, idempotency_key: durable.NOT_FOUND,
+)
 def send(to, body, *, idempotency_key):
     EFFECTS.append(("send", to, body))
     return {"sent": to}
@@ -48,8 +57,9 @@ def sleep_flow(ctx, data):
 @durable.workflow(name="tests.tool_approval", version="1")
 def tool_approval_flow(ctx, data):
     result = ctx.call_tool("waits.send", {"to": data["to"], "body": "hello"})
-    return {"result": result if not isinstance(result, durable.ModelRecoverable)
-            else result.message}
+    return {
+        "result": result if not isinstance(result, durable.ModelRecoverable) else result.message
+    }
 
 
 @durable.workflow(name="tests.charge_then_fail", version="1")
@@ -72,8 +82,9 @@ def _boom():
 CALLS: list[tuple[str, dict]] = []
 
 
-@durable.tool(name="waits.refund", safety="idempotent_write", requires_approval=True,
-              allow_edit=True)
+@durable.tool(
+    name="waits.refund", safety="idempotent_write", requires_approval=True, allow_edit=True
+)
 def refund(charge_id: str, amount: int, *, idempotency_key: str) -> dict:
     """A typed tool whose arguments an approver may edit, checked before they are
     recorded (S18)."""
@@ -81,8 +92,7 @@ def refund(charge_id: str, amount: int, *, idempotency_key: str) -> dict:
     return {"refunded": amount, "charge": charge_id}
 
 
-@durable.tool(name="waits.pay", safety="idempotent_write", requires_approval=True,
-              allow_edit=True)
+@durable.tool(name="waits.pay", safety="idempotent_write", requires_approval=True, allow_edit=True)
 def pay(amount: int, api_key: str, memo: str = "", *, idempotency_key: str) -> dict:
     """A tool with a secret parameter: an edit must not round-trip it through a form."""
     CALLS.append(("pay", {"amount": amount, "api_key": api_key, "memo": memo}))
@@ -91,8 +101,7 @@ def pay(amount: int, api_key: str, memo: str = "", *, idempotency_key: str) -> d
 
 @durable.workflow(name="tests.refund", version="1")
 def refund_flow(ctx, data):
-    result = ctx.call_tool("waits.refund", data.get("params", {"charge_id": "ch_1",
-                                                               "amount": 100}))
+    result = ctx.call_tool("waits.refund", data.get("params", {"charge_id": "ch_1", "amount": 100}))
     if isinstance(result, durable.ModelRecoverable):
         return {"error": result.message, "type": result.error_type}
     return {"result": result}
@@ -100,8 +109,10 @@ def refund_flow(ctx, data):
 
 @durable.workflow(name="tests.pay", version="1")
 def pay_flow(ctx, data):
-    result = ctx.call_tool("waits.pay", {"amount": data["amount"], "api_key": data["api_key"],
-                                         "memo": data.get("memo", "")})
+    result = ctx.call_tool(
+        "waits.pay",
+        {"amount": data["amount"], "api_key": data["api_key"], "memo": data.get("memo", "")},
+    )
     if isinstance(result, durable.ModelRecoverable):
         return {"error": result.message, "type": result.error_type}
     return {"result": result}
@@ -111,8 +122,12 @@ def pay_flow(ctx, data):
 def purchase_flow(ctx, data):
     """Exact approval deadlines (S17) and the N-of-M edit hole: one approval with
     options from the input."""
-    options = {k: data[k] for k in ("approvers", "timeout", "on_timeout", "escalate_to",
-                                    "required", "allow_edit") if k in data}
-    decision = ctx.wait_for_approval("purchase", title=data.get("title", "Buy it?"),
-                                     payload=data.get("payload"), **options)
+    options = {
+        k: data[k]
+        for k in ("approvers", "timeout", "on_timeout", "escalate_to", "required", "allow_edit")
+        if k in data
+    }
+    decision = ctx.wait_for_approval(
+        "purchase", title=data.get("title", "Buy it?"), payload=data.get("payload"), **options
+    )
     return decision.to_dict()

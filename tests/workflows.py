@@ -21,8 +21,10 @@ def record(kind: str, value: object = None) -> None:
     path = os.environ.get("DURABLE_TEST_LEDGER")
     if path:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"kind": kind, "value": value, "pid": os.getpid(),
-                                 "t": time.time()}) + "\n")
+            fh.write(
+                json.dumps({"kind": kind, "value": value, "pid": os.getpid(), "t": time.time()})
+                + "\n"
+            )
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -41,5 +43,12 @@ def add_twice(ctx, data):
 
 @durable.workflow(name="tests.values", version="1")
 def values(ctx, data):
-    return ctx.step("values", lambda: {"price": Decimal("19.90"), "raw": b"\x00\xff",
-                                       "pairs": {(1, 2), (3, 4)}, "text": "naïve 😀"})
+    return ctx.step(
+        "values",
+        lambda: {
+            "price": Decimal("19.90"),
+            "raw": b"\x00\xff",
+            "pairs": {(1, 2), (3, 4)},
+            "text": "naïve 😀",
+        },
+    )

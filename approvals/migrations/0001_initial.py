@@ -7,81 +7,181 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('durable', '0002_waits_signals'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("durable", "0002_waits_signals"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApprovalRequest',
+            name="ApprovalRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('title', models.CharField(max_length=300)),
-                ('payload', models.TextField(blank=True, help_text='codec JSON, redacted', null=True)),
-                ('tool_name', models.CharField(blank=True, default='', max_length=200)),
-                ('safety', models.CharField(blank=True, default='', max_length=24)),
-                ('allow_edit', models.BooleanField(default=False)),
-                ('four_eyes', models.BooleanField(default=False)),
-                ('required_approvals', models.PositiveSmallIntegerField(default=1)),
-                ('on_timeout', models.CharField(default='reject', max_length=16)),
-                ('timeout_seconds', models.FloatField(blank=True, null=True)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('escalated_at', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('expired', 'Expired'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('decided_by', models.CharField(blank=True, default='', max_length=400)),
-                ('comment', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('approver_group', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='auth.group')),
-                ('escalate_to', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='auth.group')),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approval_requests', to='durable.run')),
-                ('wait', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='approval', to='durable.wait')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("title", models.CharField(max_length=300)),
+                (
+                    "payload",
+                    models.TextField(blank=True, help_text="codec JSON, redacted", null=True),
+                ),
+                ("tool_name", models.CharField(blank=True, default="", max_length=200)),
+                ("safety", models.CharField(blank=True, default="", max_length=24)),
+                ("allow_edit", models.BooleanField(default=False)),
+                ("four_eyes", models.BooleanField(default=False)),
+                ("required_approvals", models.PositiveSmallIntegerField(default=1)),
+                ("on_timeout", models.CharField(default="reject", max_length=16)),
+                ("timeout_seconds", models.FloatField(blank=True, null=True)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("escalated_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("approved", "Approved"),
+                            ("rejected", "Rejected"),
+                            ("expired", "Expired"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("decided_by", models.CharField(blank=True, default="", max_length=400)),
+                ("comment", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "approver_group",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "escalate_to",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="approval_requests",
+                        to="durable.run",
+                    ),
+                ),
+                (
+                    "wait",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="approval",
+                        to="durable.wait",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'permissions': [('decide_approval', 'Can approve or reject pending actions')],
+                "ordering": ["created_at", "id"],
+                "permissions": [("decide_approval", "Can approve or reject pending actions")],
             },
         ),
         migrations.CreateModel(
-            name='ApprovalDecision',
+            name="ApprovalDecision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('approved', models.BooleanField()),
-                ('comment', models.TextField(blank=True, default='')),
-                ('edited', models.TextField(blank=True, help_text='edited parameters, codec JSON', null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='approval_decisions', to=settings.AUTH_USER_MODEL)),
-                ('request', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='approvals.approvalrequest')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("approved", models.BooleanField()),
+                ("comment", models.TextField(blank=True, default="")),
+                (
+                    "edited",
+                    models.TextField(
+                        blank=True, help_text="edited parameters, codec JSON", null=True
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="approval_decisions",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "request",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="decisions",
+                        to="approvals.approvalrequest",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['created_at', 'id'],
-            },
+            options={"ordering": ["created_at", "id"]},
         ),
         migrations.AddIndex(
-            model_name='approvalrequest',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['created_at'], name='approval_pending_idx'),
+            model_name="approvalrequest",
+            index=models.Index(
+                condition=models.Q(("status", "pending")),
+                fields=["created_at"],
+                name="approval_pending_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='approvalrequest',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'approved', 'rejected', 'expired', 'cancelled'])), name='approval_status_valid'),
+            model_name="approvalrequest",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("status__in", ["pending", "approved", "rejected", "expired", "cancelled"])
+                ),
+                name="approval_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='approvalrequest',
-            constraint=models.CheckConstraint(condition=models.Q(('required_approvals__gte', 1)), name='approval_required_positive'),
+            model_name="approvalrequest",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("required_approvals__gte", 1)),
+                name="approval_required_positive",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='approvalrequest',
-            constraint=models.CheckConstraint(condition=models.Q(('on_timeout__in', ['reject', 'escalate'])), name='approval_on_timeout_valid'),
+            model_name="approvalrequest",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("on_timeout__in", ["reject", "escalate"])),
+                name="approval_on_timeout_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='approvaldecision',
-            constraint=models.UniqueConstraint(fields=('request', 'user'), name='one_decision_per_user'),
+            model_name="approvaldecision",
+            constraint=models.UniqueConstraint(
+                fields=("request", "user"), name="one_decision_per_user"
+            ),
         ),
     ]

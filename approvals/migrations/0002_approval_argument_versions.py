@@ -25,74 +25,113 @@ def first_versions(apps, schema_editor):
         except Exception:  # noqa: BLE001 - an unreadable payload keeps its stored text
             text = req.payload
             digest = hashlib.sha256((req.payload or "").encode("utf-8")).hexdigest()
-        version = Arguments.objects.create(request=req, number=1, value=text, digest=digest,
-                                           created_at=req.created_at)
+        version = Arguments.objects.create(
+            request=req, number=1, value=text, digest=digest, created_at=req.created_at
+        )
         Request.objects.filter(pk=req.pk).update(arguments=version)
         Decision.objects.filter(request=req).update(arguments=version, arguments_digest=digest)
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0001_initial'),
+        ("approvals", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApprovalArguments',
+            name="ApprovalArguments",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('value', models.TextField(blank=True, help_text='codec JSON (secrets encrypted)', null=True)),
-                ('digest', models.CharField(help_text='codec.fingerprint of the value', max_length=64)),
-                ('comment', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                (
+                    "value",
+                    models.TextField(
+                        blank=True, help_text="codec JSON (secrets encrypted)", null=True
+                    ),
+                ),
+                (
+                    "digest",
+                    models.CharField(help_text="codec.fingerprint of the value", max_length=64),
+                ),
+                ("comment", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
-            options={
-                'ordering': ['request', 'number'],
-            },
+            options={"ordering": ["request", "number"]},
         ),
-        migrations.RemoveConstraint(
-            model_name='approvaldecision',
-            name='one_decision_per_user',
+        migrations.RemoveConstraint(model_name="approvaldecision", name="one_decision_per_user"),
+        migrations.AddField(
+            model_name="approvaldecision",
+            name="arguments_digest",
+            field=models.CharField(blank=True, default="", max_length=64),
         ),
         migrations.AddField(
-            model_name='approvaldecision',
-            name='arguments_digest',
-            field=models.CharField(blank=True, default='', max_length=64),
+            model_name="approvalarguments",
+            name="created_by",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the approver who edited; empty: the proposal",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='approvalarguments',
-            name='created_by',
-            field=models.ForeignKey(blank=True, help_text='the approver who edited; empty: the proposal', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="approvalarguments",
+            name="request",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="versions",
+                to="approvals.approvalrequest",
+            ),
         ),
         migrations.AddField(
-            model_name='approvalarguments',
-            name='request',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='approvals.approvalrequest'),
+            model_name="approvaldecision",
+            name="arguments",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the version of the arguments decided on",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="decisions",
+                to="approvals.approvalarguments",
+            ),
         ),
         migrations.AddField(
-            model_name='approvaldecision',
-            name='arguments',
-            field=models.ForeignKey(blank=True, help_text='the version of the arguments decided on', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='decisions', to='approvals.approvalarguments'),
-        ),
-        migrations.AddField(
-            model_name='approvalrequest',
-            name='arguments',
-            field=models.ForeignKey(blank=True, help_text='the version of the arguments now asked about', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='approvals.approvalarguments'),
+            model_name="approvalrequest",
+            name="arguments",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the version of the arguments now asked about",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="approvals.approvalarguments",
+            ),
         ),
         migrations.RunPython(first_versions, migrations.RunPython.noop),
         migrations.AddConstraint(
-            model_name='approvaldecision',
-            constraint=models.UniqueConstraint(fields=('request', 'user', 'arguments'), name='one_decision_per_user_and_version'),
+            model_name="approvaldecision",
+            constraint=models.UniqueConstraint(
+                fields=("request", "user", "arguments"), name="one_decision_per_user_and_version"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='approvalarguments',
-            constraint=models.UniqueConstraint(fields=('request', 'number'), name='one_arguments_version_number'),
+            model_name="approvalarguments",
+            constraint=models.UniqueConstraint(
+                fields=("request", "number"), name="one_arguments_version_number"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='approvalarguments',
-            constraint=models.CheckConstraint(condition=models.Q(('number__gte', 1)), name='arguments_version_positive'),
+            model_name="approvalarguments",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("number__gte", 1)), name="arguments_version_positive"
+            ),
         ),
     ]

@@ -11,8 +11,11 @@ def backfill(apps, schema_editor):
     ApprovalRequest = apps.get_model("approvals", "ApprovalRequest")
     for req in ApprovalRequest.objects.select_related("requested_by").iterator(chunk_size=500):
         user = req.requested_by
-        first = ({"user": user.pk, "name": user.username[:200]} if user is not None
-                 else {"user": None, "name": ""})
+        first = (
+            {"user": user.pk, "name": user.username[:200]}
+            if user is not None
+            else {"user": None, "name": ""}
+        )
         ApprovalRequest.objects.filter(pk=req.pk).update(requesters=[first])
 
 
@@ -20,10 +23,14 @@ class Migration(migrations.Migration):
     dependencies = [("approvals", "0002_approval_argument_versions")]
     operations = [
         migrations.AddField(
-            model_name="approvalrequest", name="requesters",
+            model_name="approvalrequest",
+            name="requesters",
             field=models.JSONField(
-                blank=True, default=list,
+                blank=True,
+                default=list,
                 help_text="who asked (durable/requesters.py): the run's requesters and the "
-                          "names the workflow gave; with four_eyes none of them may approve")),
+                "names the workflow gave; with four_eyes none of them may approve",
+            ),
+        ),
         migrations.RunPython(backfill, migrations.RunPython.noop, elidable=True),
     ]

@@ -21,6 +21,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [  # noqa: RUF012
-        migrations.RunPython(create_roles, migrations.RunPython.noop),
+        migrations.RunPython(create_roles, migrations.RunPython.noop)
     ]
-

@@ -98,13 +98,20 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
     # the approvals so far (of the current arguments) as a correlated subquery, not a
     # GROUP BY over every pending request: PostgreSQL evaluates it after the ORDER BY ...
     # LIMIT, for the shown rows only
-    so_far = (ApprovalDecision.objects.filter(request=OuterRef("pk"), approved=True,
-                                              arguments=OuterRef("arguments")).order_by()
-              .values("request").annotate(n=Count("pk")).values("n"))
-    requests = list(pending_for(user).select_related("run__started_by", "requested_by",
-                                                     "arguments__created_by", "escalate_to")
-                    .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))
-                    [: limit + 1])
+    so_far = (
+        ApprovalDecision.objects.filter(
+            request=OuterRef("pk"), approved=True, arguments=OuterRef("arguments")
+        )
+        .order_by()
+        .values("request")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    requests = list(
+        pending_for(user)
+        .select_related("run__started_by", "requested_by", "arguments__created_by", "escalate_to")
+        .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))[: limit + 1]
+    )
     more = len(requests) > limit
     requests = requests[:limit]
     total = inbox_count(user, cached=True) if more else len(requests)
@@ -112,18 +119,23 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
     last: dict[str, list[Step]] = {}
     earlier: dict[int, Reasked] = {}
     if run_ids:
-        ranked = (Step.objects.filter(run_id__in=run_ids)
-                  .annotate(rank=Window(RowNumber(), partition_by=[F("run_id")],
-                                        order_by=F("position").desc()))
-                  .filter(rank__lte=INBOX_LAST_STEPS).order_by("run_id", "position"))
+        ranked = (
+            Step.objects.filter(run_id__in=run_ids)
+            .annotate(
+                rank=Window(RowNumber(), partition_by=[F("run_id")], order_by=F("position").desc())
+            )
+            .filter(rank__lte=INBOX_LAST_STEPS)
+            .order_by("run_id", "position")
+        )
         for s in ranked:
             last.setdefault(s.run_id, []).append(s)
         edited = [r.pk for r in requests if r.arguments is not None and r.arguments.number > 1]
         if edited:  # approvals of earlier versions: these approvers are asked again
-            for request_id, number, at in (ApprovalDecision.objects.filter(
-                    request_id__in=edited, user=user, approved=True)
-                    .order_by("created_at").values_list("request_id", "arguments__number",
-                                                        "created_at")):
+            for request_id, number, at in (
+                ApprovalDecision.objects.filter(request_id__in=edited, user=user, approved=True)
+                .order_by("created_at")
+                .values_list("request_id", "arguments__number", "created_at")
+            ):
                 earlier[request_id] = Reasked(version=number or 1, at=at)
     now = timezone.now()
     items = []
@@ -138,17 +150,27 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
             kind, view = "payload", json_payload(current)
         else:
             kind, view = "both", json_payload(shown)
-        editable = ({k: v for k, v in current.items() if k not in locked}
-                    if isinstance(current, dict) else None)
+        editable = (
+            {k: v for k, v in current.items() if k not in locked}
+            if isinstance(current, dict)
+            else None
+        )
         version = r.arguments.number if r.arguments is not None else 1
         item = InboxItem(
-            request=r, payload=view, kind=kind,
+            request=r,
+            payload=view,
+            kind=kind,
             params_json=json.dumps(editable, indent=2, ensure_ascii=False, default=str)
-            if editable is not None else "{}",
-            last_steps=last.get(r.run_id, []), approvals_so_far=r.approvals_so_far,
-            version=version, locked=sorted(locked), expired=r.is_expired(now),
+            if editable is not None
+            else "{}",
+            last_steps=last.get(r.run_id, []),
+            approvals_so_far=r.approvals_so_far,
+            version=version,
+            locked=sorted(locked),
+            expired=r.is_expired(now),
             deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None,
-            own=own_request(user, r) if r.four_eyes else "")
+            own=own_request(user, r) if r.four_eyes else "",
+        )
         if r.expires_at is not None:
             at = timezone.localtime(r.expires_at).strftime("%H:%M:%S")
             if r.on_timeout == "escalate" and r.escalated_at is None and r.escalate_to_id:
@@ -158,8 +180,9 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
                 item.timeout_then = "counts as rejected"
                 item.expired_text = f"expired at {at}: rejected by the timeout"
         if version > 1 and r.arguments is not None:
-            proposed = shown.get("params", shown.get("payload")) if isinstance(shown, dict) \
-                else None
+            proposed = (
+                shown.get("params", shown.get("payload")) if isinstance(shown, dict) else None
+            )
             item.diff = edits.diff(proposed, current, locked=locked)
             editor = r.arguments.created_by
             item.edited_by = editor.get_username() if editor else ""

@@ -7,6 +7,7 @@ position), and its payloads are sent only when opened.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -122,10 +123,8 @@ def _tool_safety(names: set[str]) -> dict[str, str]:
     """Safety class of each tool: its Tool row (admin setting) over the code's spec."""
     found = {}
     for name in names:
-        try:
+        with contextlib.suppress(ToolNotFound):  # a tool of another deployment, or removed
             found[name] = registry.get_tool(name).safety
-        except ToolNotFound:  # a tool of another deployment, or a removed one
-            pass
     if names:
         found.update(dict(Tool.objects.filter(name__in=names).values_list("name", "safety")))
     return found
@@ -133,7 +132,8 @@ def _tool_safety(names: set[str]) -> dict[str, str]:
 
 def _steps_qs(run: Run) -> QuerySet[Step]:
     return Step.objects.filter(run=run).prefetch_related(
-        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt")))
+        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt"))
+    )
 
 
 def _timeline_span(run: Run, now: datetime) -> tuple[datetime, float]:
@@ -141,8 +141,7 @@ def _timeline_span(run: Run, now: datetime) -> tuple[datetime, float]:
     that any slice of the steps draws its bars on the same scale."""
     start = run.started_at or run.created_at
     end = run.finished_at or now
-    span = Step.objects.filter(run=run).aggregate(first=Min("started_at"),
-                                                  last=Max("finished_at"))
+    span = Step.objects.filter(run=run).aggregate(first=Min("started_at"), last=Max("finished_at"))
     if span["first"] and span["first"] < start:
         start = span["first"]  # a fork's copied steps started before the fork
     if span["last"] and span["last"] > end:
@@ -150,14 +149,15 @@ def _timeline_span(run: Run, now: datetime) -> tuple[datetime, float]:
     return start, max((end - start).total_seconds(), 0.001)
 
 
-def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
-               now: datetime) -> list[StepRow]:
+def _step_rows(
+    run: Run, steps: list[Step], start: datetime, total: float, now: datetime
+) -> list[StepRow]:
     """Rows of ``steps`` (two queries: their operations and their tools' safety)."""
     ids = [s.step_id for s in steps]
     # a fork's reused steps show the write of the run that made it (and who owns it now)
     lineage = [run.id] + (run_lineage(run.forked_from_id) if run.forked_from_id else [])
     operations: dict[str, Operation] = {}
-    for op in (Operation.objects.filter(run_id__in=lineage, step_id__in=ids) if ids else []):
+    for op in Operation.objects.filter(run_id__in=lineage, step_id__in=ids) if ids else []:
         known = operations.get(op.step_id)
         if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
             operations[op.step_id] = op
@@ -166,17 +166,24 @@ def _step_rows(run: Run, steps: list[Step], start: datetime, total: float,
     for s in steps:
         op = operations.get(s.step_id)
         s_start = s.started_at or start
-        s_end = s.finished_at or (now if s.status in ("running", "retrying", "waiting")
-                                  else s_start)
+        s_end = s.finished_at or (
+            now if s.status in ("running", "retrying", "waiting") else s_start
+        )
         left = min(max((s_start - start).total_seconds() / total * 100, 0.0), 100.0)
         width = min(max((s_end - s_start).total_seconds() / total * 100, 0.6), 100.0 - left)
-        rows.append(StepRow(
-            step=s, operation=op,
-            safety=(op.safety if op is not None else safety.get(s.tool_name, "")),
-            input=_lazy_payload(s.input), output=_lazy_payload(s.output),
-            error=json_payload(s.error),
-            bar_left=round(left, 2), bar_width=round(max(width, 0.6), 2),
-            attempts=list(s.attempt_rows.all())))
+        rows.append(
+            StepRow(
+                step=s,
+                operation=op,
+                safety=(op.safety if op is not None else safety.get(s.tool_name, "")),
+                input=_lazy_payload(s.input),
+                output=_lazy_payload(s.output),
+                error=json_payload(s.error),
+                bar_left=round(left, 2),
+                bar_width=round(max(width, 0.6), 2),
+                attempts=list(s.attempt_rows.all()),
+            )
+        )
     return rows
 
 
@@ -207,58 +214,99 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
     """
     now = now or timezone.now()
     # one query for both ends: row numbers from each end, and the total
-    shown = list(_steps_qs(run).annotate(
-        from_start=Window(RowNumber(), order_by=F("position").asc()),
-        from_end=Window(RowNumber(), order_by=F("position").desc()),
-        total=Window(Count("pk")),
-    ).filter(Q(from_start__lte=STEPS_HEAD) | Q(from_end__lte=STEPS_TAIL)).order_by("position"))
+    shown = list(
+        _steps_qs(run)
+        .annotate(
+            from_start=Window(RowNumber(), order_by=F("position").asc()),
+            from_end=Window(RowNumber(), order_by=F("position").desc()),
+            total=Window(Count("pk")),
+        )
+        .filter(Q(from_start__lte=STEPS_HEAD) | Q(from_end__lte=STEPS_TAIL))
+        .order_by("position")
+    )
     steps_total = shown[0].total if shown else 0
     head = [s for s in shown if s.from_start <= STEPS_HEAD]
     tail = [s for s in shown if s.from_start > STEPS_HEAD]
     gap = None
     hidden = steps_total - len(shown)
     if hidden > 0 and head and tail:
-        gap = StepGap(after=head[-1].position, before=tail[0].position, count=hidden,
-                      next_count=min(hidden, STEPS_PAGE))
+        gap = StepGap(
+            after=head[-1].position,
+            before=tail[0].position,
+            count=hidden,
+            next_count=min(hidden, STEPS_PAGE),
+        )
     start, total = _timeline_span(run, now)
     rows = _step_rows(run, head + tail, start, total, now)
-    head_rows, tail_rows = rows[:len(head)], rows[len(head):]
-    step_ids = list(Step.objects.filter(run=run).order_by("position")
-                    .values_list("step_id", flat=True)) if hidden else [s.step_id for s in shown]
-    waits = [WaitRow(wait=w, payload=payload(w.payload), result=payload(w.result),
-                     approval=getattr(w, "approval", None))
-             for w in Wait.objects.filter(run=run).select_related("approval", "operation")
-             .order_by("position", "created_at")]
+    head_rows, tail_rows = rows[: len(head)], rows[len(head) :]
+    step_ids = (
+        list(Step.objects.filter(run=run).order_by("position").values_list("step_id", flat=True))
+        if hidden
+        else [s.step_id for s in shown]
+    )
+    waits = [
+        WaitRow(
+            wait=w,
+            payload=payload(w.payload),
+            result=payload(w.result),
+            approval=getattr(w, "approval", None),
+        )
+        for w in Wait.objects.filter(run=run)
+        .select_related("approval", "operation")
+        .order_by("position", "created_at")
+    ]
     events = list(TraceEvent.objects.filter(run=run).order_by("-id")[:EVENTS_SHOWN])
     events.reverse()
     # always counted (an index-only count), so that the page's queries do not depend on
     # the length of the run
     events_total = TraceEvent.objects.filter(run=run).count()
-    pending_reconcile = [w.wait.operation for w in waits
-                         if w.wait.kind == WaitKind.RECONCILE
-                         and w.wait.status == WaitStatus.PENDING
-                         and w.wait.operation is not None
-                         and w.wait.operation.status == OperationStatus.UNKNOWN
-                         and not w.wait.operation.resolution]
+    pending_reconcile = [
+        w.wait.operation
+        for w in waits
+        if w.wait.kind == WaitKind.RECONCILE
+        and w.wait.status == WaitStatus.PENDING
+        and w.wait.operation is not None
+        and w.wait.operation.status == OperationStatus.UNKNOWN
+        and not w.wait.operation.resolution
+    ]
     waiting_on, waited_on = mailbox.names_of(w.wait for w in waits)
-    undelivered = [UndeliveredSignal(signal=sig, payload=payload(sig.payload),
-                                     misaddressed=bool(waited_on) and sig.name not in waited_on)
-                   for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)]
+    undelivered = [
+        UndeliveredSignal(
+            signal=sig,
+            payload=payload(sig.payload),
+            misaddressed=bool(waited_on) and sig.name not in waited_on,
+        )
+        for sig in mailbox.undelivered(run.id, limit=UNDELIVERED_SHOWN)
+    ]
     if run.is_terminal and run.status != RunStatus.SUCCEEDED:
         # a finished run (e.g. cancelled while the decision was pending) still takes
         # "it happened" / "it did not happen" into its ledger, for its compensation
         # (a succeeded run settled every write before it ended)
-        pending_reconcile += list(Operation.objects.filter(
-            run=run, status=OperationStatus.UNKNOWN, resolution="")
-            .exclude(pk__in=[op.pk for op in pending_reconcile]))
+        pending_reconcile += list(
+            Operation.objects.filter(
+                run=run, status=OperationStatus.UNKNOWN, resolution=""
+            ).exclude(pk__in=[op.pk for op in pending_reconcile])
+        )
     return RunDetail(
-        undelivered=undelivered, waiting_on=waiting_on, waited_on=waited_on,
-        run=run, duration=run_duration(run, now), input=payload(run.input),
-        output=payload(run.output), error=json_payload(run.error), steps=head_rows,
-        waits=waits, events=events, events_total=events_total,
+        undelivered=undelivered,
+        waiting_on=waiting_on,
+        waited_on=waited_on,
+        run=run,
+        duration=run_duration(run, now),
+        input=payload(run.input),
+        output=payload(run.output),
+        error=json_payload(run.error),
+        steps=head_rows,
+        waits=waits,
+        events=events,
+        events_total=events_total,
         last_event_id=events[-1].id if events else 0,
         pending_reconcile=pending_reconcile,
-        step_ids=step_ids, steps_total=steps_total, gap=gap, tail=tail_rows)
+        step_ids=step_ids,
+        steps_total=steps_total,
+        gap=gap,
+        tail=tail_rows,
+    )
 
 
 @dataclass
@@ -267,15 +315,16 @@ class StepPage:
     gap: StepGap | None
 
 
-def step_page(run: Run, after: int, before: int | None = None,
-              now: datetime | None = None) -> StepPage:
+def step_page(
+    run: Run, after: int, before: int | None = None, now: datetime | None = None
+) -> StepPage:
     """The next :data:`STEPS_PAGE` steps after position ``after`` (and before ``before``),
     and the gap that is left after them: what one "load more" shows."""
     now = now or timezone.now()
     qs = _steps_qs(run).filter(position__gt=after)
     if before is not None:
         qs = qs.filter(position__lt=before)
-    steps = list(qs.order_by("position")[:STEPS_PAGE + 1])
+    steps = list(qs.order_by("position")[: STEPS_PAGE + 1])
     more = len(steps) > STEPS_PAGE
     steps = steps[:STEPS_PAGE]
     start, total = _timeline_span(run, now)

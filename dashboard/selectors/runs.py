@@ -70,13 +70,15 @@ SORTS = {
 
 def _unknown_operation() -> Exists:
     """The run has a write whose outcome is unknown and that nobody decided yet."""
-    return Exists(Operation.objects.filter(run=OuterRef("pk"), status=OperationStatus.UNKNOWN,
-                                           resolution=""))
+    return Exists(
+        Operation.objects.filter(run=OuterRef("pk"), status=OperationStatus.UNKNOWN, resolution="")
+    )
 
 
 def _pending_approval() -> Exists:
-    return Exists(Wait.objects.filter(run=OuterRef("pk"), kind=WaitKind.APPROVAL,
-                                      status=WaitStatus.PENDING))
+    return Exists(
+        Wait.objects.filter(run=OuterRef("pk"), kind=WaitKind.APPROVAL, status=WaitStatus.PENDING)
+    )
 
 
 def attention_q() -> Q:
@@ -96,7 +98,9 @@ def run_duration(run: Run, now: datetime | None = None) -> timedelta | None:
 def _duration_expr(now: datetime) -> ExpressionWrapper:
     return ExpressionWrapper(
         Coalesce("finished_at", Value(now, output_field=DateTimeField()))
-        - Coalesce("started_at", "created_at"), output_field=DurationField())
+        - Coalesce("started_at", "created_at"),
+        output_field=DurationField(),
+    )
 
 
 # --- runs list -----------------------------------------------------------------------
@@ -117,8 +121,9 @@ class RunFilters:
 
     @classmethod
     def from_cleaned(cls, data: dict[str, Any]) -> RunFilters:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and v not in
-                 (None, "")}
+        known = {
+            k: v for k, v in data.items() if k in cls.__dataclass_fields__ and v not in (None, "")
+        }
         return cls(**known)
 
 
@@ -143,25 +148,31 @@ def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Ru
         qs = qs.filter(workflow_version=filters.version)
     if filters.started_by:
         # the account's username, or the recorded name ("os:alice", "api:billing")
-        qs = qs.filter(Q(started_by__username=filters.started_by)
-                       | Q(started_by_name=filters.started_by))
+        qs = qs.filter(
+            Q(started_by__username=filters.started_by) | Q(started_by_name=filters.started_by)
+        )
     if filters.created_from:
         qs = qs.filter(created_at__gte=_day_start(filters.created_from))
     if filters.created_to:
         qs = qs.filter(created_at__lt=_day_start(filters.created_to) + timedelta(days=1))
     if filters.waiting_minutes:
         cutoff = now - timedelta(minutes=filters.waiting_minutes)
-        qs = qs.filter(Exists(Wait.objects.filter(run=OuterRef("pk"), status=WaitStatus.PENDING,
-                                                  created_at__lte=cutoff)),
-                       status=RunStatus.WAITING)
+        qs = qs.filter(
+            Exists(
+                Wait.objects.filter(
+                    run=OuterRef("pk"), status=WaitStatus.PENDING, created_at__lte=cutoff
+                )
+            ),
+            status=RunStatus.WAITING,
+        )
     if filters.retries:
         # a step retried N times was tried N + 1 times (Step.attempts counts all tries)
-        qs = qs.filter(Exists(Step.objects.filter(run=OuterRef("pk"),
-                                                  attempts__gt=filters.retries)))
+        qs = qs.filter(
+            Exists(Step.objects.filter(run=OuterRef("pk"), attempts__gt=filters.retries))
+        )
     if filters.q:
         term = filters.q.strip()
-        qs = qs.filter(Q(id__icontains=term) | Q(tags__icontains=term)
-                       | Q(input__icontains=term))
+        qs = qs.filter(Q(id__icontains=term) | Q(tags__icontains=term) | Q(input__icontains=term))
     return qs
 
 
@@ -204,8 +215,14 @@ def decode_cursor(cursor: str, kind: str) -> tuple[Any, str] | None:
                 return None
             key = timedelta(microseconds=value)
         return key, run_id
-    except (ValueError, TypeError, binascii.Error, OverflowError, UnicodeDecodeError,
-            RecursionError):
+    except (
+        ValueError,
+        TypeError,
+        binascii.Error,
+        OverflowError,
+        UnicodeDecodeError,
+        RecursionError,
+    ):
         return None
 
 
@@ -216,8 +233,14 @@ def _cursor_for(run: Run, kind: str) -> str:
     return encode_cursor(dur // timedelta(microseconds=1), run.id)
 
 
-def runs_page(filters: RunFilters, *, after: str = "", before: str = "",
-              page_size: int = PAGE_SIZE, now: datetime | None = None) -> RunsPage:
+def runs_page(
+    filters: RunFilters,
+    *,
+    after: str = "",
+    before: str = "",
+    page_size: int = PAGE_SIZE,
+    now: datetime | None = None,
+) -> RunsPage:
     """One page of runs, keyset-paginated on (created_at, id) or (duration, id).
 
     ``after``/``before``: cursors of the last/first row of the neighbouring page. Three
@@ -226,8 +249,11 @@ def runs_page(filters: RunFilters, *, after: str = "", before: str = "",
     now = now or timezone.now()
     kind, descending = SORTS.get(filters.sort, SORTS["-created"])
     key_field = "created_at" if kind == "created" else "sort_duration"
-    qs = filter_runs(filters, now).select_related("started_by").annotate(
-        attention=_unknown_operation())
+    qs = (
+        filter_runs(filters, now)
+        .select_related("started_by")
+        .annotate(attention=_unknown_operation())
+    )
     if kind == "duration":
         qs = qs.annotate(sort_duration=_duration_expr(now))
     backwards = bool(before) and not after
@@ -237,23 +263,34 @@ def runs_page(filters: RunFilters, *, after: str = "", before: str = "",
     if cursor is not None:
         key, run_id = cursor
         cmp = "lt" if desc else "gt"
-        qs = qs.filter(Q(**{f"{key_field}__{cmp}": key})
-                       | Q(**{key_field: key, f"id__{cmp}": run_id}))
+        qs = qs.filter(
+            Q(**{f"{key_field}__{cmp}": key}) | Q(**{key_field: key, f"id__{cmp}": run_id})
+        )
     prefix = "-" if desc else ""
     qs = qs.order_by(f"{prefix}{key_field}", f"{prefix}id").prefetch_related(
-        Prefetch("waits", queryset=Wait.objects.filter(status=WaitStatus.PENDING)
-                 .order_by("position"), to_attr="pending_waits"))
+        Prefetch(
+            "waits",
+            queryset=Wait.objects.filter(status=WaitStatus.PENDING).order_by("position"),
+            to_attr="pending_waits",
+        )
+    )
     runs = list(qs[: page_size + 1])
     more = len(runs) > page_size
     runs = runs[:page_size]
     if backwards:
         runs.reverse()
-    page = RunsPage(rows=[
-        RunRow(run=r, duration=run_duration(r, now),
-               current_wait=r.pending_waits[0] if r.pending_waits else None,
-               needs_attention=r.status in (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
-               or r.attention)
-        for r in runs])
+    page = RunsPage(
+        rows=[
+            RunRow(
+                run=r,
+                duration=run_duration(r, now),
+                current_wait=r.pending_waits[0] if r.pending_waits else None,
+                needs_attention=r.status in (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
+                or r.attention,
+            )
+            for r in runs
+        ]
+    )
     if runs:
         has_next = more if not backwards else True
         has_prev = (cursor is not None) if not backwards else more
@@ -290,8 +327,7 @@ def status_counts(since: int | None = None) -> dict[str, int]:
 
 
 def _newest_run_key() -> str:
-    newest = (Run.objects.order_by("-created_at", "-id").values_list("id", "created_at")
-              .first())
+    newest = Run.objects.order_by("-created_at", "-id").values_list("id", "created_at").first()
     return f"{newest[0]}@{newest[1].isoformat()}" if newest else "-"
 
 
@@ -300,10 +336,17 @@ def _status_counts() -> dict[str, int]:
     counts.update(Run.objects.order_by().values_list("status").annotate(n=Count("pk")))
     counts["all"] = sum(counts[value] for value in RunStatus.values)
     counts[STATUS_APPROVAL] = Run.objects.filter(
-        _pending_approval(), status=RunStatus.WAITING).count()
+        _pending_approval(), status=RunStatus.WAITING
+    ).count()
     failed = (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
-    stuck = (Operation.objects.filter(status=OperationStatus.UNKNOWN, resolution="")
-             .exclude(run__status__in=failed).order_by().values("run_id").distinct().count())
+    stuck = (
+        Operation.objects.filter(status=OperationStatus.UNKNOWN, resolution="")
+        .exclude(run__status__in=failed)
+        .order_by()
+        .values("run_id")
+        .distinct()
+        .count()
+    )
     counts[STATUS_ATTENTION] = sum(counts[value] for value in failed) + stuck
     return counts
 

@@ -9,282 +9,646 @@ import durable.models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("auth", "0012_alter_user_first_name_max_length"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.CharField(default=durable.models.new_run_id, max_length=128, primary_key=True, serialize=False)),
-                ('workflow_name', models.CharField(max_length=200)),
-                ('workflow_version', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('retrying', 'Retrying'), ('waiting', 'Waiting'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('compensating', 'Compensating'), ('compensated', 'Compensated'), ('compensation_failed', 'Compensation failed')], default='pending', max_length=24)),
-                ('input', models.TextField(help_text='codec JSON, redacted values encrypted')),
-                ('input_hash', models.CharField(help_text='sha256 of the canonical input', max_length=64)),
-                ('output', models.TextField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, help_text='{type, message, classification, step_id}', null=True)),
-                ('error_type', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('lease_owner', models.CharField(blank=True, default='', max_length=200)),
-                ('lease_token', models.CharField(blank=True, default='', max_length=36)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('dispatched_at', models.DateTimeField(blank=True, null=True)),
-                ('wake_at', models.DateTimeField(blank=True, help_text='when a retrying run is due again', null=True)),
-                ('claims', models.PositiveIntegerField(default=0, help_text='times a worker claimed it')),
-                ('cursor_position', models.PositiveIntegerField(default=0)),
-                ('cursor_lost', models.PositiveIntegerField(default=0)),
-                ('max_steps', models.PositiveIntegerField(default=10000)),
-                ('deadline_at', models.DateTimeField(blank=True, null=True)),
-                ('steps_executed', models.PositiveIntegerField(default=0)),
-                ('steps_replayed', models.PositiveIntegerField(default=0)),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('forked_from', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='forks', to='durable.run')),
-                ('started_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.CharField(
+                        default=durable.models.new_run_id,
+                        max_length=128,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("workflow_name", models.CharField(max_length=200)),
+                ("workflow_version", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("retrying", "Retrying"),
+                            ("waiting", "Waiting"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("compensating", "Compensating"),
+                            ("compensated", "Compensated"),
+                            ("compensation_failed", "Compensation failed"),
+                        ],
+                        default="pending",
+                        max_length=24,
+                    ),
+                ),
+                ("input", models.TextField(help_text="codec JSON, redacted values encrypted")),
+                (
+                    "input_hash",
+                    models.CharField(help_text="sha256 of the canonical input", max_length=64),
+                ),
+                ("output", models.TextField(blank=True, null=True)),
+                (
+                    "error",
+                    models.JSONField(
+                        blank=True, help_text="{type, message, classification, step_id}", null=True
+                    ),
+                ),
+                ("error_type", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("lease_owner", models.CharField(blank=True, default="", max_length=200)),
+                ("lease_token", models.CharField(blank=True, default="", max_length=36)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("dispatched_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "wake_at",
+                    models.DateTimeField(
+                        blank=True, help_text="when a retrying run is due again", null=True
+                    ),
+                ),
+                (
+                    "claims",
+                    models.PositiveIntegerField(default=0, help_text="times a worker claimed it"),
+                ),
+                ("cursor_position", models.PositiveIntegerField(default=0)),
+                ("cursor_lost", models.PositiveIntegerField(default=0)),
+                ("max_steps", models.PositiveIntegerField(default=10000)),
+                ("deadline_at", models.DateTimeField(blank=True, null=True)),
+                ("steps_executed", models.PositiveIntegerField(default=0)),
+                ("steps_replayed", models.PositiveIntegerField(default=0)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                (
+                    "forked_from",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="forks",
+                        to="durable.run",
+                    ),
+                ),
+                (
+                    "started_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['-created_at', '-id'],
-            },
+            options={"ordering": ["-created_at", "-id"]},
         ),
         migrations.CreateModel(
-            name='Operation',
+            name="Operation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('idempotency_key', models.CharField(max_length=400, unique=True)),
-                ('step_id', models.CharField(max_length=255)),
-                ('tool_name', models.CharField(max_length=200)),
-                ('safety', models.CharField(max_length=24)),
-                ('params', models.TextField(blank=True, null=True)),
-                ('params_hash', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('started', 'Started'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('unknown', 'Unknown outcome')], default='started', max_length=16)),
-                ('external_id', models.CharField(blank=True, default='', max_length=400)),
-                ('result', models.TextField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=1)),
-                ('lease_token', models.CharField(blank=True, default='', help_text='the lease under which the last call started', max_length=36)),
-                ('resolved_by', models.CharField(blank=True, default='', max_length=200)),
-                ('resolution', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='operations', to='durable.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("idempotency_key", models.CharField(max_length=400, unique=True)),
+                ("step_id", models.CharField(max_length=255)),
+                ("tool_name", models.CharField(max_length=200)),
+                ("safety", models.CharField(max_length=24)),
+                ("params", models.TextField(blank=True, null=True)),
+                ("params_hash", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("started", "Started"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("unknown", "Unknown outcome"),
+                        ],
+                        default="started",
+                        max_length=16,
+                    ),
+                ),
+                ("external_id", models.CharField(blank=True, default="", max_length=400)),
+                ("result", models.TextField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=1)),
+                (
+                    "lease_token",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="the lease under which the last call started",
+                        max_length=36,
+                    ),
+                ),
+                ("resolved_by", models.CharField(blank=True, default="", max_length=200)),
+                ("resolution", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="operations",
+                        to="durable.run",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['-created_at'],
-            },
+            options={"ordering": ["-created_at"]},
         ),
         migrations.CreateModel(
-            name='Step',
+            name="Step",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step_id', models.CharField(max_length=255)),
-                ('position', models.PositiveIntegerField()),
-                ('kind', models.CharField(choices=[('step', 'Step'), ('tool', 'Tool call'), ('llm', 'LLM call'), ('wait', 'Wait'), ('sleep', 'Timer'), ('signal', 'Signal'), ('compensation', 'Compensation')], default='step', max_length=16)),
-                ('tool_name', models.CharField(blank=True, default='', max_length=200)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('retrying', 'Retrying'), ('waiting', 'Waiting'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], max_length=16)),
-                ('input', models.TextField(blank=True, null=True)),
-                ('output', models.TextField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('next_attempt_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('replay_count', models.PositiveIntegerField(default=0)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='durable.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("step_id", models.CharField(max_length=255)),
+                ("position", models.PositiveIntegerField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("step", "Step"),
+                            ("tool", "Tool call"),
+                            ("llm", "LLM call"),
+                            ("wait", "Wait"),
+                            ("sleep", "Timer"),
+                            ("signal", "Signal"),
+                            ("compensation", "Compensation"),
+                        ],
+                        default="step",
+                        max_length=16,
+                    ),
+                ),
+                ("tool_name", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("retrying", "Retrying"),
+                            ("waiting", "Waiting"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("input", models.TextField(blank=True, null=True)),
+                ("output", models.TextField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("next_attempt_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("replay_count", models.PositiveIntegerField(default=0)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="durable.run",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['run', 'position'],
-            },
+            options={"ordering": ["run", "position"]},
         ),
         migrations.CreateModel(
-            name='StepAttempt',
+            name="StepAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('attempt', models.PositiveIntegerField()),
-                ('outcome', models.CharField(choices=[('failed', 'Failed'), ('timed_out', 'Timed out'), ('worker_lost', 'Worker lost')], default='failed', max_length=16)),
-                ('error_type', models.CharField(blank=True, default='', max_length=200)),
-                ('message', models.TextField(blank=True, default='')),
-                ('traceback', models.TextField(blank=True, default='')),
-                ('classification', models.CharField(choices=[('transient', 'Transient'), ('model_recoverable', 'Model-recoverable'), ('permanent', 'Permanent'), ('ambiguous', 'Ambiguous')], max_length=24)),
-                ('retry_delay', models.FloatField(blank=True, help_text='seconds before the next try; null: no retry', null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts', to='durable.run')),
-                ('step', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempt_rows', to='durable.step')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("attempt", models.PositiveIntegerField()),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("failed", "Failed"),
+                            ("timed_out", "Timed out"),
+                            ("worker_lost", "Worker lost"),
+                        ],
+                        default="failed",
+                        max_length=16,
+                    ),
+                ),
+                ("error_type", models.CharField(blank=True, default="", max_length=200)),
+                ("message", models.TextField(blank=True, default="")),
+                ("traceback", models.TextField(blank=True, default="")),
+                (
+                    "classification",
+                    models.CharField(
+                        choices=[
+                            ("transient", "Transient"),
+                            ("model_recoverable", "Model-recoverable"),
+                            ("permanent", "Permanent"),
+                            ("ambiguous", "Ambiguous"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                (
+                    "retry_delay",
+                    models.FloatField(
+                        blank=True,
+                        help_text="seconds before the next try; null: no retry",
+                        null=True,
+                    ),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attempts",
+                        to="durable.run",
+                    ),
+                ),
+                (
+                    "step",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attempt_rows",
+                        to="durable.step",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['step', 'attempt'],
-            },
+            options={"ordering": ["step", "attempt"]},
         ),
         migrations.CreateModel(
-            name='Tool',
+            name="Tool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('description', models.TextField(blank=True, default='')),
-                ('safety', models.CharField(choices=[('read_only', 'Read-only'), ('idempotent_write', 'Idempotent write'), ('unsafe_write', 'Unsafe write')], max_length=24)),
-                ('retry_policy', models.JSONField(blank=True, help_text="RetryPolicy fields: max_attempts, initial_interval, backoff_coefficient, max_interval (seconds), jitter; empty: the code's policy", null=True)),
-                ('timeout_seconds', models.FloatField(blank=True, null=True)),
-                ('requires_approval', models.BooleanField(default=False)),
-                ('allow_edit', models.BooleanField(default=False, help_text='approvers may edit the parameters')),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('approver_group', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='auth.group')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("description", models.TextField(blank=True, default="")),
+                (
+                    "safety",
+                    models.CharField(
+                        choices=[
+                            ("read_only", "Read-only"),
+                            ("idempotent_write", "Idempotent write"),
+                            ("unsafe_write", "Unsafe write"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                (
+                    "retry_policy",
+                    models.JSONField(
+                        blank=True,
+                        help_text="RetryPolicy fields: max_attempts, initial_interval, backoff_coefficient, max_interval (seconds), jitter; empty: the code's policy",
+                        null=True,
+                    ),
+                ),
+                ("timeout_seconds", models.FloatField(blank=True, null=True)),
+                ("requires_approval", models.BooleanField(default=False)),
+                (
+                    "allow_edit",
+                    models.BooleanField(
+                        default=False, help_text="approvers may edit the parameters"
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "approver_group",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="auth.group",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['name'],
-            },
+            options={"ordering": ["name"]},
         ),
         migrations.CreateModel(
-            name='TraceEvent',
+            name="TraceEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=40)),
-                ('step_id', models.CharField(blank=True, default='', max_length=255)),
-                ('message', models.TextField(blank=True, default='')),
-                ('data', models.JSONField(blank=True, null=True)),
-                ('actor', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='durable.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("kind", models.CharField(max_length=40)),
+                ("step_id", models.CharField(blank=True, default="", max_length=255)),
+                ("message", models.TextField(blank=True, default="")),
+                ("data", models.JSONField(blank=True, null=True)),
+                ("actor", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="durable.run",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['id'],
-            },
+            options={"ordering": ["id"]},
         ),
         migrations.CreateModel(
-            name='Wait',
+            name="Wait",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('wait_id', models.CharField(max_length=255)),
-                ('position', models.PositiveIntegerField()),
-                ('kind', models.CharField(choices=[('approval', 'Approval'), ('timer', 'Timer'), ('signal', 'Signal'), ('reconcile', 'Operator decision on an unknown outcome')], max_length=16)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('resolved', 'Resolved'), ('cancelled', 'Cancelled'), ('expired', 'Expired')], default='pending', max_length=16)),
-                ('title', models.CharField(blank=True, default='', max_length=300)),
-                ('payload', models.TextField(blank=True, null=True)),
-                ('result', models.TextField(blank=True, null=True)),
-                ('wake_at', models.DateTimeField(blank=True, help_text="timer due time, or the wait's timeout", null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('resolved_by', models.CharField(blank=True, default='', max_length=200)),
-                ('operation', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='waits', to='durable.operation')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='waits', to='durable.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("wait_id", models.CharField(max_length=255)),
+                ("position", models.PositiveIntegerField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("approval", "Approval"),
+                            ("timer", "Timer"),
+                            ("signal", "Signal"),
+                            ("reconcile", "Operator decision on an unknown outcome"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("resolved", "Resolved"),
+                            ("cancelled", "Cancelled"),
+                            ("expired", "Expired"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("title", models.CharField(blank=True, default="", max_length=300)),
+                ("payload", models.TextField(blank=True, null=True)),
+                ("result", models.TextField(blank=True, null=True)),
+                (
+                    "wake_at",
+                    models.DateTimeField(
+                        blank=True, help_text="timer due time, or the wait's timeout", null=True
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                ("resolved_by", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "operation",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="waits",
+                        to="durable.operation",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="waits",
+                        to="durable.run",
+                    ),
+                ),
             ],
-            options={
-                'ordering': ['created_at'],
-            },
+            options={"ordering": ["created_at"]},
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['-created_at', '-id'], name='run_created_idx'),
+            model_name="run",
+            index=models.Index(fields=["-created_at", "-id"], name="run_created_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['status', '-created_at'], name='run_status_created_idx'),
+            model_name="run",
+            index=models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['workflow_name', '-created_at'], name='run_workflow_idx'),
+            model_name="run",
+            index=models.Index(fields=["workflow_name", "-created_at"], name="run_workflow_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status__in', ['running', 'compensating'])), fields=['lease_expires_at'], name='run_lease_claim_idx'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status__in", ["running", "compensating"])),
+                fields=["lease_expires_at"],
+                name="run_lease_claim_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status', 'retrying')), fields=['wake_at'], name='run_due_idx'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status", "retrying")), fields=["wake_at"], name="run_due_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['dispatched_at'], name='run_pending_idx'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status", "pending")),
+                fields=["dispatched_at"],
+                name="run_pending_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'running', 'retrying', 'waiting', 'succeeded', 'failed', 'cancelled', 'compensating', 'compensated', 'compensation_failed'])), name='run_status_valid'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        [
+                            "pending",
+                            "running",
+                            "retrying",
+                            "waiting",
+                            "succeeded",
+                            "failed",
+                            "cancelled",
+                            "compensating",
+                            "compensated",
+                            "compensation_failed",
+                        ],
+                    )
+                ),
+                name="run_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'retrying'), _negated=True), ('wake_at__isnull', False), _connector='OR'), name='run_retrying_has_wake_at'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "retrying"), _negated=True),
+                    ("wake_at__isnull", False),
+                    _connector="OR",
+                ),
+                name="run_retrying_has_wake_at",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status__in', ['running', 'compensating']), _negated=True), models.Q(models.Q(('lease_token', ''), _negated=True), ('lease_expires_at__isnull', False)), _connector='OR'), name='run_running_has_lease'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status__in", ["running", "compensating"]), _negated=True),
+                    models.Q(
+                        models.Q(("lease_token", ""), _negated=True),
+                        ("lease_expires_at__isnull", False),
+                    ),
+                    _connector="OR",
+                ),
+                name="run_running_has_lease",
+            ),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(fields=['run', 'step_id'], name='operation_run_step_idx'),
+            model_name="operation",
+            index=models.Index(fields=["run", "step_id"], name="operation_run_step_idx"),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(condition=models.Q(('status', 'unknown')), fields=['updated_at'], name='operation_unknown_idx'),
+            model_name="operation",
+            index=models.Index(
+                condition=models.Q(("status", "unknown")),
+                fields=["updated_at"],
+                name="operation_unknown_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='operation',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['started', 'succeeded', 'failed', 'unknown'])), name='operation_status_valid'),
+            model_name="operation",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("status__in", ["started", "succeeded", "failed", "unknown"])),
+                name="operation_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.UniqueConstraint(fields=('run', 'step_id'), name='step_unique_id_per_run'),
+            model_name="step",
+            constraint=models.UniqueConstraint(
+                fields=("run", "step_id"), name="step_unique_id_per_run"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.UniqueConstraint(fields=('run', 'position'), name='step_unique_position'),
+            model_name="step",
+            constraint=models.UniqueConstraint(
+                fields=("run", "position"), name="step_unique_position"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['running', 'retrying', 'waiting', 'succeeded', 'failed'])), name='step_status_valid'),
+            model_name="step",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("status__in", ["running", "retrying", "waiting", "succeeded", "failed"])
+                ),
+                name="step_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'retrying'), _negated=True), ('next_attempt_at__isnull', False), _connector='OR'), name='step_retrying_has_due_time'),
+            model_name="step",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "retrying"), _negated=True),
+                    ("next_attempt_at__isnull", False),
+                    _connector="OR",
+                ),
+                name="step_retrying_has_due_time",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='stepattempt',
-            constraint=models.UniqueConstraint(fields=('step', 'attempt'), name='attempt_unique_per_step'),
+            model_name="stepattempt",
+            constraint=models.UniqueConstraint(
+                fields=("step", "attempt"), name="attempt_unique_per_step"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='stepattempt',
-            constraint=models.CheckConstraint(condition=models.Q(('attempt__gte', 1)), name='attempt_positive'),
+            model_name="stepattempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("attempt__gte", 1)), name="attempt_positive"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tool',
-            constraint=models.CheckConstraint(condition=models.Q(('safety__in', ['read_only', 'idempotent_write', 'unsafe_write'])), name='tool_safety_valid'),
+            model_name="tool",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("safety__in", ["read_only", "idempotent_write", "unsafe_write"])
+                ),
+                name="tool_safety_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tool',
-            constraint=models.CheckConstraint(condition=models.Q(('timeout_seconds__isnull', True), ('timeout_seconds__gt', 0), _connector='OR'), name='tool_timeout_positive'),
+            model_name="tool",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("timeout_seconds__isnull", True), ("timeout_seconds__gt", 0), _connector="OR"
+                ),
+                name="tool_timeout_positive",
+            ),
         ),
         migrations.AddIndex(
-            model_name='traceevent',
-            index=models.Index(fields=['run', 'id'], name='event_run_idx'),
+            model_name="traceevent", index=models.Index(fields=["run", "id"], name="event_run_idx")
         ),
         migrations.AddIndex(
-            model_name='wait',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['wake_at'], name='wait_due_idx'),
+            model_name="wait",
+            index=models.Index(
+                condition=models.Q(("status", "pending")), fields=["wake_at"], name="wait_due_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='wait',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['kind', 'created_at'], name='wait_pending_kind_idx'),
+            model_name="wait",
+            index=models.Index(
+                condition=models.Q(("status", "pending")),
+                fields=["kind", "created_at"],
+                name="wait_pending_kind_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='wait',
-            constraint=models.UniqueConstraint(fields=('run', 'wait_id'), name='wait_unique_id_per_run'),
+            model_name="wait",
+            constraint=models.UniqueConstraint(
+                fields=("run", "wait_id"), name="wait_unique_id_per_run"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='wait',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['approval', 'timer', 'signal', 'reconcile'])), name='wait_kind_valid'),
+            model_name="wait",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("kind__in", ["approval", "timer", "signal", "reconcile"])),
+                name="wait_kind_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='wait',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'resolved', 'cancelled', 'expired'])), name='wait_status_valid'),
+            model_name="wait",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("status__in", ["pending", "resolved", "cancelled", "expired"])),
+                name="wait_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='wait',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'timer'), _negated=True), ('wake_at__isnull', False), _connector='OR'), name='wait_timer_has_wake_at'),
+            model_name="wait",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("kind", "timer"), _negated=True),
+                    ("wake_at__isnull", False),
+                    _connector="OR",
+                ),
+                name="wait_timer_has_wake_at",
+            ),
         ),
     ]

@@ -7,66 +7,101 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('durable', '0001_initial'),
+        ("durable", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Signal',
+            name="Signal",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('payload', models.TextField(blank=True, null=True)),
-                ('dedupe_key', models.CharField(blank=True, default='', max_length=255)),
-                ('sent_by', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('consumed_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("payload", models.TextField(blank=True, null=True)),
+                ("dedupe_key", models.CharField(blank=True, default="", max_length=255)),
+                ("sent_by", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("consumed_at", models.DateTimeField(blank=True, null=True)),
             ],
-            options={
-                'ordering': ['id'],
-            },
+            options={"ordering": ["id"]},
         ),
-        migrations.RemoveConstraint(
-            model_name='run',
-            name='run_running_has_lease',
+        migrations.RemoveConstraint(model_name="run", name="run_running_has_lease"),
+        migrations.AddField(
+            model_name="step",
+            name="budget_base",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="attempts before the last resume; the retry budget counts from here",
+            ),
         ),
         migrations.AddField(
-            model_name='step',
-            name='budget_base',
-            field=models.PositiveIntegerField(default=0, help_text='attempts before the last resume; the retry budget counts from here'),
-        ),
-        migrations.AddField(
-            model_name='wait',
-            name='key',
-            field=models.CharField(blank=True, default='', help_text='the signal name or approval key the wait is for', max_length=255),
+            model_name="wait",
+            name="key",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="the signal name or approval key the wait is for",
+                max_length=255,
+            ),
         ),
         migrations.AddIndex(
-            model_name='wait',
-            index=models.Index(fields=['run', 'kind', 'key'], name='wait_run_key_idx'),
+            model_name="wait",
+            index=models.Index(fields=["run", "kind", "key"], name="wait_run_key_idx"),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'running'), _negated=True), models.Q(models.Q(('lease_token', ''), _negated=True), ('lease_expires_at__isnull', False)), _connector='OR'), name='run_running_has_lease'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "running"), _negated=True),
+                    models.Q(
+                        models.Q(("lease_token", ""), _negated=True),
+                        ("lease_expires_at__isnull", False),
+                    ),
+                    _connector="OR",
+                ),
+                name="run_running_has_lease",
+            ),
         ),
         migrations.AddField(
-            model_name='signal',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='signals', to='durable.run'),
+            model_name="signal",
+            name="run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="signals",
+                to="durable.run",
+            ),
         ),
         migrations.AddField(
-            model_name='signal',
-            name='wait',
-            field=models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='signal', to='durable.wait'),
+            model_name="signal",
+            name="wait",
+            field=models.OneToOneField(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="signal",
+                to="durable.wait",
+            ),
         ),
         migrations.AddIndex(
-            model_name='signal',
-            index=models.Index(condition=models.Q(('wait__isnull', True)), fields=['run', 'name', 'id'], name='signal_unconsumed_idx'),
+            model_name="signal",
+            index=models.Index(
+                condition=models.Q(("wait__isnull", True)),
+                fields=["run", "name", "id"],
+                name="signal_unconsumed_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='signal',
-            constraint=models.UniqueConstraint(condition=models.Q(('dedupe_key', ''), _negated=True), fields=('run', 'dedupe_key'), name='signal_dedupe'),
+            model_name="signal",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("dedupe_key", ""), _negated=True),
+                fields=("run", "dedupe_key"),
+                name="signal_dedupe",
+            ),
         ),
     ]

@@ -4,20 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
-    dependencies = [
-        ('durable', '0002_waits_signals'),
-    ]
+    dependencies = [("durable", "0002_waits_signals")]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='max_tokens',
-            field=models.PositiveIntegerField(blank=True, help_text="token budget of the run's LLM calls", null=True),
+            model_name="run",
+            name="max_tokens",
+            field=models.PositiveIntegerField(
+                blank=True, help_text="token budget of the run's LLM calls", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='tokens_used',
-            field=models.PositiveIntegerField(default=0),
+            model_name="run", name="tokens_used", field=models.PositiveIntegerField(default=0)
         ),
     ]

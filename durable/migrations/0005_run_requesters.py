@@ -10,13 +10,18 @@ from django.db import migrations, models
 def backfill(apps, schema_editor):
     Run = apps.get_model("durable", "Run")
     requesters = {}
-    for run in (Run.objects.select_related("started_by").order_by("created_at", "id")
-                .iterator(chunk_size=500)):
+    for run in (
+        Run.objects.select_related("started_by")
+        .order_by("created_at", "id")
+        .iterator(chunk_size=500)
+    ):
         user = run.started_by
-        first = ({"user": user.pk, "name": user.username[:200]} if user is not None
-                 else {"user": None, "name": ""})
-        chain = [first] + [p for p in requesters.get(run.forked_from_id, [])
-                           if p != first]
+        first = (
+            {"user": user.pk, "name": user.username[:200]}
+            if user is not None
+            else {"user": None, "name": ""}
+        )
+        chain = [first] + [p for p in requesters.get(run.forked_from_id, []) if p != first]
         requesters[run.id] = chain
         Run.objects.filter(pk=run.pk).update(started_by_name=first["name"], requesters=chain)
 
@@ -25,14 +30,24 @@ class Migration(migrations.Migration):
     dependencies = [("durable", "0004_run_fillfactor")]
     operations = [
         migrations.AddField(
-            model_name="run", name="started_by_name",
-            field=models.CharField(blank=True, default="", max_length=200,
-                                   help_text="who started the run; empty: unknown")),
+            model_name="run",
+            name="started_by_name",
+            field=models.CharField(
+                blank=True,
+                default="",
+                max_length=200,
+                help_text="who started the run; empty: unknown",
+            ),
+        ),
         migrations.AddField(
-            model_name="run", name="requesters",
+            model_name="run",
+            name="requesters",
             field=models.JSONField(
-                blank=True, default=list,
+                blank=True,
+                default=list,
                 help_text="four-eyes requesters: [{user, name}], the starter then (for a "
-                          "fork) the source run's requesters")),
+                "fork) the source run's requesters",
+            ),
+        ),
         migrations.RunPython(backfill, migrations.RunPython.noop, elidable=True),
     ]

@@ -24,8 +24,9 @@ def _approvals_flows(_manual_dispatch, settings):
 def make_user(db):
     """``make_user(name, perm=True, groups=(), active=True)`` -> a User."""
 
-    def make(name: str, *, perm: bool = True, groups: tuple[str, ...] = (),
-             active: bool = True) -> User:
+    def make(
+        name: str, *, perm: bool = True, groups: tuple[str, ...] = (), active: bool = True
+    ) -> User:
         user = User.objects.create_user(name, password="x", is_active=active)
         if perm:
             user.user_permissions.add(Permission.objects.get(codename="decide_approval"))

@@ -52,8 +52,10 @@ def record(label: str, run_id: str, *extra: Any) -> None:
     if folder and os.environ.get("APF_RECORD_FILE"):
         from tests.crash_workflows import append_jsonl
 
-        append_jsonl(Path(folder) / "waits_invocations.jsonl",
-                     {"label": label, "run": run_id, "pid": os.getpid(), "t": time.time()})
+        append_jsonl(
+            Path(folder) / "waits_invocations.jsonl",
+            {"label": label, "run": run_id, "pid": os.getpid(), "t": time.time()},
+        )
 
 
 def calls(label: str, run_id: str | None = None) -> int:
@@ -86,8 +88,13 @@ def apf_send(to: str, body: str, *, idempotency_key: str) -> dict[str, Any]:
     return {"sent": to, "body": body}
 
 
-@durable.tool(name="apf.post", safety="idempotent_write", requires_approval=True,
-              allow_edit=True, approver_group="editors")
+@durable.tool(
+    name="apf.post",
+    safety="idempotent_write",
+    requires_approval=True,
+    allow_edit=True,
+    approver_group="editors",
+)
 def apf_post(text: str, *, idempotency_key: str) -> dict[str, Any]:
     """An approved write whose parameters the approver (group "editors") may edit."""
     record("apf.post", idempotency_key.split(":")[0], text)
@@ -119,10 +126,22 @@ def apf_charge(label: str, amount: int, *, idempotency_key: str) -> dict[str, An
 @durable.workflow(name="apf.approve", version="1")
 def approve_flow(ctx, data):
     """One approval wait whose options come from the input; returns the Decision."""
-    options = {k: data[k] for k in ("approvers", "timeout", "on_timeout", "escalate_to",
-                                    "required", "allow_edit", "four_eyes") if k in data}
-    decision = ctx.wait_for_approval("ok", title=data.get("title", "Approve"),
-                                     payload=data.get("payload"), **options)
+    options = {
+        k: data[k]
+        for k in (
+            "approvers",
+            "timeout",
+            "on_timeout",
+            "escalate_to",
+            "required",
+            "allow_edit",
+            "four_eyes",
+        )
+        if k in data
+    }
+    decision = ctx.wait_for_approval(
+        "ok", title=data.get("title", "Approve"), payload=data.get("payload"), **options
+    )
     ctx.step("after", body("after"), ctx.run_id)
     return decision.to_dict()
 
@@ -219,8 +238,12 @@ def charge_then_wait_flow(ctx, data):
 
 @durable.workflow(name="apf.retrying", version="1")
 def retrying_flow(ctx, data):
-    ctx.step("flaky", _always_transient, ctx.run_id,
-             retry=durable.RetryPolicy(max_attempts=5, initial_interval=3600, jitter=False))
+    ctx.step(
+        "flaky",
+        _always_transient,
+        ctx.run_id,
+        retry=durable.RetryPolicy(max_attempts=5, initial_interval=3600, jitter=False),
+    )
     return "done"
 
 
@@ -233,9 +256,13 @@ def _always_transient(run_id: str) -> None:
 def self_cancel_flow(ctx, data):
     """Step "a" cancels its own run, then returns (or fails): the late result."""
     ctx.call_tool("apf.charge", {"label": "a", "amount": 10}, step_id="charge_a")
-    first = ctx.step("a", _cancel_then, ctx.run_id, data["outcome"],
-                     retry=durable.RetryPolicy(max_attempts=3, initial_interval=0.01,
-                                               jitter=False))
+    first = ctx.step(
+        "a",
+        _cancel_then,
+        ctx.run_id,
+        data["outcome"],
+        retry=durable.RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False),
+    )
     ctx.step("b", body("b"), ctx.run_id)
     return first
 
@@ -266,8 +293,7 @@ def cancel_between_flow(ctx, data):
 @durable.workflow(name="apf.charges_then_fail", version="1")
 def charges_then_fail_flow(ctx, data):
     for label, amount in (("a", 10), ("b", 20), ("c", 30)):
-        ctx.call_tool("apf.charge", {"label": label, "amount": amount},
-                      step_id=f"charge_{label}")
+        ctx.call_tool("apf.charge", {"label": label, "amount": amount}, step_id=f"charge_{label}")
     ctx.step("boom", _boom, ctx.run_id, retry=durable.RetryPolicy(max_attempts=1))
     return "unreachable"
 
@@ -283,8 +309,12 @@ def _boom(run_id: str) -> None:
 @durable.workflow(name="apf.resume", version="1")
 def resume_flow(ctx, data):
     a = ctx.step("a", body("a"), ctx.run_id)
-    b = ctx.step("b", _flaky_b, ctx.run_id,
-                 retry=durable.RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False))
+    b = ctx.step(
+        "b",
+        _flaky_b,
+        ctx.run_id,
+        retry=durable.RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False),
+    )
     c = ctx.step("c", body("c"), ctx.run_id)
     return [a, b, c]
 
@@ -350,14 +380,14 @@ def proc_approval_flow(ctx, data):
 def named_requester_flow(ctx, data):
     """A four-eyes approval that names the person it is for (as the reference procurement
     workflow names the purchase's requester)."""
-    decision = ctx.wait_for_approval("purchase", title="Buy it?", four_eyes=True,
-                                     requesters=[data["requester"]])
+    decision = ctx.wait_for_approval(
+        "purchase", title="Buy it?", four_eyes=True, requesters=[data["requester"]]
+    )
     return decision.to_dict()
 
 
 @durable.workflow(name="apf.goods", version="1")
 def goods_flow(ctx, data):
     """Wait on ``goods_received`` with a (2 s) timeout, for misaddressed signals (S21)."""
-    goods = ctx.wait_for_signal("goods_received", timeout=data.get("timeout", 2.0),
-                                default=None)
+    goods = ctx.wait_for_signal("goods_received", timeout=data.get("timeout", 2.0), default=None)
     return {"goods": goods}

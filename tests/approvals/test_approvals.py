@@ -65,8 +65,9 @@ def test_approve_resumes_the_run_with_an_approved_decision(make_user):
 def test_rejection_comment_reaches_the_workflow(make_user):
     bob = make_user("bob")
     run = start_waiting("apf.approve")
-    approval_decide(request_id=request_of(run).pk, user=bob, approve=False,
-                    comment="over budget, try 50")
+    approval_decide(
+        request_id=request_of(run).pk, user=bob, approve=False, comment="over budget, try 50"
+    )
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     out = run.output_value()
@@ -81,8 +82,12 @@ def test_rejected_tool_call_returns_model_recoverable_and_tool_not_called(make_u
     run = start_waiting("apf.tool_send", {"to": "eve@example.com"})
     req = request_of(run)
     assert req.tool_name == "apf.send" and req.safety == "unsafe_write"
-    approval_decide(request_id=req.pk, user=bob, approve=False,
-                    comment="wrong recipient, use the support address")
+    approval_decide(
+        request_id=req.pk,
+        user=bob,
+        approve=False,
+        comment="wrong recipient, use the support address",
+    )
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     out = run.output_value()
@@ -92,8 +97,11 @@ def test_rejected_tool_call_returns_model_recoverable_and_tool_not_called(make_u
     assert out["details"]["comment"] == "wrong recipient, use the support address"
     assert flows.calls("apf.send") == 0
     assert not run.operations.exists()
-    assert not Step.objects.filter(run=run, kind="tool").exclude(
-        error__classification="model_recoverable").exists()
+    assert (
+        not Step.objects.filter(run=run, kind="tool")
+        .exclude(error__classification="model_recoverable")
+        .exists()
+    )
 
 
 def test_approved_tool_call_runs_the_tool_once(make_user):
@@ -115,8 +123,12 @@ def test_edit_refused_where_the_policy_does_not_allow_it(make_user):
     req = request_of(run)
     assert req.allow_edit is False
     with pytest.raises(NotAllowed) as err:
-        approval_decide(request_id=req.pk, user=bob, approve=True,
-                        edited={"to": "mallory@example.com", "body": "hello"})
+        approval_decide(
+            request_id=req.pk,
+            user=bob,
+            approve=True,
+            edited={"to": "mallory@example.com", "body": "hello"},
+        )
     assert "editing" in str(err.value) and err.value.missing == ["a policy that allows editing"]
     req.refresh_from_db()
     assert req.status == ApprovalStatus.PENDING and not req.decisions.exists()
@@ -146,8 +158,9 @@ def test_edited_parameters_must_be_a_dict(make_user):
     alice = make_user("alice")
     run = start_waiting("apf.approve", {"allow_edit": True})
     with pytest.raises(ValueError, match="JSON object"):
-        approval_decide(request_id=request_of(run).pk, user=alice, approve=True,
-                        edited=["not", "a", "dict"])
+        approval_decide(
+            request_id=request_of(run).pk, user=alice, approve=True, edited=["not", "a", "dict"]
+        )
     assert request_of(run).status == ApprovalStatus.PENDING
 
 
@@ -174,8 +187,10 @@ def test_user_without_permission_is_told_what_is_missing(make_user):
     req = request_of(run)
     with pytest.raises(NotAllowed) as err:
         approval_decide(request_id=req.pk, user=nobody, approve=True)
-    assert err.value.missing == ["the permission approvals.decide_approval",
-                                 "membership of the group 'finance'"]
+    assert err.value.missing == [
+        "the permission approvals.decide_approval",
+        "membership of the group 'finance'",
+    ]
     assert "approvals.decide_approval" in str(err.value) and "'finance'" in str(err.value)
     req.refresh_from_db()
     assert req.status == ApprovalStatus.PENDING and not req.decisions.exists()
@@ -313,16 +328,16 @@ def test_decision_on_a_cancelled_run_is_refused(make_user):
     assert Run.objects.get(pk=run.id).status == RunStatus.CANCELLED
 
 
-@pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED,
-                                    RunStatus.COMPENSATED])
+@pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.COMPENSATED])
 def test_decision_on_a_finished_run_is_refused_with_a_clear_message(make_user, status):
     alice = make_user("alice")
     run = start_waiting("apf.approve")
     # a pending request on a finished run (e.g. finished by an operator out of band)
     Run.objects.filter(pk=run.id).update(status=status, finished_at=timezone.now())
     req = request_of(run)
-    with pytest.raises(IllegalTransition,
-                       match=f"run {run.id} is {status}; decisions on cancelled or finished"):
+    with pytest.raises(
+        IllegalTransition, match=f"run {run.id} is {status}; decisions on cancelled or finished"
+    ):
         approval_decide(request_id=req.pk, user=alice, approve=True)
     req.refresh_from_db()
     assert req.status == ApprovalStatus.PENDING and not req.decisions.exists()
@@ -389,8 +404,15 @@ def test_expiry_by_a_tiny_timeout_and_a_real_wait(make_user):
 def test_expiry_with_escalate_moves_the_request_then_a_member_decides(make_user):
     first_line = make_user("lead", groups=("team-leads",))
     director = make_user("dir", groups=("directors",))
-    run = start_waiting("apf.approve", {"approvers": "team-leads", "timeout": 3600,
-                                        "on_timeout": "escalate", "escalate_to": "directors"})
+    run = start_waiting(
+        "apf.approve",
+        {
+            "approvers": "team-leads",
+            "timeout": 3600,
+            "on_timeout": "escalate",
+            "escalate_to": "directors",
+        },
+    )
     req = request_of(run)
     _expire_now(req)
     assert sweep()["timers"] == 0  # escalation does not close the wait
@@ -415,8 +437,9 @@ def test_expiry_with_escalate_moves_the_request_then_a_member_decides(make_user)
 
 def test_escalated_request_expires_as_a_rejection_the_second_time(make_user):
     make_user("dir", groups=("directors",))
-    run = start_waiting("apf.approve", {"timeout": 3600, "on_timeout": "escalate",
-                                        "escalate_to": "directors"})
+    run = start_waiting(
+        "apf.approve", {"timeout": 3600, "on_timeout": "escalate", "escalate_to": "directors"}
+    )
     req = request_of(run)
     _expire_now(req)
     sweep()
@@ -453,11 +476,18 @@ def test_approval_with_timestamps_moved_back_three_days_continues(make_user):
     alice = make_user("alice")
     run = start_waiting("apf.approve")
     back = timedelta(days=3)
-    for model, fields in ((Run, ("created_at", "started_at", "updated_at")),
-                          (Wait, ("created_at",)), (ApprovalRequest, ("created_at",)),
-                          (Step, ("started_at",)), (TraceEvent, ("created_at",))):
-        rows = model.objects.filter(run_id=run.id) if model is not Run else model.objects.filter(
-            pk=run.id)
+    for model, fields in (
+        (Run, ("created_at", "started_at", "updated_at")),
+        (Wait, ("created_at",)),
+        (ApprovalRequest, ("created_at",)),
+        (Step, ("started_at",)),
+        (TraceEvent, ("created_at",)),
+    ):
+        rows = (
+            model.objects.filter(run_id=run.id)
+            if model is not Run
+            else model.objects.filter(pk=run.id)
+        )
         for obj in rows:
             for f in fields:
                 if getattr(obj, f) is not None:

@@ -14,12 +14,7 @@ import durable
 from approvals import edits
 from approvals.models import ApprovalArguments, ApprovalDecision, ApprovalRequest, ApprovalStatus
 from approvals.selectors import pending_for
-from approvals.services import (
-    ApprovalExpired,
-    ArgumentsChanged,
-    InvalidEdit,
-    approval_decide,
-)
+from approvals.services import ApprovalExpired, ArgumentsChanged, InvalidEdit, approval_decide
 from durable.models import Run, RunStatus, TraceEvent, Wait, WaitStatus
 from durable.sweeper import sweep
 from durable.testing import drive
@@ -55,8 +50,9 @@ def backdate(req: ApprovalRequest, seconds: float) -> ApprovalRequest:
 
 def test_s17_late_click_is_refused_and_the_timeout_rejects(make_user):
     buyer = make_user("buyer", groups=("buyers",))
-    run, req = waiting("tests.purchase", {"approvers": "buyers", "timeout": 2,
-                                          "on_timeout": "reject"})
+    run, req = waiting(
+        "tests.purchase", {"approvers": "buyers", "timeout": 2, "on_timeout": "reject"}
+    )
     deadline = req.expires_at
     time.sleep(3)  # three seconds pass; no sweeper runs
     assert Wait.objects.get(pk=req.wait_id).status == WaitStatus.PENDING
@@ -81,8 +77,10 @@ def test_s17_late_click_is_refused_and_the_timeout_rejects(make_user):
 def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_user):
     buyer = make_user("buyer", groups=("buyers",))
     fin = make_user("fin", groups=("finance",))
-    run, req = waiting("tests.purchase", {"approvers": "buyers", "timeout": 2,
-                                          "on_timeout": "escalate", "escalate_to": "finance"})
+    run, req = waiting(
+        "tests.purchase",
+        {"approvers": "buyers", "timeout": 2, "on_timeout": "escalate", "escalate_to": "finance"},
+    )
     deadline = req.expires_at
     time.sleep(2.5)  # past the first deadline (2 s), before the second (4 s); no sweep
     with pytest.raises(ApprovalExpired, match="escalated to the group 'finance'") as err:
@@ -107,8 +105,10 @@ def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_use
 
 def test_a_click_after_the_sweeper_escalated_is_refused_as_expired(make_user):
     buyer = make_user("buyer", groups=("buyers",))
-    _run, req = waiting("tests.purchase", {"approvers": "buyers", "timeout": 600,
-                                          "on_timeout": "escalate", "escalate_to": "finance"})
+    _run, req = waiting(
+        "tests.purchase",
+        {"approvers": "buyers", "timeout": 600, "on_timeout": "escalate", "escalate_to": "finance"},
+    )
     backdate(req, 1)
     assert sweep()["timers"] == 0  # escalated, still pending
     with pytest.raises(ApprovalExpired, match="escalated to the group 'finance'"):
@@ -132,16 +132,20 @@ def test_the_sweeper_applies_the_timeout_as_of_the_deadline(make_user):
 
 
 def test_a_late_sweeper_applies_escalation_and_expiry_each_at_its_deadline(make_user):
-    run, req = waiting("tests.purchase", {"timeout": 5, "on_timeout": "escalate",
-                                          "escalate_to": "finance"})
+    run, req = waiting(
+        "tests.purchase", {"timeout": 5, "on_timeout": "escalate", "escalate_to": "finance"}
+    )
     req = backdate(req, 11)  # both the first and the second deadline have passed
     first = req.expires_at
     assert sweep()["timers"] == 1
     req.refresh_from_db()
     assert req.escalated_at == first and req.status == ApprovalStatus.EXPIRED
     assert req.decided_at == first + timedelta(seconds=5)
-    kinds = list(TraceEvent.objects.filter(run=run, kind__in=(
-        "approval_escalated", "wait_expired")).values_list("kind", flat=True))
+    kinds = list(
+        TraceEvent.objects.filter(
+            run=run, kind__in=("approval_escalated", "wait_expired")
+        ).values_list("kind", flat=True)
+    )
     assert kinds == ["approval_escalated", "wait_expired"]
     assert drive(run.id).output_value()["expired"] is True
 
@@ -153,26 +157,36 @@ def test_s18_invalid_edits_are_refused_and_the_request_stays_pending(make_user):
     ed = make_user("ed")
     run, req = waiting("tests.refund", {})
     with pytest.raises(InvalidEdit) as err:
-        approval_decide(request_id=req.pk, user=ed, approve=True,
-                        edited={"charge_id": "ch_1", "amount": "forty"})
+        approval_decide(
+            request_id=req.pk,
+            user=ed,
+            approve=True,
+            edited={"charge_id": "ch_1", "amount": "forty"},
+        )
     assert list(err.value.errors) == ["amount"] and "integer" in str(err.value)
     with pytest.raises(InvalidEdit) as err:
         approval_decide(request_id=req.pk, user=ed, approve=True, edited={"charge_id": "ch_1"})
     assert list(err.value.errors) == ["amount"] and "required" in err.value.errors["amount"][0]
     # "40" is text, not an int: strict, so what runs is exactly what was approved
     with pytest.raises(InvalidEdit, match="amount"):
-        approval_decide(request_id=req.pk, user=ed, approve=True,
-                        edited={"charge_id": "ch_1", "amount": "40"})
+        approval_decide(
+            request_id=req.pk, user=ed, approve=True, edited={"charge_id": "ch_1", "amount": "40"}
+        )
     with pytest.raises(InvalidEdit, match="takes no argument"):
-        approval_decide(request_id=req.pk, user=ed, approve=True,
-                        edited={"charge_id": "ch_1", "amount": 40, "to": "attacker"})
+        approval_decide(
+            request_id=req.pk,
+            user=ed,
+            approve=True,
+            edited={"charge_id": "ch_1", "amount": 40, "to": "attacker"},
+        )
     req.refresh_from_db()
     assert req.status == ApprovalStatus.PENDING
     assert not req.decisions.exists() and req.versions.count() == 1
     assert Wait.objects.get(pk=req.wait_id).status == WaitStatus.PENDING
 
-    approval_decide(request_id=req.pk, user=ed, approve=True,
-                    edited={"charge_id": "ch_1", "amount": 40})
+    approval_decide(
+        request_id=req.pk, user=ed, approve=True, edited={"charge_id": "ch_1", "amount": 40}
+    )
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value() == {"result": {"refunded": 40, "charge": "ch_1"}}
@@ -188,8 +202,11 @@ def test_s18_invalid_edits_are_refused_and_the_request_stays_pending(make_user):
 def test_deep_or_huge_edits_are_refused_without_a_recursion_error(make_user):
     ed = make_user("ed")
     _run, req = waiting("tests.refund", {})
-    for text in ("[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000,
-                 '{"charge_id": "' + "x" * (edits.EDIT_MAX_BYTES + 10) + '"}'):
+    for text in (
+        "[" * 100_000 + "]" * 100_000,
+        '{"a":' * 50_000 + "1" + "}" * 50_000,
+        '{"charge_id": "' + "x" * (edits.EDIT_MAX_BYTES + 10) + '"}',
+    ):
         with pytest.raises(InvalidEdit):
             edits.parse_edit(text)
     deep: dict = {}
@@ -198,16 +215,18 @@ def test_deep_or_huge_edits_are_refused_without_a_recursion_error(make_user):
         node["a"] = {}
         node = node["a"]
     with pytest.raises(InvalidEdit, match="nested deeper than"):
-        approval_decide(request_id=req.pk, user=ed, approve=True,
-                        edited={"charge_id": deep, "amount": 1})
+        approval_decide(
+            request_id=req.pk, user=ed, approve=True, edited={"charge_id": deep, "amount": 1}
+        )
     assert not req.decisions.exists()
 
 
 def test_an_unchanged_edit_is_a_plain_approval_of_the_current_version(make_user):
     ed = make_user("ed")
     run, req = waiting("tests.refund", {})
-    approval_decide(request_id=req.pk, user=ed, approve=True,
-                    edited={"amount": 100, "charge_id": "ch_1"})
+    approval_decide(
+        request_id=req.pk, user=ed, approve=True, edited={"amount": 100, "charge_id": "ch_1"}
+    )
     assert req.versions.count() == 1
     assert drive(run.id).output_value() == {"result": {"refunded": 100, "charge": "ch_1"}}
 
@@ -219,12 +238,18 @@ def test_an_edit_resets_earlier_approvals_and_only_the_approved_version_runs(mak
     """The hole: approver 1 approves {"amount": 10}, approver 2 edits to 999999 for an
     attacker; before, the run got approver 2's values with both names on it."""
     alice, bob = make_user("alice"), make_user("bob")
-    run, req = waiting("tests.purchase", {"required": 2, "allow_edit": True,
-                                          "payload": {"amount": 10}})
+    run, req = waiting(
+        "tests.purchase", {"required": 2, "allow_edit": True, "payload": {"amount": 10}}
+    )
     approval_decide(request_id=req.pk, user=alice, approve=True, version=1)
     assert req not in pending_for(alice)
-    approval_decide(request_id=req.pk, user=bob, approve=True,
-                    edited={"amount": 999999, "to": "attacker"}, version=1)
+    approval_decide(
+        request_id=req.pk,
+        user=bob,
+        approve=True,
+        edited={"amount": 999999, "to": "attacker"},
+        version=1,
+    )
     req.refresh_from_db()
     # alice approved version 1 only: the request waits, and she is asked again
     assert req.status == ApprovalStatus.PENDING and req.arguments.number == 2
@@ -236,16 +261,18 @@ def test_an_edit_resets_earlier_approvals_and_only_the_approved_version_runs(mak
     with pytest.raises(ArgumentsChanged, match="version 2 is by bob"):
         approval_decide(request_id=req.pk, user=alice, approve=True, version=1)
     # alice rejects what she now sees
-    approval_decide(request_id=req.pk, user=alice, approve=False, comment="not to attacker",
-                    version=2)
+    approval_decide(
+        request_id=req.pk, user=alice, approve=False, comment="not to attacker", version=2
+    )
     out = drive(run.id).output_value()
     assert out["approved"] is False and out["decided_by"] == ["alice"]
 
 
 def test_an_edited_version_runs_once_both_approved_it(make_user):
     alice, bob = make_user("alice"), make_user("bob")
-    run, req = waiting("tests.purchase", {"required": 2, "allow_edit": True,
-                                          "payload": {"amount": 10}})
+    run, req = waiting(
+        "tests.purchase", {"required": 2, "allow_edit": True, "payload": {"amount": 10}}
+    )
     approval_decide(request_id=req.pk, user=alice, approve=True)
     approval_decide(request_id=req.pk, user=bob, approve=True, edited={"amount": 12})
     approval_decide(request_id=req.pk, user=alice, approve=True, version=2)
@@ -253,15 +280,17 @@ def test_an_edited_version_runs_once_both_approved_it(make_user):
     assert out["approved"] is True and out["edited"] == {"amount": 12}
     assert out["decided_by"] == ["bob", "alice"]
     v2 = ApprovalArguments.objects.get(request=req, number=2)
-    assert set(ApprovalDecision.objects.filter(arguments=v2).values_list(
-        "arguments_digest", flat=True)) == {v2.digest}
+    assert set(
+        ApprovalDecision.objects.filter(arguments=v2).values_list("arguments_digest", flat=True)
+    ) == {v2.digest}
     assert ApprovalDecision.objects.filter(request=req).count() == 3  # the v1 one is kept
 
 
 def test_an_edit_by_the_first_approver_is_not_dropped_by_the_second(make_user):
     alice, bob = make_user("alice"), make_user("bob")
-    run, req = waiting("tests.purchase", {"required": 2, "allow_edit": True,
-                                          "payload": {"amount": 10}})
+    run, req = waiting(
+        "tests.purchase", {"required": 2, "allow_edit": True, "payload": {"amount": 10}}
+    )
     approval_decide(request_id=req.pk, user=alice, approve=True, edited={"amount": 20})
     approval_decide(request_id=req.pk, user=bob, approve=True)  # what bob sees: version 2
     out = drive(run.id).output_value()
@@ -285,7 +314,8 @@ def test_an_edit_keeps_the_real_secret_and_never_shows_it(make_user):
     assert ww.CALLS == [("pay", {"amount": 12, "api_key": SECRET, "memo": ""})]
     v2 = ApprovalArguments.objects.get(request=req, number=2)
     assert SECRET not in v2.value and SECRET not in (
-        ApprovalDecision.objects.get(request=req).edited or "")
+        ApprovalDecision.objects.get(request=req).edited or ""
+    )
     assert SECRET not in str(TraceEvent.objects.get(run=run, kind="approval_edited").data)
 
 
@@ -293,16 +323,28 @@ def test_the_placeholder_means_kept_and_a_secret_cannot_be_changed(make_user):
     ed = make_user("ed")
     run, req = waiting("tests.pay", {"amount": 10, "api_key": SECRET})
     with pytest.raises(InvalidEdit) as err:
-        approval_decide(request_id=req.pk, user=ed, approve=True,
-                        edited={"amount": 12, "api_key": "sk-attacker-000000"})
+        approval_decide(
+            request_id=req.pk,
+            user=ed,
+            approve=True,
+            edited={"amount": 12, "api_key": "sk-attacker-000000"},
+        )
     assert list(err.value.errors) == ["api_key"] and "secret, kept" in str(err.value)
     with pytest.raises(InvalidEdit) as err:
-        approval_decide(request_id=req.pk, user=ed, approve=True,
-                        edited={"amount": 12, "memo": "key [REDACTED]"})
+        approval_decide(
+            request_id=req.pk,
+            user=ed,
+            approve=True,
+            edited={"amount": 12, "memo": "key [REDACTED]"},
+        )
     assert list(err.value.errors) == ["memo"] and "placeholder" in str(err.value)
     assert not req.decisions.exists()
-    approval_decide(request_id=req.pk, user=ed, approve=True,
-                    edited={"amount": 12, "api_key": "[REDACTED]", "memo": "ok"})
+    approval_decide(
+        request_id=req.pk,
+        user=ed,
+        approve=True,
+        edited={"amount": 12, "api_key": "[REDACTED]", "memo": "ok"},
+    )
     drive(run.id)
     assert ww.CALLS == [("pay", {"amount": 12, "api_key": SECRET, "memo": "ok"})]
 
@@ -330,8 +372,24 @@ def test_cli_names_the_field_of_an_invalid_edit(make_user, capsys):
     call_command("approvals", "pending", "--as", "ed")
     assert f"{req.pk}\t" in capsys.readouterr().out
     with pytest.raises(CommandError, match="amount"):
-        call_command("approvals", "approve", str(req.pk), "--as", "ed", "--edit",
-                     '{"charge_id": "ch_1", "amount": "forty"}')
-    call_command("approvals", "approve", str(req.pk), "--as", "ed", "--version", "1",
-                 "--edit", '{"charge_id": "ch_1", "amount": 40}')
+        call_command(
+            "approvals",
+            "approve",
+            str(req.pk),
+            "--as",
+            "ed",
+            "--edit",
+            '{"charge_id": "ch_1", "amount": "forty"}',
+        )
+    call_command(
+        "approvals",
+        "approve",
+        str(req.pk),
+        "--as",
+        "ed",
+        "--version",
+        "1",
+        "--edit",
+        '{"charge_id": "ch_1", "amount": 40}',
+    )
     assert drive(run.id).output_value() == {"result": {"refunded": 40, "charge": "ch_1"}}

@@ -66,8 +66,10 @@ def test_two_approvers_at_once_exactly_one_decision_wins(make_user):
         run, req = waiting_request()
         results = run_together(
             lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True),
-            lambda req=req: approval_decide(request_id=req.pk, user=bob, approve=False,
-                                            comment="no"))
+            lambda req=req: approval_decide(
+                request_id=req.pk, user=bob, approve=False, comment="no"
+            ),
+        )
         oks = [r for r in results if r[0] == "ok"]
         errors = [r[1] for r in results if r[0] == "error"]
         assert len(oks) == 1, (trial, results)
@@ -75,8 +77,9 @@ def test_two_approvers_at_once_exactly_one_decision_wins(make_user):
         req.refresh_from_db()
         assert req.decisions.count() == 1
         winner = req.decisions.get()
-        assert req.status == (ApprovalStatus.APPROVED if winner.approved
-                              else ApprovalStatus.REJECTED)
+        assert req.status == (
+            ApprovalStatus.APPROVED if winner.approved else ApprovalStatus.REJECTED
+        )
         assert req.decided_by == winner.user.username
         assert Wait.objects.get(pk=req.wait_id).status == WaitStatus.RESOLVED
         assert TraceEvent.objects.filter(run=run, kind="wait_resolved").count() == 1
@@ -92,7 +95,8 @@ def test_two_approvals_at_once_with_two_required_both_count(make_user):
         run, req = waiting_request(data={"required": 2})
         results = run_together(
             lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True),
-            lambda req=req: approval_decide(request_id=req.pk, user=bob, approve=True))
+            lambda req=req: approval_decide(request_id=req.pk, user=bob, approve=True),
+        )
         assert [r[0] for r in results] == ["ok", "ok"], results
         req.refresh_from_db()
         assert req.status == ApprovalStatus.APPROVED and req.decisions.count() == 2
@@ -106,7 +110,8 @@ def test_same_user_double_click_at_once_records_one_decision(make_user):
         _, req = waiting_request(data={"required": 2})
         results = run_together(
             lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True),
-            lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True))
+            lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True),
+        )
         assert sorted(r[0] for r in results) == ["error", "ok"], results
         assert isinstance(next(r[1] for r in results if r[0] == "error"), AlreadyDecided)
         assert ApprovalDecision.objects.filter(request=req).count() == 1
@@ -120,12 +125,19 @@ def test_decision_and_cancel_at_once_end_in_one_consistent_outcome(make_user):
     outcomes = set()
     for trial in range(10):
         run, req = waiting_request()
-        fns = [lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True),
-               lambda run=run: run_cancel(run_id=run.id, by="ops")]
+        fns = [
+            lambda req=req: approval_decide(request_id=req.pk, user=alice, approve=True),
+            lambda run=run: run_cancel(run_id=run.id, by="ops"),
+        ]
         if trial % 2:
             fns.reverse()
-        results = dict(zip(("decide", "cancel") if trial % 2 == 0 else ("cancel", "decide"),
-                           run_together(*fns), strict=True))
+        results = dict(
+            zip(
+                ("decide", "cancel") if trial % 2 == 0 else ("cancel", "decide"),
+                run_together(*fns),
+                strict=True,
+            )
+        )
         assert results["cancel"][0] == "ok", results  # the run was active either way
         req.refresh_from_db()
         wait = Wait.objects.get(pk=req.wait_id)
@@ -206,7 +218,8 @@ def test_expiry_and_cancel_at_once_end_in_one_outcome():
         assert Run.objects.get(pk=run.id).status == RunStatus.CANCELLED
         assert (req.status, wait.status) in {
             (ApprovalStatus.CANCELLED, WaitStatus.CANCELLED),
-            (ApprovalStatus.EXPIRED, WaitStatus.EXPIRED)}, (req.status, wait.status)
+            (ApprovalStatus.EXPIRED, WaitStatus.EXPIRED),
+        }, (req.status, wait.status)
         assert drive(run.id).status == RunStatus.CANCELLED
         assert flows.calls("after", run.id) == 0
 
@@ -256,8 +269,14 @@ def _s04_trial(rng: random.Random, steps: int, ms: int, log: list) -> dict[str, 
     events = [e for e in log if e[1] == run.id]
     events += [("body", run.id, t, None) for t in body_starts]
     events.sort(key=lambda e: e[2])
-    return {"run": final, "offset": offset, "events": events, "starts": sorted(body_starts),
-            **box, "recorded": Step.objects.filter(run=final).count()}
+    return {
+        "run": final,
+        "offset": offset,
+        "events": events,
+        "starts": sorted(body_starts),
+        **box,
+        "recorded": Step.objects.filter(run=final).count(),
+    }
 
 
 def _check_trial(trial: int, r: dict[str, Any]) -> list[tuple]:
@@ -272,19 +291,29 @@ def _check_trial(trial: int, r: dict[str, Any]) -> list[tuple]:
     previous = None
     for kind, _rid, t, outcome in r["events"]:
         if kind == "auth" and t > returned and outcome == "running":
-            problems.append((trial, ("a status read that began after the cancel returned "
-                                     "authorized a step"), t - returned))
+            problems.append(
+                (
+                    trial,
+                    ("a status read that began after the cancel returned authorized a step"),
+                    t - returned,
+                )
+            )
         if kind == "body":
             if previous is None or previous[0] != "auth" or previous[3] != "running":
-                problems.append((trial, "a step body started without a fresh status read",
-                                 previous))
+                problems.append(
+                    (trial, "a step body started without a fresh status read", previous)
+                )
             elif previous[2] > returned:
-                problems.append((trial, "a step was authorized after the cancel returned",
-                                 previous[2] - returned))
+                problems.append(
+                    (
+                        trial,
+                        "a step was authorized after the cancel returned",
+                        previous[2] - returned,
+                    )
+                )
         previous = (kind, _rid, t, outcome)
     if r["recorded"] != len(r["starts"]):
-        problems.append((trial, "started bodies not all recorded", len(r["starts"]),
-                         r["recorded"]))
+        problems.append((trial, "started bodies not all recorded", len(r["starts"]), r["recorded"]))
     return problems
 
 
@@ -303,8 +332,14 @@ def _s04(monkeypatch, trials: int, steps: int = 8, ms: int = 20) -> None:
         except BaseException:
             log.append(("auth", self.run_id, began, "stopped"))
             raise
-        log.append(("auth", self.run_id, began,
-                    "running" if self.last_auth != before else "cached, not read"))
+        log.append(
+            (
+                "auth",
+                self.run_id,
+                began,
+                "running" if self.last_auth != before else "cached, not read",
+            )
+        )
 
     monkeypatch.setattr(Execution, "ensure_authorized", recording)
     accepted = refused = late_first_lines = 0
@@ -319,9 +354,11 @@ def _s04(monkeypatch, trials: int, steps: int = 8, ms: int = 20) -> None:
             late_first_lines += sum(1 for t in r["starts"] if t > r["returned"])
     assert problems == [], f"S04 seed={seed}: {problems}"
     assert accepted > 0, f"S04 seed={seed}: no cancel was accepted in {trials} trials"
-    print(f"S04 seed={seed}: {accepted} cancels accepted, {refused} refused (run finished); "
-          f"{late_first_lines} body first line(s) ran after the cancel returned "
-          "(authorized before it; delayed by thread scheduling)")
+    print(
+        f"S04 seed={seed}: {accepted} cancels accepted, {refused} refused (run finished); "
+        f"{late_first_lines} body first line(s) ran after the cancel returned "
+        "(authorized before it; delayed by thread scheduling)"
+    )
 
 
 def test_s04_cancel_at_random_offsets_stops_new_steps(monkeypatch):

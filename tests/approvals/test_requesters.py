@@ -42,7 +42,8 @@ def refused(user, req: ApprovalRequest) -> NotAllowed:
 
 
 def test_s19_cli_starter_is_recorded_and_cannot_approve_their_own_unsafe_write(
-        make_user, monkeypatch):
+    make_user, monkeypatch
+):
     """``manage.py durable start`` of a workflow whose unsafe_write needs
     approval. The OS login is recorded as ``os:<login>``, mapped to the dashboard account
     of the same name, and that person cannot approve; another approver can."""
@@ -67,8 +68,7 @@ def test_s19_cli_starter_is_recorded_and_cannot_approve_their_own_unsafe_write(
     assert flows.calls("apf.send", run.id) == 1
 
 
-def test_cli_starter_without_an_account_is_matched_by_name_when_one_appears(
-        make_user, monkeypatch):
+def test_cli_starter_without_an_account_is_matched_by_name_when_one_appears(make_user, monkeypatch):
     monkeypatch.setattr(getpass, "getuser", lambda: "carol")
     run = drive(cli_start("apf.tool_send", "--input", '{"to": "x@example.com"}').id)
     assert run.started_by_id is None and run.starter_label == "os:carol"
@@ -79,8 +79,7 @@ def test_cli_starter_without_an_account_is_matched_by_name_when_one_appears(
 def test_cli_by_names_the_starter(make_user, monkeypatch):
     monkeypatch.setattr(getpass, "getuser", lambda: "root")
     bob, carol = make_user("bob"), make_user("carol")
-    run = drive(cli_start("apf.tool_send", "--input", '{"to": "x@example.com"}',
-                          "--by", "bob").id)
+    run = drive(cli_start("apf.tool_send", "--input", '{"to": "x@example.com"}', "--by", "bob").id)
     assert run.started_by_id == bob.pk and run.started_by_name == "bob"
     req = pending_request(run)
     refused(bob, req)
@@ -135,8 +134,7 @@ def test_unknown_requester_does_not_change_an_approval_without_four_eyes(make_us
 
 def test_a_requester_named_by_the_workflow_cannot_approve(make_user):
     sam, olga = make_user("sam"), make_user("olga")
-    run = drive(durable.start("apf.named_requester", {"requester": "Sam"},
-                              started_by="os:ops").id)
+    run = drive(durable.start("apf.named_requester", {"requester": "Sam"}, started_by="os:ops").id)
     req = pending_request(run)
     assert [p["name"] for p in req.requesters] == ["os:ops", "Sam"]
     assert req.requesters[1]["user"] == sam.pk
@@ -198,8 +196,9 @@ def test_fork_of_a_fork_inherits_every_requester(make_user):
 def test_fork_of_a_run_with_an_unknown_starter_still_needs_two_approvers(make_user):
     bob, carol, erin = make_user("bob"), make_user("carol"), make_user("erin")
     source = drive(durable.start("apf.tool_send", {"to": "x@example.com"}).id)
-    approval_decide(request_id=pending_request(source).pk, user=bob, approve=False,
-                    comment="not now")  # one rejection decides
+    approval_decide(
+        request_id=pending_request(source).pk, user=bob, approve=False, comment="not now"
+    )  # one rejection decides
     assert drive(source.id).status == RunStatus.SUCCEEDED
     fork = drive(run_fork(run_id=source.id, from_step="approve:apf.send", by=carol).id)
     assert requesters.any_unknown(fork.requesters) and fork.requester_unknown
@@ -222,5 +221,7 @@ def test_matching_is_by_account_or_by_bare_name(make_user):
     assert not requesters.includes(alice, [{"user": None, "name": "os:alicia"}])
     assert not requesters.includes(alice, [{"user": None, "name": ""}])
     assert not requesters.includes(None, [{"user": None, "name": "alice"}])
-    assert requesters.describe([{"user": None, "name": "os:bob"}, requesters.UNKNOWN]) \
+    assert (
+        requesters.describe([{"user": None, "name": "os:bob"}, requesters.UNKNOWN])
         == "os:bob and someone unknown"
+    )

@@ -107,8 +107,16 @@ def test_cancelling_a_run_with_an_unread_signal_records_it():
 def test_cli_signal_says_kept_and_names_the_waits():
     run = waiting_for_goods()
     out = StringIO()
-    call_command("durable", "signal", run.id, "goods-received", "--payload", '{"n": 1}',
-                 stdout=out, stderr=StringIO())
+    call_command(
+        "durable",
+        "signal",
+        run.id,
+        "goods-received",
+        "--payload",
+        '{"n": 1}',
+        stdout=out,
+        stderr=StringIO(),
+    )
     assert "kept; this run waits on goods_received" in out.getvalue()
     out = StringIO()
     call_command("durable", "signal", run.id, "goods_received", stdout=out, stderr=StringIO())

@@ -47,12 +47,19 @@ def test_signal_before_wait_is_buffered():
 def test_tool_approval_edit_and_compensation():
     ww.EFFECTS.clear()
     alice = approver()
-    run = drive(durable.start("tests.tool_approval", {"to": "bob@example.com"},
-                              started_by="os:requester").id)  # four-eyes: a known starter
+    run = drive(
+        durable.start(
+            "tests.tool_approval", {"to": "bob@example.com"}, started_by="os:requester"
+        ).id
+    )  # four-eyes: a known starter
     assert run.status == RunStatus.WAITING and ww.EFFECTS == []
     req = ApprovalRequest.objects.get(run=run)
-    approval_decide(request_id=req.pk, user=alice, approve=True,
-                    edited={"to": "carol@example.com", "body": "hi"})
+    approval_decide(
+        request_id=req.pk,
+        user=alice,
+        approve=True,
+        edited={"to": "carol@example.com", "body": "hi"},
+    )
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert ww.EFFECTS == [("send", "carol@example.com", "hi")]

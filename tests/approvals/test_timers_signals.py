@@ -64,7 +64,8 @@ def test_timer_that_fell_due_without_a_worker_fires_once():
 def test_due_timer_fires_from_its_own_message_without_the_sweeper():
     run = drive(durable.start("apf.sleep", {"seconds": 30}).id)
     Wait.objects.filter(run=run, wait_id="sleep").update(
-        wake_at=timezone.now() - timedelta(seconds=1))
+        wake_at=timezone.now() - timedelta(seconds=1)
+    )
     assert execute(run.id) == RunStatus.SUCCEEDED  # the countdown message arrives
     assert sweep()["timers"] == 0
     assert flows.calls("b", run.id) == 1
@@ -115,11 +116,12 @@ def test_sleep_in_a_loop_gets_distinct_ids():
         sweep(now=pending.wake_at)
         run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
-    assert list(Wait.objects.filter(run=run).order_by("position").values_list(
-        "wait_id", "status")) == [("sleep", "resolved"), ("sleep#2", "resolved"),
-                                  ("sleep#3", "resolved")]
-    assert list(Step.objects.filter(run=run).order_by("position").values_list(
-        "step_id", flat=True)) == ["sleep", "tick", "sleep#2", "tick#2", "sleep#3", "tick#3"]
+    assert list(
+        Wait.objects.filter(run=run).order_by("position").values_list("wait_id", "status")
+    ) == [("sleep", "resolved"), ("sleep#2", "resolved"), ("sleep#3", "resolved")]
+    assert list(
+        Step.objects.filter(run=run).order_by("position").values_list("step_id", flat=True)
+    ) == ["sleep", "tick", "sleep#2", "tick#2", "sleep#3", "tick#3"]
     assert flows.calls("tick", run.id) == 3
 
 
@@ -127,7 +129,9 @@ def test_zero_sleeps_in_a_loop_complete_without_parking():
     run = drive(durable.start("apf.sleep_loop", {"n": 2, "seconds": 0}).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert sorted(Wait.objects.filter(run=run).values_list("wait_id", flat=True)) == [
-        "sleep", "sleep#2"]
+        "sleep",
+        "sleep#2",
+    ]
 
 
 # ------------------------------------------------------------------------ signals
@@ -172,8 +176,9 @@ def test_dedupe_key_delivers_once():
     assert Signal.objects.filter(run=run).count() == 1
     run = drive(run.id)
     assert run.status == RunStatus.WAITING  # the second wait did not get the duplicate
-    assert list(Wait.objects.filter(run=run).order_by("position").values_list(
-        "wait_id", "status")) == [("signal:go", "resolved"), ("signal:go#2", "pending")]
+    assert list(
+        Wait.objects.filter(run=run).order_by("position").values_list("wait_id", "status")
+    ) == [("signal:go", "resolved"), ("signal:go#2", "pending")]
     durable.signal(run.id, "go", "pay #1", dedupe_key="webhook-1")  # a late redelivery
     assert drive(run.id).status == RunStatus.WAITING
     durable.signal(run.id, "go", "pay #2", dedupe_key="webhook-2")

@@ -72,19 +72,40 @@ def _fixture_run(make_user):
     req = ApprovalRequest.objects.get(run=run)
     now = timezone.now()
     op = Operation.objects.create(
-        idempotency_key=f"{run.id}:manual", run=run, step_id="manual", tool_name="apf.charge",
-        safety="unsafe_write", params_hash="x", status=OperationStatus.UNKNOWN)
-    Wait.objects.create(run=run, wait_id="reconcile:manual", position=99,
-                        kind=WaitKind.RECONCILE, operation=op, created_at=now)
+        idempotency_key=f"{run.id}:manual",
+        run=run,
+        step_id="manual",
+        tool_name="apf.charge",
+        safety="unsafe_write",
+        params_hash="x",
+        status=OperationStatus.UNKNOWN,
+    )
+    Wait.objects.create(
+        run=run,
+        wait_id="reconcile:manual",
+        position=99,
+        kind=WaitKind.RECONCILE,
+        operation=op,
+        created_at=now,
+    )
     return run, req, op, user
 
 
 def _force_status(run: Run, status: str, stamp) -> None:
-    fields = {"status": status, "updated_at": stamp, "lease_token": "", "lease_owner": "",
-              "lease_expires_at": None, "wake_at": None}
+    fields = {
+        "status": status,
+        "updated_at": stamp,
+        "lease_token": "",
+        "lease_owner": "",
+        "lease_expires_at": None,
+        "wake_at": None,
+    }
     if status == S.RUNNING:
-        fields.update(lease_token="t" * 32, lease_owner="w",
-                      lease_expires_at=timezone.now() + timedelta(minutes=5))
+        fields.update(
+            lease_token="t" * 32,
+            lease_owner="w",
+            lease_expires_at=timezone.now() + timedelta(minutes=5),
+        )
     if status == S.RETRYING:
         fields["wake_at"] = timezone.now() + timedelta(minutes=5)
     Run.objects.filter(pk=run.id).update(**fields)
@@ -112,8 +133,9 @@ def _call(action: str, run: Run, req: ApprovalRequest, op: Operation, user):
 
 def _snapshot(run: Run, req: ApprovalRequest, op: Operation) -> dict:
     return {
-        "run": Run.objects.filter(pk=run.id).values("status", "updated_at", "finished_at",
-                                                    "error").get(),
+        "run": Run.objects.filter(pk=run.id)
+        .values("status", "updated_at", "finished_at", "error")
+        .get(),
         "runs": Run.objects.count(),
         "events": TraceEvent.objects.filter(run=run).count(),
         "signals": Signal.objects.count(),
@@ -295,14 +317,18 @@ def test_compensation_undoes_newest_first_as_durable_steps():
     assert _undos(run.id) == ["c", "b", "a"]
     steps = list(Step.objects.filter(run=run, kind=StepKind.COMPENSATION).order_by("position"))
     assert [s.step_id for s in steps] == [
-        "compensate:charge_c", "compensate:charge_b", "compensate:charge_a"]
+        "compensate:charge_c",
+        "compensate:charge_b",
+        "compensate:charge_a",
+    ]
     assert all(s.status == StepStatus.SUCCEEDED for s in steps)
     keys = [c[3] for c in flows.CALLS if c[0] == "undo"]
     assert keys == [f"{run.id}:compensate:charge_{x}" for x in "cba"]
     assert run.output_value()["compensated"] == ["charge_c", "charge_b", "charge_a"]
     # the original writes are still recorded as done
     assert set(Operation.objects.filter(run=run).values_list("status", flat=True)) == {
-        OperationStatus.SUCCEEDED}
+        OperationStatus.SUCCEEDED
+    }
     assert drive(run.id).status == S.COMPENSATED and _undos(run.id) == ["c", "b", "a"]
 
 
@@ -392,8 +418,11 @@ def test_resume_failed_run_replays_completed_steps_and_retries_with_a_fresh_budg
     assert flows.calls("b", run.id) == 4  # attempts 3 (failed) and 4 after the resume
     step_b = Step.objects.get(run=run, step_id="b")
     assert step_b.status == StepStatus.SUCCEEDED and step_b.attempts == 4
-    assert list(StepAttempt.objects.filter(step=step_b).order_by("attempt").values_list(
-        "attempt", flat=True)) == [1, 2, 3]
+    assert list(
+        StepAttempt.objects.filter(step=step_b)
+        .order_by("attempt")
+        .values_list("attempt", flat=True)
+    ) == [1, 2, 3]
     assert TraceEvent.objects.filter(run=run, kind="resumed").count() == 1
 
 

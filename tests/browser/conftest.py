@@ -60,10 +60,19 @@ from tests.harness import (
 )
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update"]
-WORKFLOW_MODULES = ["tests.workflows", "tests.waits_workflows", "tests.dashboard.dash_workflows",
-                    "tests.browser.tour_workflows"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+WORKFLOW_MODULES = [
+    "tests.workflows",
+    "tests.waits_workflows",
+    "tests.dashboard.dash_workflows",
+    "tests.browser.tour_workflows",
+]
 VIEWPORT = {"width": 1280, "height": 800}
 #: how long a locator action or an ``expect`` waits (ms): a live update arrives within a
 #: second; a run handed to the worker finishes within a few on a loaded 2-core machine
@@ -174,8 +183,10 @@ def pytest_runtest_makereport(item, call):
 
 
 def _failed(request) -> bool:
-    return any(getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
-               for when in ("setup", "call"))
+    return any(
+        getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
 
 
 @pytest.fixture
@@ -197,13 +208,19 @@ def live(request, transactional_db, server, worker) -> Iterator[Daphne]:
         for w in worker.workers:
             state = "alive" if w.alive() else f"exit {w.proc.returncode}"
             print(f"----- worker {w.name} ({state}) -----")
-            print(w.log_text()[worker_offsets.get(w.name, 0):][-8000:])
+            print(w.log_text()[worker_offsets.get(w.name, 0) :][-8000:])
 
 
 @pytest.fixture
 def context(browser, live) -> Iterator[Any]:
-    ctx = browser.new_context(base_url=live.url, viewport=VIEWPORT, color_scheme="light",
-                              reduced_motion="reduce", locale="en-US", timezone_id="UTC")
+    ctx = browser.new_context(
+        base_url=live.url,
+        viewport=VIEWPORT,
+        color_scheme="light",
+        reduced_motion="reduce",
+        locale="en-US",
+        timezone_id="UTC",
+    )
     ctx.set_default_timeout(TIMEOUT_MS)
     ctx.durable_url = live.url
     ctx.js_errors = []
@@ -246,10 +263,14 @@ def page(request, context) -> Iterator[Any]:
 def celery_dispatch(settings) -> None:
     """From now on, what this test starts or changes is sent to the worker (as in
     ``tests/processes``), and ``tests.harness.wait_until`` sweeps as Celery beat would."""
-    settings.DURABLE = {**settings.DURABLE, "DISPATCH": "celery",
-                        "LEASE_SECONDS": LEASE_SECONDS, "HEARTBEAT_SECONDS": None,
-                        "SWEEP_INTERVAL_SECONDS": SWEEP_INTERVAL,
-                        "REDISPATCH_AFTER_SECONDS": 30.0}
+    settings.DURABLE = {
+        **settings.DURABLE,
+        "DISPATCH": "celery",
+        "LEASE_SECONDS": LEASE_SECONDS,
+        "HEARTBEAT_SECONDS": None,
+        "SWEEP_INTERVAL_SECONDS": SWEEP_INTERVAL,
+        "REDISPATCH_AFTER_SECONDS": 30.0,
+    }
 
 
 def make_user(username: str, *groups: str, password: str | None = None, **fields) -> User:
@@ -268,8 +289,9 @@ def login(context, user: User) -> None:
     client = Client()
     client.force_login(user)
     name = django_settings.SESSION_COOKIE_NAME
-    context.add_cookies([{"name": name, "value": client.cookies[name].value,
-                          "url": context.durable_url}])
+    context.add_cookies(
+        [{"name": name, "value": client.cookies[name].value, "url": context.durable_url}]
+    )
 
 
 def snap(page, name: str, *, full_page: bool = True) -> list[Path]:

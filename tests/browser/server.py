@@ -53,10 +53,14 @@ class Daphne:
             self.port = free_port()
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             self.proc = subprocess.Popen(
-                [str(DAPHNE), "-b", "127.0.0.1", "-p", str(self.port),
-                 "config.asgi:application"],
-                cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                [str(DAPHNE), "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
+                cwd=REPO,
+                env=self.env,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             if self._wait_ready():
                 return self
             self.stop()

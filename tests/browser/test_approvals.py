@@ -10,13 +10,7 @@ import durable
 from approvals.models import ApprovalRequest
 from durable.models import Run
 from durable.testing import drive
-from tests.browser.conftest import (
-    assert_no_reload,
-    celery_dispatch,
-    login,
-    mark_no_reload,
-    snap,
-)
+from tests.browser.conftest import assert_no_reload, celery_dispatch, login, mark_no_reload, snap
 from tests.harness import wait_for_run
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect

@@ -29,12 +29,13 @@ def waiting_for(workflow: str, data: dict) -> tuple[Run, ApprovalRequest]:
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def test_a_deadline_counts_down_greys_out_and_a_late_click_is_refused(context, page,
-                                                                       ops_user):
-    _run, late = waiting_for("tests.purchase", {"title": "Buy a laptop?", "timeout": 3600,
-                                                "payload": {"item": "laptop"}})
-    _run2, _soon = waiting_for("tests.purchase", {"title": "Buy a chair?", "timeout": 4,
-                                                 "payload": {"item": "chair"}})
+def test_a_deadline_counts_down_greys_out_and_a_late_click_is_refused(context, page, ops_user):
+    _run, late = waiting_for(
+        "tests.purchase", {"title": "Buy a laptop?", "timeout": 3600, "payload": {"item": "laptop"}}
+    )
+    _run2, _soon = waiting_for(
+        "tests.purchase", {"title": "Buy a chair?", "timeout": 4, "payload": {"item": "chair"}}
+    )
     login(context, ops_user)
     page.goto("/approvals/")
 
@@ -64,8 +65,7 @@ def test_a_deadline_counts_down_greys_out_and_a_late_click_is_refused(context, p
     snap(page, "approvals-expired-refused")
 
 
-def test_an_invalid_edit_is_refused_next_to_the_box_and_stays_pending(context, page,
-                                                                      ops_user):
+def test_an_invalid_edit_is_refused_next_to_the_box_and_stays_pending(context, page, ops_user):
     run, req = waiting_for("tests.refund", {})
     login(context, ops_user)
     page.goto("/approvals/")
@@ -94,7 +94,8 @@ def test_an_invalid_edit_is_refused_next_to_the_box_and_stays_pending(context, p
     expect(card.locator('.arg-errors [data-field="amount"]')).to_contain_text("required")
 
     card.get_by_role("textbox", name=re.compile(r"^Parameters")).fill(
-        '{"charge_id": "ch_1", "amount": 40}')
+        '{"charge_id": "ch_1", "amount": 40}'
+    )
     card.get_by_role("button", name="Approve with these parameters").click()
     expect(page.get_by_role("status").filter(has_text="with edited parameters")).to_be_visible()
     # the worker runs it (exactly once with 40: tests/approvals/test_decisions.py)
@@ -102,15 +103,26 @@ def test_an_invalid_edit_is_refused_next_to_the_box_and_stays_pending(context, p
     assert run.output_value() == {"result": {"refunded": 40, "charge": "ch_1"}}
 
 
-def test_an_edit_in_n_of_m_is_shown_as_a_diff_to_the_approver_asked_again(context, page,
-                                                                         ops_user):
+def test_an_edit_in_n_of_m_is_shown_as_a_diff_to_the_approver_asked_again(context, page, ops_user):
     bea = make_user("bea", "approver")
-    _run, req = waiting_for("tests.purchase", {"title": "Pay the supplier?", "required": 2,
-                                               "allow_edit": True,
-                                               "payload": {"amount": 10, "to": "acme"}})
+    _run, req = waiting_for(
+        "tests.purchase",
+        {
+            "title": "Pay the supplier?",
+            "required": 2,
+            "allow_edit": True,
+            "payload": {"amount": 10, "to": "acme"},
+        },
+    )
     approval_decide(request_id=req.pk, user=ops_user, approve=True, version=1)
-    approval_decide(request_id=req.pk, user=bea, approve=True, version=1,
-                    edited={"amount": 999999, "to": "attacker"}, comment="pay it all")
+    approval_decide(
+        request_id=req.pk,
+        user=bea,
+        approve=True,
+        version=1,
+        edited={"amount": 999999, "to": "attacker"},
+        comment="pay it all",
+    )
     login(context, ops_user)
     page.goto("/approvals/")
     card = page.get_by_role("article", name="Pay the supplier?")

@@ -7,13 +7,7 @@ import pytest
 import durable
 from durable.models import Operation
 from durable.testing import drive
-from tests.browser.conftest import (
-    assert_no_reload,
-    celery_dispatch,
-    login,
-    mark_no_reload,
-    snap,
-)
+from tests.browser.conftest import assert_no_reload, celery_dispatch, login, mark_no_reload, snap
 from tests.dashboard import dash_workflows as dw
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
@@ -37,7 +31,8 @@ def test_reconcile_an_unknown_outcome_as_happened(context, page, ops_user, setti
     badge = run_page.locator(".run-title .badge")
     expect(badge).to_have_text("Waiting")
     expect(run_page.get_by_role("region", name="Waiting for your decision")).to_contain_text(
-        op.idempotency_key)
+        op.idempotency_key
+    )
     mark_no_reload(run_page)
 
     page.bring_to_front()
@@ -77,9 +72,11 @@ def test_reconcile_an_unknown_outcome_as_happened(context, page, ops_user, setti
     result.fill('{"transfer": "tr_ext_42", "amount": 42}')
     card.get_by_role("button", name="It happened").click()
     expect(page.locator("#flash").get_by_role("status")).to_contain_text(
-        "Recorded that dash.send_money happened")
+        "Recorded that dash.send_money happened"
+    )
     expect(page.get_by_role("region", name="Unknown outcomes (0)")).to_contain_text(
-        "No write has an unknown outcome")
+        "No write has an unknown outcome"
+    )
     assert len(dialogs) == 2 and all(op.idempotency_key in d for d in dialogs)
 
     # the worker resumes the run with the recorded result; its page shows it live

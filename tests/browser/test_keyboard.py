@@ -40,7 +40,8 @@ def focus_ring(locator) -> str:
     """The focused element's outline (``:focus-visible``), e.g. "3px solid ..."."""
     return locator.evaluate(
         "el => { const s = getComputedStyle(el); return s.outlineStyle === 'none' ? "
-        "s.boxShadow : `${s.outlineWidth} ${s.outlineStyle}`; }")
+        "s.boxShadow : `${s.outlineWidth} ${s.outlineStyle}`; }"
+    )
 
 
 def test_decide_and_cancel_with_the_keyboard_only(context, page, ops_user, settings):
@@ -58,8 +59,9 @@ def test_decide_and_cancel_with_the_keyboard_only(context, page, ops_user, setti
     expect(page.locator("main")).to_be_focused()
 
     card = page.get_by_role("article", name="Approve the budget")
-    comment = card.get_by_role("textbox",
-                               name="Comment (required to reject; the agent receives it)")
+    comment = card.get_by_role(
+        "textbox", name="Comment (required to reject; the agent receives it)"
+    )
     approve = card.get_by_role("button", name="Approve", exact=True)
     reject = card.get_by_role("button", name="Reject", exact=True)
     seen = tab_to(page, comment)

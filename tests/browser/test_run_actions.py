@@ -7,13 +7,7 @@ import pytest
 import durable
 from durable.models import Run
 from durable.testing import drive
-from tests.browser.conftest import (
-    assert_no_reload,
-    celery_dispatch,
-    login,
-    mark_no_reload,
-    snap,
-)
+from tests.browser.conftest import assert_no_reload, celery_dispatch, login, mark_no_reload, snap
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
 
@@ -37,6 +31,7 @@ def test_cancel_asks_first_and_then_cancels(context, page, ops_user):
         def handler(dialog) -> None:
             dialogs.append(dialog.message)
             dialog.accept() if accept else dialog.dismiss()
+
         return handler
 
     # say no: nothing happens
@@ -54,10 +49,10 @@ def test_cancel_asks_first_and_then_cancels(context, page, ops_user):
     cancel.click()
     expect(badge).to_have_text("Cancelled")
     assert_no_reload(page)  # swapped in place by htmx
-    expect(page.locator("#flash").get_by_role("status")).to_contain_text(
-        f"Cancelled run {run.id}")
-    expect(page.get_by_role("region", name="Actions").get_by_role(
-        "button", name="Cancel run")).to_have_count(0)
+    expect(page.locator("#flash").get_by_role("status")).to_contain_text(f"Cancelled run {run.id}")
+    expect(
+        page.get_by_role("region", name="Actions").get_by_role("button", name="Cancel run")
+    ).to_have_count(0)
     events = page.locator(".events-table")
     expect(events).to_contain_text("customer withdrew <i>twice</i>")
     expect(events.locator("i")).to_have_count(0)
@@ -87,7 +82,8 @@ def test_compensate_a_failed_run_and_watch_it_undo_its_writes(context, page, ops
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("region", name="Actions").get_by_role("button", name="Compensate").click()
     expect(page.locator("#flash").get_by_role("status")).to_contain_text(
-        f"Compensation of run {run.id} started")
+        f"Compensation of run {run.id} started"
+    )
     # the worker runs the two refunds, newest first; the page follows live
     expect(badge).to_have_text("Compensated")
     assert_no_reload(page)

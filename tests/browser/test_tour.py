@@ -47,29 +47,41 @@ def docs_shot(page, name: str, *, dark: bool = False, full_page: bool = False) -
 def seed(user) -> dict[str, durable.Run]:
     """Runs in most states a dashboard shows, oldest first."""
     runs = {}
-    runs["digest"] = drive(durable.start("shop.weekly_digest", {"size": 4000},
-                                         tags=["weekly"]).id)
+    runs["digest"] = drive(durable.start("shop.weekly_digest", {"size": 4000}, tags=["weekly"]).id)
     tw.KNOBS["rate_limited"] = 2
-    runs["triage"] = drive(durable.start(
-        "shop.triage_agent", {"subject": "Charged twice for order #1042"},
-        tags=["support"]).id)
+    runs["triage"] = drive(
+        durable.start(
+            "shop.triage_agent", {"subject": "Charged twice for order #1042"}, tags=["support"]
+        ).id
+    )
     runs["prices"] = drive(durable.start("shop.price_sync", {}).id, wait_for_retries=False)
     runs["restock"] = drive(durable.start("shop.restock_watch", {"sku": "MUG-BLUE"}).id)
-    runs["invoice"] = drive(durable.start(
-        "shop.invoice_agent", {"customer": "cus_8f2k", "email": "jo@example.com",
-                               "total": 412.5}, started_by=user).id)
+    runs["invoice"] = drive(
+        durable.start(
+            "shop.invoice_agent",
+            {"customer": "cus_8f2k", "email": "jo@example.com", "total": 412.5},
+            started_by=user,
+        ).id
+    )
     tw.KNOBS["ledger_timeout"] = 1
-    runs["ledger"] = drive(durable.start("shop.ledger_sync",
-                                         {"account": "4000-sales", "amount": 412.5}).id)
-    runs["purchase"] = drive(durable.start(
-        "shop.purchase_request", {"item": "3 standing desks", "total": 1740,
-                                  "requested_by": "sam"}).id)
+    runs["ledger"] = drive(
+        durable.start("shop.ledger_sync", {"account": "4000-sales", "amount": 412.5}).id
+    )
+    runs["purchase"] = drive(
+        durable.start(
+            "shop.purchase_request",
+            {"item": "3 standing desks", "total": 1740, "requested_by": "sam"},
+        ).id
+    )
     runs["cancelled"] = drive(durable.start("shop.restock_watch", {"sku": "MUG-RED"}).id)
     durable.cancel(runs["cancelled"].id, by=user, reason="supplier discontinued it")
-    runs["refund"] = drive(durable.start(
-        "shop.refund_agent", {"email": "jo@example.com",
-                              "message": "I was charged twice for order #1042 <b>!!</b>"},
-        tags=["support", "vip"]).id)
+    runs["refund"] = drive(
+        durable.start(
+            "shop.refund_agent",
+            {"email": "jo@example.com", "message": "I was charged twice for order #1042 <b>!!</b>"},
+            tags=["support", "vip"],
+        ).id
+    )
     return runs
 
 
@@ -80,13 +92,17 @@ def test_tour_of_every_page(context, page, browser, live):
 
     # the runs list
     page.goto("/")
-    expect(page.get_by_role("table", name="Runs matching the filters").get_by_role(
-        "row")).to_have_count(len(runs) + 1)
+    expect(
+        page.get_by_role("table", name="Runs matching the filters").get_by_role("row")
+    ).to_have_count(len(runs) + 1)
     expect(page.locator("#count-all")).to_have_text(str(len(runs)))
     expect(page.locator("#count-retrying")).to_have_text("1")
     expect(page.locator("#count-attention")).to_have_text("2")  # the ledger and the invoice
-    expect(page.get_by_role("navigation", name="Main").get_by_role(
-        "link", name=re.compile("^Approvals"))).to_contain_text("2")
+    expect(
+        page.get_by_role("navigation", name="Main").get_by_role(
+            "link", name=re.compile("^Approvals")
+        )
+    ).to_contain_text("2")
     snap(page, "runs")
     docs_shot(page, "runs")
     docs_shot(page, "runs-dark", dark=True)
@@ -124,11 +140,14 @@ def test_tour_of_every_page(context, page, browser, live):
     steps.locator(".attempts summary").first.click()
     if (folder := docs_dir()) is not None:  # the timeline alone, without the sticky header
         page.evaluate("window.scrollTo(0, 0)")
-        box = steps.evaluate("el => { const r = el.getBoundingClientRect(); return "
-                             "{x: r.x, y: r.y + window.scrollY, width: r.width, "
-                             "height: r.height}; }")
-        page.screenshot(path=folder / "run-steps.png", full_page=True, clip=box,
-                        animations="disabled")
+        box = steps.evaluate(
+            "el => { const r = el.getBoundingClientRect(); return "
+            "{x: r.x, y: r.y + window.scrollY, width: r.width, "
+            "height: r.height}; }"
+        )
+        page.screenshot(
+            path=folder / "run-steps.png", full_page=True, clip=box, animations="disabled"
+        )
 
     page.goto(f"/runs/{runs['prices'].id}/")
     expect(page.locator(".run-title .badge")).to_have_text("Retrying")
@@ -149,28 +168,32 @@ def test_tour_of_every_page(context, page, browser, live):
 
     page.goto(f"/runs/{runs['ledger'].id}/")
     expect(page.get_by_role("region", name="Waiting for your decision")).to_contain_text(
-        "read timed out after 30 s")
+        "read timed out after 30 s"
+    )
     snap(page, "run-unknown-outcome")
 
     # the approvals inbox, with the editable parameters open
     page.get_by_role("navigation", name="Main").get_by_role(
-        "link", name=re.compile("^Approvals")).click()
+        "link", name=re.compile("^Approvals")
+    ).click()
     expect(page.get_by_role("article")).to_have_count(2)
     refund = page.get_by_role("article", name=re.compile("shop.payments.refund"))
     expect(refund).to_contain_text("ch_3PzK9aL")
-    expect(refund.locator(".mini-steps li")).to_have_text(["Succeeded plan",
-                                                          "Succeeded shop.crm.lookup"])
+    expect(refund.locator(".mini-steps li")).to_have_text(
+        ["Succeeded plan", "Succeeded shop.crm.lookup"]
+    )
     refund.get_by_text("Edit the parameters").click()
-    expect(refund.get_by_label("Parameters (JSON object)")).to_have_value(
-        re.compile("24.9"))
+    expect(refund.get_by_label("Parameters (JSON object)")).to_have_value(re.compile("24.9"))
     snap(page, "approvals-two")
     docs_shot(page, "approvals")
 
     page.goto("/attention/")
     expect(page.get_by_role("region", name="Unknown outcomes (1)")).to_contain_text(
-        "shop.ledger.post")
+        "shop.ledger.post"
+    )
     expect(page.get_by_role("region", name="Failed runs (1)")).to_contain_text(
-        "period 2024-12 is closed")
+        "period 2024-12 is closed"
+    )
     snap(page, "attention-full")
     docs_shot(page, "attention", full_page=True)
 

@@ -30,22 +30,33 @@ def crm_lookup(email: str) -> dict:
     return {"customer": "cus_8f2k", "email": email, "orders": 3, "lifetime_value": 412.50}
 
 
-@durable.tool(name="shop.payments.refund", safety="unsafe_write", requires_approval=True,
-              allow_edit=True, reconcile=lambda params, *, idempotency_key: durable.NOT_FOUND)
+@durable.tool(
+    name="shop.payments.refund",
+    safety="unsafe_write",
+    requires_approval=True,
+    allow_edit=True,
+    reconcile=lambda params, *, idempotency_key: durable.NOT_FOUND,
+)
 def refund(charge: str, amount: float, *, idempotency_key: str) -> dict:
     """Refund part of a card charge."""
     return {"refund": f"re_{charge[-4:]}", "amount": amount}
 
 
-@durable.tool(name="shop.invoices.create", safety="idempotent_write",
-              compensate=lambda params, result, *, idempotency_key: {"voided": result["id"]})
+@durable.tool(
+    name="shop.invoices.create",
+    safety="idempotent_write",
+    compensate=lambda params, result, *, idempotency_key: {"voided": result["id"]},
+)
 def create_invoice(customer: str, total: float, *, idempotency_key: str) -> dict:
     """Create an invoice (voided when compensated)."""
     return {"id": "in_1Q2w3E", "customer": customer, "total": total}
 
 
-@durable.tool(name="shop.email.send", safety="idempotent_write",
-              compensate=lambda params, result, *, idempotency_key: {"correction": result["id"]})
+@durable.tool(
+    name="shop.email.send",
+    safety="idempotent_write",
+    compensate=lambda params, result, *, idempotency_key: {"correction": result["id"]},
+)
 def send_email(to: str, subject: str, *, idempotency_key: str) -> dict:
     """Send an email (a correction follows when compensated)."""
     return {"id": f"<{idempotency_key[:8]}@shop.example>", "to": to}
@@ -64,15 +75,20 @@ def ledger_post(account: str, amount: float, *, idempotency_key: str = "") -> di
 
 
 def _plan(message: str) -> dict:
-    return {"intent": "refund", "charge": "ch_3PzK9aL", "amount": 24.90,
-            "reason": f"customer says: {message}"}
+    return {
+        "intent": "refund",
+        "charge": "ch_3PzK9aL",
+        "amount": 24.90,
+        "reason": f"customer says: {message}",
+    }
 
 
 def _classify(subject: str) -> dict:
     if KNOBS["rate_limited"] > 0:
         KNOBS["rate_limited"] -= 1
-        raise TransientError("429 Too Many Requests from the model provider "
-                             "<html>rate limit exceeded</html>")
+        raise TransientError(
+            "429 Too Many Requests from the model provider <html>rate limit exceeded</html>"
+        )
     return {"queue": "billing", "priority": "high", "subject": subject}
 
 
@@ -91,8 +107,9 @@ def _render(size: int) -> str:
 def refund_agent(ctx, ticket):
     plan = ctx.step("plan", _plan, ticket["message"])
     ctx.call_tool("shop.crm.lookup", {"email": ticket["email"]})
-    refunded = ctx.call_tool("shop.payments.refund",
-                             {"charge": plan["charge"], "amount": plan["amount"]})
+    refunded = ctx.call_tool(
+        "shop.payments.refund", {"charge": plan["charge"], "amount": plan["amount"]}
+    )
     return {"refund": refunded}
 
 
@@ -103,8 +120,9 @@ def triage_agent(ctx, ticket):
 
 @durable.workflow(name="shop.invoice_agent", version="2")
 def invoice_agent(ctx, order):
-    invoice = ctx.call_tool("shop.invoices.create",
-                            {"customer": order["customer"], "total": order["total"]})
+    invoice = ctx.call_tool(
+        "shop.invoices.create", {"customer": order["customer"], "total": order["total"]}
+    )
     ctx.call_tool("shop.email.send", {"to": order["email"], "subject": "Your invoice"})
     ctx.step("mark_complete", _mark_complete, invoice["id"], retry=RetryPolicy(max_attempts=1))
     return invoice
@@ -112,14 +130,14 @@ def invoice_agent(ctx, order):
 
 @durable.workflow(name="shop.ledger_sync", version="1")
 def ledger_sync(ctx, entry):
-    return ctx.call_tool("shop.ledger.post", {"account": entry["account"],
-                                              "amount": entry["amount"]})
+    return ctx.call_tool(
+        "shop.ledger.post", {"account": entry["account"], "amount": entry["amount"]}
+    )
 
 
 @durable.workflow(name="shop.purchase_request", version="1")
 def purchase_request(ctx, request):
-    decision = ctx.wait_for_approval("purchase", title=f"Buy {request['item']}?",
-                                     payload=request)
+    decision = ctx.wait_for_approval("purchase", title=f"Buy {request['item']}?", payload=request)
     return {"approved": decision.approved}
 
 
@@ -139,6 +157,8 @@ def _fetch_prices() -> dict:
 
 @durable.workflow(name="shop.price_sync", version="1")
 def price_sync(ctx, data):
-    return ctx.step("fetch_prices", _fetch_prices,
-                    retry=RetryPolicy(max_attempts=6, initial_interval=1800, jitter=False,
-                                      max_interval=3600))
+    return ctx.step(
+        "fetch_prices",
+        _fetch_prices,
+        retry=RetryPolicy(max_attempts=6, initial_interval=1800, jitter=False, max_interval=3600),
+    )

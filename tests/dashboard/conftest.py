@@ -19,8 +19,10 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 def _manual_dispatch(_manual_dispatch, settings):
     """The suite's manual dispatch, plus this package's fixture workflows."""
     modules = list(settings.DURABLE.get("WORKFLOW_MODULES") or [])
-    settings.DURABLE = {**settings.DURABLE,
-                        "WORKFLOW_MODULES": [*modules, "tests.dashboard.dash_workflows"]}
+    settings.DURABLE = {
+        **settings.DURABLE,
+        "WORKFLOW_MODULES": [*modules, "tests.dashboard.dash_workflows"],
+    }
     dash_workflows.reset()
     yield
     dash_workflows.reset()

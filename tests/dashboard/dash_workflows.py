@@ -68,15 +68,18 @@ def big(ctx, data):
 @durable.workflow(name="dash.flaky", version="1")
 def flaky(ctx, data):
     ctx.call_tool("dash.lookup", {"query": "q"})
-    return ctx.step("flaky", _flaky,
-                    retry=RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False))
+    return ctx.step(
+        "flaky", _flaky, retry=RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False)
+    )
 
 
 @durable.workflow(name="dash.slow_retry", version="1")
 def slow_retry(ctx, data):
-    return ctx.step("slow", _always_transient,
-                    retry=RetryPolicy(max_attempts=5, initial_interval=3600, jitter=False,
-                                      max_interval=3600))
+    return ctx.step(
+        "slow",
+        _always_transient,
+        retry=RetryPolicy(max_attempts=5, initial_interval=3600, jitter=False, max_interval=3600),
+    )
 
 
 @durable.workflow(name="dash.fail", version="1")

@@ -19,8 +19,10 @@ PAGES = ["/", "/approvals/", "/attention/"]
 
 def test_roles_exist_with_their_permissions():
     def perms(group: str) -> set[str]:
-        return {f"{p.content_type.app_label}.{p.codename}"
-                for p in Group.objects.get(name=group).permissions.select_related("content_type")}
+        return {
+            f"{p.content_type.app_label}.{p.codename}"
+            for p in Group.objects.get(name=group).permissions.select_related("content_type")
+        }
 
     assert perms("viewer") == {roles.VIEW_RUN}
     assert perms("operator") == {roles.VIEW_RUN, roles.OPERATE_RUN}
@@ -59,8 +61,9 @@ def test_login_page_and_logging_in():
     assert page.status_code == 200
     assert b'<label for="id_username">' in page.content and b'for="id_password"' in page.content
     client = Client()
-    response = client.post(reverse("login"), {"username": "vera", "password": "pw-for-tests",
-                                               "next": "/attention/"})
+    response = client.post(
+        reverse("login"), {"username": "vera", "password": "pw-for-tests", "next": "/attention/"}
+    )
     assert response.status_code == 302 and response["Location"] == "/attention/"
     bad = Client().post(reverse("login"), {"username": "vera", "password": "nope"})
     assert bad.status_code == 200 and b"flash-error" in bad.content
@@ -117,8 +120,12 @@ def test_forged_or_missing_csrf_token_is_refused(operator):
     client = login(operator, enforce_csrf_checks=True)
     missing = client.post(f"/runs/{run.id}/resume/")
     assert missing.status_code == 403 and b"could not be verified" in missing.content
-    forged = client.post(f"/runs/{run.id}/resume/", {"csrfmiddlewaretoken": "x" * 64},
-                         HTTP_X_CSRFTOKEN="y" * 64, **HTMX)
+    forged = client.post(
+        f"/runs/{run.id}/resume/",
+        {"csrfmiddlewaretoken": "x" * 64},
+        HTTP_X_CSRFTOKEN="y" * 64,
+        **HTMX,
+    )
     assert forged.status_code == 403
     run.refresh_from_db()
     assert run.status == "failed"

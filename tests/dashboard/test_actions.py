@@ -17,8 +17,7 @@ def test_cancel_a_waiting_run_with_htmx(operator_client, operator):
     run = drive(durable.start("tests.signal", {}).id)
     page = operator_client.get(f"/runs/{run.id}/").content.decode()
     assert "Cancel run</button>" in page and "hx-confirm=" in page
-    response = operator_client.post(f"/runs/{run.id}/cancel/", {"reason": "not needed <b>"},
-                                    **HTMX)
+    response = operator_client.post(f"/runs/{run.id}/cancel/", {"reason": "not needed <b>"}, **HTMX)
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="run-main"')
@@ -55,8 +54,9 @@ def test_action_that_became_illegal_is_a_409_with_the_fresh_fragment(operator_cl
 
 def test_resume_a_failed_run(operator_client):
     run = drive(durable.start("dash.fail", {}).id)
-    response = operator_client.post(f"/runs/{run.id}/resume/",
-                                    {"reason": "fixed", "extra_steps": "5"}, **HTMX)
+    response = operator_client.post(
+        f"/runs/{run.id}/resume/", {"reason": "fixed", "extra_steps": "5"}, **HTMX
+    )
     assert response.status_code == 200 and "Resumed run" in response.content.decode()
     run.refresh_from_db()
     assert run.status == "pending" and run.max_steps == 10005
@@ -108,8 +108,7 @@ def test_actions_on_unknown_runs_or_actions_are_404(operator_client):
 
 def test_action_from_the_attention_page_refreshes_that_page(operator_client):
     run = drive(durable.start("dash.fail", {}).id)
-    response = operator_client.post(f"/runs/{run.id}/resume/", {"return_to": "attention"},
-                                    **HTMX)
+    response = operator_client.post(f"/runs/{run.id}/resume/", {"return_to": "attention"}, **HTMX)
     body = response.content.decode()
     assert response.status_code == 200 and body.lstrip().startswith('<div id="attention"')
     assert "Resumed run" in body

@@ -41,8 +41,9 @@ def test_inbox_lists_pending_requests_oldest_first(approver_client):
     assert '<span class="count"' in page and ">2<" in page.split('class="count"', 1)[1][:200]
 
 
-def test_inbox_shows_the_runs_last_steps_without_n_plus_1(approver_client,
-                                                        django_assert_max_num_queries):
+def test_inbox_shows_the_runs_last_steps_without_n_plus_1(
+    approver_client, django_assert_max_num_queries
+):
     tool_approval_run()
     with django_assert_max_num_queries(14) as few:
         approver_client.get("/approvals/")
@@ -56,8 +57,7 @@ def test_inbox_shows_the_runs_last_steps_without_n_plus_1(approver_client,
 
 def test_approve(approver_client, approver):
     run, req = tool_approval_run()
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="inbox"') and "Approved “Run waits.send" in body
@@ -69,13 +69,13 @@ def test_approve(approver_client, approver):
 
 def test_reject_needs_a_comment(approver_client):
     run, req = tool_approval_run()
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "reject"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "reject"}, **HTMX)
     assert response.status_code == 422 and "Say why you reject it" in response.content.decode()
     req.refresh_from_db()
     assert req.status == "pending"
-    response = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                    {"decision": "reject", "comment": "wrong recipient"}, **HTMX)
+    response = approver_client.post(
+        f"/approvals/{req.pk}/decide/", {"decision": "reject", "comment": "wrong recipient"}, **HTMX
+    )
     assert response.status_code == 200 and "Rejected" in response.content.decode()
     run = drive(run.id)
     assert run.status == "succeeded"
@@ -85,15 +85,19 @@ def test_reject_needs_a_comment(approver_client):
 def test_approve_with_edited_parameters(approver_client):
     ww.EFFECTS.clear()
     run, req = tool_approval_run()
-    bad = approver_client.post(f"/approvals/{req.pk}/decide/",
-                               {"decision": "edit", "edited": "{not json"}, **HTMX)
+    bad = approver_client.post(
+        f"/approvals/{req.pk}/decide/", {"decision": "edit", "edited": "{not json"}, **HTMX
+    )
     assert bad.status_code == 422 and "not valid JSON" in bad.content.decode()
-    not_object = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                      {"decision": "edit", "edited": "[1, 2]"}, **HTMX)
+    not_object = approver_client.post(
+        f"/approvals/{req.pk}/decide/", {"decision": "edit", "edited": "[1, 2]"}, **HTMX
+    )
     assert not_object.status_code == 422 and "JSON object" in not_object.content.decode()
-    ok = approver_client.post(f"/approvals/{req.pk}/decide/",
-                              {"decision": "edit",
-                               "edited": '{"to": "carol@example.com", "body": "hi"}'}, **HTMX)
+    ok = approver_client.post(
+        f"/approvals/{req.pk}/decide/",
+        {"decision": "edit", "edited": '{"to": "carol@example.com", "body": "hi"}'},
+        **HTMX,
+    )
     assert ok.status_code == 200 and "with edited parameters" in ok.content.decode()
     assert drive(run.id).status == "succeeded"
     assert ww.EFFECTS == [("send", "carol@example.com", "hi")]
@@ -103,8 +107,7 @@ def test_already_decided_is_a_409_with_a_fresh_inbox(approver_client):
     _run, req = tool_approval_run()
     other = make_user("bea", "approver")
     approval_decide(request_id=req.pk, user=other, approve=True)
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 409
     body = response.content.decode()
     assert "Nothing changed" in body and "already approved by bea" in body
@@ -114,14 +117,17 @@ def test_already_decided_is_a_409_with_a_fresh_inbox(approver_client):
 def test_decision_on_a_cancelled_run_is_refused(approver_client):
     run, req = tool_approval_run()
     durable.cancel(run.id, by="ops")
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 409 and "Nothing changed" in response.content.decode()
 
 
 def test_unknown_request_is_404(approver_client):
-    assert approver_client.post("/approvals/999999/decide/", {"decision": "approve"},
-                                **HTMX).status_code == 404
+    assert (
+        approver_client.post(
+            "/approvals/999999/decide/", {"decision": "approve"}, **HTMX
+        ).status_code
+        == 404
+    )
 
 
 def test_four_eyes_hides_approve_from_the_runs_starter(approver):
@@ -160,8 +166,7 @@ def test_operator_without_decide_permission_is_refused(operator_client):
 def test_n_of_m_hides_requests_the_user_already_approved(approver_client, approver):
     _run, req = tool_approval_run()
     ApprovalRequest.objects.filter(pk=req.pk).update(required_approvals=2, four_eyes=False)
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 200 and "is recorded" in response.content.decode()
     assert f'id="approval-{req.pk}"' not in response.content.decode()
     other = login(make_user("bea", "approver")).get("/approvals/").content.decode()
@@ -181,9 +186,11 @@ def test_empty_inbox(approver_client):
 
 def test_a_refused_form_keeps_what_was_typed(approver_client):
     _run, req = tool_approval_run()
-    response = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                    {"decision": "edit", "comment": "my <note>",
-                                     "edited": '{"to": "x@example.com",'}, **HTMX)
+    response = approver_client.post(
+        f"/approvals/{req.pk}/decide/",
+        {"decision": "edit", "comment": "my <note>", "edited": '{"to": "x@example.com",'},
+        **HTMX,
+    )
     assert response.status_code == 422
     card = response.content.decode().split(f'id="approval-{req.pk}"', 1)[1].split("</article>")[0]
     assert ">my &lt;note&gt;</textarea>" in card

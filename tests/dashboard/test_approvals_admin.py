@@ -18,11 +18,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_requests_are_shown_read_only_with_decisions():
     root = User.objects.create_superuser("root", "root@example.com", "pw-for-tests")
     client = login(root)
-    run = drive(durable.start("tests.approval", {"api_key": "sk-test-XYZ123456",
-                                                 "note": "<b>hi</b>"}).id)
+    run = drive(
+        durable.start("tests.approval", {"api_key": "sk-test-XYZ123456", "note": "<b>hi</b>"}).id
+    )
     req = ApprovalRequest.objects.get(run=run)
-    approval_decide(request_id=req.pk, user=make_user("alice", "approver"), approve=True,
-                    comment="fine <i>by me</i>")
+    approval_decide(
+        request_id=req.pk,
+        user=make_user("alice", "approver"),
+        approve=True,
+        comment="fine <i>by me</i>",
+    )
     changelist = client.get(reverse("admin:approvals_approvalrequest_changelist"))
     assert changelist.status_code == 200 and "Approve the budget" in changelist.content.decode()
     page = client.get(reverse("admin:approvals_approvalrequest_change", args=[req.pk]))
@@ -32,6 +37,10 @@ def test_requests_are_shown_read_only_with_decisions():
     assert "&lt;b&gt;hi&lt;/b&gt;" in body and "[REDACTED]" in body and "XYZ123456" not in body
     assert 'name="_save"' not in body  # read-only
     assert client.get(reverse("admin:approvals_approvalrequest_add")).status_code == 403
-    assert client.post(reverse("admin:approvals_approvalrequest_delete", args=[req.pk]),
-                       {"post": "yes"}).status_code == 403
+    assert (
+        client.post(
+            reverse("admin:approvals_approvalrequest_delete", args=[req.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
     assert ApprovalRequest.objects.filter(pk=req.pk).exists()

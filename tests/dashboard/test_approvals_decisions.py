@@ -54,8 +54,7 @@ def test_an_expired_request_is_greyed_out_and_a_late_click_is_a_409(approver_cli
     page = approver_client.get("/approvals/").content.decode()
     assert 'class="card approval is-expired"' in page
     assert 'value="approve" class="btn primary" disabled' in card(page, req)
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 409
     body = response.content.decode()
     assert "this request expired at" in body and "the timeout rejected it" in body
@@ -64,11 +63,11 @@ def test_an_expired_request_is_greyed_out_and_a_late_click_is_a_409(approver_cli
 
 
 def test_a_late_click_on_an_escalating_request_says_who_is_asked_now(approver_client):
-    _run, req = waiting("tests.purchase", {"timeout": 600, "on_timeout": "escalate",
-                                           "escalate_to": "finance"})
+    _run, req = waiting(
+        "tests.purchase", {"timeout": 600, "on_timeout": "escalate", "escalate_to": "finance"}
+    )
     backdate(req, 1)
-    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"},
-                                    **HTMX)
+    response = approver_client.post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 409
     assert "escalated to the group &#x27;finance&#x27;" in response.content.decode()
     req.refresh_from_db()
@@ -77,11 +76,15 @@ def test_a_late_click_on_an_escalating_request_says_who_is_asked_now(approver_cl
 
 def test_s18_an_invalid_edit_is_a_422_with_the_field_named_next_to_the_box(approver_client):
     run, req = waiting("tests.refund", {})
-    for edited, field in (('{"charge_id": "ch_1", "amount": "forty"}', "amount"),
-                          ('{"charge_id": "ch_1"}', "amount")):
-        response = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                        {"decision": "edit", "edited": edited, "version": "1"},
-                                        **HTMX)
+    for edited, field in (
+        ('{"charge_id": "ch_1", "amount": "forty"}', "amount"),
+        ('{"charge_id": "ch_1"}', "amount"),
+    ):
+        response = approver_client.post(
+            f"/approvals/{req.pk}/decide/",
+            {"decision": "edit", "edited": edited, "version": "1"},
+            **HTMX,
+        )
         assert response.status_code == 422
         mine = card(response.content.decode(), req)
         errors = mine.split('<ul class="field-error arg-errors"', 1)[1].split("</ul>", 1)[0]
@@ -90,21 +93,30 @@ def test_s18_an_invalid_edit_is_a_422_with_the_field_named_next_to_the_box(appro
         assert " open>" in mine  # the edit box stays open, with what was typed
         req.refresh_from_db()
         assert req.status == "pending" and not req.decisions.exists()
-    ok = approver_client.post(f"/approvals/{req.pk}/decide/",
-                              {"decision": "edit", "version": "1",
-                               "edited": '{"charge_id": "ch_1", "amount": 40}'}, **HTMX)
+    ok = approver_client.post(
+        f"/approvals/{req.pk}/decide/",
+        {"decision": "edit", "version": "1", "edited": '{"charge_id": "ch_1", "amount": 40}'},
+        **HTMX,
+    )
     assert ok.status_code == 200
     assert drive(run.id).output_value() == {"result": {"refunded": 40, "charge": "ch_1"}}
     assert ww.CALLS == [("refund", {"charge_id": "ch_1", "amount": 40})]
 
 
-@pytest.mark.parametrize("edited", ["[" * 50_000 + "]" * 50_000,
-                                    '{"a":' * 10_000 + "1" + "}" * 10_000, "[" * 200_000,
-                                    json.dumps({"charge_id": "x" * 150_000, "amount": 1})])
+@pytest.mark.parametrize(
+    "edited",
+    [
+        "[" * 50_000 + "]" * 50_000,
+        '{"a":' * 10_000 + "1" + "}" * 10_000,
+        "[" * 200_000,
+        json.dumps({"charge_id": "x" * 150_000, "amount": 1}),
+    ],
+)
 def test_deep_or_huge_json_in_an_edit_is_refused_not_a_500(approver_client, edited):
     _run, req = waiting("tests.refund", {})
-    response = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                    {"decision": "edit", "edited": edited}, **HTMX)
+    response = approver_client.post(
+        f"/approvals/{req.pk}/decide/", {"decision": "edit", "edited": edited}, **HTMX
+    )
     assert response.status_code in (400, 422)
     req.refresh_from_db()
     assert req.status == "pending"
@@ -120,24 +132,35 @@ def test_secret_parameters_are_locked_and_kept(approver_client):
     locked = mine.split('class="locked-params"', 1)[1].split("</ul>", 1)[0]
     assert "api_key" in locked and "secret, kept" in locked
     # what the browser sends back: the box as shown, with the amount changed
-    response = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                    {"decision": "edit", "edited": '{"amount": 12, "memo": ""}',
-                                     "version": "1"}, **HTMX)
+    response = approver_client.post(
+        f"/approvals/{req.pk}/decide/",
+        {"decision": "edit", "edited": '{"amount": 12, "memo": ""}', "version": "1"},
+        **HTMX,
+    )
     assert response.status_code == 200
     drive(run.id)
     assert ww.CALLS == [("pay", {"amount": 12, "api_key": SECRET, "memo": ""})]
 
 
-def test_an_edit_in_n_of_m_shows_a_diff_and_asks_the_first_approver_again(approver,
-                                                                         approver_client):
+def test_an_edit_in_n_of_m_shows_a_diff_and_asks_the_first_approver_again(
+    approver, approver_client
+):
     bea = make_user("bea", "approver")
-    _run, req = waiting("tests.purchase", {"required": 2, "allow_edit": True,
-                                           "payload": {"amount": 10}})
-    first = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                 {"decision": "approve", "version": "1"}, **HTMX)
+    _run, req = waiting(
+        "tests.purchase", {"required": 2, "allow_edit": True, "payload": {"amount": 10}}
+    )
+    first = approver_client.post(
+        f"/approvals/{req.pk}/decide/", {"decision": "approve", "version": "1"}, **HTMX
+    )
     assert first.status_code == 200 and f'id="approval-{req.pk}"' not in first.content.decode()
-    approval_decide(request_id=req.pk, user=bea, approve=True, version=1,
-                    edited={"amount": 999999, "to": "attacker"}, comment="bigger")
+    approval_decide(
+        request_id=req.pk,
+        user=bea,
+        approve=True,
+        version=1,
+        edited={"amount": 999999, "to": "attacker"},
+        comment="bigger",
+    )
     page = approver_client.get("/approvals/").content.decode()
     mine = card(page, req)  # listed again for alice
     assert "You approved version 1" in mine and "bea edited the arguments" in mine
@@ -147,8 +170,9 @@ def test_an_edit_in_n_of_m_shows_a_diff_and_asks_the_first_approver_again(approv
     assert "999999" in diff and '<tr class="diff-added">' in diff and "attacker" in diff
     assert 'name="version" value="2"' in mine
     # alice's stale page (version 1): nothing recorded, a 409 that says why
-    stale = approver_client.post(f"/approvals/{req.pk}/decide/",
-                                 {"decision": "approve", "version": "1"}, **HTMX)
+    stale = approver_client.post(
+        f"/approvals/{req.pk}/decide/", {"decision": "approve", "version": "1"}, **HTMX
+    )
     assert stale.status_code == 409 and "the arguments changed" in stale.content.decode()
     req.refresh_from_db()
     assert req.status == "pending"

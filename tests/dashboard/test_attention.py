@@ -30,8 +30,8 @@ def test_page_lists_unknown_outcomes_and_failed_runs(operator_client):
     assert "dash.send_money" in card and op.idempotency_key in card and "unsafe write" in card
     assert "timed out after the request was sent" in card
     assert "It happened</button>" in card and "It did not happen — retry</button>" in card
-    assert "Abort the run</button>" in card and '&quot;amount&quot;: 5' in card
-    failed_row = page.split(f'/runs/{failed.id}/', 1)[1].split("</tr>", 1)[0]
+    assert "Abort the run</button>" in card and "&quot;amount&quot;: 5" in card
+    failed_row = page.split(f"/runs/{failed.id}/", 1)[1].split("</tr>", 1)[0]
     assert "cannot do it: nope" in failed_row
     assert "Resume</button>" in failed_row and "Compensate</button>" in failed_row
 
@@ -48,9 +48,16 @@ def test_viewer_sees_the_page_without_the_forms(viewer_client):
 
 def test_it_happened_with_a_result(operator_client):
     run, op = unknown_outcome_run(9)
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/", {
-        "outcome": "happened", "external_id": "tr_ext_1", "result": '{"transfer": "tr_ext_1"}',
-        "reason": "seen in the bank's dashboard"}, **HTMX)
+    response = operator_client.post(
+        f"/operations/{op.pk}/reconcile/",
+        {
+            "outcome": "happened",
+            "external_id": "tr_ext_1",
+            "result": '{"transfer": "tr_ext_1"}',
+            "reason": "seen in the bank's dashboard",
+        },
+        **HTMX,
+    )
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="attention"')
@@ -64,8 +71,9 @@ def test_it_happened_with_a_result(operator_client):
 
 def test_it_did_not_happen_retries(operator_client):
     run, op = unknown_outcome_run(3)
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/",
-                                    {"outcome": "not_happened"}, **HTMX)
+    response = operator_client.post(
+        f"/operations/{op.pk}/reconcile/", {"outcome": "not_happened"}, **HTMX
+    )
     assert response.status_code == 200 and "did not happen" in response.content.decode()
     run = drive(run.id)
     assert run.status == "succeeded" and run.output_value()["receipt"]["amount"] == 3
@@ -73,8 +81,9 @@ def test_it_did_not_happen_retries(operator_client):
 
 def test_abort_from_the_run_page(operator_client):
     run, op = unknown_outcome_run()
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/",
-                                    {"outcome": "abort", "return_to": "detail"}, **HTMX)
+    response = operator_client.post(
+        f"/operations/{op.pk}/reconcile/", {"outcome": "abort", "return_to": "detail"}, **HTMX
+    )
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="run-main"') and "Aborted run" in body
@@ -84,8 +93,9 @@ def test_abort_from_the_run_page(operator_client):
 
 def test_bad_result_json_is_422_and_changes_nothing(operator_client):
     _run, op = unknown_outcome_run()
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/",
-                                    {"outcome": "happened", "result": "{oops"}, **HTMX)
+    response = operator_client.post(
+        f"/operations/{op.pk}/reconcile/", {"outcome": "happened", "result": "{oops"}, **HTMX
+    )
     assert response.status_code == 422 and "not valid JSON" in response.content.decode()
     op.refresh_from_db()
     assert op.status == "unknown" and op.resolution == ""
@@ -95,14 +105,15 @@ def test_second_decision_is_a_409(operator_client):
     _run, op = unknown_outcome_run()
     durable_services = __import__("durable.services", fromlist=["operation_reconcile"])
     durable_services.operation_reconcile(operation_id=op.pk, outcome="not_happened", by="ops")
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/", {"outcome": "abort"},
-                                    **HTMX)
+    response = operator_client.post(f"/operations/{op.pk}/reconcile/", {"outcome": "abort"}, **HTMX)
     assert response.status_code == 409 and "Nothing changed" in response.content.decode()
 
 
 def test_unknown_operation_is_404(operator_client):
-    assert operator_client.post("/operations/424242/reconcile/",
-                                {"outcome": "abort"}).status_code == 404
+    assert (
+        operator_client.post("/operations/424242/reconcile/", {"outcome": "abort"}).status_code
+        == 404
+    )
 
 
 def test_attention_query_count_is_bounded(operator_client, django_assert_max_num_queries):
@@ -120,9 +131,11 @@ def test_attention_query_count_is_bounded(operator_client, django_assert_max_num
 
 def test_a_refused_reconcile_form_keeps_what_was_typed(operator_client):
     _run, op = unknown_outcome_run()
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/",
-                                    {"outcome": "happened", "external_id": "tr_<9>",
-                                     "result": "{oops"}, **HTMX)
+    response = operator_client.post(
+        f"/operations/{op.pk}/reconcile/",
+        {"outcome": "happened", "external_id": "tr_<9>", "result": "{oops"},
+        **HTMX,
+    )
     card = response.content.decode().split(f'id="operation-{op.pk}"', 1)[1]
     assert 'value="tr_&lt;9&gt;"' in card and ">{oops</textarea>" in card
     assert 'aria-invalid="true"' in card

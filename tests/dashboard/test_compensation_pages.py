@@ -41,7 +41,7 @@ def test_the_run_page_shows_who_owns_each_write(viewer_client):
     assert b.status == RunStatus.SUCCEEDED, b.error
 
     page_a = viewer_client.get(f"/runs/{a.id}/").content.decode()
-    assert f"owner: fork <a class=\"mono\" href=\"/runs/{b.id}/\">" in page_a
+    assert f'owner: fork <a class="mono" href="/runs/{b.id}/">' in page_a
     assert "compensating this run leaves it" in page_a
     page_b = viewer_client.get(f"/runs/{b.id}/").content.decode()
     assert f"{a.id}:refund" in page_b  # the reused write is shown on the fork's page
@@ -60,7 +60,8 @@ def test_it_happened_from_the_run_page_of_a_compensating_run(operator_client):
     response = operator_client.post(
         f"/operations/{op.pk}/reconcile/",
         {"outcome": "happened", "result": json.dumps({"id": "re_2"}), "return_to": "detail"},
-        **HTMX)
+        **HTMX,
+    )
     assert response.status_code == 200, response.content.decode()[:500]
     assert "the compensation of run" in response.content.decode()
     assert drive(run_id).status == RunStatus.COMPENSATED
@@ -74,8 +75,15 @@ def test_it_happened_for_a_cancelled_run_from_the_page_and_the_cli(operator_clie
     assert "It happened</button>" in page and "Abort the run</button>" not in page
 
     out = StringIO()
-    call_command("durable", "reconcile", str(op.pk), "--happened", "--result",
-                 json.dumps({"id": "re_2"}), stdout=out)
+    call_command(
+        "durable",
+        "reconcile",
+        str(op.pk),
+        "--happened",
+        "--result",
+        json.dumps({"id": "re_2"}),
+        stdout=out,
+    )
     assert f"run {run_id} stays cancelled" in out.getvalue()
     op.refresh_from_db()
     assert op.status == OperationStatus.SUCCEEDED

@@ -38,12 +38,25 @@ from tests.dashboard.conftest import HTMX, make_user
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROLES = ("anonymous", "viewer", "operator", "approver", "admin")
-FEW = settings(max_examples=5, deadline=None, derandomize=True,
-               suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                      HealthCheck.too_slow, HealthCheck.data_too_large])
-MANY = settings(max_examples=150, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+FEW = settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+MANY = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 # --- the URLs and fields to fuzz --------------------------------------------------------
@@ -98,34 +111,85 @@ def _cursor(value, run_id="x") -> str:
 
 
 NASTY = [
-    "²", "1²", "٣", "१२", "𝟙", "Ⅻ", "0" * 40, "9" * 30, "-1", " 1", "1e3", "1.5", "+7",
-    "\x00", "a\x00b", "\ud800", "x\udfffy", "\u202e", "%", "%00", "..", "/", "",
-    "x" * 5000, "[" * 10_000 + "]" * 10_000, '{"a":' * 3000 + "1" + "}" * 3000,
-    '{"amount": NaN}', '{"amount": 1e999}', "[1, 2", "null", "[]", '"\\u0000"',
-    '"\\ud800"', "0001-01-01", "9999-12-31", "10000-01-01", "0000-00-00",
-    "2024-02-30", "1-1-1", _cursor("0001-01-01T00:00:00+14:00"),
-    _cursor("9999-12-31T23:59:59-14:00"), _cursor(10 ** 30), _cursor(-(10 ** 30)),
-    _cursor(1e308), _cursor("2024-01-01T00:00:00"), _cursor("2024-01-01T00:00:00+00:00", 7),
-    _cursor("2024-01-01T00:00:00+00:00", "\x00"), "=" * 601,
-    "attention", "approval", "-duration", "approve", "edit", "reject", "happened",
-    "not_happened", "abort", "detail", "https://evil.example/", "//evil.example/",
+    "²",
+    "1²",
+    "٣",
+    "१२",
+    "𝟙",
+    "Ⅻ",
+    "0" * 40,
+    "9" * 30,
+    "-1",
+    " 1",
+    "1e3",
+    "1.5",
+    "+7",
+    "\x00",
+    "a\x00b",
+    "\ud800",
+    "x\udfffy",
+    "\u202e",
+    "%",
+    "%00",
+    "..",
+    "/",
+    "",
+    "x" * 5000,
+    "[" * 10_000 + "]" * 10_000,
+    '{"a":' * 3000 + "1" + "}" * 3000,
+    '{"amount": NaN}',
+    '{"amount": 1e999}',
+    "[1, 2",
+    "null",
+    "[]",
+    '"\\u0000"',
+    '"\\ud800"',
+    "0001-01-01",
+    "9999-12-31",
+    "10000-01-01",
+    "0000-00-00",
+    "2024-02-30",
+    "1-1-1",
+    _cursor("0001-01-01T00:00:00+14:00"),
+    _cursor("9999-12-31T23:59:59-14:00"),
+    _cursor(10**30),
+    _cursor(-(10**30)),
+    _cursor(1e308),
+    _cursor("2024-01-01T00:00:00"),
+    _cursor("2024-01-01T00:00:00+00:00", 7),
+    _cursor("2024-01-01T00:00:00+00:00", "\x00"),
+    "=" * 601,
+    "attention",
+    "approval",
+    "-duration",
+    "approve",
+    "edit",
+    "reject",
+    "happened",
+    "not_happened",
+    "abort",
+    "detail",
+    "https://evil.example/",
+    "//evil.example/",
 ]
 
 hostile_text = st.one_of(
     st.sampled_from(NASTY),
     st.sampled_from(NASTY),  # twice: the known-hostile values are drawn more often
     st.text(st.characters(codec=None, exclude_categories=()), max_size=40),
-    st.integers(min_value=-(10 ** 40), max_value=10 ** 40).map(str),
+    st.integers(min_value=-(10**40), max_value=10**40).map(str),
     st.text("0123456789²³¹٠١٢३४", min_size=1, max_size=25),
-    st.recursive(st.none() | st.integers() | st.text(max_size=5),
-                 lambda inner: st.lists(inner, max_size=3)
-                 | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                 max_leaves=20).map(json.dumps),
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        ),
+        max_leaves=20,
+    ).map(json.dumps),
 )
 
 
-field_value = st.one_of(st.none(), st.sampled_from(["", "0", "1", "2", "approve"]),
-                        hostile_text)
+field_value = st.one_of(st.none(), st.sampled_from(["", "0", "1", "2", "approve"]), hostile_text)
 
 
 def _q(value: str) -> str:
@@ -143,8 +207,7 @@ def _encode_pairs(pairs: list[tuple[str, str]]) -> str:
 def world(transactional_db):
     dw.KNOBS["unknown"] = 1
     runs = [
-        drive(durable.start("dash.echo", {"api_key": "sk-test-XYZ123456", "n": 1},
-                            version="1").id),
+        drive(durable.start("dash.echo", {"api_key": "sk-test-XYZ123456", "n": 1}, version="1").id),
         drive(durable.start("dash.fail", {"why": "no"}).id),
         drive(durable.start("tests.approval", {"note": "hi"}).id),
         drive(durable.start("dash.transfer", {"amount": 1}).id),
@@ -157,7 +220,8 @@ def world(transactional_db):
         "operation_id": [str(pk) for pk in Operation.objects.values_list("pk", flat=True)],
         "request_id": [str(pk) for pk in ApprovalRequest.objects.values_list("pk", flat=True)],
         # accounts/: password reset tokens
-        "uidb64": ["MQ", "x"], "token": ["set-password", "abc-123"],
+        "uidb64": ["MQ", "x"],
+        "token": ["set-password", "abc-123"],
     }
     return values
 
@@ -167,8 +231,9 @@ def _client(role: str) -> Client:
     if role == "anonymous":
         return client
     if role == "admin":
-        user = User.objects.filter(username="fuzz-admin").first() or \
-            User.objects.create_superuser("fuzz-admin", "a@example.com", "pw-for-tests")
+        user = User.objects.filter(username="fuzz-admin").first() or User.objects.create_superuser(
+            "fuzz-admin", "a@example.com", "pw-for-tests"
+        )
     else:
         name = f"fuzz-{role}"
         user = User.objects.filter(username=name).first() or make_user(name, role)
@@ -197,23 +262,41 @@ def _request(client: Client, route: str, data, world: dict) -> None:
     if method == "GET":
         response = client.get(path, QUERY_STRING=_encode_pairs(pairs), **extra)
     else:
-        response = client.post(path, data=_encode_pairs(pairs).encode("ascii"),
-                               content_type="application/x-www-form-urlencoded", **extra)
+        response = client.post(
+            path,
+            data=_encode_pairs(pairs).encode("ascii"),
+            content_type="application/x-www-form-urlencoded",
+            **extra,
+        )
     assert response.status_code < 500, (method, path, pairs, response.status_code)
 
 
 #: one value of each hostile kind, for the deterministic sweep below
-SWEEP = ["²", "\x00", "\ud800", "9" * 30, "-1", "[" * 10_000 + "]" * 10_000,
-         '{"a":' * 3000 + "1" + "}" * 3000, "0001-01-01", "10000-01-01",
-         _cursor("0001-01-01T00:00:00+14:00"), _cursor(10 ** 30), "x" * 5000]
+SWEEP = [
+    "²",
+    "\x00",
+    "\ud800",
+    "9" * 30,
+    "-1",
+    "[" * 10_000 + "]" * 10_000,
+    '{"a":' * 3000 + "1" + "}" * 3000,
+    "0001-01-01",
+    "10000-01-01",
+    _cursor("0001-01-01T00:00:00+14:00"),
+    _cursor(10**30),
+    "x" * 5000,
+]
 
 
 def _send(client: Client, method: str, path: str, pairs: list[tuple[str, str]]) -> None:
     if method == "GET":
         response = client.get(path, QUERY_STRING=_encode_pairs(pairs))
     else:
-        response = client.post(path, data=_encode_pairs(pairs).encode("ascii"),
-                               content_type="application/x-www-form-urlencoded")
+        response = client.post(
+            path,
+            data=_encode_pairs(pairs).encode("ascii"),
+            content_type="application/x-www-form-urlencoded",
+        )
     assert response.status_code < 500, (method, path, pairs[:3], response.status_code)
 
 

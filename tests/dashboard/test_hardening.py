@@ -30,28 +30,46 @@ PRODUCTION_ENV = {
 
 
 def _environment(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_", "DURABLE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_", "DURABLE_"))
+    }
     env["DURABLE_VAR_DIR"] = str(tmp_path)
     env.update(extra)
     return env
 
 
 def _settings_in(tmp_path: Path, extra: dict[str, str]) -> dict:
-    code = ("import json, django; django.setup(); from django.conf import settings as s; "
-            "print(json.dumps({k: getattr(s, k, None) for k in ('DEBUG', 'SECURE_SSL_REDIRECT',"
-            " 'SECURE_HSTS_SECONDS', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE',"
-            " 'SECURE_PROXY_SSL_HEADER', 'MAX_REQUEST_BODY_BYTES')}))")
+    code = (
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps({k: getattr(s, k, None) for k in ('DEBUG', 'SECURE_SSL_REDIRECT',"
+        " 'SECURE_HSTS_SECONDS', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE',"
+        " 'SECURE_PROXY_SSL_HEADER', 'MAX_REQUEST_BODY_BYTES')}))"
+    )
     env = _environment(tmp_path, {"DJANGO_SETTINGS_MODULE": "config.settings", **extra})
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_check_deploy_is_clean_in_the_production_configuration(tmp_path):
-    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level",
-                             "WARNING"], cwd=ROOT, env=_environment(tmp_path, PRODUCTION_ENV),
-                            capture_output=True, text=True, timeout=180, check=False)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=_environment(tmp_path, PRODUCTION_ENV),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "System check identified no issues (0 silenced)." in output
@@ -60,26 +78,43 @@ def test_check_deploy_is_clean_in_the_production_configuration(tmp_path):
 
 def test_check_deploy_flags_the_embedded_default(tmp_path):
     """The same check warns without DJANGO_HTTPS: the test above can fail."""
-    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT,
-                            env=_environment(tmp_path, {}), capture_output=True, text=True,
-                            timeout=180, check=False)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT,
+        env=_environment(tmp_path, {}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert "security.W008" in result.stdout + result.stderr  # SECURE_SSL_REDIRECT
 
 
 def test_https_settings_only_when_asked_for(tmp_path):
     embedded = _settings_in(tmp_path, {})
-    assert embedded == {"DEBUG": False, "SECURE_SSL_REDIRECT": False, "SECURE_HSTS_SECONDS": 0,
-                        "SESSION_COOKIE_SECURE": False, "CSRF_COOKIE_SECURE": False,
-                        "SECURE_PROXY_SSL_HEADER": None,
-                        "MAX_REQUEST_BODY_BYTES": 4 * 1024 * 1024}
+    assert embedded == {
+        "DEBUG": False,
+        "SECURE_SSL_REDIRECT": False,
+        "SECURE_HSTS_SECONDS": 0,
+        "SESSION_COOKIE_SECURE": False,
+        "CSRF_COOKIE_SECURE": False,
+        "SECURE_PROXY_SSL_HEADER": None,
+        "MAX_REQUEST_BODY_BYTES": 4 * 1024 * 1024,
+    }
     https = _settings_in(tmp_path, {"DJANGO_HTTPS": "true"})
     assert https["SECURE_SSL_REDIRECT"] and https["SESSION_COOKIE_SECURE"]
     assert https["CSRF_COOKIE_SECURE"] and https["SECURE_HSTS_SECONDS"] == 31_536_000
     assert https["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
     # each one can still be set on its own
-    one = _settings_in(tmp_path, {"DJANGO_HTTPS": "true", "DJANGO_SECURE_SSL_REDIRECT": "false",
-                                  "DJANGO_SECURE_HSTS_SECONDS": "60",
-                                  "DURABLE_MAX_REQUEST_BYTES": "1000"})
+    one = _settings_in(
+        tmp_path,
+        {
+            "DJANGO_HTTPS": "true",
+            "DJANGO_SECURE_SSL_REDIRECT": "false",
+            "DJANGO_SECURE_HSTS_SECONDS": "60",
+            "DURABLE_MAX_REQUEST_BYTES": "1000",
+        },
+    )
     assert one["SECURE_SSL_REDIRECT"] is False and one["SECURE_HSTS_SECONDS"] == 60
     assert one["SESSION_COOKIE_SECURE"] and one["MAX_REQUEST_BODY_BYTES"] == 1000
     alone = _settings_in(tmp_path, {"DJANGO_SESSION_COOKIE_SECURE": "true"})
@@ -102,7 +137,8 @@ def test_every_page_carries_a_strict_content_security_policy(viewer_client):
 def _templates() -> list[Path]:
     found = []
     for base in [Path(d) for d in django_settings.TEMPLATES[0]["DIRS"]] + [
-            ROOT / app / "templates" for app in ("dashboard", "approvals", "durable")]:
+        ROOT / app / "templates" for app in ("dashboard", "approvals", "durable")
+    ]:
         found += sorted(base.rglob("*.html")) if base.exists() else []
     return found
 
@@ -121,14 +157,23 @@ def test_no_template_has_inline_script_or_style():
     templates and in HTML built by Python (format_html in the admin)."""
     templates = _templates()
     assert len(templates) >= 15
-    python = [path for app in ("dashboard", "approvals", "durable", "config")
-              for path in sorted((ROOT / app).rglob("*.py")) if "migrations" not in path.parts]
+    python = [
+        path
+        for app in ("dashboard", "approvals", "durable", "config")
+        for path in sorted((ROOT / app).rglob("*.py"))
+        if "migrations" not in path.parts
+    ]
     texts = {path: path.read_text() for path in templates}
     for path in python:  # code, not comments
-        texts[path] = "\n".join(line for line in path.read_text().splitlines()
-                                 if not line.lstrip().startswith("#"))
-    problems = [f"{path.relative_to(ROOT)}: {what}" for path, text in texts.items()
-                for pattern, what in INLINE[:-1] if pattern.search(text)]
+        texts[path] = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
+        )
+    problems = [
+        f"{path.relative_to(ROOT)}: {what}"
+        for path, text in texts.items()
+        for pattern, what in INLINE[:-1]
+        if pattern.search(text)
+    ]
     assert problems == []
     base = (ROOT / "templates" / "base.html").read_text()
     # htmx copies a swapped element's style attribute while settling (an inline style)
@@ -149,8 +194,7 @@ def test_repeated_failed_logins_lock_the_account_out(settings):
     response = client.post("/accounts/login/", {"username": "locked", "password": "wrong"})
     assert response.status_code == 429
     # now even the right password is refused, for this user from this address
-    response = client.post("/accounts/login/", {"username": "locked",
-                                                "password": "right-password"})
+    response = client.post("/accounts/login/", {"username": "locked", "password": "right-password"})
     assert response.status_code == 429
     assert "_auth_user_id" not in client.session
     # another address is not locked out
@@ -188,8 +232,10 @@ async def _echo_app(scope, receive, send):
 def _call(headers, chunks, limit=1000):
     app = BodySizeLimitMiddleware(_echo_app, max_bytes=limit)
     sent = _Recorder()
-    queue = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
-             for i, c in enumerate(chunks)]
+    queue = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+        for i, c in enumerate(chunks)
+    ]
     read = []
 
     async def receive():
@@ -228,18 +274,29 @@ def test_the_asgi_application_refuses_a_large_body(settings):
     async def receive():
         return queue.pop(0)
 
-    scope = {"type": "http", "method": "POST", "path": "/accounts/login/", "query_string": b"",
-             "headers": [(b"host", b"testserver"), (b"content-length", b"101")],
-             "server": ("testserver", 80), "client": ("127.0.0.1", 5000), "scheme": "http",
-             "http_version": "1.1", "asgi": {"version": "3.0"}, "root_path": ""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/accounts/login/",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), (b"content-length", b"101")],
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 5000),
+        "scheme": "http",
+        "http_version": "1.1",
+        "asgi": {"version": "3.0"},
+        "root_path": "",
+    }
     async_to_sync(application)(scope, receive, sent)
     assert sent.status == 413
     assert queue  # the body was never read
     # without a Content-Length, Django starts reading and is stopped at the limit
     sent = _Recorder()
-    queue = [{"type": "http.request", "body": b"x" * 60, "more_body": True},
-             {"type": "http.request", "body": b"x" * 60, "more_body": True},
-             {"type": "http.request", "body": b"x" * 60, "more_body": False}]
+    queue = [
+        {"type": "http.request", "body": b"x" * 60, "more_body": True},
+        {"type": "http.request", "body": b"x" * 60, "more_body": True},
+        {"type": "http.request", "body": b"x" * 60, "more_body": False},
+    ]
     scope["headers"] = [(b"host", b"testserver")]
     async_to_sync(application)(scope, receive, sent)
     assert sent.status == 413

@@ -68,7 +68,7 @@ def test_run_socket_only_hears_about_its_run(viewer):
         await ws.disconnect()
         return message
 
-    assert async_to_sync(scenario)() ["runs"] == [mine.id]
+    assert async_to_sync(scenario)()["runs"] == [mine.id]
 
 
 def test_a_real_state_change_reaches_the_run_page(viewer):
@@ -127,15 +127,26 @@ def test_full_asgi_application_uses_the_session_and_checks_the_origin(viewer):
     run = drive(durable.start("dash.echo", {"a": 1}, version="1").id)
 
     async def scenario():
-        ws, connected = await connect("/ws/runs/", None, application=application, headers=[
-            (b"cookie", cookie), (b"origin", b"http://testserver"), (b"host", b"testserver")])
+        ws, connected = await connect(
+            "/ws/runs/",
+            None,
+            application=application,
+            headers=[
+                (b"cookie", cookie),
+                (b"origin", b"http://testserver"),
+                (b"host", b"testserver"),
+            ],
+        )
         assert connected
         await add_event(run)
         message = await ws.receive_json_from(timeout=5)
         await ws.disconnect()
-        _evil, evil_connected = await connect("/ws/runs/", None, application=application,
-                                             headers=[(b"cookie", cookie),
-                                                      (b"origin", b"http://evil.example")])
+        _evil, evil_connected = await connect(
+            "/ws/runs/",
+            None,
+            application=application,
+            headers=[(b"cookie", cookie), (b"origin", b"http://evil.example")],
+        )
         return message, evil_connected
 
     message, evil_connected = async_to_sync(scenario)()
@@ -153,9 +164,12 @@ def _redis_up() -> bool:
 
 @pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
 def test_works_with_the_redis_channel_layer(viewer, settings):
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": ["redis://127.0.0.1:6379/13"], "prefix": "dash-test"}}}
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": ["redis://127.0.0.1:6379/13"], "prefix": "dash-test"},
+        }
+    }
     run = drive(durable.start("dash.echo", {"a": 1}, version="1").id)
 
     async def scenario():

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_follower_polls_again_after_its_connection_was_terminated():
     if connection.vendor != "postgresql":
         pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
-    run = Run.objects.create(workflow_name="w", workflow_version="1", input="null",
-                             input_hash="x")
+    run = Run.objects.create(workflow_name="w", workflow_version="1", input="null", input_hash="x")
     follower = Follower()
     assert async_to_sync(follower.poll)(None) == []
     TraceEvent.objects.create(run=run, kind="claimed")

@@ -46,8 +46,17 @@ def test_malformed_frames_are_ignored_and_the_socket_stays_open(viewer):
     async def scenario():
         ws, connected = await _open(f"/ws/runs/{run.id}/", viewer)
         assert connected
-        for frame in ("not json", "{", "[" * 100_000, '{"type": "ping"' + " " * 5000 + "}",
-                      "\x00", '"ping"', "null", "[]", '{"type": ["ping"]}'):
+        for frame in (
+            "not json",
+            "{",
+            "[" * 100_000,
+            '{"type": "ping"' + " " * 5000 + "}",
+            "\x00",
+            '"ping"',
+            "null",
+            "[]",
+            '{"type": ["ping"]}',
+        ):
             await ws.send_to(text_data=frame)
         await ws.send_to(bytes_data=b"\x00\xff binary")
         assert await ws.receive_nothing(timeout=0.3)  # nothing answered, nothing closed
@@ -90,8 +99,9 @@ def test_subscriptions_are_released_after_crashes(viewer, monkeypatch):
         await ws.receive_output(timeout=5)  # pong
         from channels.layers import get_channel_layer
 
-        await get_channel_layer().group_send(live.run_group("some-run"),
-                                             {"type": "run.changed", "run": "some-run"})
+        await get_channel_layer().group_send(
+            live.run_group("some-run"), {"type": "run.changed", "run": "some-run"}
+        )
         with pytest.raises(RuntimeError):
             await ws.wait(timeout=5)
         monkeypatch.undo()

@@ -17,8 +17,9 @@ from tests.dashboard import dash_workflows as dw
 from tests.dashboard.conftest import HTMX
 
 
-@pytest.mark.parametrize("text", ["²", "1²", "٣", "१२", "𝟙", "-1", " 1", "1 ", "+1", "1.0",
-                                  "0x1", "9" * 19])
+@pytest.mark.parametrize(
+    "text", ["²", "1²", "٣", "१२", "𝟙", "-1", " 1", "1 ", "+1", "1.0", "0x1", "9" * 19]
+)
 def test_parse_int_accepts_only_bounded_ascii_digits(text):
     with pytest.raises(BadParameter):
         parse_int(text)
@@ -57,14 +58,15 @@ def _cursor(value, run_id="r"):
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00",
-                                   "2024-01-01T00:00:00", 17])
+@pytest.mark.parametrize(
+    "value", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2024-01-01T00:00:00", 17]
+)
 def test_a_created_cursor_out_of_range_is_ignored(value):
     assert decode_cursor(_cursor(value), "created") is None
 
 
 def test_a_duration_cursor_must_be_a_bounded_int():
-    assert decode_cursor(_cursor(10 ** 30), "duration") is None
+    assert decode_cursor(_cursor(10**30), "duration") is None
     assert decode_cursor(_cursor("5"), "duration") is None
     assert decode_cursor(_cursor(5), "duration")[0].microseconds == 5
 
@@ -90,8 +92,9 @@ def test_the_known_malformed_requests_answer_4xx_with_a_message(viewer_client, o
 
     op = Operation.objects.get(run=transfer)
     deep = "[" * 10_000 + "]" * 10_000
-    response = operator_client.post(f"/operations/{op.pk}/reconcile/",
-                                    {"outcome": "happened", "result": deep}, **HTMX)
+    response = operator_client.post(
+        f"/operations/{op.pk}/reconcile/", {"outcome": "happened", "result": deep}, **HTMX
+    )
     assert response.status_code == 422
     assert "nested deeper than 64 levels" in response.content.decode()
     Operation.objects.get(pk=op.pk, status=op.status)  # nothing changed

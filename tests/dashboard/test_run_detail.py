@@ -66,7 +66,7 @@ def test_htmx_request_gets_the_main_fragment(viewer_client):
     response = viewer_client.get(f"/runs/{run.id}/", **HTMX)
     page = response.content.decode()
     assert page.lstrip().startswith('<div id="run-main"')
-    assert "<!doctype html>" not in page and "<nav class=\"mainnav\"" not in page
+    assert "<!doctype html>" not in page and '<nav class="mainnav"' not in page
     assert 'hx-trigger="durable:refresh"' in page
     assert "HX-Request" in response["Vary"]
 
@@ -91,7 +91,8 @@ def test_big_payload_is_cut_with_show_all(viewer_client):
     assert full.status_code == 200
     body = full.content.decode()
     assert body.lstrip().startswith(
-        f'<div class="payload payload-full" id="payload-step-output-{step.pk}"')
+        f'<div class="payload payload-full" id="payload-step-output-{step.pk}"'
+    )
     assert "END" in body and "x" * 5000 in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<script>alert" not in body
     # without HTMX: a page of its own
@@ -111,18 +112,31 @@ def test_payload_of_another_run_or_unknown_kind_is_a_404(viewer_client):
     assert viewer_client.get("/runs/nope/payload/run-input/run/").status_code == 404
 
 
-def test_detail_query_count_does_not_grow_with_steps(viewer_client,
-                                                     django_assert_max_num_queries):
+def test_detail_query_count_does_not_grow_with_steps(viewer_client, django_assert_max_num_queries):
     run = drive(durable.start("dash.flaky", {}).id)  # a tool step and a plain step
     with django_assert_max_num_queries(16) as few:
         viewer_client.get(f"/runs/{run.id}/")
     base = len(few.captured_queries)
     for i in range(2, 60):
-        step = Step.objects.create(run=run, step_id=f"s{i}", position=i, status="succeeded",
-                                   kind="tool", tool_name="dash.lookup", attempts=2,
-                                   input='{"q":1}', output='{"r":2}')
-        StepAttempt.objects.create(run=run, step=step, attempt=1, classification="transient",
-                                   message="boom", retry_delay=0.5)
+        step = Step.objects.create(
+            run=run,
+            step_id=f"s{i}",
+            position=i,
+            status="succeeded",
+            kind="tool",
+            tool_name="dash.lookup",
+            attempts=2,
+            input='{"q":1}',
+            output='{"r":2}',
+        )
+        StepAttempt.objects.create(
+            run=run,
+            step=step,
+            attempt=1,
+            classification="transient",
+            message="boom",
+            retry_delay=0.5,
+        )
         TraceEvent.objects.create(run=run, kind="step_done", step_id=f"s{i}", message="ok")
     with django_assert_max_num_queries(base):
         response = viewer_client.get(f"/runs/{run.id}/")
@@ -131,8 +145,12 @@ def test_detail_query_count_does_not_grow_with_steps(viewer_client,
 
 def test_event_log_shows_the_latest(viewer_client):
     run = drive(durable.start("dash.echo", {"a": 1}, version="1").id)
-    TraceEvent.objects.bulk_create([TraceEvent(run=run, kind="note", message=f"event {i}")
-                                    for i in range(selectors.EVENTS_SHOWN + 10)])
+    TraceEvent.objects.bulk_create(
+        [
+            TraceEvent(run=run, kind="note", message=f"event {i}")
+            for i in range(selectors.EVENTS_SHOWN + 10)
+        ]
+    )
     page = viewer_client.get(f"/runs/{run.id}/").content.decode()
     assert f"the latest {selectors.EVENTS_SHOWN} of" in page
     assert f"event {selectors.EVENTS_SHOWN + 9}<" in page and "event 0<" not in page

@@ -22,11 +22,22 @@ STEP_ROW = re.compile(r'<li class="step step-[a-z_]+" id="step-(\d+)"')
 def _long_run(n: int):
     run = drive(durable.start("dash.echo", {"a": 1}, version="1").id)
     first = Step.objects.filter(run=run).count()
-    Step.objects.bulk_create([
-        Step(run=run, step_id=f"s{i}", position=i, status="succeeded", kind="tool",
-             tool_name="dash.lookup", attempts=1, input=f'{{"q": {i}}}',
-             output='{"r": "%s"}' % ("y" * 3000 if i == 150 else i))
-        for i in range(first, n)])
+    Step.objects.bulk_create(
+        [
+            Step(
+                run=run,
+                step_id=f"s{i}",
+                position=i,
+                status="succeeded",
+                kind="tool",
+                tool_name="dash.lookup",
+                attempts=1,
+                input=f'{{"q": {i}}}',
+                output='{"r": "%s"}' % ("y" * 3000 if i == 150 else i),
+            )
+            for i in range(first, n)
+        ]
+    )
     return run
 
 
@@ -48,8 +59,10 @@ def test_300_steps_render_the_first_and_last_with_load_more(viewer_client):
     assert f"{selectors.STEPS_HEAD + selectors.STEPS_TAIL} of 300 shown" in page
     hidden = 300 - selectors.STEPS_HEAD - selectors.STEPS_TAIL
     assert f"{hidden} steps not shown" in page
-    assert f'hx-get="/runs/{run.id}/steps/?after={selectors.STEPS_HEAD - 1}&amp;before=' \
-           f'{300 - selectors.STEPS_TAIL}"' in page
+    assert (
+        f'hx-get="/runs/{run.id}/steps/?after={selectors.STEPS_HEAD - 1}&amp;before='
+        f'{300 - selectors.STEPS_TAIL}"' in page
+    )
     # a fixed number of queries, whatever the length of the run
     assert len(queries) <= 16
     short = drive(durable.start("dash.echo", {"a": 2}, version="1").id)
@@ -77,8 +90,9 @@ def test_load_more_fragment_pages_on_position(viewer_client):
     assert f'id="steps-gap-{last}"' in body
     assert f'hx-get="/runs/{run.id}/steps/?after={last}&amp;before={tail}"' in body
     # the last page stops before the tail and has no "load more"
-    body = viewer_client.get(f"/runs/{run.id}/steps/?after={last}&before={tail}",
-                             **HTMX).content.decode()
+    body = viewer_client.get(
+        f"/runs/{run.id}/steps/?after={last}&before={tail}", **HTMX
+    ).content.decode()
     assert _positions(body) == list(range(last + 1, tail))
     assert "steps-gap" not in body
     # a large payload stays cut, with "show all"
@@ -93,8 +107,14 @@ def test_load_more_fragment_pages_on_position(viewer_client):
 def test_load_more_query_count_is_bounded(viewer_client, django_assert_max_num_queries):
     run = _long_run(300)
     for step in Step.objects.filter(run=run, position__gte=60, position__lt=160):
-        StepAttempt.objects.create(run=run, step=step, attempt=1, classification="transient",
-                                   message="boom", retry_delay=0.5)
+        StepAttempt.objects.create(
+            run=run,
+            step=step,
+            attempt=1,
+            classification="transient",
+            message="boom",
+            retry_delay=0.5,
+        )
     with django_assert_max_num_queries(12):
         viewer_client.get(f"/runs/{run.id}/steps/?after=49&before=250", **HTMX)
 
@@ -110,6 +130,9 @@ def test_inbox_counts_the_pending_approvals_once(approver_client):
 
     with CaptureQueriesContext(connection) as queries:
         assert approver_client.get("/approvals/").status_code == 200
-    counts = [q["sql"] for q in queries.captured_queries
-              if "COUNT(" in q["sql"].upper() and "approvals_approvalrequest" in q["sql"]]
+    counts = [
+        q["sql"]
+        for q in queries.captured_queries
+        if "COUNT(" in q["sql"].upper() and "approvals_approvalrequest" in q["sql"]
+    ]
     assert len(counts) <= 1

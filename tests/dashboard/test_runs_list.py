@@ -34,16 +34,32 @@ def pager(response) -> dict[str, str]:
     return {label.strip("←→ "): html.unescape(url) for url, label in links}
 
 
-def bulk_runs(n: int, *, status=RunStatus.SUCCEEDED, start=None, step=timedelta(seconds=1),
-              prefix="r", **fields) -> list[Run]:
+def bulk_runs(
+    n: int,
+    *,
+    status=RunStatus.SUCCEEDED,
+    start=None,
+    step=timedelta(seconds=1),
+    prefix="r",
+    **fields,
+) -> list[Run]:
     start = start or timezone.now() - timedelta(days=1)
-    runs = [Run(id=f"{prefix}{i:04d}", workflow_name=fields.get("workflow_name", "dash.echo"),
-                workflow_version=fields.get("workflow_version", "1"), status=status,
-                input=f'{{"n":{i}}}', input_hash="h", created_at=start + i * step,
-                started_at=start + i * step,
-                finished_at=start + i * step + timedelta(seconds=i % 7)
-                if status in ("succeeded", "failed") else None)
-            for i in range(n)]
+    runs = [
+        Run(
+            id=f"{prefix}{i:04d}",
+            workflow_name=fields.get("workflow_name", "dash.echo"),
+            workflow_version=fields.get("workflow_version", "1"),
+            status=status,
+            input=f'{{"n":{i}}}',
+            input_hash="h",
+            created_at=start + i * step,
+            started_at=start + i * step,
+            finished_at=start + i * step + timedelta(seconds=i % 7)
+            if status in ("succeeded", "failed")
+            else None,
+        )
+        for i in range(n)
+    ]
     return Run.objects.bulk_create(runs)
 
 
@@ -51,8 +67,11 @@ def bulk_runs(n: int, *, status=RunStatus.SUCCEEDED, start=None, step=timedelta(
 def mixed_runs(operator):
     """One run in each interesting state; returns {name: run}."""
     runs = {}
-    runs["done"] = drive(durable.start("dash.echo", {"text": "hello"}, tags=["nightly"],
-                                       version="1", started_by=operator).id)
+    runs["done"] = drive(
+        durable.start(
+            "dash.echo", {"text": "hello"}, tags=["nightly"], version="1", started_by=operator
+        ).id
+    )
     runs["v2"] = drive(durable.start("dash.echo", {"text": "second"}, version="2").id)
     runs["failed"] = drive(durable.start("dash.fail", {"why": "card declined"}).id)
     runs["approval"] = drive(durable.start("tests.approval", {"budget": 5}).id)
@@ -83,7 +102,7 @@ def test_page_shows_counts_and_rows(operator_client, mixed_runs):
     assert 'id="count-attention"' in page
     row = page.split(mixed_runs["done"].id, 1)[1].split("</tr>", 1)[0]
     assert "dash.echo" in row and "by otto" in row and "nightly" in page
-    approval_row = page.split(f'/runs/{mixed_runs["approval"].id}/', 1)[1].split("</tr>", 1)[0]
+    approval_row = page.split(f"/runs/{mixed_runs['approval'].id}/", 1)[1].split("</tr>", 1)[0]
     assert "Approval" in approval_row and "Approve the budget" in approval_row
 
 
@@ -100,25 +119,27 @@ def test_htmx_request_gets_only_the_table_fragment(viewer_client, mixed_runs):
 
 
 def test_history_restore_gets_the_whole_page(viewer_client, mixed_runs):
-    response = viewer_client.get("/?status=failed", HTTP_HX_HISTORY_RESTORE_REQUEST="true",
-                                 **HTMX)
+    response = viewer_client.get("/?status=failed", HTTP_HX_HISTORY_RESTORE_REQUEST="true", **HTMX)
     assert "<!doctype html>" in response.content.decode()
 
 
-@pytest.mark.parametrize("query,expected", [
-    ("status=failed", ["failed"]),
-    ("status=retrying", ["retrying"]),
-    ("status=approval", ["approval"]),
-    ("status=attention", ["failed", "unknown"]),
-    ("status=succeeded&workflow=dash.echo", ["done", "v2"]),
-    ("workflow=dash.echo&version=2", ["v2"]),
-    ("started_by=otto", ["done"]),
-    ("retries=1", ["flaky"]),
-    ("retries=2", ["flaky"]),
-    ("retries=3", []),
-    ("q=nightly", ["done"]),
-    ("q=second", ["v2"]),
-])
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("status=failed", ["failed"]),
+        ("status=retrying", ["retrying"]),
+        ("status=approval", ["approval"]),
+        ("status=attention", ["failed", "unknown"]),
+        ("status=succeeded&workflow=dash.echo", ["done", "v2"]),
+        ("workflow=dash.echo&version=2", ["v2"]),
+        ("started_by=otto", ["done"]),
+        ("retries=1", ["flaky"]),
+        ("retries=2", ["flaky"]),
+        ("retries=3", []),
+        ("q=nightly", ["done"]),
+        ("q=second", ["v2"]),
+    ],
+)
 def test_filters(viewer_client, mixed_runs, query, expected):
     response = viewer_client.get(f"/?{query}", **HTMX)
     assert response.status_code == 200
@@ -133,7 +154,8 @@ def test_search_by_run_id(viewer_client, mixed_runs):
 def test_filter_waiting_longer_than(viewer_client, mixed_runs):
     assert run_ids(viewer_client.get("/?waiting_minutes=5", **HTMX)) == []
     Wait.objects.filter(run=mixed_runs["signal"]).update(
-        created_at=timezone.now() - timedelta(minutes=30))
+        created_at=timezone.now() - timedelta(minutes=30)
+    )
     assert run_ids(viewer_client.get("/?waiting_minutes=5", **HTMX)) == [mixed_runs["signal"].id]
     assert run_ids(viewer_client.get("/?waiting_minutes=45", **HTMX)) == []
 
@@ -149,8 +171,9 @@ def test_filter_date_range(viewer_client):
 
 
 def test_invalid_filters_are_reported_not_fatal(viewer_client, mixed_runs):
-    response = viewer_client.get("/?status=bogus&retries=-3&created_from=yesterday"
-                                 "&after=%%%garbage", **HTMX)
+    response = viewer_client.get(
+        "/?status=bogus&retries=-3&created_from=yesterday&after=%%%garbage", **HTMX
+    )
     assert response.status_code == 200
     page = response.content.decode()
     assert "Some filters were not applied" in page

@@ -29,18 +29,27 @@ def admin_client():
 
 def every_page(client, run_ids: list[str]) -> dict[str, str]:
     """Every dashboard page and fragment touching these runs: url -> body."""
-    urls = ["/", "/?" + urlencode({"q": XSS, "version": XSS}), "/approvals/", "/attention/",
-            "/?status=attention"]
+    urls = [
+        "/",
+        "/?" + urlencode({"q": XSS, "version": XSS}),
+        "/approvals/",
+        "/attention/",
+        "/?status=attention",
+    ]
     for run_id in run_ids:
         urls.append(f"/runs/{run_id}/")
         urls.append(f"/runs/{run_id}/payload/run-input/run/")
         urls.append(f"/runs/{run_id}/payload/run-output/run/")
         for step in Step.objects.filter(run_id=run_id):
-            urls += [f"/runs/{run_id}/payload/step-input/{step.pk}/",
-                     f"/runs/{run_id}/payload/step-output/{step.pk}/"]
+            urls += [
+                f"/runs/{run_id}/payload/step-input/{step.pk}/",
+                f"/runs/{run_id}/payload/step-output/{step.pk}/",
+            ]
         for wait in Wait.objects.filter(run_id=run_id):
-            urls += [f"/runs/{run_id}/payload/wait-payload/{wait.pk}/",
-                     f"/runs/{run_id}/payload/wait-result/{wait.pk}/"]
+            urls += [
+                f"/runs/{run_id}/payload/wait-payload/{wait.pk}/",
+                f"/runs/{run_id}/payload/wait-result/{wait.pk}/",
+            ]
         for op in Operation.objects.filter(run_id=run_id):
             urls += [f"/runs/{run_id}/payload/op-params/{op.pk}/"]
         for req in ApprovalRequest.objects.filter(run_id=run_id):

@@ -45,12 +45,11 @@ def test_viewer_sees_no_signal_form_and_cannot_post_one(viewer_client):
     assert not Signal.objects.exists()
 
 
-def test_misaddressed_signal_is_kept_with_a_warning_and_listed_as_undelivered(
-        operator_client):
+def test_misaddressed_signal_is_kept_with_a_warning_and_listed_as_undelivered(operator_client):
     run = waiting_on_go()
-    response = operator_client.post(f"/runs/{run.id}/signal/",
-                                    {"name": "og", "payload": '{"note": "<b>DN-1</b>"}'},
-                                    **HTMX)
+    response = operator_client.post(
+        f"/runs/{run.id}/signal/", {"name": "og", "payload": '{"note": "<b>DN-1</b>"}'}, **HTMX
+    )
     assert response.status_code == 200
     body = response.content.decode()
     assert "flash-warning" in body
@@ -66,8 +65,9 @@ def test_misaddressed_signal_is_kept_with_a_warning_and_listed_as_undelivered(
 
 def test_signal_to_the_waiting_name_is_delivered(operator_client):
     run = waiting_on_go()
-    response = operator_client.post(f"/runs/{run.id}/signal/",
-                                    {"name": "go", "payload": "[1, 2]"}, **HTMX)
+    response = operator_client.post(
+        f"/runs/{run.id}/signal/", {"name": "go", "payload": "[1, 2]"}, **HTMX
+    )
     body = response.content.decode()
     assert response.status_code == 200 and "flash-success" in body
     assert "delivered to its wait" in body and 'id="undelivered-title"' not in body
@@ -76,8 +76,7 @@ def test_signal_to_the_waiting_name_is_delivered(operator_client):
 
 def test_early_signal_has_its_own_words(operator_client):
     run = durable.start("tests.signal", {}, started_by="os:ops")  # not driven: no wait yet
-    body = operator_client.post(f"/runs/{run.id}/signal/", {"name": "go"},
-                                **HTMX).content.decode()
+    body = operator_client.post(f"/runs/{run.id}/signal/", {"name": "go"}, **HTMX).content.decode()
     assert "has not waited on any signal yet" in body and "this run waits on" not in body
     assert drive(run.id).output_value() == {"got": None}
 
@@ -92,8 +91,9 @@ def test_signal_without_htmx_redirects_with_the_message(operator_client):
 
 def test_bad_json_payload_is_a_422_that_keeps_what_was_typed(operator_client):
     run = waiting_on_go()
-    response = operator_client.post(f"/runs/{run.id}/signal/",
-                                    {"name": "go", "payload": "{note: 1}"}, **HTMX)
+    response = operator_client.post(
+        f"/runs/{run.id}/signal/", {"name": "go", "payload": "{note: 1}"}, **HTMX
+    )
     assert response.status_code == 422
     body = response.content.decode()
     assert "The payload is not valid JSON" in body and "{note: 1}</textarea>" in body
@@ -140,7 +140,7 @@ def test_unknown_requester_is_shown_in_the_inbox_and_on_the_run_page(approver_cl
     run, req = _tool_approval()  # started without a starter
     assert req.required_approvals == 2
     inbox = card(approver_client.get("/approvals/").content.decode(), req.pk)
-    assert "started by <span class=\"muted\">unknown</span>" in inbox
+    assert 'started by <span class="muted">unknown</span>' in inbox
     assert "Requester unknown" in inbox and "needs 2 different approvers (0 so far)" in inbox
     assert 'value="approve"' in inbox
     page = approver_client.get(f"/runs/{run.id}/").content.decode()
@@ -164,8 +164,9 @@ def test_original_starter_of_a_fork_cannot_approve_it_in_the_inbox(approver, ope
     other = make_user("bea", "approver")
     login(other).post(f"/approvals/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert drive(run.id).status == "succeeded"
-    fork = login(operator).post(f"/runs/{run.id}/fork/",
-                                {"from_step": "approve:waits.send"}, **HTMX)
+    fork = login(operator).post(
+        f"/runs/{run.id}/fork/", {"from_step": "approve:waits.send"}, **HTMX
+    )
     assert fork.status_code == 200
     from approvals.models import ApprovalRequest
 
@@ -175,8 +176,7 @@ def test_original_starter_of_a_fork_cannot_approve_it_in_the_inbox(approver, ope
     client = login(approver)
     inbox = card(client.get("/approvals/").content.decode(), fork_req.pk)
     assert "You asked for this run" in inbox and 'value="approve"' not in inbox
-    response = client.post(f"/approvals/{fork_req.pk}/decide/", {"decision": "approve"},
-                           **HTMX)
+    response = client.post(f"/approvals/{fork_req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response.status_code == 403
     assert "those who asked for it" in response.content.decode()
     page = client.get(f"/runs/{forked_run.id}/").content.decode()

@@ -46,8 +46,9 @@ def cli_charge(amount: int, *, idempotency_key: str) -> dict:
     return {"charge_id": f"ch_{amount}", "amount": amount}
 
 
-@durable.tool(safety="read_only",
-              retry=RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False))
+@durable.tool(
+    safety="read_only", retry=RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False)
+)
 def cli_lookup(query: str) -> str:
     """Look something up; fails transiently while FAILURES["cli_lookup"] > 0."""
     CALLS.append(("cli_lookup", query))

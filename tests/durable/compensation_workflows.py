@@ -28,8 +28,14 @@ LLM: dict[str, Any] = {}
 
 def reset() -> None:
     PROVIDER.clear()
-    PROVIDER.update(refunds={}, voids=[], slow={}, started=threading.Event(),
-                    committed=threading.Event(), lock=threading.Lock())
+    PROVIDER.update(
+        refunds={},
+        voids=[],
+        slow={},
+        started=threading.Event(),
+        committed=threading.Event(),
+        lock=threading.Lock(),
+    )
     LLM.clear()
     LLM.update(replies=[], billed=[])
 
@@ -48,14 +54,24 @@ def void_refund(params: dict[str, Any], result: Any, *, idempotency_key: str) ->
 
 def _commit(params: dict[str, Any], key: str) -> dict[str, Any]:
     with PROVIDER["lock"]:
-        refund = PROVIDER["refunds"].setdefault(key, {
-            "id": f"re_{len(PROVIDER['refunds']) + 1}", "charge": params["charge"],
-            "amount": params["amount"]})
+        refund = PROVIDER["refunds"].setdefault(
+            key,
+            {
+                "id": f"re_{len(PROVIDER['refunds']) + 1}",
+                "charge": params["charge"],
+                "amount": params["amount"],
+            },
+        )
     return dict(refund)
 
 
-@durable.tool(name="comp.refund", safety="unsafe_write", compensate=void_refund, retry=ONCE,
-              requires_approval=False)
+@durable.tool(
+    name="comp.refund",
+    safety="unsafe_write",
+    compensate=void_refund,
+    retry=ONCE,
+    requires_approval=False,
+)
 def refund(charge: str, amount: int, *, idempotency_key: str) -> dict[str, Any]:
     """A refund; the charge named in ``PROVIDER["slow"]`` is slow (see the module doc)."""
     slow = PROVIDER["slow"].get(charge)
@@ -71,8 +87,13 @@ def refund(charge: str, amount: int, *, idempotency_key: str) -> dict[str, Any]:
     return out
 
 
-@durable.tool(name="comp.email", safety="unsafe_write", retry=ONCE, requires_approval=False,
-              reconcile=lambda params, *, idempotency_key: durable.NOT_FOUND)
+@durable.tool(
+    name="comp.email",
+    safety="unsafe_write",
+    retry=ONCE,
+    requires_approval=False,
+    reconcile=lambda params, *, idempotency_key: durable.NOT_FOUND,
+)
 def email(to: str, *, idempotency_key: str) -> dict[str, Any]:
     """An email; ``PROVIDER["smtp_550"]`` makes the server refuse it permanently."""
     if PROVIDER.get("smtp_550"):
@@ -105,11 +126,16 @@ class _Completions:
         LLM["billed"].append(tokens)
         reply: dict[str, Any] = {
             "model": kwargs.get("model") or "fake",
-            "usage": {"prompt_tokens": tokens // 2, "completion_tokens": tokens - tokens // 2,
-                      "total_tokens": tokens}}
+            "usage": {
+                "prompt_tokens": tokens // 2,
+                "completion_tokens": tokens - tokens // 2,
+                "total_tokens": tokens,
+            },
+        }
         if content is not None:
-            reply["choices"] = [{"message": {"content": content, "tool_calls": None},
-                                 "finish_reason": "stop"}]
+            reply["choices"] = [
+                {"message": {"content": content, "tool_calls": None}, "finish_reason": "stop"}
+            ]
         else:
             reply["choices"] = []  # billed, yet unusable
         return reply
@@ -141,10 +167,14 @@ def flaky_void(params: dict[str, Any], result: Any, *, idempotency_key: str) -> 
     return {"voided": (result or {}).get("id")}
 
 
-@durable.tool(name="comp.slow_void_refund", safety="unsafe_write", compensate=flaky_void,
-              requires_approval=False,
-              # the second try of the hook is due later than an in-process wait
-              retry=RetryPolicy(max_attempts=3, initial_interval=60.0, jitter=False))
+@durable.tool(
+    name="comp.slow_void_refund",
+    safety="unsafe_write",
+    compensate=flaky_void,
+    requires_approval=False,
+    # the second try of the hook is due later than an in-process wait
+    retry=RetryPolicy(max_attempts=3, initial_interval=60.0, jitter=False),
+)
 def slow_void_refund(charge: str, *, idempotency_key: str) -> dict[str, Any]:
     return {"id": f"re_{charge}"}
 

@@ -69,10 +69,12 @@ POLICIES: dict[str, RetryPolicy] = {
     "slow": SLOW,
     "once": ONCE,
     "five": FIVE,
-    "non_retryable_keyerror": RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False,
-                                          non_retryable=(KeyError,)),
-    "retryable_connection": RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False,
-                                        retryable=(ConnectionError,)),
+    "non_retryable_keyerror": RetryPolicy(
+        max_attempts=5, initial_interval=0.01, jitter=False, non_retryable=(KeyError,)
+    ),
+    "retryable_connection": RetryPolicy(
+        max_attempts=5, initial_interval=0.01, jitter=False, retryable=(ConnectionError,)
+    ),
 }
 
 
@@ -188,8 +190,7 @@ def single(ctx, data):
     value = ctx.step(data["label"], body, data["label"], data.get("value"), retry=policy)
     SEEN.append(("single", value))
     if isinstance(value, durable.ModelRecoverable):
-        return {"recoverable": value.message, "type": value.error_type,
-                "details": value.details}
+        return {"recoverable": value.message, "type": value.error_type, "details": value.details}
     return value
 
 
@@ -226,15 +227,19 @@ class FakeResponse:
 class FakeHTTPError(Exception):
     """Shaped like ``httpx.HTTPStatusError``: ``.response.status_code`` and ``.headers``."""
 
-    def __init__(self, status_code: int, headers: dict[str, str] | None = None,
-                 message: str = "") -> None:
+    def __init__(
+        self, status_code: int, headers: dict[str, str] | None = None, message: str = ""
+    ) -> None:
         super().__init__(message or f"HTTP {status_code}")
         self.response = FakeResponse(status_code, headers)
 
 
 def _snapshot_operation(label: str, key: str) -> None:
-    op = Operation.objects.filter(idempotency_key=key).values(
-        "status", "step_id", "tool_name", "safety", "params_hash", "attempts").first()
+    op = (
+        Operation.objects.filter(idempotency_key=key)
+        .values("status", "step_id", "tool_name", "safety", "params_hash", "attempts")
+        .first()
+    )
     OPERATION_SNAPSHOTS.append({"label": label, "key": key, "row": op})
 
 
@@ -385,8 +390,9 @@ def secrets_workflow(ctx, data):
 
 def leak_in_error(label: str, api_key: str) -> None:
     CALLS[label] += 1
-    raise durable.PermanentError(f"upstream rejected the key {api_key} (Authorization: "
-                                 f"Bearer abc.def.ghi)")
+    raise durable.PermanentError(
+        f"upstream rejected the key {api_key} (Authorization: Bearer abc.def.ghi)"
+    )
 
 
 @durable.workflow(name="eng.secret_error", version="1")
@@ -403,8 +409,9 @@ def s10_expected() -> dict[str, Any]:
     return {
         "price": Decimal("19.90"),
         "when": dt.datetime(2024, 3, 10, 1, 30, 15, 250000, tzinfo=ZoneInfo("America/New_York")),
-        "offset": dt.datetime(2024, 3, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=5,
-                                                                                 minutes=30))),
+        "offset": dt.datetime(
+            2024, 3, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))
+        ),
         "raw": b"\x00\xff",
         "pairs": {(1, 2), (3, 4)},
         "text": "naïve 😀",
@@ -462,7 +469,8 @@ def make_due(run_id: str) -> None:
     from durable.models import Run, RunStatus
 
     updated = Run.objects.filter(pk=run_id, status=RunStatus.RETRYING).update(
-        wake_at=timezone.now())
+        wake_at=timezone.now()
+    )
     assert updated == 1, "the run is not retrying"
 
 
@@ -474,8 +482,11 @@ def expire_lease(run_id: str) -> None:
 
     from durable.models import Run, RunStatus
 
-    updated = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).exclude(
-        lease_token="").update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    updated = (
+        Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        .exclude(lease_token="")
+        .update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    )
     assert updated == 1, "the run is not running under a lease"
 
 

@@ -39,8 +39,7 @@ def approval(ctx, data):
 
 @durable.workflow(name="sec.fail", version="1")
 def fail(ctx, data):
-    ctx.step("boom", _boom, data["why"],
-             retry=durable.RetryPolicy(max_attempts=1))
+    ctx.step("boom", _boom, data["why"], retry=durable.RetryPolicy(max_attempts=1))
 
 
 def _boom(why: str) -> None:

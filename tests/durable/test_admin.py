@@ -88,13 +88,16 @@ def test_every_changelist_and_change_page_loads(admin_client):
 
 def test_changelists_filter_by_run_status_and_kind(admin_client):
     run = populate()
-    for model, query in [(Step, f"run__id__exact={run.id}&status__exact=waiting"),
-                         (Run, "status__exact=waiting"), (Wait, "kind__exact=reconcile"),
-                         (TraceEvent, f"run__id__exact={run.id}&kind__exact=unknown_outcome"),
-                         (Operation, "status__exact=unknown"),
-                         (StepAttempt, "classification__exact=ambiguous"),
-                         (Run, f"q={run.id}"),
-                         (Tool, "safety__exact=unsafe_write&q=cli_charge")]:
+    for model, query in [
+        (Step, f"run__id__exact={run.id}&status__exact=waiting"),
+        (Run, "status__exact=waiting"),
+        (Wait, "kind__exact=reconcile"),
+        (TraceEvent, f"run__id__exact={run.id}&kind__exact=unknown_outcome"),
+        (Operation, "status__exact=unknown"),
+        (StepAttempt, "classification__exact=ambiguous"),
+        (Run, f"q={run.id}"),
+        (Tool, "safety__exact=unsafe_write&q=cli_charge"),
+    ]:
         response = admin_client.get(_url(model, "changelist") + "?" + query)
         assert response.status_code == 200, (model, query)
         assert response.context["cl"].result_count == 1, (model, query)
@@ -176,9 +179,11 @@ def test_a_secret_in_a_run_input_is_shown_on_no_admin_page(admin_client):
 
 
 def _act(client, action: str, ops):
-    return client.post(_url(Operation, "changelist"),
-                       {"action": action, "_selected_action": [op.pk for op in ops]},
-                       follow=True)
+    return client.post(
+        _url(Operation, "changelist"),
+        {"action": action, "_selected_action": [op.pk for op in ops]},
+        follow=True,
+    )
 
 
 def test_action_it_did_not_happen_retries_the_write(admin_client):
@@ -209,8 +214,10 @@ def test_action_on_an_operation_without_unknown_outcome_reports_an_error(admin_c
     response = _act(admin_client, "reconcile_not_happened", [done_op, op])
     msgs = [(m.level_tag, str(m)) for m in get_messages(response.wsgi_request)]
     key = f"{done_op.pk} ({done_op.idempotency_key})"
-    expected = (f"Operation {key} was not changed: operation {key} is succeeded; only an "
-                "unknown outcome can be reconciled")
+    expected = (
+        f"Operation {key} was not changed: operation {key} is succeeded; only an "
+        "unknown outcome can be reconciled"
+    )
     assert ("error", expected) in msgs
     assert any(level == "success" and "1 operation(s)" in text for level, text in msgs)
     done_op.refresh_from_db()
@@ -236,31 +243,41 @@ def test_reconcile_actions_need_the_change_operation_permission(client, django_u
 
 
 def _tool_form(**changes):
-    data = {"description": "", "safety": "read_only", "retry_policy": "",
-            "timeout_seconds": "", "approver_group": ""}
+    data = {
+        "description": "",
+        "safety": "read_only",
+        "retry_policy": "",
+        "timeout_seconds": "",
+        "approver_group": "",
+    }
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 
 
-@pytest.mark.parametrize("policy, error", [
-    ('{"max_attempts": 0}', "RetryPolicy.max_attempts must be an int from 1 to 100,000, got 0"),
-    ('{"tries": 3}', "unknown retry policy keys: [&#x27;tries&#x27;]"),
-    ('[1, 2]', "Enter a JSON object"),
-    ('{"max_attempts": "3"}', "max_attempts must be a whole number"),
-    ('{"max_attempts": 2.5}', "max_attempts must be a whole number"),
-    ('{"initial_interval": -1}', "RetryPolicy.initial_interval: -1 is not a duration that can "
-                                 "be scheduled: it must not be negative"),
-    ('{"max_interval": 1e12}', "RetryPolicy.max_interval: 1000000000000.0 is not a duration"),
-    ('{"backoff_coefficient": true}', "backoff_coefficient must be a number"),
-    ('{"jitter": "yes"}', "jitter must be true or false"),
-    ('{"max_attempts": 3', "Enter a valid JSON."),
-])
+@pytest.mark.parametrize(
+    "policy, error",
+    [
+        ('{"max_attempts": 0}', "RetryPolicy.max_attempts must be an int from 1 to 100,000, got 0"),
+        ('{"tries": 3}', "unknown retry policy keys: [&#x27;tries&#x27;]"),
+        ("[1, 2]", "Enter a JSON object"),
+        ('{"max_attempts": "3"}', "max_attempts must be a whole number"),
+        ('{"max_attempts": 2.5}', "max_attempts must be a whole number"),
+        (
+            '{"initial_interval": -1}',
+            "RetryPolicy.initial_interval: -1 is not a duration that can "
+            "be scheduled: it must not be negative",
+        ),
+        ('{"max_interval": 1e12}', "RetryPolicy.max_interval: 1000000000000.0 is not a duration"),
+        ('{"backoff_coefficient": true}', "backoff_coefficient must be a number"),
+        ('{"jitter": "yes"}', "jitter must be true or false"),
+        ('{"max_attempts": 3', "Enter a valid JSON."),
+    ],
+)
 def test_tool_form_rejects_a_bad_retry_policy_on_the_field(admin_client, policy, error):
     toolsync.sync_tools()
     tool = Tool.objects.get(name="cli_lookup")
     before = tool.retry_policy
-    response = admin_client.post(_url(Tool, "change", tool.pk),
-                                 _tool_form(retry_policy=policy))
+    response = admin_client.post(_url(Tool, "change", tool.pk), _tool_form(retry_policy=policy))
     assert response.status_code == 200
     form = response.context["adminform"].form
     assert list(form.errors) == ["retry_policy"], form.errors
@@ -273,9 +290,16 @@ def test_tool_form_saves_a_valid_policy_that_then_takes_effect(admin_client):
     toolsync.sync_tools()
     tool = Tool.objects.get(name="cli_lookup")
     group = Group.objects.create(name="ops")
-    response = admin_client.post(_url(Tool, "change", tool.pk), _tool_form(
-        retry_policy='{"max_attempts": 5, "initial_interval": 0.5}', timeout_seconds="2.5",
-        requires_approval="on", approver_group=str(group.pk), name="renamed"))
+    response = admin_client.post(
+        _url(Tool, "change", tool.pk),
+        _tool_form(
+            retry_policy='{"max_attempts": 5, "initial_interval": 0.5}',
+            timeout_seconds="2.5",
+            requires_approval="on",
+            approver_group=str(group.pk),
+            name="renamed",
+        ),
+    )
     assert response.status_code == 302, response.context["adminform"].form.errors
     tool.refresh_from_db()
     assert tool.name == "cli_lookup"  # the name is read-only once the row exists
@@ -300,8 +324,7 @@ def test_tool_form_empty_policy_means_the_code_policy(admin_client):
 def test_tool_form_rejects_a_non_positive_timeout(admin_client, timeout):
     toolsync.sync_tools()
     tool = Tool.objects.get(name="cli_lookup")
-    response = admin_client.post(_url(Tool, "change", tool.pk),
-                                 _tool_form(timeout_seconds=timeout))
+    response = admin_client.post(_url(Tool, "change", tool.pk), _tool_form(timeout_seconds=timeout))
     assert response.status_code == 200
     assert list(response.context["adminform"].form.errors) == ["timeout_seconds"]
 
@@ -325,15 +348,20 @@ def test_sync_tools_creates_rows_from_code_and_never_overwrites():
     assert {"cli_charge", "cli_lookup"} <= set(created)
     lookup = Tool.objects.get(name="cli_lookup")
     assert lookup.safety == "read_only" and not lookup.requires_approval
-    assert lookup.retry_policy == {"max_attempts": 3, "initial_interval": 0.01,
-                                   "backoff_coefficient": 2.0, "max_interval": 60.0,
-                                   "jitter": False}
+    assert lookup.retry_policy == {
+        "max_attempts": 3,
+        "initial_interval": 0.01,
+        "backoff_coefficient": 2.0,
+        "max_interval": 60.0,
+        "jitter": False,
+    }
     charge = Tool.objects.get(name="cli_charge")
     assert charge.safety == "unsafe_write" and charge.retry_policy is None
     assert charge.description.startswith("Charge a card")
 
-    Tool.objects.filter(name="cli_lookup").update(retry_policy={"max_attempts": 9},
-                                                  safety="idempotent_write")
+    Tool.objects.filter(name="cli_lookup").update(
+        retry_policy={"max_attempts": 9}, safety="idempotent_write"
+    )
     Tool.objects.filter(name="cli_charge").delete()
     assert toolsync.sync_tools() == ["cli_charge"]
     lookup.refresh_from_db()
@@ -343,11 +371,25 @@ def test_sync_tools_creates_rows_from_code_and_never_overwrites():
 
 def test_post_migrate_of_the_durable_app_creates_tool_rows():
     Tool.objects.all().delete()
-    post_migrate.send(sender=apps.get_app_config("auth"), app_config=apps.get_app_config("auth"),
-                      verbosity=0, interactive=False, using="default", apps=apps, plan=[])
+    post_migrate.send(
+        sender=apps.get_app_config("auth"),
+        app_config=apps.get_app_config("auth"),
+        verbosity=0,
+        interactive=False,
+        using="default",
+        apps=apps,
+        plan=[],
+    )
     assert not Tool.objects.exists()  # only the durable app's signal syncs
     durable_app = apps.get_app_config("durable")
-    post_migrate.send(sender=durable_app, app_config=durable_app, verbosity=0,
-                      interactive=False, using="default", apps=apps, plan=[])
+    post_migrate.send(
+        sender=durable_app,
+        app_config=durable_app,
+        verbosity=0,
+        interactive=False,
+        using="default",
+        apps=apps,
+        plan=[],
+    )
     names = set(Tool.objects.values_list("name", flat=True))
     assert {t.name for t in registry.tools()} == names

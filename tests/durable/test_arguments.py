@@ -17,17 +17,21 @@ def fields(errors) -> dict[str, str]:
 def test_types_are_strict_and_values_are_not_converted():
     assert validate_arguments(refund, {"charge_id": "ch_1", "amount": 40}) == []
     for bad in ("forty", "40", 40.5, None, True):
-        assert list(fields(validate_arguments(refund, {"charge_id": "ch_1", "amount": bad}))) \
-            == ["amount"], bad
+        assert list(fields(validate_arguments(refund, {"charge_id": "ch_1", "amount": bad}))) == [
+            "amount"
+        ], bad
 
 
 def test_missing_unknown_and_reserved_names_are_named():
     assert fields(validate_arguments(refund, {"charge_id": "ch_1"})) == {
-        "amount": "required: the tool has no default for it"}
+        "amount": "required: the tool has no default for it"
+    }
     assert fields(validate_arguments(refund, {"charge_id": "c", "amount": 1, "to": "x"})) == {
-        "to": "the tool takes no argument of this name"}
-    assert list(fields(validate_arguments(
-        refund, {"charge_id": "c", "amount": 1, "idempotency_key": "k"}))) == ["idempotency_key"]
+        "to": "the tool takes no argument of this name"
+    }
+    assert list(
+        fields(validate_arguments(refund, {"charge_id": "c", "amount": 1, "idempotency_key": "k"}))
+    ) == ["idempotency_key"]
 
 
 def test_kwargs_defaults_and_unannotated_parameters():
@@ -51,5 +55,7 @@ def test_an_unresolvable_annotation_is_not_checked():
 
 
 def test_unchecked_names_count_as_present_whatever_their_value():
-    assert validate_arguments(refund, {"charge_id": object(), "amount": 1},
-                              unchecked={"charge_id"}) == []
+    assert (
+        validate_arguments(refund, {"charge_id": object(), "amount": 1}, unchecked={"charge_id"})
+        == []
+    )

@@ -49,8 +49,10 @@ def test_run_within_max_steps_succeeds():
     assert run.output_value() == [0, 1, 2]
 
 
-@pytest.mark.parametrize("budget", [{"max_steps": 0}, {"max_steps": -1},
-                                    {"deadline_seconds": 0}, {"deadline_seconds": -5}])
+@pytest.mark.parametrize(
+    "budget",
+    [{"max_steps": 0}, {"max_steps": -1}, {"deadline_seconds": 0}, {"deadline_seconds": -5}],
+)
 def test_invalid_budgets_are_refused(budget):
     with pytest.raises(ValueError):
         durable.start("eng.loop", {"n": 1}, **budget)
@@ -71,8 +73,9 @@ def test_max_steps_default_comes_from_settings(settings):
 def test_deadline_is_stored_from_start():
     before = timezone.now()
     run = durable.start("eng.loop", {"n": 1}, deadline_seconds=600)
-    assert before + timedelta(seconds=599) < run.deadline_at < timezone.now() + timedelta(
-        seconds=601)
+    assert (
+        before + timedelta(seconds=599) < run.deadline_at < timezone.now() + timedelta(seconds=601)
+    )
 
 
 def test_deadline_passed_fails_the_run():

@@ -71,9 +71,12 @@ def test_workflows_lists_name_version_and_module():
 
 
 def test_workflows_prints_load_errors_to_stderr_and_exits_zero(monkeypatch):
-    monkeypatch.setitem(registry.load_errors, "shop.workflows",
-                        'Traceback (most recent call last):\n  File "x.py"\n'
-                        "ModuleNotFoundError: No module named 'stripe'\n")
+    monkeypatch.setitem(
+        registry.load_errors,
+        "shop.workflows",
+        'Traceback (most recent call last):\n  File "x.py"\n'
+        "ModuleNotFoundError: No module named 'stripe'\n",
+    )
     out, err = cli("workflows")
     assert "cli.echo" in out
     assert "shop.workflows failed to import: ModuleNotFoundError: No module named 'stripe'" in err
@@ -105,8 +108,9 @@ def test_start_prints_the_run_id_of_a_pending_run():
 
 
 def test_start_with_run_id_and_tags():
-    out, _ = cli("start", "cli.echo", "--input", "3", "--run-id", "order-42",
-                 "--tag", "vip", "--tag", "eu")
+    out, _ = cli(
+        "start", "cli.echo", "--input", "3", "--run-id", "order-42", "--tag", "vip", "--tag", "eu"
+    )
     assert out.strip() == "order-42"
     run = Run.objects.get(pk="order-42")
     assert run.tags == ["vip", "eu"] and run.input_value() == 3
@@ -133,12 +137,15 @@ def test_start_same_run_id_with_other_input_exits_2():
     assert out == "" and Run.objects.count() == 1
 
 
-@pytest.mark.parametrize("text, where", [
-    ("{'a': 1}", "line 1, column 2 (character 2)"),
-    ('{"a": 1,}', "line 1, column 9 (character 9)"),
-    ('{"a":\n tru}', "line 2, column 2"),
-    ("", "line 1, column 1"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("{'a': 1}", "line 1, column 2 (character 2)"),
+        ('{"a": 1,}', "line 1, column 9 (character 9)"),
+        ('{"a":\n tru}', "line 2, column 2"),
+        ("", "line 1, column 1"),
+    ],
+)
 def test_start_rejects_invalid_json_naming_the_problem_and_position(text, where):
     exc, out, _ = cli_error("start", "cli.echo", "--input", text)
     assert exc.returncode == 2
@@ -178,8 +185,7 @@ def test_start_invalid_run_id_exits_2():
 def test_start_wait_prints_the_output_as_json():
     run = drive(durable.start("cli.echo", {"n": 1}, "done-run").id)
     assert run.status == RunStatus.SUCCEEDED
-    out, _ = cli("start", "cli.echo", "--input", '{"n": 1}', "--run-id", "done-run",
-                 "--wait", "5")
+    out, _ = cli("start", "cli.echo", "--input", '{"n": 1}', "--run-id", "done-run", "--wait", "5")
     run_id, result = out.strip().splitlines()
     assert run_id == "done-run"
     assert json.loads(result) == {"echo": {"n": 1}}
@@ -187,8 +193,16 @@ def test_start_wait_prints_the_output_as_json():
 
 def test_start_wait_shows_secrets_redacted():
     drive(durable.start("cli.echo", {"api_key": "sk-test-XYZ123456"}, "secret-run").id)
-    out, _ = cli("start", "cli.echo", "--input", '{"api_key": "sk-test-XYZ123456"}',
-                 "--run-id", "secret-run", "--wait", "5")
+    out, _ = cli(
+        "start",
+        "cli.echo",
+        "--input",
+        '{"api_key": "sk-test-XYZ123456"}',
+        "--run-id",
+        "secret-run",
+        "--wait",
+        "5",
+    )
     assert "XYZ123456" not in out
     assert json.loads(out.splitlines()[1]) == {"echo": {"api_key": "[REDACTED]"}}
 
@@ -202,8 +216,16 @@ def test_start_wait_gives_up_with_exit_1():
 
 def test_start_wait_on_a_failed_run_exits_1_with_its_error():
     drive(durable.start("cli.fail", {"why": "no stock"}, "failed-run").id)
-    exc, _, _ = cli_error("start", "cli.fail", "--input", '{"why": "no stock"}',
-                          "--run-id", "failed-run", "--wait", "1")
+    exc, _, _ = cli_error(
+        "start",
+        "cli.fail",
+        "--input",
+        '{"why": "no stock"}',
+        "--run-id",
+        "failed-run",
+        "--wait",
+        "1",
+    )
     assert exc.returncode == 1
     assert "run failed-run ended failed: PermanentError: cannot do it: no stock" in str(exc)
 
@@ -266,8 +288,16 @@ def test_show_prints_header_steps_and_failed_attempts():
     assert header["steps"].startswith("1 executed, 0 replayed")
 
     steps = out.split("\nSteps\n")[1].split("\n\n")[0].splitlines()
-    assert steps[0].split() == ["pos", "step_id", "kind", "tool", "status", "attempts",
-                                "duration", "replayed"]
+    assert steps[0].split() == [
+        "pos",
+        "step_id",
+        "kind",
+        "tool",
+        "status",
+        "attempts",
+        "duration",
+        "replayed",
+    ]
     cells = steps[2].split()
     assert cells[:6] == ["0", "cli_lookup", "tool", "cli_lookup", "succeeded", "2"]
     assert cells[6].endswith("s") and cells[7] == "0"
@@ -287,8 +317,14 @@ def test_show_lists_operations_and_waits_of_an_unknown_outcome():
     assert "status:" in out and "waiting" in out
     ops = out.split("\nOperations\n")[1].split("\n\n")[0]
     row = ops.splitlines()[2].split()
-    assert row[:6] == [str(op.pk), f"{run.id}:cli_charge", "cli_charge", "unsafe_write",
-                       "unknown", "-"]
+    assert row[:6] == [
+        str(op.pk),
+        f"{run.id}:cli_charge",
+        "cli_charge",
+        "unsafe_write",
+        "unknown",
+        "-",
+    ]
     assert "manage.py durable reconcile <id>" in ops
     waits = out.split("\nWaits\n")[1].split("\n\n")[0].splitlines()
     assert waits[2].split()[:3] == ["reconcile:cli_charge", "reconcile", "pending"]
@@ -341,8 +377,9 @@ def test_sweep_prints_counts():
     durable.start("cli.echo", 2, "p-2")  # its retry is due
     durable.start("cli.echo", 3, "p-3")  # just dispatched: left alone
     Run.objects.filter(pk="p-1").update(dispatched_at=long_ago)
-    Run.objects.filter(pk="p-2").update(status=RunStatus.RETRYING, dispatched_at=long_ago,
-                                        wake_at=long_ago + timedelta(minutes=1))
+    Run.objects.filter(pk="p-2").update(
+        status=RunStatus.RETRYING, dispatched_at=long_ago, wake_at=long_ago + timedelta(minutes=1)
+    )
     out, _ = cli("sweep", "-v", "2")
     counts = dict(ln.split(":") for ln in out.splitlines() if ":" in ln)
     assert int(counts["due retries"]) == 1
@@ -359,8 +396,19 @@ def test_reconcile_happened_end_to_end_uses_the_given_result_without_calling_aga
     run, op = unknown_outcome_run(amount=7)
     assert [c[0] for c in cw.CALLS] == ["cli_charge"]
     result = {"charge_id": "ch_manual", "amount": 7}
-    out, _ = cli("reconcile", op.idempotency_key, "--happened", "--result", json.dumps(result),
-                 "--external-id", "ch_manual", "--reason", "seen in Stripe", "--by", "alice")
+    out, _ = cli(
+        "reconcile",
+        op.idempotency_key,
+        "--happened",
+        "--result",
+        json.dumps(result),
+        "--external-id",
+        "ch_manual",
+        "--reason",
+        "seen in Stripe",
+        "--by",
+        "alice",
+    )
     assert f"operation {op.pk} ({op.idempotency_key}): happened" in out
     assert f"run {run.id} is pending" in out
 
@@ -440,8 +488,7 @@ def test_reconcile_bad_result_json_exits_2_and_changes_nothing():
 def test_reconcile_oversized_result_exits_2(settings):
     _, op = unknown_outcome_run()
     settings.DURABLE = {**settings.DURABLE, "MAX_PAYLOAD_BYTES": 32}
-    exc, _, _ = cli_error("reconcile", str(op.pk), "--happened", "--result",
-                          json.dumps("z" * 100))
+    exc, _, _ = cli_error("reconcile", str(op.pk), "--happened", "--result", json.dumps("z" * 100))
     assert exc.returncode == 2 and "payload limit" in str(exc)
     op.refresh_from_db()
     assert op.status == OperationStatus.UNKNOWN

@@ -20,12 +20,7 @@ from django.test import override_settings
 
 from durable import codec
 from durable.exceptions import DurableConfigurationError, PayloadError
-from durable.redaction import (
-    REDACTED,
-    is_secret_key,
-    matches_secret_pattern,
-    redact_text,
-)
+from durable.redaction import REDACTED, is_secret_key, matches_secret_pattern, redact_text
 from durable.secrets import Secret, decrypt, derive_key, encrypt
 
 KEY_A = Fernet.generate_key().decode()
@@ -86,11 +81,19 @@ def test_zoneinfo_datetime_keeps_zone_and_fold():
 
 
 def test_date_time_timedelta():
-    out = roundtrip([dt.date(2024, 2, 29), dt.time(23, 59, 58, 1),
-                     dt.timedelta(days=-3, seconds=5, microseconds=7)])
+    out = roundtrip(
+        [
+            dt.date(2024, 2, 29),
+            dt.time(23, 59, 58, 1),
+            dt.timedelta(days=-3, seconds=5, microseconds=7),
+        ]
+    )
     assert [type(x) for x in out] == [dt.date, dt.time, dt.timedelta]
-    assert out == [dt.date(2024, 2, 29), dt.time(23, 59, 58, 1),
-                   dt.timedelta(days=-3, seconds=5, microseconds=7)]
+    assert out == [
+        dt.date(2024, 2, 29),
+        dt.time(23, 59, 58, 1),
+        dt.timedelta(days=-3, seconds=5, microseconds=7),
+    ]
 
 
 def test_aware_time():
@@ -142,8 +145,10 @@ def test_nested_structure():
 
 
 def test_plain_json_is_stored_as_itself():
-    assert codec.encode({"a": [1, 2.5, None, True, "s"], "b": {}}) == \
-        '{"a":[1,2.5,null,true,"s"],"b":{}}'
+    assert (
+        codec.encode({"a": [1, 2.5, None, True, "s"], "b": {}})
+        == '{"a":[1,2.5,null,true,"s"],"b":{}}'
+    )
     assert codec.encode(None) == "null"
     assert codec.encode(False) == "false"
     assert codec.encode(7) == "7"
@@ -237,8 +242,11 @@ def test_unsupported_type_names_the_path():
 def test_unsupported_object_uses_where_and_odd_keys():
     with pytest.raises(PayloadError, match=r"^cannot store input: type object is not"):
         codec.encode(object(), where="input")
-    with pytest.raises(PayloadError, match=r"^cannot store value\['a b'\]\[0\]\{\.\.\.\}: "
-                                           r"type object"):
+    with pytest.raises(
+        PayloadError,
+        match=r"^cannot store value\['a b'\]\[0\]\{\.\.\.\}: "
+        r"type object",
+    ):
         codec.encode({"a b": [frozenset({object()})]})
     with pytest.raises(PayloadError, match=r"^cannot store value\[5\]: type object"):
         codec.encode({5: object()})
@@ -252,6 +260,7 @@ def test_enum_dataclass_and_subclasses_are_rejected():
 
     with pytest.raises(PayloadError, match=r"type Color is not supported .*\.value instead"):
         codec.encode([Color.RED])
+
     @dataclasses.dataclass
     class Point3:
         x: int
@@ -267,8 +276,13 @@ def test_enum_dataclass_and_subclasses_are_rejected():
 
 def test_lone_surrogates_round_trip_exactly():
     # os.fsdecode(b"\xff") gives "\udcff"; a str may hold surrogates no encoding accepts
-    for value in ("ab\ud800", "\udcff", "\ud83d\ude00", {"k\ud800": "v\udfff"},
-                  ["\ud800\\u0041", "\\udcff"]):
+    for value in (
+        "ab\ud800",
+        "\udcff",
+        "\ud83d\ude00",
+        {"k\ud800": "v\udfff"},
+        ["\ud800\\u0041", "\\udcff"],
+    ):
         text = codec.encode(value)
         text.encode("utf-8")  # storable as it is
         back = codec.decode(text)
@@ -279,8 +293,11 @@ def test_lone_surrogates_round_trip_exactly():
 
 
 def test_secret_with_a_lone_surrogate_is_refused_naming_where():
-    with pytest.raises(PayloadError, match=r"^cannot store value\.text: str contains a lone "
-                                           r"surrogate at index 14"):
+    with pytest.raises(
+        PayloadError,
+        match=r"^cannot store value\.text: str contains a lone "
+        r"surrogate at index 14",
+    ):
         codec.encode({"text": "sk-abcdefghijk\ud800"})
 
 
@@ -298,8 +315,11 @@ def test_recursion_guard():
 def test_self_reference_is_rejected():
     loop: list[Any] = [1]
     loop.append({"again": loop})
-    with pytest.raises(PayloadError, match=r"^cannot store value\[1\]\.again: this list "
-                                           r"contains itself"):
+    with pytest.raises(
+        PayloadError,
+        match=r"^cannot store value\[1\]\.again: this list "
+        r"contains itself",
+    ):
         codec.encode(loop)
     shared = [1, 2]
     assert roundtrip([shared, shared]) == [[1, 2], [1, 2]]
@@ -308,8 +328,10 @@ def test_self_reference_is_rejected():
 def test_check_size_names_what_step_and_size():
     with pytest.raises(PayloadError) as err:
         codec.check_size("x" * 2000, what="output", step_id="fetch", limit=1000)
-    assert str(err.value) == ("step 'fetch': output is 2000 bytes, over the payload limit "
-                              "of 1000 bytes (DURABLE['MAX_PAYLOAD_BYTES'])")
+    assert str(err.value) == (
+        "step 'fetch': output is 2000 bytes, over the payload limit "
+        "of 1000 bytes (DURABLE['MAX_PAYLOAD_BYTES'])"
+    )
     assert (err.value.step_id, err.value.size, err.value.limit) == ("fetch", 2000, 1000)
     # multi-byte text is measured in UTF-8 bytes
     with pytest.raises(PayloadError) as err:
@@ -348,8 +370,18 @@ def test_decode_rejects_unknown_tag():
 # --- redaction -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["api_key", "X-Api-Key", "openai_api_key", "Authorization",
-                                 "PASSWORD", "db-password", "refresh_token"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "api_key",
+        "X-Api-Key",
+        "openai_api_key",
+        "Authorization",
+        "PASSWORD",
+        "db-password",
+        "refresh_token",
+    ],
+)
 def test_secret_keys(key):
     assert is_secret_key(key) is True
 
@@ -365,24 +397,44 @@ def test_secret_keys_follow_settings(settings):
     assert is_secret_key("password") is False
 
 
-@pytest.mark.parametrize("text", [
-    "Authorization: Basic dXNlcjpwYXNzd29yZA==", "authorization=Token abc123",
-    "basic YWxhZGRpbjpvcGVuc2VzYW1l", "Bearer eyJhbGciOi.xyz", "sk_live_abcdefghijklmn",
-    "ghp_" + "a" * 36, "github_pat_" + "b" * 30, "xoxb-1234567890-abcdef", "xapp-1-A0123456789",
-    "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE",
-    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n"
-    "-----END OPENSSH PRIVATE KEY-----",
-    "-----BEGIN PRIVATE KEY----- truncated",
-    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+        "authorization=Token abc123",
+        "basic YWxhZGRpbjpvcGVuc2VzYW1l",
+        "Bearer eyJhbGciOi.xyz",
+        "sk_live_abcdefghijklmn",
+        "ghp_" + "a" * 36,
+        "github_pat_" + "b" * 30,
+        "xoxb-1234567890-abcdef",
+        "xapp-1-A0123456789",
+        "AKIAIOSFODNN7EXAMPLE",
+        "ASIAIOSFODNN7EXAMPLE",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n"
+        "-----END OPENSSH PRIVATE KEY-----",
+        "-----BEGIN PRIVATE KEY----- truncated",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ],
+)
 def test_default_patterns_cover_the_common_credential_formats(text):
     assert matches_secret_pattern(text) is True
     assert redact_text(f"before {text} after").startswith("before [REDACTED]")
 
 
-@pytest.mark.parametrize("text", ["basic settings", "Basic Authentication is required",
-                                  "the bearer", "a skiff", "AKIA", "eyJ alone",
-                                  "total_tokens", "authorization failed"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "basic settings",
+        "Basic Authentication is required",
+        "the bearer",
+        "a skiff",
+        "AKIA",
+        "eyJ alone",
+        "total_tokens",
+        "authorization failed",
+    ],
+)
 def test_default_patterns_leave_prose_alone(text):
     assert matches_secret_pattern(text) is False
 
@@ -418,13 +470,29 @@ def test_secret_key_without_pattern_match_is_encrypted():
 
 
 def test_any_value_under_a_secret_key_is_encrypted_as_a_whole():
-    value = {"max_tokens": 100, "session": {"id": 7, "password": "pw-123", "note": "hi"},
-             "api_keys": ["key-one-1", "key-two-2"], "cvv": 123, "card_number": 4111111111111111,
-             "password_hint": None, "token": 1.5, "secret": (b"raw", True)}
+    value = {
+        "max_tokens": 100,
+        "session": {"id": 7, "password": "pw-123", "note": "hi"},
+        "api_keys": ["key-one-1", "key-two-2"],
+        "cvv": 123,
+        "card_number": 4111111111111111,
+        "password_hint": None,
+        "token": 1.5,
+        "secret": (b"raw", True),
+    }
     text = codec.encode(value)
     assert '"max_tokens":100' in text  # REDACT_KEYS_ALLOW: a count, not a secret
-    for clear in ('"id":7', '"note":"hi"', "pw-123", "key-one-1", "123", "4111111111111111",
-                  "1.5", "true", "cmF3"):
+    for clear in (
+        '"id":7',
+        '"note":"hi"',
+        "pw-123",
+        "key-one-1",
+        "123",
+        "4111111111111111",
+        "1.5",
+        "true",
+        "cmF3",
+    ):
         assert clear not in text.replace('"max_tokens":100', ""), clear
     assert '"password_hint":null' in text  # nothing to hide in None
     out = codec.decode(text)
@@ -571,8 +639,10 @@ def test_key_rotation_decrypts_old_tokens():
         assert decrypt(old) == "old secret"
         new = encrypt("new secret")
         assert Fernet(KEY_B).decrypt(new.encode()) == b"new secret"
-    with (override_settings(DURABLE={"ENCRYPTION_KEY": KEY_A}),
-          pytest.raises(DurableConfigurationError)):
+    with (
+        override_settings(DURABLE={"ENCRYPTION_KEY": KEY_A}),
+        pytest.raises(DurableConfigurationError),
+    ):
         decrypt(new)
 
 

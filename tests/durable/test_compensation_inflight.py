@@ -114,8 +114,13 @@ def test_s22_unknown_outcome_waits_in_compensating_for_the_operator_then_voids_i
     assert not Run.objects.undispatched(later).filter(pk=run_id).exists()
 
     provider_refund = cw.PROVIDER["refunds"][f"{run_id}:refund_b"]
-    operation_reconcile(operation_id=op(run_id, "refund_b").pk, outcome="happened",
-                        result=provider_refund, by="ops", reason="seen at the provider")
+    operation_reconcile(
+        operation_id=op(run_id, "refund_b").pk,
+        outcome="happened",
+        result=provider_refund,
+        by="ops",
+        reason="seen at the provider",
+    )
     assert durable.get_run(run_id).status == RunStatus.COMPENSATING
     assert Run.objects.undispatched(later).filter(pk=run_id).exists()  # ready again
 
@@ -134,7 +139,8 @@ def test_a_write_left_started_by_a_dead_worker_is_not_skipped_by_compensation():
     # as a worker that died after committing "started" would leave it (and the run
     # failed later, e.g. on its deadline)
     Operation.objects.filter(run_id=run.id, step_id="refund_b").update(
-        status=OperationStatus.STARTED, lease_token="gone", result=None)
+        status=OperationStatus.STARTED, lease_token="gone", result=None
+    )
     Run.objects.filter(pk=run.id).update(status=RunStatus.FAILED)
 
     durable.compensate(run.id)
@@ -158,8 +164,9 @@ def test_it_happened_can_be_recorded_for_a_cancelled_run():
 
     with pytest.raises(IllegalTransition):
         operation_reconcile(operation_id=refund_b.pk, outcome="abort")
-    operation_reconcile(operation_id=refund_b.pk, outcome="happened", result={"id": "re_2"},
-                        by="ops")
+    operation_reconcile(
+        operation_id=refund_b.pk, outcome="happened", result={"id": "re_2"}, by="ops"
+    )
     refund_b.refresh_from_db()
     assert refund_b.status == OperationStatus.SUCCEEDED
     assert durable.get_run(run.id).status == RunStatus.CANCELLED  # untouched

@@ -37,8 +37,7 @@ def fail_once(match):
         if not state["fired"] and match(" ".join(sql.replace('"', "").split())):
             state["fired"] = 1
             state["sql"] = sql
-            raise OperationalError("terminating connection due to administrator command "
-                                   "(injected)")
+            raise OperationalError("terminating connection due to administrator command (injected)")
         return execute_(sql, params, many, context)
 
     wrapper.state = state
@@ -54,8 +53,11 @@ def due_now(run_id: str) -> None:
 
 
 def invocations(folder, run_id: str) -> Counter:
-    return Counter(i["step"] for i in read_jsonl(folder / "invocations.jsonl")
-                   if i["run"] == run_id and i["kind"] == "step")
+    return Counter(
+        i["step"]
+        for i in read_jsonl(folder / "invocations.jsonl")
+        if i["run"] == run_id and i["kind"] == "step"
+    )
 
 
 def test_checkpoint_fault_releases_the_run_for_a_retry_instead_of_failing_it(crash_dir):
@@ -79,8 +81,10 @@ def test_checkpoint_fault_releases_the_run_for_a_retry_instead_of_failing_it(cra
     assert run.output_value()["ticket"] == "T-1"
     # the body ran again (its checkpoint was lost), its effect did not happen again
     assert invocations(crash_dir, run.id) == Counter({"first": 2, "dbf.charge": 1})
-    assert dw.effect_counts(crash_dir) == {("tickets", f"{run.id}:first"): 1,
-                                           ("charges", f"{run.id}:dbf.charge"): 1}
+    assert dw.effect_counts(crash_dir) == {
+        ("tickets", f"{run.id}:first"): 1,
+        ("charges", f"{run.id}:dbf.charge"): 1,
+    }
     assert run.claims == 2
     # a database fault is not a lost worker: no worker_lost attempt, no poison counting
     assert not run.steps.filter(attempts__gt=1).exists()
@@ -118,10 +122,14 @@ def test_fault_after_an_unsafe_write_is_settled_by_reconcile_not_repeated(crash_
     assert execute(run.id) == RunStatus.SUCCEEDED
     op.refresh_from_db()
     assert op.status == OperationStatus.SUCCEEDED and op.resolution == "reconciled: happened"
-    calls = Counter((i["kind"], i["step"]) for i in read_jsonl(crash_dir / "invocations.jsonl")
-                    if i["run"] == run.id)
-    assert calls == Counter({("step", "first"): 1, ("step", "dbf.charge"): 1,
-                             ("reconcile", "dbf.charge"): 1})
+    calls = Counter(
+        (i["kind"], i["step"])
+        for i in read_jsonl(crash_dir / "invocations.jsonl")
+        if i["run"] == run.id
+    )
+    assert calls == Counter(
+        {("step", "first"): 1, ("step", "dbf.charge"): 1, ("reconcile", "dbf.charge"): 1}
+    )
     assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
 
 
@@ -156,8 +164,11 @@ def terminate_my_backend() -> None:
     import psycopg
 
     pid = connection.connection.info.backend_pid
-    params = {k: v for k, v in connection.get_connection_params().items()
-              if k in ("dbname", "user", "password", "host", "port") and v}
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("dbname", "user", "password", "host", "port") and v
+    }
     with psycopg.connect(**params, autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
 

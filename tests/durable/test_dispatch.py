@@ -87,8 +87,9 @@ def test_a_bad_setting_is_a_system_check_error_naming_setting_and_value(settings
             get_dispatcher()
 
 
-def test_a_start_is_sent_through_the_backend_on_commit(recording,
-                                                      django_capture_on_commit_callbacks):
+def test_a_start_is_sent_through_the_backend_on_commit(
+    recording, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         run = durable.start("tests.add_twice", {"a": 1, "b": 2})
         assert recording == []  # not before the commit
@@ -96,7 +97,8 @@ def test_a_start_is_sent_through_the_backend_on_commit(recording,
 
 
 def test_dispatch_marks_the_run_and_leaves_far_countdowns_to_the_sweeper(
-        recording, django_capture_on_commit_callbacks):
+    recording, django_capture_on_commit_callbacks
+):
     run = durable.start("tests.add_twice", {"a": 1, "b": 2})
     Run.objects.filter(pk=run.id).update(dispatched_at=None)
     with django_capture_on_commit_callbacks(execute=True):
@@ -116,8 +118,9 @@ def test_the_manual_backend_sends_and_marks_nothing(django_capture_on_commit_cal
     assert callbacks == [] and Run.objects.get(pk=run.id).dispatched_at is None
 
 
-def test_the_sweeper_redispatches_through_the_backend(recording,
-                                                      django_capture_on_commit_callbacks):
+def test_the_sweeper_redispatches_through_the_backend(
+    recording, django_capture_on_commit_callbacks
+):
     run = durable.start("tests.add_twice", {"a": 1, "b": 2})
     Run.objects.filter(pk=run.id).update(dispatched_at=timezone.now() - timedelta(hours=1))
     with django_capture_on_commit_callbacks(execute=True):
@@ -131,8 +134,7 @@ def test_dispatch_now_sends_at_once(recording):
     assert recording == [("some-run", 1.5)]
 
 
-def test_a_failed_send_is_logged_not_raised(settings, caplog,
-                                            django_capture_on_commit_callbacks):
+def test_a_failed_send_is_logged_not_raised(settings, caplog, django_capture_on_commit_callbacks):
     use(settings, f"{__name__}.Broken")
     with caplog.at_level(logging.ERROR, logger="durable.dispatch"):
         dispatch_now("some-run")

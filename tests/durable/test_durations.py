@@ -39,8 +39,9 @@ def _failed_at_once(run, *, call: str, value: str, step_id: str):
     assert run.error["classification"] == "permanent"
     assert run.error["type"] == "InvalidDuration"
     assert run.error["step_id"] == step_id
-    assert run.error["message"].startswith(f"{call}: {value} is not a duration that can be "
-                                           "scheduled"), run.error["message"]
+    assert run.error["message"].startswith(
+        f"{call}: {value} is not a duration that can be scheduled"
+    ), run.error["message"]
     step = Step.objects.get(run=run, step_id=step_id)
     assert step.status == StepStatus.FAILED and step.attempts == 1
     assert not Wait.objects.filter(run=run).exists()
@@ -49,10 +50,17 @@ def _failed_at_once(run, *, call: str, value: str, step_id: str):
 # --- S24 --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seconds", "shown"), [
-    (1e12, "1000000000000.0"), (float("inf"), "inf"), (float("nan"), "nan"), (-1, "-1"),
-    (10**400, "1" + "0" * 56 + "..."), ("60", "'60'"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (1e12, "1000000000000.0"),
+        (float("inf"), "inf"),
+        (float("nan"), "nan"),
+        (-1, "-1"),
+        (10**400, "1" + "0" * 56 + "..."),
+        ("60", "'60'"),
+    ],
+)
 def test_sleep_that_cannot_be_scheduled_fails_the_step_at_once(seconds, shown):
     run = drive(durable.start("values.sleep", {"seconds": seconds}).id)
     _failed_at_once(run, call="ctx.sleep", value=shown, step_id="sleep")
@@ -72,34 +80,39 @@ def test_sleep_until_beyond_ten_years_fails_at_once_and_a_near_date_waits():
     assert run.status == RunStatus.FAILED
     assert run.error["message"].startswith("ctx.sleep_until: datetime.datetime(")
     near = timezone.now() + dt.timedelta(days=30)
-    assert drive(durable.start("values.sleep_until", {"when": near.isoformat()}).id
-                 ).status == RunStatus.WAITING
+    assert (
+        drive(durable.start("values.sleep_until", {"when": near.isoformat()}).id).status
+        == RunStatus.WAITING
+    )
 
 
-@pytest.mark.parametrize(("timeout", "shown"), [
-    (10**13, "10000000000000"), (float("inf"), "inf"), (0, "0"), (-5.0, "-5.0"),
-])
+@pytest.mark.parametrize(
+    ("timeout", "shown"),
+    [(10**13, "10000000000000"), (float("inf"), "inf"), (0, "0"), (-5.0, "-5.0")],
+)
 def test_approval_timeout_that_cannot_be_scheduled_fails_at_once(timeout, shown):
     run = drive(durable.start("values.approval", {"timeout": timeout}).id)
-    _failed_at_once(run, call="ctx.wait_for_approval(timeout=...)", value=shown,
-                    step_id="approval:ok")
+    _failed_at_once(
+        run, call="ctx.wait_for_approval(timeout=...)", value=shown, step_id="approval:ok"
+    )
 
 
 def test_signal_timeout_that_cannot_be_scheduled_fails_at_once():
     run = drive(durable.start("values.signal_timeout", {"timeout": float("nan")}).id)
-    _failed_at_once(run, call="ctx.wait_for_signal(timeout=...)", value="nan",
-                    step_id="signal:go")
+    _failed_at_once(run, call="ctx.wait_for_signal(timeout=...)", value="nan", step_id="signal:go")
 
 
 def test_step_timeout_that_cannot_be_scheduled_fails_at_once_without_running():
     run = drive(durable.start("values.step_timeout", {"timeout": 1e12}).id)
-    _failed_at_once(run, call="ctx.step('slow', timeout=...)", value="1000000000000.0",
-                    step_id="slow")
+    _failed_at_once(
+        run, call="ctx.step('slow', timeout=...)", value="1000000000000.0", step_id="slow"
+    )
     assert vw.CALLS["slow"] == 0
 
 
-@pytest.mark.parametrize("header", ["1e12", "inf", "nan", "Infinity",
-                                    "Fri, 31 Dec 9999 23:59:59 GMT"])
+@pytest.mark.parametrize(
+    "header", ["1e12", "inf", "nan", "Infinity", "Fri, 31 Dec 9999 23:59:59 GMT"]
+)
 def test_retry_after_that_cannot_be_scheduled_fails_at_once_and_the_429_is_recorded(header):
     vw.RAISE["provider"] = [vw.RateLimited(header) for _ in range(3)]
     run = drive(durable.start("values.provider").id)
@@ -159,11 +172,23 @@ def test_check_duration_accepts_ten_years_and_refuses_more():
         check_duration(dt.timedelta.max, call="x")
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("12", 12.0), (" 0.5 ", 0.5), ("1e12", 1e12), ("-3", -3.0), (7, 7.0), (None, None),
-    ("", None), ("soon", None), ("x" * 500, None), (b"30", 30.0), (True, None),
-    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # in the past: now
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("12", 12.0),
+        (" 0.5 ", 0.5),
+        ("1e12", 1e12),
+        ("-3", -3.0),
+        (7, 7.0),
+        (None, None),
+        ("", None),
+        ("soon", None),
+        ("x" * 500, None),
+        (b"30", 30.0),
+        (True, None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # in the past: now
+    ],
+)
 def test_parse_retry_after_is_defensive(raw, expected):
     assert parse_retry_after(raw) == expected
 
@@ -188,25 +213,33 @@ def test_classify_passes_the_parsed_retry_after_through():
     assert classify(vw.RateLimited("Tue, 01 Jan 2030 00:00:00 GMT"))[1] > 86_400
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"initial_interval": math.inf}, r"RetryPolicy.initial_interval: inf"),
-    ({"max_interval": math.nan}, r"RetryPolicy.max_interval: nan"),
-    ({"max_interval": 1e12}, r"RetryPolicy.max_interval: 1000000000000.0 .* \(10 years\)"),
-    ({"initial_interval": -1}, r"RetryPolicy.initial_interval: -1 .* negative"),
-    ({"backoff_coefficient": math.nan}, r"backoff_coefficient must be a number from 1"),
-    ({"backoff_coefficient": math.inf}, r"backoff_coefficient"),
-    ({"max_attempts": math.inf}, r"max_attempts must be an int"),
-    ({"max_attempts": 0}, r"max_attempts"),
-    ({"max_attempts": 10**9}, r"max_attempts"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"initial_interval": math.inf}, r"RetryPolicy.initial_interval: inf"),
+        ({"max_interval": math.nan}, r"RetryPolicy.max_interval: nan"),
+        ({"max_interval": 1e12}, r"RetryPolicy.max_interval: 1000000000000.0 .* \(10 years\)"),
+        ({"initial_interval": -1}, r"RetryPolicy.initial_interval: -1 .* negative"),
+        ({"backoff_coefficient": math.nan}, r"backoff_coefficient must be a number from 1"),
+        ({"backoff_coefficient": math.inf}, r"backoff_coefficient"),
+        ({"max_attempts": math.inf}, r"max_attempts must be an int"),
+        ({"max_attempts": 0}, r"max_attempts"),
+        ({"max_attempts": 10**9}, r"max_attempts"),
+    ],
+)
 def test_retry_policy_refuses_durations_that_cannot_be_scheduled(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RetryPolicy(**kwargs)
 
 
 def test_retry_policy_backoff_does_not_overflow():
-    policy = RetryPolicy(initial_interval=1.0, backoff_coefficient=1000.0, max_interval=60.0,
-                         jitter=False, max_attempts=100_000)
+    policy = RetryPolicy(
+        initial_interval=1.0,
+        backoff_coefficient=1000.0,
+        max_interval=60.0,
+        jitter=False,
+        max_attempts=100_000,
+    )
     assert policy.next_delay(5000) == 60.0
 
 

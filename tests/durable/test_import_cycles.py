@@ -27,8 +27,9 @@ def module_files() -> dict[str, Path]:
     return modules
 
 
-def imports_of(module: str, source: str, modules: set[str], *, is_package: bool = False
-               ) -> set[str]:
+def imports_of(
+    module: str, source: str, modules: set[str], *, is_package: bool = False
+) -> set[str]:
     """The modules of ``modules`` that ``source`` (the text of ``module``) imports,
     anywhere in it. ``from X import y`` is the module ``X.y`` when there is one, else
     ``X``; relative imports are resolved against ``module``'s package."""
@@ -40,7 +41,7 @@ def imports_of(module: str, source: str, modules: set[str], *, is_package: bool 
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
-                parts = parts[:len(parts) - (node.level - 1)]
+                parts = parts[: len(parts) - (node.level - 1)]
                 base = ".".join(parts + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
@@ -53,9 +54,15 @@ def imports_of(module: str, source: str, modules: set[str], *, is_package: bool 
 def import_graph() -> dict[str, set[str]]:
     """``{module: the package's modules it imports}`` for every module of ``durable/``."""
     files = module_files()
-    return {module: imports_of(module, path.read_text(encoding="utf-8"), set(files),
-                               is_package=path.name == "__init__.py")
-            for module, path in files.items()}
+    return {
+        module: imports_of(
+            module,
+            path.read_text(encoding="utf-8"),
+            set(files),
+            is_package=path.name == "__init__.py",
+        )
+        for module, path in files.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -104,10 +111,10 @@ def test_the_graph_counts_every_import_anywhere_in_a_module():
         "    if True:\n"
         "        from pkg import helper\n"
     )
-    assert imports_of("pkg.x", source, modules) == {
-        "pkg.a", "pkg.b", "pkg.c", "pkg.sub.d", "pkg"}
-    assert imports_of("pkg.sub", "from . import d\nfrom .. import a\n", modules,
-                      is_package=True) == {"pkg.sub.d", "pkg.a"}
+    assert imports_of("pkg.x", source, modules) == {"pkg.a", "pkg.b", "pkg.c", "pkg.sub.d", "pkg"}
+    assert imports_of(
+        "pkg.sub", "from . import d\nfrom .. import a\n", modules, is_package=True
+    ) == {"pkg.sub.d", "pkg.a"}
     graph = import_graph()
     assert {"durable", "durable.engine", "durable.models"} <= set(graph)
     assert "durable.models" in graph["durable.engine"]

@@ -50,9 +50,14 @@ def _attempt_rows(run_id: str) -> list[StepAttempt]:
 # --- started before, succeeded after ----------------------------------------------------
 
 
-@pytest.mark.parametrize(("tool", "safety"), [("eng_charge", "idempotent_write"),
-                                              ("eng_transfer", "unsafe_write"),
-                                              ("eng_send_email", "unsafe_write")])
+@pytest.mark.parametrize(
+    ("tool", "safety"),
+    [
+        ("eng_charge", "idempotent_write"),
+        ("eng_transfer", "unsafe_write"),
+        ("eng_send_email", "unsafe_write"),
+    ],
+)
 def test_write_commits_started_before_the_call_and_succeeded_after(tool, safety):
     params = {"to": "a@example.com"} if tool == "eng_send_email" else {"amount": 1250}
     run = drive(_start(tool, params).id)
@@ -62,9 +67,14 @@ def test_write_commits_started_before_the_call_and_succeeded_after(tool, safety)
     # seen from inside the tool body: the row was committed before the call
     [snapshot] = ew.OPERATION_SNAPSHOTS
     assert snapshot["key"] == key
-    assert snapshot["row"] == {"status": OperationStatus.STARTED, "step_id": tool,
-                               "tool_name": tool, "safety": safety,
-                               "params_hash": codec.fingerprint(params), "attempts": 1}
+    assert snapshot["row"] == {
+        "status": OperationStatus.STARTED,
+        "step_id": tool,
+        "tool_name": tool,
+        "safety": safety,
+        "params_hash": codec.fingerprint(params),
+        "attempts": 1,
+    }
     op = Operation.objects.get(idempotency_key=key)
     assert op.status == OperationStatus.SUCCEEDED
     assert codec.decode(op.result) == run.output_value()
@@ -167,8 +177,11 @@ def test_unsafe_write_without_reconcile_waits_for_an_operator():
     run, op, wait = _wait_for_operator(run.id)
     assert run.lease_token == ""
     assert op.status == OperationStatus.UNKNOWN
-    assert (wait.kind, wait.status, wait.operation_id) == (WaitKind.RECONCILE,
-                                                           WaitStatus.PENDING, op.pk)
+    assert (wait.kind, wait.status, wait.operation_id) == (
+        WaitKind.RECONCILE,
+        WaitStatus.PENDING,
+        op.pk,
+    )
     step = Step.objects.get(run=run, step_id="eng_send_email")
     assert step.status == StepStatus.WAITING
     [row] = _attempt_rows(run.id)
@@ -185,8 +198,9 @@ def test_operator_not_happened_calls_the_tool_again_with_the_same_key():
     run = drive(_start("eng_send_email", {"to": "a@example.com"}).id)
     run, op, wait = _wait_for_operator(run.id)
 
-    services.operation_reconcile(operation_id=op.pk, outcome="not_happened", by="ops",
-                                 reason="not in the SMTP log")
+    services.operation_reconcile(
+        operation_id=op.pk, outcome="not_happened", by="ops", reason="not in the SMTP log"
+    )
     assert Run.objects.get(pk=run.id).status == RunStatus.PENDING
     run = drive(run.id)
 
@@ -206,9 +220,13 @@ def test_operator_happened_records_the_result_without_calling_again():
     run = drive(_start("eng_send_email", {"to": "a@example.com"}).id)
     run, op, _ = _wait_for_operator(run.id)
 
-    services.operation_reconcile(operation_id=op.idempotency_key, outcome="happened",
-                                 result={"message_id": "msg-from-log"}, external_id="m-1",
-                                 by="ops")
+    services.operation_reconcile(
+        operation_id=op.idempotency_key,
+        outcome="happened",
+        result={"message_id": "msg-from-log"},
+        external_id="m-1",
+        by="ops",
+    )
     run = drive(run.id)
 
     assert run.status == RunStatus.SUCCEEDED, run.error
@@ -261,10 +279,18 @@ def test_same_key_with_other_params_is_refused():
     key = f"{run.id}:eng_charge"
     now = timezone.now()
     Operation.objects.create(
-        idempotency_key=key, run=run, step_id="eng_charge", tool_name="eng_charge",
-        safety="idempotent_write", params=codec.encode({"amount": 999}),
-        params_hash=codec.fingerprint({"amount": 999}), status=OperationStatus.SUCCEEDED,
-        result=codec.encode({"charge_id": "ch_other"}), created_at=now, updated_at=now)
+        idempotency_key=key,
+        run=run,
+        step_id="eng_charge",
+        tool_name="eng_charge",
+        safety="idempotent_write",
+        params=codec.encode({"amount": 999}),
+        params_hash=codec.fingerprint({"amount": 999}),
+        status=OperationStatus.SUCCEEDED,
+        result=codec.encode({"charge_id": "ch_other"}),
+        created_at=now,
+        updated_at=now,
+    )
 
     run = drive(run.id)
 
@@ -283,10 +309,18 @@ def test_same_key_with_the_same_params_replays_the_stored_result():
     key = f"{run.id}:eng_charge"
     now = timezone.now()
     Operation.objects.create(
-        idempotency_key=key, run=run, step_id="eng_charge", tool_name="eng_charge",
-        safety="idempotent_write", params=codec.encode({"amount": 100}),
-        params_hash=codec.fingerprint({"amount": 100}), status=OperationStatus.SUCCEEDED,
-        result=codec.encode({"charge_id": "ch_prior"}), created_at=now, updated_at=now)
+        idempotency_key=key,
+        run=run,
+        step_id="eng_charge",
+        tool_name="eng_charge",
+        safety="idempotent_write",
+        params=codec.encode({"amount": 100}),
+        params_hash=codec.fingerprint({"amount": 100}),
+        status=OperationStatus.SUCCEEDED,
+        result=codec.encode({"charge_id": "ch_prior"}),
+        created_at=now,
+        updated_at=now,
+    )
 
     run = drive(run.id)
 
@@ -310,8 +344,7 @@ def _crash_then_recover(run: Run, point: str) -> Run:
 
 
 def test_crash_after_started_of_unsafe_write_is_an_unknown_outcome():
-    run = _crash_then_recover(_start("eng_send_email", {"to": "a@example.com"}),
-                              "eng_send_email")
+    run = _crash_then_recover(_start("eng_send_email", {"to": "a@example.com"}), "eng_send_email")
 
     run, op, wait = _wait_for_operator(run.id)
     assert op.status == OperationStatus.UNKNOWN

@@ -124,8 +124,12 @@ def test_reconcile_failure_is_logged_redacted(caplog):
 
 
 def test_secret_wrapper_is_encrypted_and_given_back_to_steps():
-    run = drive(durable.start("eng.keyed_secret", {
-        "password": "hunter2-plain", "vault": durable.Secret("opensesame-42")}).id)
+    run = drive(
+        durable.start(
+            "eng.keyed_secret",
+            {"password": "hunter2-plain", "vault": durable.Secret("opensesame-42")},
+        ).id
+    )
 
     assert run.status == RunStatus.SUCCEEDED, run.error
     [(_, vault)] = [item for item in ew.SEEN if item[0] == "unlock"]
@@ -136,7 +140,11 @@ def test_secret_wrapper_is_encrypted_and_given_back_to_steps():
 
 
 def test_key_selected_secret_stays_secret_when_passed_to_a_step():
-    drive(durable.start("eng.keyed_secret", {
-        "password": "hunter2-plain", "vault": durable.Secret("opensesame-42")}).id)
+    drive(
+        durable.start(
+            "eng.keyed_secret",
+            {"password": "hunter2-plain", "vault": durable.Secret("opensesame-42")},
+        ).id
+    )
     assert ("login", "hunter2-plain") in ew.SEEN
     assert_no_literals(raw_database_text(), ("hunter2-plain",))

@@ -37,11 +37,19 @@ def admin():
 
 
 def _pages(client: Client, run: Run) -> str:
-    urls = [f"/runs/{run.id}/", f"/runs/{run.id}/payload/run-input/run/",
-            f"/runs/{run.id}/payload/run-output/run/", "/", "/attention/", "/approvals/"]
+    urls = [
+        f"/runs/{run.id}/",
+        f"/runs/{run.id}/payload/run-input/run/",
+        f"/runs/{run.id}/payload/run-output/run/",
+        "/",
+        "/attention/",
+        "/approvals/",
+    ]
     for step in Step.objects.filter(run=run):
-        urls += [f"/runs/{run.id}/payload/step-input/{step.pk}/",
-                 f"/runs/{run.id}/payload/step-output/{step.pk}/"]
+        urls += [
+            f"/runs/{run.id}/payload/step-input/{step.pk}/",
+            f"/runs/{run.id}/payload/step-output/{step.pk}/",
+        ]
     for wait in Wait.objects.filter(run=run):
         urls += [f"/runs/{run.id}/payload/wait-payload/{wait.pk}/"]
     bodies = []
@@ -53,17 +61,21 @@ def _pages(client: Client, run: Run) -> str:
 
 
 def test_every_value_type_under_a_secret_key_is_encrypted_shown_redacted_and_unsearchable(admin):
-    data = {"card_number": 4111111111111111, "api_keys": ["alpha-key-7781", "beta-key-9923"],
-            "credentials": {"pin": 90210777, "user": "bob"}, "db_password": 55501234,
-            "secret": {"nested": [True, 31415926]}, "note": "visible text"}
+    data = {
+        "card_number": 4111111111111111,
+        "api_keys": ["alpha-key-7781", "beta-key-9923"],
+        "credentials": {"pin": 90210777, "user": "bob"},
+        "db_password": 55501234,
+        "secret": {"nested": [True, 31415926]},
+        "note": "visible text",
+    }
     # "credentials" is not a secret key; its "pin" is not either: only the others hide
     run = drive(durable.start("sec.echo", data).id)
     assert run.status == RunStatus.SUCCEEDED
     assert sw.SEEN == [data]  # the step got the real values
     assert durable.result(run.id, timeout=5) == {"echo": data}
     stored = raw_database_text()
-    for literal in ("4111111111111111", "alpha-key-7781", "beta-key-9923", "55501234",
-                    "31415926"):
+    for literal in ("4111111111111111", "alpha-key-7781", "beta-key-9923", "55501234", "31415926"):
         assert literal not in stored, literal
     assert "visible text" in stored
     pages = _pages(admin, run)
@@ -86,12 +98,15 @@ def test_credentials_in_an_error_message_are_stored_and_shown_redacted(admin, wh
     assert "upstream refused the request: " in pages and "[REDACTED]" in pages
 
 
-@pytest.mark.parametrize("workflow, data, what", [
-    ("sec.step_id", {"step_id": "fetch-sk-live-abcdef123456"}, "step id"),
-    ("sec.signal", {"name": "ghp_" + "a" * 36}, "wait key"),
-    ("sec.approval", {"key": "AKIAIOSFODNN7EXAMPLE", "title": "ok"}, "wait key"),
-    ("sec.signal", {"name": "xoxb-1234567890-abcdef", "step_id": "plain"}, "wait key"),
-])
+@pytest.mark.parametrize(
+    "workflow, data, what",
+    [
+        ("sec.step_id", {"step_id": "fetch-sk-live-abcdef123456"}, "step id"),
+        ("sec.signal", {"name": "ghp_" + "a" * 36}, "wait key"),
+        ("sec.approval", {"key": "AKIAIOSFODNN7EXAMPLE", "title": "ok"}, "wait key"),
+        ("sec.signal", {"name": "xoxb-1234567890-abcdef", "step_id": "plain"}, "wait key"),
+    ],
+)
 def test_identifiers_that_look_like_secrets_are_refused(workflow, data, what):
     run = drive(durable.start(workflow, data).id)
     assert run.status == RunStatus.FAILED
@@ -109,8 +124,9 @@ def test_a_step_id_holding_a_secret_of_the_run_is_refused():
     assert run.status == RunStatus.FAILED and "step id looks like a secret" in str(run.error)
 
 
-@pytest.mark.parametrize("kwargs", [{"tags": ["ok", "sk-live-abcdef123456"]},
-                                    {"run_id": "run-AKIAIOSFODNN7EXAMPLE"}])
+@pytest.mark.parametrize(
+    "kwargs", [{"tags": ["ok", "sk-live-abcdef123456"]}, {"run_id": "run-AKIAIOSFODNN7EXAMPLE"}]
+)
 def test_tags_and_run_ids_that_look_like_secrets_are_refused_at_start(kwargs):
     with pytest.raises(SecretInIdentifier) as caught:
         durable.start("sec.echo", {}, **kwargs)

@@ -26,8 +26,9 @@ def _fresh(run_id: str) -> Run:
 
 
 def _step_ids(run_id: str) -> list[str]:
-    return list(Step.objects.filter(run_id=run_id).order_by("position")
-                .values_list("step_id", flat=True))
+    return list(
+        Step.objects.filter(run_id=run_id).order_by("position").values_list("step_id", flat=True)
+    )
 
 
 # --- memoization ----------------------------------------------------------------------
@@ -100,15 +101,22 @@ def test_step_ids_explicit_and_derived_with_occurrence_suffixes():
     run = drive(durable.start("eng.ids", None).id)
 
     assert run.status == RunStatus.SUCCEEDED, run.error
-    assert run.output_value() == {"fetched": [0, 1, 2], "helped": ["helped", "helped"],
-                                  "normal": "normal"}
+    assert run.output_value() == {
+        "fetched": [0, 1, 2],
+        "helped": ["helped", "helped"],
+        "normal": "normal",
+    }
     assert _step_ids(run.id) == [
-        "fetch", "fetch#2", "fetch#3",
-        "derived_helper", "derived_helper#2",
+        "fetch",
+        "fetch#2",
+        "fetch#3",
+        "derived_helper",
+        "derived_helper#2",
         "Helpers.normalize",  # the qualified name, not just __name__
     ]
-    positions = list(Step.objects.filter(run=run).order_by("position")
-                     .values_list("position", flat=True))
+    positions = list(
+        Step.objects.filter(run=run).order_by("position").values_list("position", flat=True)
+    )
     assert positions == [0, 1, 2, 3, 4, 5]
 
 
@@ -266,8 +274,9 @@ def test_start_with_existing_run_id_and_other_input_conflicts():
     assert _fresh("order-43").input_value() == {"policy": "fast"}
 
 
-@pytest.mark.parametrize("bad", ["", "has space", "-leading", ".leading", "a" * 129, "a/b",
-                                 "ünï", "abc\n", "tab\there"])
+@pytest.mark.parametrize(
+    "bad", ["", "has space", "-leading", ".leading", "a" * 129, "a/b", "ünï", "abc\n", "tab\there"]
+)
 def test_start_rejects_invalid_run_ids(bad):
     with pytest.raises(ValueError):
         durable.start("eng.three_steps", None, run_id=bad)
@@ -306,9 +315,12 @@ def test_replayed_steps_are_loaded_not_requeried():
     ew.make_due(run.id)
     with CaptureQueriesContext(connection) as queries:
         execute(run.id)
-    step_selects = [q["sql"] for q in queries.captured_queries
-                    if q["sql"].lstrip().upper().startswith("SELECT")
-                    and '"durable_step"' in q["sql"].split("WHERE")[0]]
+    step_selects = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("SELECT")
+        and '"durable_step"' in q["sql"].split("WHERE")[0]
+    ]
     assert len(step_selects) == 1, step_selects
     assert Step.objects.get(run=run, step_id="three").status == StepStatus.SUCCEEDED
 

@@ -28,29 +28,31 @@ def _reset():
 
 
 def _attempts(run_id: str, step_id: str) -> list[StepAttempt]:
-    return list(StepAttempt.objects.filter(run_id=run_id, step__step_id=step_id)
-                .order_by("attempt"))
+    return list(
+        StepAttempt.objects.filter(run_id=run_id, step__step_id=step_id).order_by("attempt")
+    )
 
 
 def _single(label: str, policy: str = "fast", value=None) -> Run:
-    return drive(durable.start("eng.single", {"label": label, "policy": policy,
-                                              "value": value}).id)
+    return drive(durable.start("eng.single", {"label": label, "policy": policy, "value": value}).id)
 
 
 # --- the policy's arithmetic ------------------------------------------------------------
 
 
 def test_backoff_without_jitter_doubles_and_is_capped():
-    policy = durable.RetryPolicy(initial_interval=1.0, backoff_coefficient=2.0,
-                                 max_interval=5.0, jitter=False)
+    policy = durable.RetryPolicy(
+        initial_interval=1.0, backoff_coefficient=2.0, max_interval=5.0, jitter=False
+    )
     assert [policy.next_delay(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
     assert policy.next_delay(60) == 5.0  # no overflow for large attempt numbers
     assert [policy.backoff(n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
 
 
 def test_backoff_coefficient_is_honoured():
-    policy = durable.RetryPolicy(initial_interval=0.5, backoff_coefficient=3.0,
-                                 max_interval=100.0, jitter=False)
+    policy = durable.RetryPolicy(
+        initial_interval=0.5, backoff_coefficient=3.0, max_interval=100.0, jitter=False
+    )
     assert [policy.next_delay(n) for n in (1, 2, 3)] == [0.5, 1.5, 4.5]
 
 
@@ -73,8 +75,15 @@ def test_retry_after_is_a_floor_of_the_delay():
     assert no_jitter.next_delay(1, retry_after=2.0) == 8.0  # the longer of the two
 
 
-@pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"initial_interval": -1},
-                                    {"max_interval": -1}, {"backoff_coefficient": 0.5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"initial_interval": -1},
+        {"max_interval": -1},
+        {"backoff_coefficient": 0.5},
+    ],
+)
 def test_invalid_policies_are_refused(kwargs):
     with pytest.raises(ValueError):
         durable.RetryPolicy(**kwargs)
@@ -131,8 +140,10 @@ def test_max_attempts_exhausted_fails_the_run():
 
 
 def test_permanent_error_fails_after_one_attempt():
-    ew.FAILS["denied"] = [durable.PermanentError("401 Unauthorized"),
-                          durable.PermanentError("never raised")]
+    ew.FAILS["denied"] = [
+        durable.PermanentError("401 Unauthorized"),
+        durable.PermanentError("never raised"),
+    ]
     run = _single("denied", policy="five")
 
     assert run.status == RunStatus.FAILED
@@ -144,8 +155,11 @@ def test_permanent_error_fails_after_one_attempt():
 
 
 def test_model_recoverable_error_is_returned_as_a_value():
-    ew.FAILS["validate"] = [durable.ModelRecoverableError(
-        "field 'email' is not an email address", details={"field": "email"})]
+    ew.FAILS["validate"] = [
+        durable.ModelRecoverableError(
+            "field 'email' is not an email address", details={"field": "email"}
+        )
+    ]
     ew.FAILS["after"] = [durable.TransientError("later")]
     run = durable.start("eng.model_recoverable", None)
     run = drive(run.id, wait_for_retries=False)
@@ -220,39 +234,45 @@ def test_http_400_from_a_step_is_returned_to_the_model():
 # --- classification -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("status", "headers", "safety", "expected"), [
-    (429, {"Retry-After": "12"}, None, ("transient", 12.0)),
-    (429, {"retry-after": "3"}, "unsafe_write", ("transient", 3.0)),
-    (503, {}, None, ("transient", None)),
-    (503, {"Retry-After": "not-a-number"}, None, ("transient", None)),
-    (502, {}, "read_only", ("transient", None)),
-    (409, {}, "idempotent_write", ("transient", None)),
-    (500, {}, None, ("transient", None)),
-    (500, {}, "read_only", ("transient", None)),
-    (500, {}, "idempotent_write", ("transient", None)),
-    (500, {}, "unsafe_write", ("ambiguous", None)),
-    (400, {}, None, ("model_recoverable", None)),
-    (422, {}, "unsafe_write", ("model_recoverable", None)),
-    (401, {}, None, ("permanent", None)),
-    (403, {}, "read_only", ("permanent", None)),
-    (404, {}, "unsafe_write", ("permanent", None)),
-])
+@pytest.mark.parametrize(
+    ("status", "headers", "safety", "expected"),
+    [
+        (429, {"Retry-After": "12"}, None, ("transient", 12.0)),
+        (429, {"retry-after": "3"}, "unsafe_write", ("transient", 3.0)),
+        (503, {}, None, ("transient", None)),
+        (503, {"Retry-After": "not-a-number"}, None, ("transient", None)),
+        (502, {}, "read_only", ("transient", None)),
+        (409, {}, "idempotent_write", ("transient", None)),
+        (500, {}, None, ("transient", None)),
+        (500, {}, "read_only", ("transient", None)),
+        (500, {}, "idempotent_write", ("transient", None)),
+        (500, {}, "unsafe_write", ("ambiguous", None)),
+        (400, {}, None, ("model_recoverable", None)),
+        (422, {}, "unsafe_write", ("model_recoverable", None)),
+        (401, {}, None, ("permanent", None)),
+        (403, {}, "read_only", ("permanent", None)),
+        (404, {}, "unsafe_write", ("permanent", None)),
+    ],
+)
 def test_classify_http_errors(status, headers, safety, expected):
     assert classify(ew.FakeHTTPError(status, headers), safety=safety) == expected
 
 
-@pytest.mark.parametrize(("exc", "safety", "expected"), [
-    (durable.TransientError("x", retry_after=4), "unsafe_write", "transient"),
-    (durable.PermanentError("x"), None, "permanent"),
-    (durable.ModelRecoverableError("x"), "unsafe_write", "model_recoverable"),
-    (durable.AmbiguousOutcomeError("x"), "idempotent_write", "ambiguous"),
-    (durable.PayloadError("too big"), None, "permanent"),
-    (RuntimeError("?"), None, "transient"),
-    (RuntimeError("?"), "read_only", "transient"),
-    (RuntimeError("?"), "idempotent_write", "transient"),
-    (RuntimeError("?"), "unsafe_write", "ambiguous"),
-    (ConnectionRefusedError("not sent"), "unsafe_write", "transient"),
-])
+@pytest.mark.parametrize(
+    ("exc", "safety", "expected"),
+    [
+        (durable.TransientError("x", retry_after=4), "unsafe_write", "transient"),
+        (durable.PermanentError("x"), None, "permanent"),
+        (durable.ModelRecoverableError("x"), "unsafe_write", "model_recoverable"),
+        (durable.AmbiguousOutcomeError("x"), "idempotent_write", "ambiguous"),
+        (durable.PayloadError("too big"), None, "permanent"),
+        (RuntimeError("?"), None, "transient"),
+        (RuntimeError("?"), "read_only", "transient"),
+        (RuntimeError("?"), "idempotent_write", "transient"),
+        (RuntimeError("?"), "unsafe_write", "ambiguous"),
+        (ConnectionRefusedError("not sent"), "unsafe_write", "transient"),
+    ],
+)
 def test_classify_by_error_type_and_safety_class(exc, safety, expected):
     assert classify(exc, safety=safety)[0] == expected
 
@@ -274,8 +294,9 @@ def test_classify_response_without_int_status_is_not_http():
 def test_long_retry_delay_releases_the_run_as_retrying():
     ew.FAILS["later"] = [durable.TransientError("come back in a minute")]
     before = timezone.now()
-    run = drive(durable.start("eng.single", {"label": "later", "policy": "slow"}).id,
-                wait_for_retries=False)
+    run = drive(
+        durable.start("eng.single", {"label": "later", "policy": "slow"}).id, wait_for_retries=False
+    )
 
     assert run.status == RunStatus.RETRYING
     assert before + timedelta(seconds=59) < run.wake_at < timezone.now() + timedelta(seconds=61)
@@ -340,8 +361,13 @@ def test_database_refuses_a_second_step_row_for_the_same_step_id():
     ew.FAILS["s"] = [durable.TransientError("x") for _ in range(5)]
     run = drive(durable.start("eng.s03", None).id)
     with pytest.raises(IntegrityError), transaction.atomic():
-        Step.objects.create(run=run, step_id="s", position=7, status=StepStatus.RETRYING,
-                            next_attempt_at=timezone.now())
+        Step.objects.create(
+            run=run,
+            step_id="s",
+            position=7,
+            status=StepStatus.RETRYING,
+            next_attempt_at=timezone.now(),
+        )
     assert Step.objects.filter(run=run, step_id="s").count() == 1
 
 

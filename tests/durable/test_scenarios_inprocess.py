@@ -108,8 +108,7 @@ class WorseError(Exception):
 def test_s11_failures_that_are_hard_to_record_are_recorded_and_retried():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        ew.FAILS["unicode_failure"] = [ValueError("échec 🐟"),
-                                       ValueError("lone \udcff surrogate")]
+        ew.FAILS["unicode_failure"] = [ValueError("échec 🐟"), ValueError("lone \udcff surrogate")]
         ew.FAILS["nasty_failure"] = [NastyError(sock), WorseError()]
         run = drive(durable.start("eng.s11", None).id)
     finally:
@@ -119,16 +118,18 @@ def test_s11_failures_that_are_hard_to_record_are_recorded_and_retried():
     assert run.output_value() == ["recovered", "recovered too"]
     assert ew.CALLS["unicode_failure"] == 3 and ew.CALLS["nasty_failure"] == 3
 
-    unicode_rows = list(StepAttempt.objects.filter(run=run, step__step_id="unicode_failure")
-                        .order_by("attempt"))
+    unicode_rows = list(
+        StepAttempt.objects.filter(run=run, step__step_id="unicode_failure").order_by("attempt")
+    )
     assert [r.outcome for r in unicode_rows] == ["failed", "failed"]
     assert unicode_rows[0].message == "échec 🐟"
     assert "ValueError: échec 🐟" in unicode_rows[0].traceback
     assert "lone" in unicode_rows[1].message and "udcff" in unicode_rows[1].message
     assert "ValueError" in unicode_rows[1].traceback
 
-    nasty_rows = list(StepAttempt.objects.filter(run=run, step__step_id="nasty_failure")
-                      .order_by("attempt"))
+    nasty_rows = list(
+        StepAttempt.objects.filter(run=run, step__step_id="nasty_failure").order_by("attempt")
+    )
     assert [r.outcome for r in nasty_rows] == ["failed", "failed"]
     assert [r.error_type for r in nasty_rows] == ["NastyError", "WorseError"]
     assert "NastyError" in nasty_rows[0].message and "raw bytes" in nasty_rows[0].message
@@ -169,7 +170,9 @@ def test_s14_crash_between_last_checkpoint_and_completion_succeeds_without_rerun
     crashed = Run.objects.get(pk=run.id)
     assert crashed.status == RunStatus.RUNNING and crashed.lease_token != ""
     assert list(Step.objects.filter(run=run).values_list("step_id", "status")) == [
-        ("a", StepStatus.SUCCEEDED), ("b", StepStatus.SUCCEEDED)]
+        ("a", StepStatus.SUCCEEDED),
+        ("b", StepStatus.SUCCEEDED),
+    ]
     calls_before = dict(ew.CALLS)
     assert calls_before == {"a": 1, "b": 1}
 

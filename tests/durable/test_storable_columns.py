@@ -73,7 +73,8 @@ def test_every_plain_text_column_is_engine_written():
     unexplained = [key for key in plain if key not in ENGINE_WRITTEN]
     assert not unexplained, (
         "plain text columns that may carry a user's text (use durable.fields' storable "
-        f"fields, or list them in ENGINE_WRITTEN with the reason): {unexplained}")
+        f"fields, or list them in ENGINE_WRITTEN with the reason): {unexplained}"
+    )
 
 
 def test_the_list_names_only_existing_plain_columns():

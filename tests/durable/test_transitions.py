@@ -39,24 +39,38 @@ EXPECTED: dict[str, tuple[set[str], str | None, dict[str, str | None], bool]] = 
     "decide": (ACTIVE, None, {}, False),
     "reconcile": ({S.WAITING}, S.PENDING, {}, False),
     "settle": ({S.COMPENSATING} | FINISHED, None, {}, False),
-    "abort": ({S.WAITING, S.COMPENSATING}, S.FAILED, {S.COMPENSATING: S.COMPENSATION_FAILED},
-              False),
+    "abort": (
+        {S.WAITING, S.COMPENSATING},
+        S.FAILED,
+        {S.COMPENSATING: S.COMPENSATION_FAILED},
+        False,
+    ),
     # the engine's
-    "claim": ({S.PENDING, S.RETRYING, S.RUNNING, S.COMPENSATING}, S.RUNNING,
-              {S.COMPENSATING: None}, False),
+    "claim": (
+        {S.PENDING, S.RETRYING, S.RUNNING, S.COMPENSATING},
+        S.RUNNING,
+        {S.COMPENSATING: None},
+        False,
+    ),
     "park": ({S.RUNNING}, S.WAITING, {}, True),
-    "schedule_retry": ({S.RUNNING, S.COMPENSATING}, S.RETRYING, {S.COMPENSATING: None},
-                       True),
-    "fail": ({S.RUNNING, S.COMPENSATING}, S.FAILED, {S.COMPENSATING: S.COMPENSATION_FAILED},
-             True),
-    "complete": ({S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, {S.COMPENSATING: S.COMPENSATED},
-                 True),
+    "schedule_retry": ({S.RUNNING, S.COMPENSATING}, S.RETRYING, {S.COMPENSATING: None}, True),
+    "fail": ({S.RUNNING, S.COMPENSATING}, S.FAILED, {S.COMPENSATING: S.COMPENSATION_FAILED}, True),
+    "complete": ({S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, {S.COMPENSATING: S.COMPENSATED}, True),
     "wake": ({S.WAITING}, S.PENDING, {}, False),
     "release": ({S.RUNNING, S.COMPENSATING}, S.PENDING, {S.COMPENSATING: None}, True),
     "release_stopped": (set(RunStatus.values) - {S.RUNNING, S.COMPENSATING}, None, {}, True),
 }
-OPERATOR = {"cancel", "compensate", "resume", "fork", "signal", "decide", "reconcile",
-            "settle", "abort"}
+OPERATOR = {
+    "cancel",
+    "compensate",
+    "resume",
+    "fork",
+    "signal",
+    "decide",
+    "reconcile",
+    "settle",
+    "abort",
+}
 CASES = [(action, status) for action in EXPECTED for status in RunStatus.values]
 
 
@@ -75,8 +89,11 @@ def test_the_table_declares_exactly_the_expected_actions_and_targets():
         assert dict(row.by_source) == by_source, action
         assert row.releases_lease is releases, action
     # a compensating run only takes an operator's decision on an unknown outcome
-    assert [a for a in EXPECTED if a in OPERATOR
-            and S.COMPENSATING in transitions.TRANSITIONS[a].sources] == ["settle", "abort"]
+    assert [
+        a
+        for a in EXPECTED
+        if a in OPERATOR and S.COMPENSATING in transitions.TRANSITIONS[a].sources
+    ] == ["settle", "abort"]
     assert dict(transitions.LEASE_RELEASED) == LEASE
 
 
@@ -93,9 +110,17 @@ def test_can_matches_the_table(action, status):
 
 def _leased_run(status: str, *, pk: str = "x") -> Run:
     now = timezone.now()
-    return Run(id=pk, workflow_name="wf", workflow_version="1", input_hash="h", status=status,
-               lease_token="t" * 32, lease_owner="w",
-               lease_expires_at=now + timedelta(minutes=5), wake_at=now + timedelta(minutes=5))
+    return Run(
+        id=pk,
+        workflow_name="wf",
+        workflow_version="1",
+        input_hash="h",
+        status=status,
+        lease_token="t" * 32,
+        lease_owner="w",
+        lease_expires_at=now + timedelta(minutes=5),
+        wake_at=now + timedelta(minutes=5),
+    )
 
 
 @pytest.mark.parametrize(("action", "status"), CASES)
@@ -108,8 +133,11 @@ def test_apply_sets_the_target_and_the_lease_or_refuses(action, status):
         return
     target = expected_target(action, status)
     written = transitions.apply(action, run, claims=7)
-    expected = {"claims": 7, **({"status": target} if target is not None else {}),
-                **(LEASE if EXPECTED[action][3] else {})}
+    expected = {
+        "claims": 7,
+        **({"status": target} if target is not None else {}),
+        **(LEASE if EXPECTED[action][3] else {}),
+    }
     assert written == expected
     assert run.status == (target if target is not None else status) and run.claims == 7
     assert (run.lease_token == "") is EXPECTED[action][3]
@@ -126,7 +154,10 @@ def test_update_is_a_compare_and_set_on_the_sources(action, status):
     if status not in EXPECTED[action][0]:
         assert moved == 0
         assert (after.status, after.lease_token, after.updated_at) == (
-            status, "t" * 32, run.updated_at)
+            status,
+            "t" * 32,
+            run.updated_at,
+        )
         return
     target = expected_target(action, status)
     assert moved == 1
@@ -156,27 +187,42 @@ def _modules():
 
 def _is_run_status(node: ast.AST) -> bool:
     """``RunStatus.X`` (or ``S.X``, the modules' alias)."""
-    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id in ("RunStatus", "S") and node.attr.isupper())
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("RunStatus", "S")
+        and node.attr.isupper()
+    )
 
 
 def _status_writes(tree: ast.AST) -> list[int]:
     lines = []
     for node in ast.walk(tree):
         # run.status = RunStatus.X
-        if isinstance(node, ast.Assign) and _is_run_status(node.value) and any(
-                isinstance(t, ast.Attribute) and t.attr == "status" for t in node.targets):
+        if (
+            isinstance(node, ast.Assign)
+            and _is_run_status(node.value)
+            and any(isinstance(t, ast.Attribute) and t.attr == "status" for t in node.targets)
+        ):
             lines.append(node.lineno)
         # qs.update(status=RunStatus.X)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "update"):
-            lines += [node.lineno for kw in node.keywords
-                      if kw.arg == "status" and _is_run_status(kw.value)]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+        ):
+            lines += [
+                node.lineno
+                for kw in node.keywords
+                if kw.arg == "status" and _is_run_status(kw.value)
+            ]
         # {"status": RunStatus.X, ...} (fields for an update or a save)
         if isinstance(node, ast.Dict):
-            lines += [node.lineno for k, v in zip(node.keys, node.values)
-                      if isinstance(k, ast.Constant) and k.value == "status"
-                      and _is_run_status(v)]
+            lines += [
+                node.lineno
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == "status" and _is_run_status(v)
+            ]
     return lines
 
 
@@ -185,26 +231,42 @@ def _lease_releases(tree: ast.AST) -> list[int]:
     hand (a filter on it is no release)."""
     lines = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "update"):
-            lines += [node.lineno for kw in node.keywords if kw.arg == "lease_token"
-                      and isinstance(kw.value, ast.Constant) and kw.value.value == ""]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+        ):
+            lines += [
+                node.lineno
+                for kw in node.keywords
+                if kw.arg == "lease_token"
+                and isinstance(kw.value, ast.Constant)
+                and kw.value.value == ""
+            ]
         if isinstance(node, ast.Dict):
-            lines += [node.lineno for k, v in zip(node.keys, node.values)
-                      if isinstance(k, ast.Constant) and k.value == "lease_token"
-                      and isinstance(v, ast.Constant) and v.value == ""]
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                and node.value.value == "" and any(isinstance(t, ast.Attribute)
-                                                   and t.attr == "lease_token"
-                                                   for t in node.targets)):
+            lines += [
+                node.lineno
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant)
+                and k.value == "lease_token"
+                and isinstance(v, ast.Constant)
+                and v.value == ""
+            ]
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and node.value.value == ""
+            and any(isinstance(t, ast.Attribute) and t.attr == "lease_token" for t in node.targets)
+        ):
             lines.append(node.lineno)
     return lines
 
 
 def test_no_module_moves_a_run_status_outside_the_table():
     found = {rel: lines for rel, tree in _modules() if (lines := _status_writes(tree))}
-    assert found == {}, ("write the status through durable.transitions.apply() or "
-                         "update(), not by hand")
+    assert found == {}, (
+        "write the status through durable.transitions.apply() or update(), not by hand"
+    )
 
 
 def test_no_module_spells_out_the_lease_release():
@@ -213,10 +275,12 @@ def test_no_module_spells_out_the_lease_release():
 
 
 def test_the_static_checks_see_a_hand_written_move():
-    tree = ast.parse("run.status = RunStatus.FAILED\n"
-                     "Run.objects.filter(pk=1).update(status=S.WAITING, lease_token='')\n"
-                     "fields = {'status': RunStatus.PENDING, 'lease_token': ''}\n"
-                     "run.lease_token = ''\n"
-                     "Run.objects.filter(status=S.RUNNING).exclude(lease_token='')\n")
+    tree = ast.parse(
+        "run.status = RunStatus.FAILED\n"
+        "Run.objects.filter(pk=1).update(status=S.WAITING, lease_token='')\n"
+        "fields = {'status': RunStatus.PENDING, 'lease_token': ''}\n"
+        "run.lease_token = ''\n"
+        "Run.objects.filter(status=S.RUNNING).exclude(lease_token='')\n"
+    )
     assert sorted(_status_writes(tree)) == [1, 2, 3]
     assert sorted(_lease_releases(tree)) == [2, 3, 4]

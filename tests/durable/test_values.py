@@ -38,8 +38,12 @@ def test_nul_in_a_transient_error_is_stored_readably_and_retried():
     assert [a.message for a in attempts] == ["bad byte \\x00 here"] * 2
     assert all("bad byte \\x00 here" in a.traceback for a in attempts)
     assert all(a.classification == "transient" for a in attempts)
-    assert TraceEvent.objects.filter(run=run, kind="attempt_failed",
-                                     message="bad byte \\x00 here").count() == 2
+    assert (
+        TraceEvent.objects.filter(
+            run=run, kind="attempt_failed", message="bad byte \\x00 here"
+        ).count()
+        == 2
+    )
 
 
 def test_nul_in_an_error_that_exhausts_its_retries_fails_the_run_with_the_message():
@@ -82,19 +86,25 @@ def test_model_recoverable_details_that_cannot_be_stored_stay_model_recoverable(
 
     details = collections.OrderedDict(
         items=[1, Item(sku="a\x00b", qty=2), ValueError("no \x00"), Unstorable()],
-        ratio=float("inf"), big=2**70)
+        ratio=float("inf"),
+        big=2**70,
+    )
     vw.RAISE["check"] = [durable.ModelRecoverableError("fix the items", details=details)]
     run = drive(durable.start("values.step", {"label": "check"}).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
-    rendered = {"items": [1, {"sku": "a\x00b", "qty": 2}, "ValueError: no \x00", "<Unstorable>"],
-                "ratio": float("inf"), "big": 2**70}
+    rendered = {
+        "items": [1, {"sku": "a\x00b", "qty": 2}, "ValueError: no \x00", "<Unstorable>"],
+        "ratio": float("inf"),
+        "big": 2**70,
+    }
     assert run.output_value() == {"message": "fix the items", "details": rendered}
-    (_, seen), = vw.SEEN
+    ((_, seen),) = vw.SEEN
     assert seen.details == rendered and type(seen.details) is dict
     step = Step.objects.get(run=run)
     assert step.error["classification"] == "model_recoverable"
     assert step.error["details_note"].startswith(
-        "step 'check': cannot store step output.details: type OrderedDict")
+        "step 'check': cannot store step output.details: type OrderedDict"
+    )
     # a replay returns what the first execution returned
     assert step.output_value()["details"] == rendered
 
@@ -107,7 +117,8 @@ def test_model_recoverable_details_over_the_payload_limit_stay_model_recoverable
     out = run.output_value()
     assert out["message"] == "too much"
     assert out["details"].startswith(
-        "<details not stored: step 'check': step output is 20072 bytes, over the payload limit")
+        "<details not stored: step 'check': step output is 20072 bytes, over the payload limit"
+    )
 
 
 # --- S26: a write that happened but whose result cannot be stored --------------------------
@@ -131,8 +142,9 @@ def test_unsafe_write_with_an_unstorable_result_waits_for_an_operator_who_record
     step = Step.objects.get(run=run)
     assert step.status == StepStatus.WAITING
 
-    services.operation_reconcile(operation_id=op.pk, outcome="happened",
-                                 result={"refund_id": "re_1"}, by="ops")
+    services.operation_reconcile(
+        operation_id=op.pk, outcome="happened", result={"refund_id": "re_1"}, by="ops"
+    )
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value() == {"refund": {"refund_id": "re_1"}}
@@ -175,7 +187,8 @@ def test_unstorable_step_result_fails_the_step_naming_the_path():
     assert run.status == RunStatus.FAILED
     assert run.error["classification"] == "permanent"
     assert run.error["message"].startswith(
-        "step 's': cannot store step output.rows[2]: type Unstorable")
+        "step 's': cannot store step output.rows[2]: type Unstorable"
+    )
     assert run.error["step_id"] == "s"
 
 
@@ -188,8 +201,9 @@ def test_a_write_recorded_succeeded_without_a_result_asks_an_operator_on_resume(
     run = drive(durable.start("values.refund").id)
     op = Operation.objects.get(run=run)
     # what the ledger used to record, and a run failed on it
-    Operation.objects.filter(pk=op.pk).update(status=OperationStatus.SUCCEEDED, result=None,
-                                              resolution="result too large to store")
+    Operation.objects.filter(pk=op.pk).update(
+        status=OperationStatus.SUCCEEDED, result=None, resolution="result too large to store"
+    )
     Run.objects.filter(pk=run.id).update(status=RunStatus.FAILED)
     Step.objects.filter(run=run).update(status=StepStatus.FAILED)
     durable.resume(run.id)

@@ -32,9 +32,16 @@ from durable.redaction import redact_text
 from durable.testing import drive
 from tests.durable import values_workflows as vw
 
-_COMMON = dict(deadline=None, database=None, derandomize=False,
-               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                      HealthCheck.data_too_large])
+_COMMON = dict(
+    deadline=None,
+    database=None,
+    derandomize=False,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 #: pure codec properties: cheap
 CODEC = settings(max_examples=150, **_COMMON)
 CODEC_SLOW = settings(max_examples=3000, **_COMMON)
@@ -45,18 +52,28 @@ DB_SLOW = settings(max_examples=250, **_COMMON)
 
 # --- strategies ---------------------------------------------------------------------------
 
-_chars = st.one_of(st.characters(), st.characters(categories=["Cs"]),
-                   st.sampled_from(["\x00", "😀", "\\", "é", "\u2028"]))
+_chars = st.one_of(
+    st.characters(),
+    st.characters(categories=["Cs"]),
+    st.sampled_from(["\x00", "😀", "\\", "é", "\u2028"]),
+)
 #: text with NUL, lone surrogates, emoji (a ZWJ sequence too) and look-alike escapes
-texts = st.lists(st.one_of(st.text(_chars, max_size=8),
-                           st.sampled_from(["👩‍👩‍👧", "\\x00", "\\udcff", "$t", "\x00\x00"])),
-                 max_size=5).map("".join)
+texts = st.lists(
+    st.one_of(
+        st.text(_chars, max_size=8),
+        st.sampled_from(["👩‍👩‍👧", "\\x00", "\\udcff", "$t", "\x00\x00"]),
+    ),
+    max_size=5,
+).map("".join)
 floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
-    [-0.0, 0.0, math.inf, -math.inf, math.nan, 5e-324, 1.7976931348623157e308])
-ints = st.one_of(st.integers(), st.integers(min_value=2**63 - 2, max_value=2**66),
-                 st.integers(min_value=-(2**200), max_value=-(2**63)),
-                 st.builds(lambda n, s: s * 2**n, st.integers(12_000, 13_000),
-                           st.sampled_from([1, -1])))
+    [-0.0, 0.0, math.inf, -math.inf, math.nan, 5e-324, 1.7976931348623157e308]
+)
+ints = st.one_of(
+    st.integers(),
+    st.integers(min_value=2**63 - 2, max_value=2**66),
+    st.integers(min_value=-(2**200), max_value=-(2**63)),
+    st.builds(lambda n, s: s * 2**n, st.integers(12_000, 13_000), st.sampled_from([1, -1])),
+)
 leaves = st.one_of(st.none(), st.booleans(), ints, floats, texts, st.binary(max_size=16))
 values = st.recursive(
     leaves,
@@ -64,8 +81,10 @@ values = st.recursive(
         st.lists(children, max_size=4),
         st.tuples(children, children),
         st.dictionaries(texts, children, max_size=4),
-        st.dictionaries(st.integers(-3, 3), children, max_size=2)),
-    max_leaves=12)
+        st.dictionaries(st.integers(-3, 3), children, max_size=2),
+    ),
+    max_leaves=12,
+)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -155,8 +174,9 @@ def test_codec_refuses_an_unsupported_object_naming_its_path(value, route):
     value, path = _with_opaque(value, route)
     with pytest.raises(PayloadError) as err:
         codec.encode(value, where="step output")
-    assert str(err.value).startswith(f"cannot store step output{path}: type Opaque is not "
-                                     "supported"), (str(err.value), path)
+    assert str(err.value).startswith(
+        f"cannot store step output{path}: type Opaque is not supported"
+    ), (str(err.value), path)
 
 
 def _column_value(value: Any) -> None:
@@ -167,11 +187,17 @@ def _column_value(value: Any) -> None:
 
 
 @CODEC
-@given(st.recursive(st.one_of(leaves, st.just(Opaque()), st.decimals(allow_nan=True)),
-                    lambda c: st.lists(c, max_size=3) | st.dictionaries(
-                        st.one_of(texts, ints, st.tuples(ints)), c, max_size=3)
-                    | st.builds(collections.OrderedDict, st.dictionaries(texts, c, max_size=2)),
-                    max_leaves=10))
+@given(
+    st.recursive(
+        st.one_of(leaves, st.just(Opaque()), st.decimals(allow_nan=True)),
+        lambda c: (
+            st.lists(c, max_size=3)
+            | st.dictionaries(st.one_of(texts, ints, st.tuples(ints)), c, max_size=3)
+            | st.builds(collections.OrderedDict, st.dictionaries(texts, c, max_size=2))
+        ),
+        max_leaves=10,
+    )
+)
 def test_json_columns_take_any_value(value):
     _column_value(value)
 
@@ -193,8 +219,11 @@ pytestmark_db = pytest.mark.django_db(transaction=True)
 
 def _named_failure(run, what: str) -> bool:
     """The run failed with an error that names where the value could not be stored."""
-    return (run.status == RunStatus.FAILED and run.error["classification"] == "permanent"
-            and f"cannot store {what}" in run.error["message"])
+    return (
+        run.status == RunStatus.FAILED
+        and run.error["classification"] == "permanent"
+        and f"cannot store {what}" in run.error["message"]
+    )
 
 
 def _step_output_and_run_input(value: Any) -> None:
@@ -258,8 +287,11 @@ def test_error_message_and_traceback_are_stored_readably_many(text):
 
 def _model_recoverable(text: str, details: Any, opaque: bool) -> None:
     if opaque:
-        details = {"payload": details, "obj": Opaque(),
-                   "ordered": collections.OrderedDict(a=details)}
+        details = {
+            "payload": details,
+            "obj": Opaque(),
+            "ordered": collections.OrderedDict(a=details),
+        }
     vw.RAISE["boom"] = [durable.ModelRecoverableError(text, details=details)]
     run = drive(durable.start("values.raise").id)
     assert run.status == RunStatus.SUCCEEDED, run.error  # never a permanent failure
@@ -344,8 +376,9 @@ def _approval(comment: str, edited: Any, approve: bool) -> None:
     req = ApprovalRequest.objects.get(run=run)
     edit = {"v": edited} if approve else None
     try:
-        approval_decide(request_id=req.pk, user=_approver(), approve=approve,
-                        comment=comment, edited=edit)
+        approval_decide(
+            request_id=req.pk, user=_approver(), approve=approve, comment=comment, edited=edit
+        )
     except PayloadError as exc:
         assert str(exc).startswith("cannot store edited parameters"), exc
         return

@@ -21,24 +21,34 @@ pytestmark = pytest.mark.django_db
 def running(run_id: str, owner: str, *, lease_written_ago: float) -> Run:
     now = timezone.now()
     return Run.objects.create(
-        id=run_id, workflow_name="w", workflow_version="1", input="null", input_hash="x",
-        status=RunStatus.RUNNING, lease_owner=owner, lease_token=f"tok-{run_id}",
-        lease_expires_at=now - timedelta(seconds=lease_written_ago)
+        id=run_id,
+        workflow_name="w",
+        workflow_version="1",
+        input="null",
+        input_hash="x",
+        status=RunStatus.RUNNING,
+        lease_owner=owner,
+        lease_token=f"tok-{run_id}",
+        lease_expires_at=now
+        - timedelta(seconds=lease_written_ago)
         + timedelta(seconds=conf.lease_seconds()),
-        dispatched_at=now - timedelta(seconds=60), claims=1)
+        dispatched_at=now - timedelta(seconds=60),
+        claims=1,
+    )
 
 
 def process(key: str, *, beat_ago: float) -> WorkerProcess:
     host, _, pid = key.rpartition(":")
-    return WorkerProcess.objects.create(id=key, hostname=host, pid=int(pid),
-                                        beat_at=timezone.now() - timedelta(seconds=beat_ago))
+    return WorkerProcess.objects.create(
+        id=key, hostname=host, pid=int(pid), beat_at=timezone.now() - timedelta(seconds=beat_ago)
+    )
 
 
 def test_runs_of_a_silent_process_are_released_and_others_are_not():
     dead_after = conf.worker_dead_after_seconds()
     assert dead_after == 6.0 and conf.lease_seconds() == 30.0  # the defaults
     process("h1:100", beat_ago=dead_after + 2)
-    process("h1:1000", beat_ago=0.5)        # alive; its id starts like the dead one's
+    process("h1:1000", beat_ago=0.5)  # alive; its id starts like the dead one's
     process("h2:100", beat_ago=0.5)
     orphan = running("orphan", "h1:100:7", lease_written_ago=dead_after + 3)
     lookalike = running("lookalike", "h1:1000:7", lease_written_ago=dead_after + 3)

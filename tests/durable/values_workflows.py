@@ -107,8 +107,9 @@ def _reconcile_refund(params: dict[str, Any], *, idempotency_key: str) -> Any:
     return RETURN.get("reconciled", durable.NOT_FOUND)
 
 
-@durable.tool(name="values_refund_reconciled", safety="unsafe_write", retry=ONCE,
-              reconcile=_reconcile_refund)
+@durable.tool(
+    name="values_refund_reconciled", safety="unsafe_write", retry=ONCE, reconcile=_reconcile_refund
+)
 def values_refund_reconciled(amount: int, *, idempotency_key: str) -> Any:
     """An unsafe write with a reconcile hook that returns ``RETURN["reconciled"]``."""
     EFFECTS.append(idempotency_key)
@@ -182,8 +183,7 @@ def step_timeout(ctx, data):
 @durable.workflow(name="values.approval_edit", version="1")
 def approval_edit(ctx, data):
     decision = ctx.wait_for_approval("edit", title="edit?", payload=data, allow_edit=True)
-    return {"approved": decision.approved, "comment": decision.comment,
-            "edited": decision.edited}
+    return {"approved": decision.approved, "comment": decision.comment, "edited": decision.edited}
 
 
 @durable.workflow(name="values.raise", version="1")

@@ -23,22 +23,41 @@ def start_example(workflow: str, data: Any = None, **options: Any) -> Any:
 
 
 def support_input(n: int = 1, *, faults: str = "", charge: bool = True) -> dict[str, Any]:
-    text = (f"Hello, I was charged twice for order #{1000 + n}. Please refund the duplicate "
-            f"charge ch_test{n:04d} of $42.50." if charge else
-            f"Hello, where is my order #{1000 + n}? It has not arrived.")
-    return {"customer": f"Ann Lee {n}", "email": f"ann{n}@example.com",
-            "message": f"{text} {faults}".strip()}
+    text = (
+        f"Hello, I was charged twice for order #{1000 + n}. Please refund the duplicate "
+        f"charge ch_test{n:04d} of $42.50."
+        if charge
+        else f"Hello, where is my order #{1000 + n}? It has not arrived."
+    )
+    return {
+        "customer": f"Ann Lee {n}",
+        "email": f"ann{n}@example.com",
+        "message": f"{text} {faults}".strip(),
+    }
 
 
 def invoice_input(n: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"customer": f"ACME {n}", "email": f"billing{n}@acme.example", "currency": "usd",
-            "lines": [{"description": "Consulting", "amount_cents": 120000},
-                      {"description": "Travel", "amount_cents": 8050}], **extra}
+    return {
+        "customer": f"ACME {n}",
+        "email": f"billing{n}@acme.example",
+        "currency": "usd",
+        "lines": [
+            {"description": "Consulting", "amount_cents": 120000},
+            {"description": "Travel", "amount_cents": 8050},
+        ],
+        **extra,
+    }
 
 
 def procurement_input(n: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"requester": f"Bob {n}", "item": "Laptop", "quantity": 2,
-            "amount_cents": 250000, "vendor": "Computers Inc", **extra}
+    return {
+        "requester": f"Bob {n}",
+        "item": "Laptop",
+        "quantity": 2,
+        "amount_cents": 250000,
+        "vendor": "Computers Inc",
+        **extra,
+    }
 
 
 def pending_approval(run_id: str) -> ApprovalRequest | None:

@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 def steps(run_id: str) -> list[str]:
-    return list(Step.objects.filter(run_id=run_id).order_by("position")
-                .values_list("step_id", flat=True))
+    return list(
+        Step.objects.filter(run_id=run_id).order_by("position").values_list("step_id", flat=True)
+    )
 
 
 def test_support_agent_plans_once_refunds_after_approval_and_emails(agent_env, operator):
@@ -42,9 +43,15 @@ def test_support_agent_plans_once_refunds_after_approval_and_emails(agent_env, o
     assert out["refund"].startswith("re_") and out["ticket"].startswith("tk_")
     assert "refunded $42.50 on ch_test0001" in out["summary"]
     assert steps(run.id) == [
-        "read_message", "plan", "examples.kb.search", "examples.tickets.create",
-        "approve:examples.payments.refund", "examples.payments.refund", "examples.email.send",
-        "turn"]
+        "read_message",
+        "plan",
+        "examples.kb.search",
+        "examples.tickets.create",
+        "approve:examples.payments.refund",
+        "examples.payments.refund",
+        "examples.email.send",
+        "turn",
+    ]
     # the plan was asked for once: the replay after the approval read it back
     assert [r["turn"] for r in llm_requests(agent_env, run.id)] == [0, 1]
     assert len(objects(agent_env, "refund", run.id)) == 1
@@ -124,8 +131,9 @@ def test_s19_invoice_and_refund_starters_cannot_approve_their_own(agent_env, ope
     from tests.examples.flows import pending_approval
 
     invoice = start_example("examples.invoice", invoice_input(5), started_by=operator)
-    refund = start_example("examples.support", support_input(5), max_tokens=50_000,
-                           started_by="os:operator")  # the CLI login of the same person
+    refund = start_example(
+        "examples.support", support_input(5), max_tokens=50_000, started_by="os:operator"
+    )  # the CLI login of the same person
     for run in (invoice, refund):
         assert drive(run.id).status == RunStatus.WAITING, run.id
         assert pending_approval(run.id).four_eyes

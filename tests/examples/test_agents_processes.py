@@ -28,8 +28,11 @@ from tests.examples.flows import (
 )
 from tests.harness import wait_for_run, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180),
-              pytest.mark.processes]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+    pytest.mark.processes,
+]
 
 
 def requests_seen(services, path: str) -> int:
@@ -43,8 +46,9 @@ def approve_when_asked(run_id: str, user, timeout: float = 60.0) -> None:
 
 
 def worker_lost(run_id: str, tool: str) -> bool:
-    return StepAttempt.objects.filter(run_id=run_id, step__step_id=tool,
-                                      outcome=AttemptOutcome.WORKER_LOST).exists()
+    return StepAttempt.objects.filter(
+        run_id=run_id, step__step_id=tool, outcome=AttemptOutcome.WORKER_LOST
+    ).exists()
 
 
 def assert_succeeded(run) -> None:
@@ -67,13 +71,20 @@ def test_support_agent_on_a_worker(agent_env, operator, workers):
 
 
 def test_support_agent_survives_a_sigkill_during_the_refund(agent_env, operator, workers):
-    admin(agent_env.payments_url, "POST", "/_admin/faults",
-          {"fault": "slow", "seconds": 3, "path": "^/v1/refunds$", "method": "POST"})
+    admin(
+        agent_env.payments_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "slow", "seconds": 3, "path": "^/v1/refunds$", "method": "POST"},
+    )
     first = workers.start(wait=True)
     run = start_example("examples.support", support_input(2), max_tokens=50_000)
     approve_when_asked(run.id, operator)
-    wait_until(lambda: requests_seen(agent_env, "/v1/refunds"), 60,
-               what="the refund request to reach the payments service")
+    wait_until(
+        lambda: requests_seen(agent_env, "/v1/refunds"),
+        60,
+        what="the refund request to reach the payments service",
+    )
     workers.kill(first)  # the refund commits on the service after its caller died
     workers.start()
     done = wait_for_run(run.id, 90)
@@ -102,13 +113,20 @@ def test_invoice_on_a_worker(agent_env, operator, workers):
 
 
 def test_invoice_survives_a_sigkill_while_its_email_is_sent(agent_env, operator, workers):
-    admin(agent_env.sink_url, "POST", "/_admin/faults",
-          {"fault": "slow", "stage": "data", "match": "billing2@", "seconds": 3})
+    admin(
+        agent_env.sink_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "slow", "stage": "data", "match": "billing2@", "seconds": 3},
+    )
     first = workers.start(wait=True)
     run = start_example("examples.invoice", invoice_input(2))
     approve_when_asked(run.id, operator)
-    wait_until(lambda: admin(agent_env.sink_url, "GET", "/_admin/stats")[
-        "faults_injected"].get("slow"), 60, what="the invoice email to reach the sink")
+    wait_until(
+        lambda: admin(agent_env.sink_url, "GET", "/_admin/stats")["faults_injected"].get("slow"),
+        60,
+        what="the invoice email to reach the sink",
+    )
     workers.kill(first)  # the sink records the message after the sender died
     workers.start()
     assert_succeeded(wait_for_run(run.id, 90))
@@ -124,8 +142,11 @@ def test_invoice_survives_a_sigkill_while_its_email_is_sent(agent_env, operator,
 def test_procurement_escalates_and_closes_on_goods_received(agent_env, operator, workers):
     workers.start(wait=True)
     run = start_example("examples.procurement", procurement_input(1, approval_timeout_seconds=2))
-    wait_until(lambda: (pending_approval(run.id) or None) and pending_approval(
-        run.id).escalated_at, 60, what="the approval to escalate to finance")
+    wait_until(
+        lambda: (pending_approval(run.id) or None) and pending_approval(run.id).escalated_at,
+        60,
+        what="the approval to escalate to finance",
+    )
     assert pending_approval(run.id).approver_group.name == "finance"
     decide(run.id, operator)
     wait_until(lambda: objects(agent_env, "order", run.id), 60, what="the order")
@@ -138,8 +159,12 @@ def test_procurement_escalates_and_closes_on_goods_received(agent_env, operator,
 
 
 def test_procurement_survives_a_sigkill_while_ordering(agent_env, operator, workers):
-    admin(agent_env.payments_url, "POST", "/_admin/faults",
-          {"fault": "slow", "seconds": 3, "path": "^/v1/orders$", "method": "POST"})
+    admin(
+        agent_env.payments_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "slow", "seconds": 3, "path": "^/v1/orders$", "method": "POST"},
+    )
     first = workers.start(wait=True)
     run = start_example("examples.procurement", procurement_input(2))
     durable.signal(run.id, "goods_received", {"note": "early"})  # kept in the mailbox

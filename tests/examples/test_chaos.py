@@ -32,8 +32,22 @@ def assert_clean(report) -> None:
 @pytest.mark.timeout(240)
 def test_chaos_audit_of_24_runs_with_kills_is_clean(proc_env):
     out = StringIO()
-    call_command("durable_chaos", "--runs", "24", "--kill-every", "2", "--workers", "3",
-                 "--timeout", "170", "--seed", "5", "--service-faults", "0.05", stdout=out)
+    call_command(
+        "durable_chaos",
+        "--runs",
+        "24",
+        "--kill-every",
+        "2",
+        "--workers",
+        "3",
+        "--timeout",
+        "170",
+        "--seed",
+        "5",
+        "--service-faults",
+        "0.05",
+        stdout=out,
+    )
     text = out.getvalue()
     assert "AUDIT CLEAN: zero duplicates, zero losses" in text, text
     assert Run.objects.filter(id__startswith="chaos-", status="succeeded").count() == 24, text
@@ -46,24 +60,29 @@ def test_chaos_audit_of_24_runs_with_kills_is_clean(proc_env):
 def test_chaos_audit_of_200_runs_with_kills_is_clean(proc_env, request):
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("a 200-run soak: opt-in with pytest -m slow")
-    report = run_chaos(runs=200, kill_every=3.0, workers=4, timeout=1500, seed=200,
-                       service_faults=0.05)
+    report = run_chaos(
+        runs=200, kill_every=3.0, workers=4, timeout=1500, seed=200, service_faults=0.05
+    )
     print(report.table())
     assert_clean(report)
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.processes
-@pytest.mark.skipif(os.environ.get("DURABLE_CHAOS_RESTART_SERVICES") != "1",
-                    reason="restarts the machine's PostgreSQL and Redis: opt-in with "
-                           "DURABLE_CHAOS_RESTART_SERVICES=1 (CI)")
+@pytest.mark.skipif(
+    os.environ.get("DURABLE_CHAOS_RESTART_SERVICES") != "1",
+    reason="restarts the machine's PostgreSQL and Redis: opt-in with "
+    "DURABLE_CHAOS_RESTART_SERVICES=1 (CI)",
+)
 @pytest.mark.timeout(600)
 def test_chaos_audit_survives_postgres_and_redis_restarts(proc_env, settings):
     if connection.vendor != "postgresql" or not str(settings.CELERY_BROKER_URL).startswith(
-            "redis://"):
+        "redis://"
+    ):
         pytest.skip("needs the PostgreSQL + Redis configuration")
-    report = run_chaos(runs=24, kill_every=2.0, workers=3, timeout=480, seed=7,
-                       midway=restart_services)
+    report = run_chaos(
+        runs=24, kill_every=2.0, workers=3, timeout=480, seed=7, midway=restart_services
+    )
     print(report.table())
     assert report.restarts == 1
     assert_clean(report)

@@ -16,12 +16,14 @@ from durable.services import operation_reconcile
 from tests.examples.flows import emails, objects
 from tests.harness import wait_for_run
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240),
-              pytest.mark.processes]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(240),
+    pytest.mark.processes,
+]
 
 
-def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, operator,
-                                                                      workers):
+def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, operator, workers):
     workers.start(wait=True)
     out = StringIO()
     call_command("durable_demo", "--seed", "--url", "http://127.0.0.1:8766/", stdout=out)
@@ -31,16 +33,17 @@ def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, 
     ids = dict(re.findall(r"^  (\S+)\s+http://127\.0\.0\.1:8766/runs/(\S+)/$", text, re.MULTILINE))
     status = dict(Run.objects.values_list("id", "status"))
 
-    pending = set(ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)
-                  .values_list("run_id", flat=True))
-    assert pending == {ids["refund-approval"], ids["invoice-approval"],
-                       ids["purchase-approval"]}
+    pending = set(
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).values_list(
+            "run_id", flat=True
+        )
+    )
+    assert pending == {ids["refund-approval"], ids["invoice-approval"], ids["purchase-approval"]}
     assert status[ids["purchase-goods"]] == RunStatus.WAITING
     assert status[ids["support-done"]] == RunStatus.SUCCEEDED
     assert "scripted-llm" in Run.objects.get(pk=ids["support-done"]).tags
     assert status[ids["invoice-failed"]] == RunStatus.FAILED
-    unknown = Operation.objects.get(run_id=ids["refund-unknown"],
-                                    status=OperationStatus.UNKNOWN)
+    unknown = Operation.objects.get(run_id=ids["refund-unknown"], status=OperationStatus.UNKNOWN)
 
     # the operator compensates the failed invoice: voided, and a correction emailed
     durable.compensate(ids["invoice-failed"], by=operator, reason="demo")
@@ -51,8 +54,14 @@ def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, 
 
     # ... and decides the unknown refund: it did happen (the service has it)
     (refund,) = objects(agent_env, "refund", ids["refund-unknown"])
-    operation_reconcile(operation_id=unknown.pk, outcome="happened", result=refund,
-                        external_id=refund["id"], by=operator, reason="found in payments")
+    operation_reconcile(
+        operation_id=unknown.pk,
+        outcome="happened",
+        result=refund,
+        external_id=refund["id"],
+        by=operator,
+        reason="found in payments",
+    )
     done = wait_for_run(ids["refund-unknown"], 60)
     assert done.status == RunStatus.SUCCEEDED, done.error
     assert len(objects(agent_env, "refund", ids["refund-unknown"])) == 1

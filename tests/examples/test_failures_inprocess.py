@@ -29,8 +29,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 def attempts(run_id: str, step_id: str) -> list[StepAttempt]:
-    return list(StepAttempt.objects.filter(run_id=run_id, step__step_id=step_id)
-                .order_by("attempt"))
+    return list(
+        StepAttempt.objects.filter(run_id=run_id, step__step_id=step_id).order_by("attempt")
+    )
 
 
 def step(run_id: str, step_id: str) -> Step:
@@ -137,8 +138,12 @@ def test_a_rejected_refund_reaches_the_model_and_nothing_is_paid(agent_env, oper
 
 
 def test_an_smtp_server_that_refuses_is_permanent_and_visible(agent_env):
-    admin(agent_env.sink_url, "POST", "/_admin/faults",
-          {"fault": "refuse", "stage": "rcpt", "match": "ann8@", "times": -1})
+    admin(
+        agent_env.sink_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "refuse", "stage": "rcpt", "match": "ann8@", "times": -1},
+    )
     run = drive(start_example("examples.support", support_input(8, charge=False)).id)
     assert run.status == RunStatus.FAILED
     failed = step(run.id, "examples.email.send")
@@ -151,8 +156,12 @@ def test_an_smtp_server_that_refuses_is_permanent_and_visible(agent_env):
 
 
 def test_an_smtp_tempfail_is_retried(agent_env):
-    admin(agent_env.sink_url, "POST", "/_admin/faults",
-          {"fault": "tempfail", "stage": "data", "match": "ann9@", "times": 1})
+    admin(
+        agent_env.sink_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "tempfail", "stage": "data", "match": "ann9@", "times": 1},
+    )
     run = drive(start_example("examples.support", support_input(9, charge=False)).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert [a.classification for a in attempts(run.id, "examples.email.send")] == ["transient"]
@@ -160,8 +169,12 @@ def test_an_smtp_tempfail_is_retried(agent_env):
 
 
 def test_a_dropped_smtp_reply_is_reconciled_by_message_id(agent_env):
-    admin(agent_env.sink_url, "POST", "/_admin/faults",
-          {"fault": "drop", "stage": "data", "match": "ann10@", "times": 1})
+    admin(
+        agent_env.sink_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "drop", "stage": "data", "match": "ann10@", "times": 1},
+    )
     run = drive(start_example("examples.support", support_input(10, charge=False)).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     (sent,) = emails(agent_env, run.id)
@@ -174,8 +187,12 @@ def test_a_dropped_smtp_reply_is_reconciled_by_message_id(agent_env):
 
 
 def test_a_refund_committed_then_dropped_is_reconciled_not_repeated(agent_env, operator):
-    admin(agent_env.payments_url, "POST", "/_admin/faults",
-          {"fault": "drop", "path": "^/v1/refunds$", "method": "POST", "times": 1})
+    admin(
+        agent_env.payments_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "drop", "path": "^/v1/refunds$", "method": "POST", "times": 1},
+    )
     run = start_example("examples.support", support_input(11))
     drive(run.id)
     decide(run.id, operator)
@@ -188,8 +205,12 @@ def test_a_refund_committed_then_dropped_is_reconciled_not_repeated(agent_env, o
 
 
 def test_service_rate_limits_are_retried_and_401_is_permanent(agent_env):
-    admin(agent_env.payments_url, "POST", "/_admin/faults",
-          {"fault": "429", "path": "^/v1/tickets$", "times": 2, "retry_after": 1})
+    admin(
+        agent_env.payments_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "429", "path": "^/v1/tickets$", "times": 2, "retry_after": 1},
+    )
     run = drive(start_example("examples.support", support_input(12, charge=False)).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     tries = attempts(run.id, "examples.tickets.create")
@@ -197,20 +218,27 @@ def test_service_rate_limits_are_retried_and_401_is_permanent(agent_env):
     assert all(a.retry_delay >= 1 for a in tries)
     assert len(objects(agent_env, "ticket", run.id)) == 1
 
-    admin(agent_env.payments_url, "POST", "/_admin/faults",
-          {"fault": "401", "path": "^/v1/tickets$", "times": -1})
+    admin(
+        agent_env.payments_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "401", "path": "^/v1/tickets$", "times": -1},
+    )
     run = drive(start_example("examples.support", support_input(13, charge=False)).id)
     assert run.status == RunStatus.FAILED
-    assert [a.classification for a in attempts(run.id, "examples.tickets.create")] == [
-        "permanent"]
+    assert [a.classification for a in attempts(run.id, "examples.tickets.create")] == ["permanent"]
 
 
 # ------------------------------------------------------------------------ invoice
 
 
 def test_a_failed_invoice_is_compensated_by_voiding_and_a_correction(agent_env, operator):
-    admin(agent_env.payments_url, "POST", "/_admin/faults",
-          {"fault": "401", "path": "/complete$", "times": -1})
+    admin(
+        agent_env.payments_url,
+        "POST",
+        "/_admin/faults",
+        {"fault": "401", "path": "/complete$", "times": -1},
+    )
     run = start_example("examples.invoice", invoice_input(2))
     drive(run.id)
     decide(run.id, operator)

@@ -39,16 +39,20 @@ def test_same_key_same_parameters_replays_the_first_result(payments):
 
 def test_same_key_other_parameters_is_422(payments):
     payments.post("/v1/refunds", json=REFUND, headers={"Idempotency-Key": "k2"})
-    other = payments.post("/v1/refunds", json={**REFUND, "amount_cents": 999},
-                          headers={"Idempotency-Key": "k2"})
+    other = payments.post(
+        "/v1/refunds", json={**REFUND, "amount_cents": 999}, headers={"Idempotency-Key": "k2"}
+    )
     assert other.status_code == 422
     assert other.json()["error"]["type"] == "idempotency_error"
 
 
 def test_a_concurrent_request_with_the_same_key_is_409(payments, services):
     headers = {"Idempotency-Key": "k3", "X-Fault": "slow=1.5"}
-    slow = threading.Thread(target=lambda: httpx.post(
-        f"{services.payments_url}/v1/refunds", json=REFUND, headers=headers, timeout=10))
+    slow = threading.Thread(
+        target=lambda: httpx.post(
+            f"{services.payments_url}/v1/refunds", json=REFUND, headers=headers, timeout=10
+        )
+    )
     slow.start()
     try:
         import time
@@ -63,11 +67,15 @@ def test_a_concurrent_request_with_the_same_key_is_409(payments, services):
 
 
 def test_a_rejected_request_stores_nothing_under_its_key(payments):
-    bad = payments.post("/v1/refunds", json={"charge_id": "nope", "amount_cents": 1},
-                        headers={"Idempotency-Key": "k4"})
+    bad = payments.post(
+        "/v1/refunds",
+        json={"charge_id": "nope", "amount_cents": 1},
+        headers={"Idempotency-Key": "k4"},
+    )
     assert bad.status_code == 400
-    limited = payments.post("/v1/refunds", json=REFUND,
-                            headers={"Idempotency-Key": "k4", "X-Fault": "429=2"})
+    limited = payments.post(
+        "/v1/refunds", json=REFUND, headers={"Idempotency-Key": "k4", "X-Fault": "429=2"}
+    )
     assert limited.status_code == 429 and limited.headers["Retry-After"] == "2"
     ok = payments.post("/v1/refunds", json=REFUND, headers={"Idempotency-Key": "k4"})
     assert ok.status_code == 200 and "Idempotent-Replayed" not in ok.headers
@@ -75,55 +83,78 @@ def test_a_rejected_request_stores_nothing_under_its_key(payments):
 
 def test_commit_then_drop_commits_and_resets_the_connection(payments, services):
     with pytest.raises(httpx.TransportError):
-        httpx.post(f"{services.payments_url}/v1/refunds", json=REFUND,
-                   headers={"Idempotency-Key": "k5", "X-Fault": "drop"}, timeout=10)
+        httpx.post(
+            f"{services.payments_url}/v1/refunds",
+            json=REFUND,
+            headers={"Idempotency-Key": "k5", "X-Fault": "drop"},
+            timeout=10,
+        )
     found = payments.get("/v1/refunds", params={"idempotency_key": "k5"}).json()["data"]
     assert len(found) == 1 and found[0]["charge_id"] == "ch_svc1"
 
 
 def test_state_survives_a_restart_of_the_service(payments, services):
-    created = payments.post("/v1/tickets", json={"customer": "A", "subject": "S"},
-                            headers={"Idempotency-Key": "k6"}).json()
+    created = payments.post(
+        "/v1/tickets", json={"customer": "A", "subject": "S"}, headers={"Idempotency-Key": "k6"}
+    ).json()
     port = services.payments.ports["http"]
     services.payments.stop()
     services.start_payments(port)
     with httpx.Client(base_url=services.payments_url, timeout=10) as client:
-        again = client.post("/v1/tickets", json={"customer": "A", "subject": "S"},
-                            headers={"Idempotency-Key": "k6"})
+        again = client.post(
+            "/v1/tickets", json={"customer": "A", "subject": "S"}, headers={"Idempotency-Key": "k6"}
+        )
         assert again.json() == created and again.headers["Idempotent-Replayed"] == "true"
 
 
 def test_the_scripted_llm_speaks_the_openai_protocol(services):
     admin(services.llm_url, "POST", "/_admin/reset")
     client = openai.OpenAI(base_url=f"{services.llm_url}/v1", api_key="x", max_retries=0)
-    messages = [{"role": "system", "content": "durable-script: support\nrun: svc-1"},
-                {"role": "user", "content": "Customer: Ann <ann@example.com>\nMessage:\n"
-                                            "charged twice, ch_abc of $5.00"}]
+    messages = [
+        {"role": "system", "content": "durable-script: support\nrun: svc-1"},
+        {
+            "role": "user",
+            "content": "Customer: Ann <ann@example.com>\nMessage:\ncharged twice, ch_abc of $5.00",
+        },
+    ]
     response = client.chat.completions.create(model="scripted", messages=messages)
     assert response.system_fingerprint == SCRIPTED_FINGERPRINT
-    assert response.usage.total_tokens == (response.usage.prompt_tokens
-                                           + response.usage.completion_tokens) > 0
+    assert (
+        response.usage.total_tokens
+        == (response.usage.prompt_tokens + response.usage.completion_tokens)
+        > 0
+    )
     plan = parse_response(response)
     assert [c["name"] for c in plan["tool_calls"]] == [
-        "kb_search", "tickets_create", "payments_refund", "email_send"]
+        "kb_search",
+        "tickets_create",
+        "payments_refund",
+        "email_send",
+    ]
     assert plan["tool_calls"][2]["arguments"]["amount_cents"] == 500
     assert plan["scripted"] is True
 
-    limited = [*messages[:1], {"role": "user", "content": messages[1]["content"]
-                               + " [fault:429] [fault:retry_after=2]"}]
+    limited = [
+        *messages[:1],
+        {"role": "user", "content": messages[1]["content"] + " [fault:429] [fault:retry_after=2]"},
+    ]
     with pytest.raises(openai.RateLimitError) as caught:
         client.chat.completions.create(model="scripted", messages=limited)
     assert caught.value.response.headers["retry-after"] == "2"
 
-    broken = [*messages[:1], {"role": "user", "content": messages[1]["content"]
-                              + " [fault:malformed_json]"}]
+    broken = [
+        *messages[:1],
+        {"role": "user", "content": messages[1]["content"] + " [fault:malformed_json]"},
+    ]
     with pytest.raises(ModelRecoverableError) as bad:
         parse_response(client.chat.completions.create(model="scripted", messages=broken))
     assert bad.value.details["usage"]["total_tokens"] > 0  # paid for, so counted
 
     with pytest.raises(openai.AuthenticationError):
-        client.chat.completions.create(model="scripted", messages=[
-            *messages[:1], {"role": "user", "content": "hi [fault:401]"}])
+        client.chat.completions.create(
+            model="scripted",
+            messages=[*messages[:1], {"role": "user", "content": "hi [fault:401]"}],
+        )
 
 
 def test_the_smtp_sink_counts_every_message(services):
@@ -137,6 +168,7 @@ def test_the_smtp_sink_counts_every_message(services):
             smtp.send_message(msg)
     stats = admin(services.sink_url, "GET", "/_admin/stats")
     assert stats["messages"] == 2 and stats["duplicates"] == {"<same@durable.local>": 2}
-    found = httpx.get(f"{services.sink_url}/messages",
-                      params={"message_id": "<same@durable.local>"}).json()["data"]
+    found = httpx.get(
+        f"{services.sink_url}/messages", params={"message_id": "<same@durable.local>"}
+    ).json()["data"]
     assert len(found) == 2 and found[0]["to"] == ["b@example.com"]

@@ -16,9 +16,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 def test_s20_a_rejected_refund_stops_the_email_of_the_same_turn(agent_env, operator):
-    data = {"customer": "Ann Lee 20", "email": "ann20@example.com",
-            "message": "I was charged twice: please refund $10 on charge ch_9. "
-                       "[fault:eager_email]"}
+    data = {
+        "customer": "Ann Lee 20",
+        "email": "ann20@example.com",
+        "message": "I was charged twice: please refund $10 on charge ch_9. [fault:eager_email]",
+    }
     run = durable.start("examples.support", data)
     assert drive(run.id).status == RunStatus.WAITING
     decide(run.id, operator, approve=False, comment="already refunded")
@@ -27,14 +29,23 @@ def test_s20_a_rejected_refund_stops_the_email_of_the_same_turn(agent_env, opera
 
     assert emails(agent_env, run.id) == []  # "Your refund of $10.00 has been issued": not sent
     assert objects(agent_env, "refund", run.id) == []
-    steps = list(Step.objects.filter(run=done).order_by("position")
-                 .values_list("step_id", flat=True))
-    assert steps == ["read_message", "plan", "examples.kb.search",
-                     "approve:examples.payments.refund", "turn"]  # no refund, no email
+    steps = list(
+        Step.objects.filter(run=done).order_by("position").values_list("step_id", flat=True)
+    )
+    assert steps == [
+        "read_message",
+        "plan",
+        "examples.kb.search",
+        "approve:examples.payments.refund",
+        "turn",
+    ]  # no refund, no email
     # the model receives the rejection and the skipped call, as tool messages
     asked = codec.decode(Step.objects.get(run=done, step_id="turn").input)["kwargs"]
-    tools = {m["tool_call_id"]: json.loads(m["content"]) for m in asked["messages"]
-             if m["role"] == "tool"}
+    tools = {
+        m["tool_call_id"]: json.loads(m["content"])
+        for m in asked["messages"]
+        if m["role"] == "tool"
+    }
     plan = codec.decode(Step.objects.get(run=done, step_id="plan").output)
     by_name = {c["name"]: tools[c["id"]] for c in plan["tool_calls"]}
     assert set(by_name) == {"kb_search", "payments_refund", "email_send"}

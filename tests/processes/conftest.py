@@ -55,10 +55,14 @@ def proc_env(session_broker, settings, tmp_path, monkeypatch) -> ProcEnv:
 
     Not autouse, so it runs after the suite's autouse ``DISPATCH=manual`` fixture.
     """
-    settings.DURABLE = {**settings.DURABLE, "DISPATCH": "celery",
-                        "LEASE_SECONDS": LEASE_SECONDS, "HEARTBEAT_SECONDS": None,
-                        "SWEEP_INTERVAL_SECONDS": SWEEP_INTERVAL,
-                        "REDISPATCH_AFTER_SECONDS": 30.0}
+    settings.DURABLE = {
+        **settings.DURABLE,
+        "DISPATCH": "celery",
+        "LEASE_SECONDS": LEASE_SECONDS,
+        "HEARTBEAT_SECONDS": None,
+        "SWEEP_INTERVAL_SECONDS": SWEEP_INTERVAL,
+        "REDISPATCH_AFTER_SECONDS": 30.0,
+    }
     folder = tmp_path / "crash"
     folder.mkdir()
     monkeypatch.setenv("CRASH_TEST_DIR", str(folder))

@@ -20,11 +20,15 @@ from durable.models import AttemptOutcome, Operation, OperationStatus, Run, RunS
 from tests import crash_workflows as cw
 from tests.harness import wait_for_run
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True),
-              pytest.mark.timeout(90)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(90),
+]
 
-CASES = ([(step, "before") for step in cw.AGENT_STEPS]
-         + [(step, "after_effect") for step in cw.AGENT_EFFECT_STEPS])
+CASES = [(step, "before") for step in cw.AGENT_STEPS] + [
+    (step, "after_effect") for step in cw.AGENT_EFFECT_STEPS
+]
 
 #: the uninterrupted run's observations, filled by the first test that needs them
 _BASELINE: dict[str, object] = {}
@@ -32,8 +36,11 @@ _BASELINE: dict[str, object] = {}
 
 def normalised_effects(effects: list[dict], run_id: str) -> list[tuple]:
     """``(service, key with the run id replaced, params, result)`` in the order made."""
-    return [(e["service"], e["key"].replace(run_id, "<run>"), e["params"], e["result"])
-            for e in effects if e["key"].startswith(f"{run_id}:")]
+    return [
+        (e["service"], e["key"].replace(run_id, "<run>"), e["params"], e["result"])
+        for e in effects
+        if e["key"].startswith(f"{run_id}:")
+    ]
 
 
 def step_counts(invocations: list[dict], run_id: str, kind: str = "step") -> Counter:
@@ -49,8 +56,11 @@ def run_uninterrupted(workers, folder) -> dict[str, object]:
     worker.kill()
     effects = cw.read_jsonl(folder / "effects.jsonl")
     invocations = cw.read_jsonl(folder / "invocations.jsonl")
-    return {"output": run.output_value(), "effects": normalised_effects(effects, run.id),
-            "steps": step_counts(invocations, run.id)}
+    return {
+        "output": run.output_value(),
+        "effects": normalised_effects(effects, run.id),
+        "steps": step_counts(invocations, run.id),
+    }
 
 
 def baseline(workers, tmp_path) -> dict[str, object]:
@@ -64,8 +74,10 @@ def test_uninterrupted_reference_run(workers, tmp_path):
     ref = baseline(workers, tmp_path)
     assert ref["steps"] == Counter({step: 1 for step in cw.AGENT_STEPS})
     assert [(service, key) for service, key, _, _ in ref["effects"]] == [
-        ("tickets", "<run>:tickets.create"), ("payments", "<run>:payments.refund"),
-        ("email", "<run>:email.send")]
+        ("tickets", "<run>:tickets.create"),
+        ("payments", "<run>:payments.refund"),
+        ("email", "<run>:email.send"),
+    ]
     assert ref["output"]["ticket"] == "T-1" and ref["output"]["email"] == "M-1"
     assert ref["output"]["refund"] == {"refund_id": "R-1", "amount": "19.90"}
 
@@ -90,7 +102,8 @@ def test_crash_and_resume_matches_uninterrupted_run(workers, proc_env, tmp_path,
     assert run.output_value() == ref["output"]
     assert normalised_effects(proc_env.effects(), run.id) == ref["effects"]
     assert Counter(e["service"] for e in proc_env.effects()) == Counter(
-        {"tickets": 1, "payments": 1, "email": 1})
+        {"tickets": 1, "payments": 1, "email": 1}
+    )
 
     # no checkpointed step ran again; the crashed one ran again only when it had to
     invocations = proc_env.invocations()
@@ -107,8 +120,12 @@ def test_crash_and_resume_matches_uninterrupted_run(workers, proc_env, tmp_path,
     # the lost try is on record, and nothing else failed
     attempts = list(StepAttempt.objects.filter(run_id=run.id).select_related("step"))
     assert [(a.step.step_id, a.attempt, a.outcome) for a in attempts] == [
-        (step, 1, AttemptOutcome.WORKER_LOST)]
+        (step, 1, AttemptOutcome.WORKER_LOST)
+    ]
     run = Run.objects.get(pk=run.id)
     assert run.claims == 2 and run.lease_token == "" and run.lease_owner == ""
-    assert not Operation.objects.filter(run_id=run.id).exclude(
-        status=OperationStatus.SUCCEEDED).exists()
+    assert (
+        not Operation.objects.filter(run_id=run.id)
+        .exclude(status=OperationStatus.SUCCEEDED)
+        .exists()
+    )

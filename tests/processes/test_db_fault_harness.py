@@ -46,12 +46,15 @@ def sql_kind(sql: str) -> str:
     return f"{verb} {table}".strip()
 
 
-def run_harness(workers, proc_env, tmp_path, *, runs: int, faults_per_run: int,
-                seed: int, timeout: float) -> None:
+def run_harness(
+    workers, proc_env, tmp_path, *, runs: int, faults_per_run: int, seed: int, timeout: float
+) -> None:
     rng = random.Random(seed)
     run_ids = [f"dbf-{seed}-{i}" for i in range(runs)]
-    plan = {rid: [rng.randint(1, STATEMENTS) for _ in range(rng.randint(1, faults_per_run))]
-            for rid in run_ids}
+    plan = {
+        rid: [rng.randint(1, STATEMENTS) for _ in range(rng.randint(1, faults_per_run))]
+        for rid in run_ids
+    }
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(plan))
     env = {"DURABLE_WORKFLOW_MODULES": MODULES, "DBFAULT_PLAN": str(plan_path)}
@@ -76,15 +79,21 @@ def run_harness(workers, proc_env, tmp_path, *, runs: int, faults_per_run: int,
     fired = read_jsonl(proc_env.dir / "faults.jsonl")
     effects = dw.effect_counts(proc_env.dir)
     for rid, run in rows.items():
-        hits = [f"{f['execution']}:{f['statement']} {sql_kind(f['sql'])}"
-                for f in fired if f["run"] == rid]
+        hits = [
+            f"{f['execution']}:{f['statement']} {sql_kind(f['sql'])}"
+            for f in fired
+            if f["run"] == rid
+        ]
         where = f"run {rid} (faults {hits}); {context}"
         assert run.status == RunStatus.SUCCEEDED, f"{run.status} {run.error}; {where}"
         assert effects.get(("tickets", f"{rid}:first")) == 1, where
         assert effects.get(("charges", f"{rid}:dbf.charge")) == 1, where
         assert run.output_value()["n"] == int(rid.rsplit("-", 1)[1]), where
-    assert not Operation.objects.filter(run_id__in=run_ids).exclude(
-        status=OperationStatus.SUCCEEDED).exists(), context
+    assert (
+        not Operation.objects.filter(run_id__in=run_ids)
+        .exclude(status=OperationStatus.SUCCEEDED)
+        .exists()
+    ), context
     assert sum(effects.values()) == 2 * runs, context
     assert not TraceEvent.objects.filter(run_id__in=run_ids, kind="failed").exists()
 
@@ -102,13 +111,26 @@ def _seed(default: int) -> int:
 
 @pytest.mark.timeout(240)
 def test_db_fault_harness_short(workers, proc_env, tmp_path):
-    run_harness(workers, proc_env, tmp_path, runs=12, faults_per_run=2,
-                seed=_seed(random.randrange(10**6)), timeout=90)
+    run_harness(
+        workers,
+        proc_env,
+        tmp_path,
+        runs=12,
+        faults_per_run=2,
+        seed=_seed(random.randrange(10**6)),
+        timeout=90,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_db_fault_harness_long(workers, proc_env, tmp_path):
-    run_harness(workers, proc_env, tmp_path, runs=80, faults_per_run=4,
-                seed=_seed(random.randrange(10**6)), timeout=600)
-
+    run_harness(
+        workers,
+        proc_env,
+        tmp_path,
+        runs=80,
+        faults_per_run=4,
+        seed=_seed(random.randrange(10**6)),
+        timeout=600,
+    )

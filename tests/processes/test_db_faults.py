@@ -26,16 +26,21 @@ from durable.tasks import sweep as sweep_task
 from tests import dbfault_workflows as dw
 from tests.harness import wait_until
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True),
-              pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+]
 
 MODULES = "tests.crash_workflows,tests.dbfault_workflows"
 
 
 def needs_postgresql() -> None:
     if connection.vendor != "postgresql":
-        pytest.skip("terminates PostgreSQL server backends (pg_terminate_backend); the "
-                    "embedded SQLite database has no server connection to lose")
+        pytest.skip(
+            "terminates PostgreSQL server backends (pg_terminate_backend); the "
+            "embedded SQLite database has no server connection to lose"
+        )
 
 
 def terminate_other_backends() -> int:
@@ -44,7 +49,8 @@ def terminate_other_backends() -> int:
         cursor.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend'")
+            "AND backend_type = 'client backend'"
+        )
         return int(cursor.fetchone()[0])
 
 
@@ -75,8 +81,11 @@ def assert_each_effect_once(folder, runs: dict[str, Run]) -> None:
         out = run.output_value()
         assert out["ticket"].startswith("T-") and out["charge"].startswith("C-"), out
     assert sum(counts.values()) == 2 * len(runs), "an effect of a run that does not exist"
-    assert not Operation.objects.filter(run_id__in=list(runs)).exclude(
-        status=OperationStatus.SUCCEEDED).exists()
+    assert (
+        not Operation.objects.filter(run_id__in=list(runs))
+        .exclude(status=OperationStatus.SUCCEEDED)
+        .exists()
+    )
 
 
 @pytest.mark.processes
@@ -88,8 +97,11 @@ def test_s28_workers_survive_terminated_connections_and_finish_every_run(workers
     prefork.wait_ready()
 
     run_ids = [durable.start("dbf.two_steps", {"n": i, "seconds": 0.4}).id for i in range(20)]
-    wait_until(lambda: Run.objects.filter(pk__in=run_ids, status=RunStatus.RUNNING).exists(),
-               30, what="a run to start")
+    wait_until(
+        lambda: Run.objects.filter(pk__in=run_ids, status=RunStatus.RUNNING).exists(),
+        30,
+        what="a run to start",
+    )
     terminated = []
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
@@ -107,14 +119,19 @@ def test_s28_workers_survive_terminated_connections_and_finish_every_run(workers
     # every later task runs, on both workers: sweeps and new runs
     terminate_other_backends()
     sweeps = [sweep_task.delay().id for _ in range(6)]
-    later = [durable.start("dbf.two_steps", {"n": 100 + i, "seconds": 0.2}).id
-             for i in range(6)]
+    later = [durable.start("dbf.two_steps", {"n": 100 + i, "seconds": 0.2}).id for i in range(6)]
     later_runs = wait_all(later, 60)
     for run in later_runs.values():
         assert run.status == RunStatus.SUCCEEDED, (run.id, run.error)
     logs = solo.log_text() + prefork.log_text()
-    wait_until(lambda: all(f"[{tid}] succeeded" in (solo.log_text() + prefork.log_text())
-                           for tid in sweeps), 30, what="the sweeps to run", sweep=False)
+    wait_until(
+        lambda: all(
+            f"[{tid}] succeeded" in (solo.log_text() + prefork.log_text()) for tid in sweeps
+        ),
+        30,
+        what="the sweeps to run",
+        sweep=False,
+    )
     assert not [tid for tid in sweeps if f"[{tid}] raised" in logs]
     assert solo.alive() and prefork.alive()
 
@@ -145,9 +162,23 @@ class PrivateRedis:
         if binary is None:
             pytest.skip("redis-server is not installed")
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.folder)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         import redis
 
         client = redis.Redis(port=self.port)
@@ -176,8 +207,9 @@ def _use_broker(url: str) -> None:
 
 
 @pytest.mark.processes
-def test_s28_broker_restart_under_load_every_run_completes(workers, proc_env, settings,
-                                                            tmp_path, monkeypatch):
+def test_s28_broker_restart_under_load_every_run_completes(
+    workers, proc_env, settings, tmp_path, monkeypatch
+):
     """The broker (a private Redis without persistence) is killed and restarted while
     runs are in flight: queued messages are lost, the workers reconnect (or exit and
     are restarted), the sweeper dispatches what the lost messages were for; every run
@@ -195,10 +227,12 @@ def test_s28_broker_restart_under_load_every_run_completes(workers, proc_env, se
         b = workers.start(pool="prefork", concurrency=2, **env)
         a.wait_ready()
         b.wait_ready()
-        run_ids = [durable.start("dbf.two_steps", {"n": i, "seconds": 0.3}).id
-                   for i in range(20)]
-        wait_until(lambda: Run.objects.filter(pk__in=run_ids, status=RunStatus.SUCCEEDED)
-                   .count() >= 2, 60, what="two runs to finish")
+        run_ids = [durable.start("dbf.two_steps", {"n": i, "seconds": 0.3}).id for i in range(20)]
+        wait_until(
+            lambda: Run.objects.filter(pk__in=run_ids, status=RunStatus.SUCCEEDED).count() >= 2,
+            60,
+            what="two runs to finish",
+        )
         broker.stop()
         time.sleep(2.0)
         broker.start()
@@ -210,8 +244,11 @@ def test_s28_broker_restart_under_load_every_run_completes(workers, proc_env, se
         for worker in (a, b):
             if not worker.alive():
                 print(f"worker {worker.name} exited on the broker restart; restarted")
-                workers.start(pool="prefork" if worker is b else "solo",
-                              concurrency=2 if worker is b else 1, **env)
+                workers.start(
+                    pool="prefork" if worker is b else "solo",
+                    concurrency=2 if worker is b else 1,
+                    **env,
+                )
         runs = wait_all(run_ids, 120)
         assert_each_effect_once(proc_env.dir, runs)
         # the workers reconnected: a run started now completes
@@ -223,4 +260,3 @@ def test_s28_broker_restart_under_load_every_run_completes(workers, proc_env, se
         settings.CELERY_BROKER_URL = previous
         monkeypatch.undo()
         _use_broker(previous)
-

@@ -45,13 +45,16 @@ processes = pytest.mark.processes
 
 
 def counts(proc_env, run_id: str, kind: str = "step") -> Counter:
-    return Counter(i["step"] for i in proc_env.invocations()
-                   if i["run"] == run_id and i["kind"] == kind)
+    return Counter(
+        i["step"] for i in proc_env.invocations() if i["run"] == run_id and i["kind"] == kind
+    )
 
 
 def attempts_of(run_id: str) -> list[tuple[str, int, str]]:
-    return [(a.step.step_id, a.attempt, a.outcome)
-            for a in StepAttempt.objects.filter(run_id=run_id).select_related("step")]
+    return [
+        (a.step.step_id, a.attempt, a.outcome)
+        for a in StepAttempt.objects.filter(run_id=run_id).select_related("step")
+    ]
 
 
 def assert_succeeded(run: Run) -> None:
@@ -104,8 +107,9 @@ def test_s01_checkpoint_with_a_stale_lease_token_records_nothing(transactional_d
     row, steps = claimed
     spec = registry.get_workflow(row.workflow_name, row.workflow_version)
 
-    stale = Execution(run=row, token="stale-token", steps=steps, spec=spec,
-                      worker_id="stale:2:2").context
+    stale = Execution(
+        run=row, token="stale-token", steps=steps, spec=spec, worker_id="stale:2:2"
+    ).context
     with pytest.raises(LeaseLost):
         stale.step("plan", cw.plan_llm, "hello", "cus_1")
     # the body ran (unless the pre-step status check already saw the stale token)...
@@ -113,8 +117,9 @@ def test_s01_checkpoint_with_a_stale_lease_token_records_nothing(transactional_d
     # ...but its checkpoint was refused
     assert not Step.objects.filter(run_id=run.id).exists()
 
-    stale = Execution(run=row, token="stale-token", steps=steps, spec=spec,
-                      worker_id="stale:2:2").context
+    stale = Execution(
+        run=row, token="stale-token", steps=steps, spec=spec, worker_id="stale:2:2"
+    ).context
     with pytest.raises(LeaseLost):
         stale.call_tool("tickets.create", {"customer": "cus_1", "subject": "s"})
     # a write is fenced before the call: no operation row, no effect
@@ -188,8 +193,12 @@ def test_s05_late_result_of_a_timed_out_attempt_is_discarded(workers, proc_env):
     key = f"{run.id}:charge"
 
     # the abandoned first attempt wakes after 5 s and still calls the API
-    requests = wait_until(lambda: (r := proc_env.api_requests()) and len(r) >= 2 and r, 20,
-                          what="the late call of the timed-out attempt", sweep=False)
+    requests = wait_until(
+        lambda: (r := proc_env.api_requests()) and len(r) >= 2 and r,
+        20,
+        what="the late call of the timed-out attempt",
+        sweep=False,
+    )
     assert [r["attempt"] for r in requests] == [2, 1]  # the retry called first
     assert {r["key"] for r in requests} == {key}, "attempts used different idempotency keys"
     api = [e for e in proc_env.effects() if e["service"] == "api"]
@@ -216,7 +225,9 @@ def test_s06_crash_right_after_a_checkpoint_resumes_at_the_next_step(workers, pr
     a = workers.start(crash_at="B:after_checkpoint")
     assert a.wait_exit(timeout=30) == -signal.SIGKILL
     assert dict(Step.objects.filter(run=first).values_list("step_id", "status")) == {
-        "A": StepStatus.SUCCEEDED, "B": StepStatus.SUCCEEDED}
+        "A": StepStatus.SUCCEEDED,
+        "B": StepStatus.SUCCEEDED,
+    }
 
     later = durable.start("crash.abc", {"n": 2})  # started while the first run is orphaned
     workers.start()
@@ -253,8 +264,11 @@ def test_s13_sqlite_two_workers_forty_runs_and_a_polling_dashboard(workers, proc
     def dashboard_poll():
         nonlocal polls
         page = list(Run.objects.order_by("-created_at")[:50])
-        dict(Step.objects.filter(run__in=[r.id for r in page]).values_list("run_id")
-             .annotate(n=Count("id")))
+        dict(
+            Step.objects.filter(run__in=[r.id for r in page])
+            .values_list("run_id")
+            .annotate(n=Count("id"))
+        )
         polls += 1
         return len(page) == 40 and all(r.status in TERMINAL for r in page)
 

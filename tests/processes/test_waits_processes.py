@@ -24,16 +24,22 @@ from tests import crash_workflows as cw
 from tests.approvals import flows  # noqa: F401  (registers apf.* in the test process)
 from tests.harness import wait_for_run, wait_until
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True),
-              pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(120),
+]
 
-WORKER_ENV = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.approvals.flows",
-              "APF_RECORD_FILE": "1"}
+WORKER_ENV = {
+    "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.approvals.flows",
+    "APF_RECORD_FILE": "1",
+}
 
 
 def invocations(proc_env, run_id: str) -> list[dict]:
-    return [i for i in cw.read_jsonl(proc_env.dir / "waits_invocations.jsonl")
-            if i["run"] == run_id]
+    return [
+        i for i in cw.read_jsonl(proc_env.dir / "waits_invocations.jsonl") if i["run"] == run_id
+    ]
 
 
 def labels(proc_env, run_id: str) -> Counter:
@@ -67,7 +73,10 @@ def test_s07_durable_sleep_while_no_worker_is_up(workers, proc_env):
     # the workers' own start-up sweep finds the due timer; the test does not sweep
     run = wait_until(
         lambda: (r := Run.objects.get(pk=run.id)).status == RunStatus.SUCCEEDED and r,
-        40, what="the run to finish after the restart", sweep=False)
+        40,
+        what="the run to finish after the restart",
+        sweep=False,
+    )
     assert run.output_value() == "done"
     calls = invocations(proc_env, run.id)
     assert Counter(i["label"] for i in calls) == Counter({"A": 1, "B": 1})
@@ -81,8 +90,7 @@ def test_s07_durable_sleep_while_no_worker_is_up(workers, proc_env):
     assert TraceEvent.objects.filter(run=run, kind="wait_resolved").count() == 1
 
 
-def test_approval_decided_while_the_worker_is_dead_completes_on_a_fresh_worker(
-        workers, proc_env):
+def test_approval_decided_while_the_worker_is_dead_completes_on_a_fresh_worker(workers, proc_env):
     alice = User.objects.create_user("alice", password="x")
     alice.user_permissions.add(Permission.objects.get(codename="decide_approval"))
     first = workers.start(wait=True, **WORKER_ENV)
@@ -118,8 +126,9 @@ def test_approval_pending_across_a_worker_kill_then_decided(workers, proc_env):
     second = workers.start(wait=True, **WORKER_ENV)
     time.sleep(1.0)
     assert Run.objects.get(pk=run.id).status == RunStatus.WAITING  # still waiting
-    approval_decide(request_id=ApprovalRequest.objects.get(run=run).pk, user=bob,
-                    approve=False, comment="no")
+    approval_decide(
+        request_id=ApprovalRequest.objects.get(run=run).pk, user=bob, approve=False, comment="no"
+    )
     run = wait_for_run(run.id, timeout=40)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value()["approved"] is False

@@ -18,8 +18,11 @@ from durable import conf
 from durable.models import AttemptOutcome, Run, RunStatus, StepAttempt, TraceEvent
 from tests.harness import wait_for_run, wait_until
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True),
-              pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(120),
+]
 
 DEFAULT_LEASE = {"DURABLE_LEASE_SECONDS": "30"}
 
@@ -30,7 +33,8 @@ def slow_calls(proc_env, run_id: str) -> list[dict]:
 
 @pytest.mark.processes
 def test_default_lease_killed_worker_is_seen_dead_and_its_run_resumes_elsewhere(
-        workers, proc_env, settings):
+    workers, proc_env, settings
+):
     settings.DURABLE = {**settings.DURABLE, "LEASE_SECONDS": 30.0, "HEARTBEAT_SECONDS": None}
     assert conf.worker_dead_after_seconds() == 6.0
     a = workers.start(**DEFAULT_LEASE)
@@ -63,5 +67,6 @@ def test_default_lease_killed_worker_is_seen_dead_and_its_run_resumes_elsewhere(
     dead = TraceEvent.objects.get(run=run, kind="owner_dead")
     assert f":{victim.pid} " in dead.message
     assert [(a.step.step_id, a.outcome) for a in StepAttempt.objects.filter(run=run)] == [
-        ("slow", AttemptOutcome.WORKER_LOST)]
+        ("slow", AttemptOutcome.WORKER_LOST)
+    ]
     assert run.claims == 2

@@ -38,25 +38,55 @@ class Command(BaseCommand):
             "worker processes this command starts, SIGKILL them at random, decide approvals "
             "and send signals as an operator would, then audit the payments service and the "
             "SMTP sink for duplicates and losses. Exits 1 on any duplicate or loss "
-            "(examples/chaos.py).")
+            "(examples/chaos.py)."
+        )
         parser.add_argument("--runs", type=_positive_int, default=30, metavar="N")
-        parser.add_argument("--kill-every", type=float, default=3.0, metavar="SECONDS",
-                            help="mean seconds between two SIGKILLs (default 3)")
-        parser.add_argument("--workers", type=_positive_int, default=3, metavar="N",
-                            help="worker processes kept alive (default 3)")
-        parser.add_argument("--lease", type=float, default=3.0, metavar="SECONDS",
-                            help="the workers' lease (default 3)")
-        parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
-                            help="give up waiting for the runs after SECONDS (default 900)")
+        parser.add_argument(
+            "--kill-every",
+            type=float,
+            default=3.0,
+            metavar="SECONDS",
+            help="mean seconds between two SIGKILLs (default 3)",
+        )
+        parser.add_argument(
+            "--workers",
+            type=_positive_int,
+            default=3,
+            metavar="N",
+            help="worker processes kept alive (default 3)",
+        )
+        parser.add_argument(
+            "--lease",
+            type=float,
+            default=3.0,
+            metavar="SECONDS",
+            help="the workers' lease (default 3)",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=900.0,
+            metavar="SECONDS",
+            help="give up waiting for the runs after SECONDS (default 900)",
+        )
         parser.add_argument("--seed", type=int, default=None)
-        parser.add_argument("--service-faults", type=float, default=0.0, metavar="RATE",
-                            help="also answer this share of the payments service's writes "
-                                 "with 429, 503 or commit-then-drop (default 0)")
-        parser.add_argument("--restart-services", action="store_true",
-                            help="restart PostgreSQL and Redis half way (CI machines only)")
+        parser.add_argument(
+            "--service-faults",
+            type=float,
+            default=0.0,
+            metavar="RATE",
+            help="also answer this share of the payments service's writes "
+            "with 429, 503 or commit-then-drop (default 0)",
+        )
+        parser.add_argument(
+            "--restart-services",
+            action="store_true",
+            help="restart PostgreSQL and Redis half way (CI machines only)",
+        )
         parser.add_argument("--json", action="store_true", help="also print a JSON summary")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if chaos.main(options, self.stdout) != 0:
-            raise CommandError("the chaos audit found duplicates or losses",
-                               returncode=AUDIT_FAILED)
+            raise CommandError(
+                "the chaos audit found duplicates or losses", returncode=AUDIT_FAILED
+            )

@@ -37,23 +37,43 @@ class Command(BaseCommand):
     help = "Create the demo superuser (--ensure-admin) or start a sample examples.hello run."
 
     def add_arguments(self, parser):
-        parser.add_argument("--ensure-admin", action="store_true",
-                            help="create the superuser admin/admin if missing and print the "
-                                 "login; starts no run")
-        parser.add_argument("--run-id", default=None,
-                            help="run id to use (default: demo-hello-YYYYMMDD, one per day)")
-        parser.add_argument("--new", action="store_true",
-                            help="start a run with a random id instead of the daily one")
-        parser.add_argument("--wait", type=float, default=None, metavar="SECONDS",
-                            help="wait up to SECONDS for the run to finish and print its output")
-        parser.add_argument("--seed", action="store_true",
-                            help="seed the reference-agent demo runs (needs the example "
-                                 "services and a worker; see the Procfile)")
-        parser.add_argument("--stay", action="store_true",
-                            help="with --seed: keep running afterwards (for honcho)")
-        parser.add_argument("--url", default=None,
-                            help="base URL printed with the login "
-                                 "(default: http://127.0.0.1:$PORT/, PORT defaulting to 8000)")
+        parser.add_argument(
+            "--ensure-admin",
+            action="store_true",
+            help="create the superuser admin/admin if missing and print the login; starts no run",
+        )
+        parser.add_argument(
+            "--run-id",
+            default=None,
+            help="run id to use (default: demo-hello-YYYYMMDD, one per day)",
+        )
+        parser.add_argument(
+            "--new",
+            action="store_true",
+            help="start a run with a random id instead of the daily one",
+        )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="wait up to SECONDS for the run to finish and print its output",
+        )
+        parser.add_argument(
+            "--seed",
+            action="store_true",
+            help="seed the reference-agent demo runs (needs the example "
+            "services and a worker; see the Procfile)",
+        )
+        parser.add_argument(
+            "--stay", action="store_true", help="with --seed: keep running afterwards (for honcho)"
+        )
+        parser.add_argument(
+            "--url",
+            default=None,
+            help="base URL printed with the login "
+            "(default: http://127.0.0.1:$PORT/, PORT defaulting to 8000)",
+        )
 
     def handle(self, *args, **options):
         if options["ensure_admin"]:
@@ -78,8 +98,11 @@ class Command(BaseCommand):
         except RuntimeError as exc:
             raise CommandError(str(exc)) from exc
         base = options["url"] or f"http://127.0.0.1:{os.environ.get('PORT') or '8000'}/"
-        self.stdout.write(self.style.SUCCESS(
-            f"\nThe demo is at {base} -- log in as {ADMIN_USERNAME} / {ADMIN_PASSWORD}."))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nThe demo is at {base} -- log in as {ADMIN_USERNAME} / {ADMIN_PASSWORD}."
+            )
+        )
         for label, run_id in ids.items():
             self.stdout.write(f"  {label:<18} {base}runs/{run_id}/")
         self.stdout.flush()
@@ -98,8 +121,11 @@ class Command(BaseCommand):
         else:
             password_known = user.check_password(ADMIN_PASSWORD)
         base = url or f"http://127.0.0.1:{os.environ.get('PORT') or '8000'}/"
-        login = (f"{ADMIN_USERNAME} / {ADMIN_PASSWORD}" if password_known
-                 else f"{ADMIN_USERNAME} (its password was changed from the demo default)")
+        login = (
+            f"{ADMIN_USERNAME} / {ADMIN_PASSWORD}"
+            if password_known
+            else f"{ADMIN_USERNAME} (its password was changed from the demo default)"
+        )
         self.stdout.write(self.style.SUCCESS(f"Open {base} — log in as {login}"))
 
     # ------------------------------------------------------------------ demo run
@@ -118,8 +144,9 @@ class Command(BaseCommand):
         except (durable.RunInputConflict, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         run.refresh_from_db()
-        self.stdout.write(f"Demo run {run.id} ({run.workflow_name} version "
-                          f"{run.workflow_version}): {run.status}")
+        self.stdout.write(
+            f"Demo run {run.id} ({run.workflow_name} version {run.workflow_version}): {run.status}"
+        )
         if options["wait"] is None:
             return
         try:
@@ -128,5 +155,6 @@ class Command(BaseCommand):
             raise CommandError(f"{exc}; is a worker running (celery -A config worker)?") from exc
         except durable.RunFailed as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(self.style.SUCCESS(
-            f"Run {run.id} succeeded: {json.dumps(output, ensure_ascii=False)}"))
+        self.stdout.write(
+            self.style.SUCCESS(f"Run {run.id} succeeded: {json.dumps(output, ensure_ascii=False)}")
+        )
