@@ -77,7 +77,7 @@ class ApprovalExpired(AlreadyDecided):
         self.request_id = req.pk
         self.expired_at = expired_at
         self.outcome = outcome
-        self.escalated_to = req.escalate_to.name if req.escalate_to_id else ""
+        self.escalated_to = req.escalate_to.name if req.escalate_to is not None else ""
         when = expired_at.isoformat(timespec="seconds")
         if outcome == "escalated":
             then = (
@@ -132,7 +132,8 @@ def authority_problems(user: Any, request: ApprovalRequest) -> list[str]:
         and not user.is_superuser
         and not user.groups.filter(pk=request.approver_group_id).exists()
     ):
-        problems.append(f"membership of the group {request.approver_group.name!r}")
+        group = request.approver_group
+        problems.append(f"membership of the group {group.name if group else '?'!r}")
     return problems
 
 
@@ -287,7 +288,8 @@ def _decide_txn(
     now: datetime,
 ) -> None:
     User = get_user_model()
-    fresh = User.objects.filter(pk=getattr(user, "pk", None)).first()
+    user_pk = getattr(user, "pk", None)
+    fresh = User.objects.filter(pk=user_pk).first() if user_pk is not None else None
     problems = authority_problems(fresh, req)
     if problems:
         if req.escalated_at is not None and not [
@@ -320,6 +322,8 @@ def _decide_txn(
         )
     current = (
         ApprovalArguments.objects.select_related("created_by").filter(pk=req.arguments_id).first()
+        if req.arguments_id is not None
+        else None
     ) or _first_version_txn(req)
     if version is not None and version != current.number:
         raise ArgumentsChanged(req, seen=version, current=current)

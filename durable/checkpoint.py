@@ -65,6 +65,8 @@ class LedgerEntry(Protocol):
 
     def record_late_result(self, value: Any, output: str) -> None: ...
 
+    def failure_txn(self, info: dict[str, Any]) -> None: ...
+
 
 class Checkpoints(ReplayCursor):
     """The writes of one execution: the fence, step rows, the run's failure and end."""

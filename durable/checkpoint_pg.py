@@ -67,7 +67,7 @@ def checkpoint_in_one_statement(
                    created_at)
             SELECT r.id, 'step_executed', %s, '', %s::jsonb, %s, %s FROM r)
         SELECT id FROM s"""  # noqa: S608 - table names come from the models
-    params = [
+    params: list[Any] = [
         now,
         pos + 1,
         tokens,

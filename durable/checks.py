@@ -18,7 +18,7 @@ from .vocabulary import Safety
 @register(Tags.compatibility, "durable")
 def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
     messages: list = []
-    user = {}
+    user: dict[str, Any] = {}
     try:
         from django.conf import settings
 

@@ -89,7 +89,7 @@ class WorkflowContext:
         the step fails for good (the run is then FAILED).
         """
         ex = self._execution
-        base = step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step")
+        base = str(step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step"))
         timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)", positive=True)
         call = ex.next_call(base, kind=StepKind.STEP)
         if call.succeeded:
@@ -238,7 +238,10 @@ class WorkflowContext:
         if invalid is not None:
             ex.fail_call_now(call, invalid)
         ex.check_token_budget(call.step_id)
-        request = {"model": model or llm_module.default_model(), "messages": messages}
+        request: dict[str, Any] = {
+            "model": model or llm_module.default_model(),
+            "messages": messages,
+        }
         if tools:
             request["tools"] = tools
         call = replace(call, tool_name=request["model"])

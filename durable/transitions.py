@@ -12,6 +12,7 @@ shows an action's button only when :func:`can` allows it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -42,7 +43,11 @@ class Transition(NamedTuple):
 
 
 def _row(
-    sources: set[str], target: str | None, *, releases_lease: bool = False, **by_source: str | None
+    sources: AbstractSet[str],
+    target: str | None,
+    *,
+    releases_lease: bool = False,
+    **by_source: str | None,
 ) -> Transition:
     return Transition(frozenset(sources), target, MappingProxyType(by_source), releases_lease)
 
@@ -186,6 +191,8 @@ def update(action: str, runs: QuerySet[Run], *, source: str | None = None, **fie
         groups.setdefault(target(action, status), []).append(status)
     moved = 0
     for statuses in groups.values():
-        where = {"status": statuses[0]} if len(statuses) == 1 else {"status__in": statuses}
+        where: dict[str, Any] = (
+            {"status": statuses[0]} if len(statuses) == 1 else {"status__in": statuses}
+        )
         moved += runs.filter(**where).update(**changes(action, statuses[0]), **fields)
     return moved

@@ -190,9 +190,11 @@ class WaitParking(Checkpoints):
         invalid: InvalidDuration | None = None,
     ) -> Any:
         """Return the wait's answer: recorded (replay), already there, or after parking."""
-        step_kind = {WaitKind.TIMER: StepKind.SLEEP, WaitKind.SIGNAL: StepKind.SIGNAL}.get(
-            kind, StepKind.WAIT
-        )
+        kinds: dict[str, StepKind] = {
+            WaitKind.TIMER: StepKind.SLEEP,
+            WaitKind.SIGNAL: StepKind.SIGNAL,
+        }
+        step_kind = kinds.get(kind, StepKind.WAIT)
         check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
         call = self.next_call(base, kind=step_kind)
         if call.succeeded:
@@ -276,6 +278,7 @@ class WaitParking(Checkpoints):
                     else None,
                 )
             else:
+                assert wait is not None
                 w = Wait.objects.select_for_update().get(pk=wait.pk)
                 if w.status != WaitStatus.PENDING:
                     raise _Answered()
