@@ -124,9 +124,9 @@ def test_run_page_shows_steps_inline_and_payloads(admin_client):
 
 
 def test_run_page_inlines_only_the_first_steps(admin_client, monkeypatch):
-    from durable import admin as durable_admin
+    from durable.admin import runs as run_admin
 
-    monkeypatch.setattr(durable_admin, "INLINE_STEPS", 2)
+    monkeypatch.setattr(run_admin, "INLINE_STEPS", 2)
     run = durable.start("cli.echo", 1)
     for pos in range(3):
         Step.objects.create(run=run, step_id=f"s{pos}", position=pos, status="succeeded")

@@ -1,0 +1,45 @@
+"""Django admin for Durable.
+
+Tools are editable (their operational settings override the code's declaration). Runs,
+steps, attempts, operations, waits, signals and trace events are read-only: the history
+is append-only, and every change goes through :mod:`durable.services`
+(docs/conventions.md#models). Payloads are shown through
+:func:`durable.codec.decode_for_display`, escaped and never decrypted: a redacted value
+reads ``[REDACTED]``.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    PAYLOAD_DISPLAY_CHARS,
+    ReadOnlyAdmin,
+    ReadOnlyInline,
+    json_html,
+    payload_html,
+    shown,
+)
+from .history import SignalAdmin, TraceEventAdmin, WaitAdmin, WorkerProcessAdmin
+from .operations import OperationAdmin
+from .runs import INLINE_STEPS, RunAdmin, StepAdmin, StepAttemptAdmin, StepInline
+from .tools import ToolAdmin, ToolAdminForm
+
+__all__ = [
+    "INLINE_STEPS",
+    "PAYLOAD_DISPLAY_CHARS",
+    "OperationAdmin",
+    "ReadOnlyAdmin",
+    "ReadOnlyInline",
+    "RunAdmin",
+    "SignalAdmin",
+    "StepAdmin",
+    "StepAttemptAdmin",
+    "StepInline",
+    "ToolAdmin",
+    "ToolAdminForm",
+    "TraceEventAdmin",
+    "WaitAdmin",
+    "WorkerProcessAdmin",
+    "json_html",
+    "payload_html",
+    "shown",
+]
