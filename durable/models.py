@@ -1,7 +1,9 @@
 """Durable's tables. The database is the source of truth (docs/architecture.md#the-one-rule).
 
 Payload columns (``input``, ``output``, ``result``, ``params``) hold text written by
-:mod:`durable.codec`: type-preserving JSON with redacted values encrypted.
+:mod:`durable.codec`: type-preserving JSON with redacted values encrypted. The statuses
+and kinds of the rows live in :mod:`durable.vocabulary`, the managers' named queries in
+:mod:`durable.querysets`; both are importable from here too.
 """
 
 from __future__ import annotations
@@ -15,75 +17,32 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .fields import StorableCharField, StorableJSONField, StorableTextField
-from .vocabulary import Classification, Safety
+from .querysets import (
+    OperationQuerySet,
+    RunQuerySet,
+    TraceEventQuerySet,
+    WaitQuerySet,
+    WorkerProcessQuerySet,
+)
+from .vocabulary import (
+    CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
+    TERMINAL,
+    AttemptOutcome,
+    Classification,
+    OperationStatus,
+    RunStatus,
+    Safety,
+    StepKind,
+    StepStatus,
+    WaitKind,
+    WaitStatus,
+)
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 
 
 def new_run_id() -> str:
     return str(uuid.uuid4())
-
-
-class RunStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    RETRYING = "retrying", "Retrying"
-    WAITING = "waiting", "Waiting"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    COMPENSATING = "compensating", "Compensating"
-    COMPENSATED = "compensated", "Compensated"
-    COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
-
-
-#: statuses in which a worker may claim the run (subject to the lease / due time)
-CLAIMABLE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.COMPENSATING)
-TERMINAL = (
-    RunStatus.SUCCEEDED,
-    RunStatus.FAILED,
-    RunStatus.CANCELLED,
-    RunStatus.COMPENSATED,
-    RunStatus.COMPENSATION_FAILED,
-)
-
-
-class RunQuerySet(models.QuerySet):
-    def active(self) -> RunQuerySet:
-        return self.exclude(status__in=TERMINAL)
-
-    def expired_leases(self, now=None) -> RunQuerySet:
-        now = now or timezone.now()
-        return self.filter(
-            status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING), lease_expires_at__lt=now
-        ).exclude(lease_token="")
-
-    def due(self, now=None) -> RunQuerySet:
-        """Runs whose retry is due: retrying, or a compensation without a lease whose
-        retry was scheduled (wake_at reached)."""
-        now = now or timezone.now()
-        return self.filter(
-            Q(status=RunStatus.RETRYING) | Q(status=RunStatus.COMPENSATING, lease_token=""),
-            wake_at__lte=now,
-        )
-
-    def undispatched(self, older_than) -> RunQuerySet:
-        """Runs ready for a worker (pending, or compensating without a lease) whose last
-        dispatch is older than ``older_than`` (a datetime)."""
-        # a compensation that waits for an operator's decision is not ready
-        deciding = models.Exists(
-            Wait.objects.filter(
-                run=models.OuterRef("pk"), kind=WaitKind.RECONCILE, status=WaitStatus.PENDING
-            )
-        )
-        # nor one whose retry is scheduled (:meth:`due` finds it once due)
-        return self.filter(
-            Q(status=RunStatus.PENDING)
-            | (
-                Q(status=RunStatus.COMPENSATING, lease_token="", wake_at__isnull=True)
-                & ~Q(deciding)
-            )
-        ).filter(Q(dispatched_at__lt=older_than) | Q(dispatched_at__isnull=True))
 
 
 class Run(models.Model):
@@ -226,24 +185,6 @@ def run_lineage(run_id: str, limit: int = 50) -> list[str]:
     return ids
 
 
-class StepKind(models.TextChoices):
-    STEP = "step", "Step"
-    TOOL = "tool", "Tool call"
-    LLM = "llm", "LLM call"
-    WAIT = "wait", "Wait"
-    SLEEP = "sleep", "Timer"
-    SIGNAL = "signal", "Signal"
-    COMPENSATION = "compensation", "Compensation"
-
-
-class StepStatus(models.TextChoices):
-    RUNNING = "running", "Running"
-    RETRYING = "retrying", "Retrying"
-    WAITING = "waiting", "Waiting"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-
-
 class Step(models.Model):
     """One durable call of a run, memoized: its recorded output is replayed, never re-run."""
 
@@ -294,12 +235,6 @@ class Step(models.Model):
         return codec.decode(self.output)
 
 
-class AttemptOutcome(models.TextChoices):
-    FAILED = "failed", "Failed"
-    TIMED_OUT = "timed_out", "Timed out"
-    WORKER_LOST = "worker_lost", "Worker lost"
-
-
 class StepAttempt(models.Model):
     """One failed try of a step: what went wrong, how it was classified, what came next.
 
@@ -331,23 +266,6 @@ class StepAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step} attempt {self.attempt}: {self.outcome}"
-
-
-class OperationStatus(models.TextChoices):
-    STARTED = "started", "Started"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    UNKNOWN = "unknown", "Unknown outcome"
-
-
-class OperationQuerySet(models.QuerySet):
-    def needs_attention(self) -> OperationQuerySet:
-        return self.filter(status=OperationStatus.UNKNOWN)
-
-    def owned_by(self, run_id: str) -> OperationQuerySet:
-        """Writes ``run_id`` answers for: its own (unless a fork adopted them) and the
-        ones it adopted as a fork (docs/compensation.md, "Forks own what they reuse")."""
-        return self.filter(Q(owner_run_id=run_id) | Q(owner_run__isnull=True, run_id=run_id))
 
 
 class Operation(models.Model):
@@ -418,29 +336,6 @@ class Operation(models.Model):
     def owner_id(self) -> str:
         """The id of the run that answers for this write (compensates it)."""
         return self.owner_run_id or self.run_id
-
-
-class WaitKind(models.TextChoices):
-    APPROVAL = "approval", "Approval"
-    TIMER = "timer", "Timer"
-    SIGNAL = "signal", "Signal"
-    RECONCILE = "reconcile", "Operator decision on an unknown outcome"
-
-
-class WaitStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RESOLVED = "resolved", "Resolved"
-    CANCELLED = "cancelled", "Cancelled"
-    EXPIRED = "expired", "Expired"
-
-
-class WaitQuerySet(models.QuerySet):
-    def pending(self) -> WaitQuerySet:
-        return self.filter(status=WaitStatus.PENDING)
-
-    def due(self, now=None) -> WaitQuerySet:
-        now = now or timezone.now()
-        return self.filter(status=WaitStatus.PENDING, wake_at__lte=now)
 
 
 class Wait(models.Model):
@@ -569,11 +464,6 @@ class Tool(models.Model):
         return f"{self.name} ({self.safety})"
 
 
-class TraceEventQuerySet(models.QuerySet):
-    def update(self, **kwargs: Any) -> int:  # pragma: no cover - guard
-        raise TypeError("trace events are append-only")
-
-
 class TraceEvent(models.Model):
     """Append-only log of what happened to a run; also the dashboard's change feed."""
 
@@ -598,12 +488,6 @@ class TraceEvent(models.Model):
         if self.pk is not None and not kwargs.get("force_insert"):
             raise TypeError("trace events are append-only")
         super().save(*args, **kwargs)
-
-
-class WorkerProcessQuerySet(models.QuerySet):
-    def silent_since(self, cutoff) -> WorkerProcessQuerySet:
-        """Processes whose last liveness beat is older than ``cutoff`` (a datetime)."""
-        return self.filter(beat_at__lt=cutoff)
 
 
 class WorkerProcess(models.Model):

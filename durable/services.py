@@ -4,207 +4,37 @@ The dashboard, the admin, the management commands and the tests all call these
 (docs/architecture.md#layers). Each re-reads its rows with ``select_for_update()``, raises
 :class:`~durable.IllegalTransition` when the source state is wrong, writes a TraceEvent
 naming who and why, and dispatches the run on commit where it should continue.
+An operator's decision on an unknown outcome (:mod:`durable.reconcile`) and a fork
+(:mod:`durable.forks`) have modules of their own; they are importable from here too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, mailbox, redaction, requesters, transitions
+from . import codec, mailbox, redaction, transitions
 from .dispatch import dispatch_on_commit
-from .exceptions import DurableError, IllegalTransition
-from .models import (
-    Operation,
-    OperationStatus,
-    Run,
-    RunStatus,
-    TraceEvent,
-    Wait,
-    WaitKind,
-    WaitStatus,
-    run_lineage,
-)
+from .forks import GAVE_UP, run_fork
+from .models import Operation, OperationStatus, Run, RunStatus, Wait, WaitKind, WaitStatus
+from .reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
+from .service_base import actor_of, lock_run, record_event
 from .types import SignalResult
 from .vocabulary import Classification, EventKind
 
-ReconcileOutcome = Literal["happened", "not_happened", "abort"]
-
-
-class OperationNotFound(DurableError):
-    def __init__(self, operation_id: Any):
-        self.operation_id = operation_id
-        super().__init__(f"operation {operation_id} does not exist")
-
-
-def _actor(by: Any) -> str:
-    if by is None or by == "":
-        return "system"
-    if hasattr(by, "get_username"):
-        return by.get_username()
-    return str(by)
-
-
-def operation_reconcile(
-    *,
-    operation_id: int | str,
-    outcome: ReconcileOutcome,
-    result: Any = None,
-    external_id: str = "",
-    by: Any = None,
-    reason: str = "",
-) -> Operation:
-    """An operator's decision on a write whose outcome is unknown.
-
-    - ``"happened"``: the write took effect; ``result`` (JSON-able) becomes the step's
-      result and ``external_id`` the external system's id. The run continues.
-    - ``"not_happened"``: it did not; the run continues and calls the tool again with
-      the same idempotency key.
-    - ``"abort"``: the run fails; the operation stays ``unknown`` with the decision noted.
-
-    A compensating run that waits for this decision stays COMPENSATING and goes on
-    (``"abort"``: COMPENSATION_FAILED). For a run that has finished (cancelled, failed, a
-    failed compensation...) ``"happened"`` / ``"not_happened"`` record the fact in the
-    ledger and leave the run as it is, so its compensation knows what to undo
-    (docs/compensation.md).
-
-    ``operation_id`` is the Operation's primary key or its idempotency key. Raises
-    :class:`OperationNotFound`, :class:`~durable.IllegalTransition` (the operation's
-    outcome is not unknown, or its run is not waiting for this decision and has not
-    finished, or ``"abort"`` for a run that is not waiting).
-    """
-    if outcome not in ("happened", "not_happened", "abort"):
-        raise ValueError(f"outcome must be happened, not_happened or abort, got {outcome!r}")
-    actor = _actor(by)
-    now = timezone.now()
-    with transaction.atomic():
-        lookup = (
-            {"pk": int(operation_id)}
-            if str(operation_id).isdigit()
-            else {"idempotency_key": str(operation_id)}
-        )
-        run_id = Operation.objects.filter(**lookup).values_list("run_id", flat=True).first()
-        if run_id is None:
-            raise OperationNotFound(operation_id)
-        # lock order: the run first, then its rows (as the engine and the other services)
-        run = Run.objects.select_for_update().get(pk=run_id)
-        op = Operation.objects.select_for_update().get(**lookup)
-        if op.status != OperationStatus.UNKNOWN or op.resolution:
-            raise IllegalTransition(
-                f"operation {op.pk} ({op.idempotency_key}) is {op.status}"
-                + (
-                    f", already decided: {op.resolution} by {op.resolved_by}"
-                    if op.resolution
-                    else ""
-                )
-                + "; only an unknown outcome can be reconciled",
-                current=op.status,
-            )
-        wait = (
-            Wait.objects.select_for_update()
-            .filter(operation=op, kind=WaitKind.RECONCILE, status=WaitStatus.PENDING)
-            .first()
-        )
-        # the row of the table: a WAITING run waits for this decision ("reconcile"); a
-        # compensating run that waits for it goes on, and for a finished run the decision
-        # only records in the ledger what happened ("settle")
-        action = "reconcile" if run.status == RunStatus.WAITING else "settle"
-        compensating = run.status == RunStatus.COMPENSATING
-        record_only = action == "settle" and not compensating
-        if not transitions.can(action, run) or (wait is None and not record_only):
-            raise IllegalTransition(
-                f"run {run.id} is {run.status}, not waiting for a decision on operation {op.pk}",
-                current=run.status,
-            )
-        if record_only and outcome == "abort":
-            raise IllegalTransition(
-                f"run {run.id} is {run.status}: there is nothing to abort; record whether "
-                f"operation {op.pk} happened or not",
-                current=run.status,
-            )
-        note = f"operator: {outcome.replace('_', ' ')}" + (f" ({reason})" if reason else "")
-        fields: dict[str, Any] = {"resolved_by": actor, "resolution": note[:200], "updated_at": now}
-        if outcome == "happened":
-            fields.update(
-                status=OperationStatus.SUCCEEDED,
-                result=codec.dumps_checked(result, what="operation result", step_id=op.step_id),
-                external_id=str(external_id or "")[:400],
-            )
-        elif outcome == "not_happened":
-            fields.update(status=OperationStatus.FAILED)
-        for name, value in fields.items():
-            setattr(op, name, value)
-        op.save(update_fields=list(fields))
-        if record_only:
-            if wait is not None:  # a finished run left it open: the question is answered
-                wait.status = WaitStatus.RESOLVED
-                wait.resolved_at = now
-                wait.resolved_by = actor
-                wait.result = codec.encode({"outcome": outcome, "reason": reason})
-                wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-            TraceEvent.objects.create(
-                run=run,
-                kind=EventKind.OPERATION_RECONCILED,
-                step_id=op.step_id,
-                actor=actor,
-                message=f"{note} (run {run.status}: recorded in the ledger)",
-                data={"operation": op.pk, "outcome": outcome},
-            )
-            return op
-        assert wait is not None
-        wait.status = WaitStatus.RESOLVED if outcome != "abort" else WaitStatus.CANCELLED
-        wait.resolved_at = now
-        wait.resolved_by = actor
-        wait.result = codec.encode({"outcome": outcome, "reason": reason})
-        wait.save(update_fields=["status", "resolved_at", "resolved_by", "result"])
-        if outcome == "abort":
-            # a compensation that waited for this write stops; a run stops
-            what = "stopped the compensation" if compensating else "aborted the run"
-            transitions.apply(
-                "abort",
-                run,
-                finished_at=now,
-                error_type="AbortedByOperator",
-                error={
-                    "type": "AbortedByOperator",
-                    "classification": Classification.AMBIGUOUS.value,
-                    "step_id": op.step_id,
-                    "message": f"{actor} {what} at the unknown outcome of "
-                    f"{op.tool_name} ({op.idempotency_key})" + (f": {reason}" if reason else ""),
-                },
-            )
-        else:  # a compensation that waited for this write goes on as it is
-            transitions.apply(action, run)
-        run.updated_at = now
-        run.save(update_fields=["status", "finished_at", "error", "error_type", "updated_at"])
-        TraceEvent.objects.create(
-            run=run,
-            kind=EventKind.OPERATION_RECONCILED,
-            step_id=op.step_id,
-            actor=actor,
-            message=note,
-            data={"operation": op.pk, "outcome": outcome},
-        )
-        if outcome == "abort":
-            mailbox.note_unconsumed_txn(run.id, RunStatus.FAILED, actor=actor)
-        if outcome != "abort":
-            dispatch_on_commit(run.id)
-    return op
-
-
-def _lock_run(run_id: str) -> Run:
-    run = Run.objects.select_for_update().filter(pk=str(run_id)).first()
-    if run is None:
-        from .exceptions import RunNotFound
-
-        raise RunNotFound(run_id)
-    return run
-
-
-def _event(run: Run, kind: EventKind, actor: str, message: str, **data: Any) -> None:
-    TraceEvent.objects.create(run=run, kind=kind, actor=actor, message=message, data=data or None)
+__all__ = [
+    "GAVE_UP",
+    "OperationNotFound",
+    "ReconcileOutcome",
+    "operation_reconcile",
+    "run_cancel",
+    "run_compensate",
+    "run_fork",
+    "run_resume",
+    "run_signal",
+]
 
 
 def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
@@ -214,10 +44,10 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     starts nothing. Completed effects stay (compensation is a separate action). Raises
     :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
-    actor = _actor(by)
+    actor = actor_of(by)
     now = timezone.now()
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         previous = run.status
         # the lease stays with a worker that is executing, so its late result is fenced
         # in as "recorded, starts nothing"; an idle run has no lease to keep
@@ -247,7 +77,7 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
                 now=now,
                 reason="run cancelled",
             )
-        _event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
+        record_event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
         mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
     return run
 
@@ -291,10 +121,10 @@ def run_resume(
         from .durations import check_duration
 
         check_duration(deadline_seconds, call="run_resume(deadline_seconds=...)", positive=True)
-    actor = _actor(by)
+    actor = actor_of(by)
     now = timezone.now()
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         transitions.check("resume", run)
         reopened = _reopen_failed_steps_txn(run, now)
         Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).update(
@@ -325,7 +155,7 @@ def run_resume(
                 "deadline_at",
             ]
         )
-        _event(
+        record_event(
             run,
             EventKind.RESUMED,
             actor,
@@ -341,10 +171,10 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
     From COMPENSATION_FAILED it retries the failed compensation with a fresh budget.
     """
-    actor = _actor(by)
+    actor = actor_of(by)
     now = timezone.now()
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         transitions.check("compensate", run)
         if run.status == RunStatus.COMPENSATION_FAILED:
             # only the failed compensation is retried; the workflow's own failed step
@@ -381,7 +211,7 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
                 "lease_expires_at",
             ]
         )
-        _event(
+        record_event(
             run,
             EventKind.COMPENSATING,
             actor,
@@ -393,186 +223,6 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
         )
         dispatch_on_commit(run.id)
     return run
-
-
-def run_fork(
-    *, run_id: str, from_step: str, by: Any = None, reason: str = "", new_run_id: str | None = None
-) -> Run:
-    """Start a new run of the same workflow and input that reuses the recorded results
-    of every step before ``from_step`` (which, and everything after it, executes anew).
-
-    The fork is started by ``by`` (the forker); its four-eyes requesters are the forker
-    followed by the source run's requesters (its starter, and so on up the fork chain),
-    so nobody who asked for the source run can approve the fork's writes either.
-
-    Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
-    (``from_step`` is not a step of the run).
-    """
-    from .models import Step, StepStatus
-
-    actor = _actor(by)
-    forker, principal = requesters.resolve(by)
-    now = timezone.now()
-    with transaction.atomic():
-        source = _lock_run(run_id)
-        transitions.check("fork", source)
-        pivot = Step.objects.filter(run=source, step_id=from_step).first()
-        if pivot is None:
-            known = list(
-                Step.objects.filter(run=source)
-                .order_by("position")
-                .values_list("step_id", flat=True)[:20]
-            )
-            raise ValueError(
-                f"run {source.id} has no step {from_step!r}; its steps: "
-                f"{', '.join(known) or 'none'}"
-            )
-        kwargs: dict[str, Any] = {}
-        if new_run_id:
-            kwargs["id"] = new_run_id
-        fork = Run.objects.create(
-            workflow_name=source.workflow_name,
-            workflow_version=source.workflow_version,
-            input=source.input,
-            input_hash=source.input_hash,
-            status=RunStatus.PENDING,
-            max_steps=source.max_steps,
-            tags=list(source.tags or []),
-            started_by=forker,
-            started_by_name=principal["name"],
-            requesters=requesters.chain(principal, source.requesters or [requesters.UNKNOWN]),
-            forked_from=source,
-            created_at=now,
-            updated_at=now,
-            **kwargs,
-        )
-        copied = [
-            Step(
-                run=fork,
-                step_id=s.step_id,
-                position=s.position,
-                kind=s.kind,
-                tool_name=s.tool_name,
-                status=StepStatus.SUCCEEDED,
-                input=s.input,
-                output=s.output,
-                error=s.error,
-                attempts=s.attempts,
-                started_at=s.started_at,
-                finished_at=s.finished_at,
-            )
-            for s in Step.objects.filter(
-                run=source, position__lt=pivot.position, status=StepStatus.SUCCEEDED
-            ).order_by("position")
-        ]
-        Step.objects.bulk_create(copied)
-        fork.cursor_position = len(copied)
-        fork.save(update_fields=["cursor_position"])
-        _event(
-            fork,
-            EventKind.CREATED,
-            actor,
-            f"forked from {source.id} at step {from_step!r} by "
-            f"{actor}" + (f": {reason}" if reason else ""),
-            forked_from=source.id,
-            reused_steps=len(copied),
-            requesters=[requesters.label(p) for p in fork.requesters],
-        )
-        _adopt_writes_txn(source, fork, [s.step_id for s in copied], actor, now)
-        _event(
-            source,
-            EventKind.FORKED,
-            actor,
-            f"forked into {fork.id} at step {from_step!r}",
-            fork=fork.id,
-        )
-        dispatch_on_commit(fork.id)
-    return fork
-
-
-#: an owner in one of these statuses has given up its result: a fork may adopt its writes
-GAVE_UP = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPENSATION_FAILED)
-
-
-def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, now) -> None:
-    """The fork adopts the writes it reuses, when their owner gave its result up.
-
-    Rule (docs/compensation.md, "Forks own what they reuse"): ownership passes only from
-    a run that failed, was cancelled or failed to compensate, and only for a write that
-    was not undone yet. A succeeded or live owner keeps it (so of two forks, the first
-    that is live or succeeded keeps a write; a later fork reuses it without owning it),
-    and a compensated owner has undone it already.
-    """
-    from .models import Step, StepStatus
-
-    if not step_ids:
-        return
-    ops = list(
-        Operation.objects.select_for_update()
-        .filter(
-            run_id__in=run_lineage(source.id),
-            step_id__in=step_ids,
-            status=OperationStatus.SUCCEEDED,
-        )
-        .exclude(step_id__startswith="compensate:")
-        .order_by("created_at", "id")
-    )
-    owners = {r.id: r for r in Run.objects.filter(pk__in={op.owner_id for op in ops})}
-    undone = set(
-        Step.objects.filter(
-            run_id__in=list(owners),
-            status=StepStatus.SUCCEEDED,
-            step_id__in=[f"compensate:{op.step_id}" for op in ops],
-        ).values_list("run_id", "step_id")
-    )
-    for op in ops:
-        owner = owners.get(op.owner_id)
-        if (
-            owner is not None
-            and owner.status in GAVE_UP
-            and (owner.id, f"compensate:{op.step_id}") not in undone
-        ):
-            op.owners = [
-                *(op.owners or []),
-                {"run": fork.id, "from": owner.id, "at": now.isoformat(), "by": actor},
-            ]
-            op.owner_run = fork
-            op.updated_at = now
-            op.save(update_fields=["owner_run", "owners", "updated_at"])
-            _event(
-                fork,
-                EventKind.OPERATION_ADOPTED,
-                actor,
-                f"adopted {op.tool_name} ({op.idempotency_key}) from run {owner.id}: "
-                "compensating this run undoes it",
-                operation=op.pk,
-                owner_was=owner.id,
-            )
-            if owner.id != fork.id:
-                _event(
-                    owner,
-                    EventKind.OPERATION_HANDED_OVER,
-                    actor,
-                    f"{op.tool_name} ({op.idempotency_key}) now belongs to fork {fork.id}: "
-                    "compensating this run leaves it",
-                    operation=op.pk,
-                    owner=fork.id,
-                )
-        else:
-            why = (
-                "it was undone already"
-                if owner is not None and (owner.id, f"compensate:{op.step_id}") in undone
-                else f"that run is {owner.status if owner is not None else 'gone'}"
-            )
-            _event(
-                fork,
-                EventKind.OPERATION_REUSED,
-                actor,
-                f"reuses {op.tool_name} ({op.idempotency_key}) owned by run {op.owner_id} "
-                f"({why}): compensating this run leaves it",
-                operation=op.pk,
-                owner=op.owner_id,
-            )
 
 
 def run_signal(
@@ -597,11 +247,11 @@ def run_signal(
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ValueError("signal name must be a string of 1-200 characters")
     redaction.check_identifier(name, "signal name")  # stored and shown in clear
-    actor = _actor(by)
+    actor = actor_of(by)
     payload_text = codec.dumps_checked(payload, what="signal payload")
     now = timezone.now()
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         transitions.check("signal", run)
         waiting_on, waited_on = mailbox.signal_names(run.id)
         if dedupe_key:
@@ -631,7 +281,7 @@ def run_signal(
         result = mailbox.result_txn(
             signal, delivered=wait is not None, waiting_on=waiting_on, waited_on=waited_on
         )
-        _event(
+        record_event(
             run,
             EventKind.SIGNAL_RECEIVED,
             actor,

@@ -1,5 +1,6 @@
 """The engine's vocabularies as types, each defined once: trace event kinds, failure
-classifications and tool safety classes.
+classifications, tool safety classes, and the statuses and kinds of the tables' rows
+(runs, steps, attempts, operations, waits), with the run status groups built on them.
 
 They are ``TextChoices``, so a member *is* its string and the values stored in columns
 stay the same. Values that go into a JSON document (an error dict, a trace event's
@@ -73,3 +74,72 @@ class EventKind(TextChoices):
     COMPENSATION_WAITING = "compensation_waiting", "Compensation waiting"
     RESUMED = "resumed", "Resumed"
     FORKED = "forked", "Forked"
+
+
+class RunStatus(TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    RETRYING = "retrying", "Retrying"
+    WAITING = "waiting", "Waiting"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    COMPENSATING = "compensating", "Compensating"
+    COMPENSATED = "compensated", "Compensated"
+    COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
+
+
+#: statuses in which a worker may claim the run (subject to the lease / due time)
+CLAIMABLE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.COMPENSATING)
+TERMINAL = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.COMPENSATED,
+    RunStatus.COMPENSATION_FAILED,
+)
+
+
+class StepKind(TextChoices):
+    STEP = "step", "Step"
+    TOOL = "tool", "Tool call"
+    LLM = "llm", "LLM call"
+    WAIT = "wait", "Wait"
+    SLEEP = "sleep", "Timer"
+    SIGNAL = "signal", "Signal"
+    COMPENSATION = "compensation", "Compensation"
+
+
+class StepStatus(TextChoices):
+    RUNNING = "running", "Running"
+    RETRYING = "retrying", "Retrying"
+    WAITING = "waiting", "Waiting"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class AttemptOutcome(TextChoices):
+    FAILED = "failed", "Failed"
+    TIMED_OUT = "timed_out", "Timed out"
+    WORKER_LOST = "worker_lost", "Worker lost"
+
+
+class OperationStatus(TextChoices):
+    STARTED = "started", "Started"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    UNKNOWN = "unknown", "Unknown outcome"
+
+
+class WaitKind(TextChoices):
+    APPROVAL = "approval", "Approval"
+    TIMER = "timer", "Timer"
+    SIGNAL = "signal", "Signal"
+    RECONCILE = "reconcile", "Operator decision on an unknown outcome"
+
+
+class WaitStatus(TextChoices):
+    PENDING = "pending", "Pending"
+    RESOLVED = "resolved", "Resolved"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"

@@ -49,7 +49,7 @@ def _event_kinds(tree: ast.AST) -> list[tuple[int, str]]:
             found += [
                 (node.lineno, ast.unparse(kw.value)) for kw in node.keywords if kw.arg == "kind"
             ]
-        elif name == "_event" and len(node.args) >= 2:  # the services' helper
+        elif name == "record_event" and len(node.args) >= 2:  # the services' helper
             found.append((node.lineno, ast.unparse(node.args[1])))
     return found
 

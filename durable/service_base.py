@@ -1,0 +1,36 @@
+"""What every operator service shares: who acted, the run locked for the change, and the
+trace event that names them.
+
+The services are split by subject (:mod:`durable.services`, :mod:`durable.reconcile`,
+:mod:`durable.forks`) and each takes the same three steps, so the steps live below all of
+them: the subject modules import this one and never each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .exceptions import RunNotFound
+from .models import Run, TraceEvent
+from .vocabulary import EventKind
+
+
+def actor_of(by: Any) -> str:
+    """The name recorded for who acted: a user's username, a given name, or ``system``."""
+    if by is None or by == "":
+        return "system"
+    if hasattr(by, "get_username"):
+        return by.get_username()
+    return str(by)
+
+
+def lock_run(run_id: str) -> Run:
+    """The run, locked for update until the transaction ends (:class:`~durable.RunNotFound`)."""
+    run = Run.objects.select_for_update().filter(pk=str(run_id)).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def record_event(run: Run, kind: EventKind, actor: str, message: str, **data: Any) -> None:
+    TraceEvent.objects.create(run=run, kind=kind, actor=actor, message=message, data=data or None)
