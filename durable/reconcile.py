@@ -72,7 +72,7 @@ def operation_reconcile(
     actor = actor_of(by)
     now = timezone.now()
     with transaction.atomic():
-        lookup = (
+        lookup: dict[str, Any] = (
             {"pk": int(operation_id)}
             if str(operation_id).isdigit()
             else {"idempotency_key": str(operation_id)}
