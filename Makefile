@@ -37,7 +37,7 @@ help:
 	@echo "make typecheck  mypy with django-stubs on durable/ and approvals/"
 	@echo "make check      lint, typecheck and test: what CI runs, in that order"
 	@echo "make bench      side-by-side benchmarks against DBOS, LangGraph and the commit floor"
-	@echo "make clean      remove var/ (the embedded database, broker folder and secret key)"
+	@echo "make clean      remove var/ (or DURABLE_VAR_DIR: the embedded database, broker, secret key)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -106,4 +106,4 @@ bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf var/
+	rm -rf $${DURABLE_VAR_DIR:-var}/

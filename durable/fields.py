@@ -17,7 +17,8 @@ both databases. So free text is made storable *before* it reaches the driver, he
   ``"Infinity"``, ``"-Infinity"``; an ``int`` wider than 12,000 bits becomes hex text;
   a value of any other type (``Decimal``, ``datetime``, an exception, an object) becomes
   its ``repr`` (at most 200 characters). Tuples and sets become lists, dict subclasses
-  dicts, non-``str`` keys their ``str``.
+  dicts, a subclass of ``str``, ``int`` or ``float`` (an enum member such as
+  ``StepKind.STEP``) its plain value, non-``str`` keys their ``str``.
 
 The model fields below apply them in ``get_prep_value``, which Django calls for every
 write (``create``, ``save``, ``bulk_create``, ``QuerySet.update``) and for every lookup
@@ -99,12 +100,20 @@ def storable_json(value: Any, _depth: int = 0) -> Any:
         return [storable_json(item, _depth + 1) for item in value]
     if isinstance(value, bool):  # a bool subclass, after the exact checks above
         return bool(value)
+    # a subclass of str, int or float -- an enum member such as StepKind.STEP or
+    # EventKind.FAILED -- is stored as its plain value, never as its repr
+    if isinstance(value, str):
+        return storable_text(str.__str__(value))
+    if isinstance(value, (int, float)):
+        return storable_json(int(value) if isinstance(value, int) else float(value), _depth)
     return _safe_repr(value)
 
 
 def _key_text(key: Any) -> str:
+    if isinstance(key, str):  # a str subclass (an enum member): its plain value
+        return str.__str__(key)
     if key is None or isinstance(key, (bool, int, float)):
-        return str(key)
+        return str(int(key) if isinstance(key, int) and not isinstance(key, bool) else key)
     return _safe_repr(key)
 
 

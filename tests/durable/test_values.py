@@ -215,3 +215,48 @@ def test_a_write_recorded_succeeded_without_a_result_asks_an_operator_on_resume(
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert vw.SEEN == [("refund", {"id": "r"})]
+
+
+def test_enum_members_in_json_columns_are_stored_as_their_plain_values():
+    """The vocabularies are str enums; a member that reaches a JSON column (an event's
+    data, an error dict) is stored as its value, never as its repr."""
+    import enum
+
+    from durable.fields import storable_json
+    from durable.vocabulary import Classification, EventKind, StepKind
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    stored = storable_json(
+        {
+            "kind": StepKind.STEP,
+            EventKind.FAILED: [Classification.TRANSIENT, Level.HIGH],
+            Level.HIGH: 1.5,
+        }
+    )
+    assert stored == {"kind": "step", "failed": ["transient", 3], "3": 1.5}
+    assert all(type(v) is str for v in (stored["kind"], *stored["failed"][:1]))
+    assert type(stored["failed"][1]) is int
+
+
+def test_no_stored_event_or_error_holds_an_enum_repr():
+    """After runs that succeed, retry and fail, no JSON the engine wrote spells an
+    enum member's repr (``StepKind.STEP``) where its value belongs."""
+    import json
+
+    vw.RAISE["boom"] = [ValueError("boom")]
+    failed = drive(durable.start("values.raise").id)
+    assert failed.status == RunStatus.FAILED
+    vw.RAISE["boom"] = [durable.ModelRecoverableError("fix it", details={"k": 1})]
+    done = drive(durable.start("values.raise").id)
+    assert done.status == RunStatus.SUCCEEDED
+    stored = [e.data for e in TraceEvent.objects.filter(run__in=[failed, done])]
+    stored += [r.error for r in Run.objects.filter(pk__in=[failed.pk, done.pk])]
+    stored += [s.error for s in Step.objects.filter(run__in=[failed, done])]
+    text = json.dumps(stored)
+    for enum_name in ("StepKind.", "EventKind.", "Classification.", "RunStatus.", "Safety."):
+        assert enum_name not in text, text
+    kinds = [e.data["kind"] for e in TraceEvent.objects.filter(run=done, kind="step_executed")]
+    assert kinds == ["step"]
+    assert StepAttempt.objects.filter(run=failed).count() == 1
