@@ -32,6 +32,7 @@ from approvals.services import (
     approval_decide,
 )
 from durable.exceptions import IllegalTransition, PayloadError, RunNotFound
+from durable.forks import fork_points
 from durable.models import TERMINAL, Operation, Run, RunStatus
 from durable.services import (
     OperationNotFound,
@@ -141,7 +142,7 @@ def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
     if form_class is ForkForm:
         form = ForkForm(
             request.POST,
-            step_ids=list(run.steps.order_by("position").values_list("step_id", flat=True)),
+            step_ids=fork_points(run.steps.order_by("position").only("step_id", "kind", "status")),
         )
     else:
         form = form_class(request.POST)

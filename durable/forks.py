@@ -9,6 +9,7 @@ own, so it lives with the fork, apart from the other operator services.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -16,9 +17,44 @@ from django.utils import timezone
 
 from . import requesters, transitions
 from .dispatch import dispatch_on_commit
-from .models import Operation, OperationStatus, Run, RunStatus, Step, StepStatus, run_lineage
+from .models import (
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+    run_lineage,
+)
 from .service_base import actor_of, lock_run, record_event
 from .vocabulary import EventKind
+
+#: the step id of the compensation of the write recorded as step ``<step_id>``
+COMPENSATION_PREFIX = "compensate:"
+
+
+def fork_points(steps: Iterable[Step]) -> list[str]:
+    """The step ids a fork may start from, of a run's ``steps`` in position order.
+
+    The workflow's own steps (a compensation step is not one), up to and including the
+    first write whose compensation ran: that write was undone, so a fork cannot reuse
+    its result and must make it again (and everything after it).
+    """
+    steps = list(steps)
+    undone = {
+        s.step_id.removeprefix(COMPENSATION_PREFIX)
+        for s in steps
+        if s.kind == StepKind.COMPENSATION and s.status == StepStatus.SUCCEEDED
+    }
+    points = []
+    for s in steps:
+        if s.kind == StepKind.COMPENSATION:
+            continue
+        points.append(s.step_id)
+        if s.step_id in undone:
+            break
+    return points
 
 
 def run_fork(
@@ -32,7 +68,8 @@ def run_fork(
     so nobody who asked for the source run can approve the fork's writes either.
 
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
-    (``from_step`` is not a step of the run).
+    (``from_step`` is not one of :func:`fork_points`: not a step of the run, a
+    compensation step, or a step after a write that was compensated).
     """
     actor = actor_of(by)
     forker, principal = requesters.resolve(by)
@@ -40,17 +77,22 @@ def run_fork(
     with transaction.atomic():
         source = lock_run(run_id)
         transitions.check("fork", source)
-        pivot = Step.objects.filter(run=source, step_id=from_step).first()
+        steps = list(Step.objects.filter(run=source).order_by("position"))
+        points = fork_points(steps)
+        pivot = next((s for s in steps if s.step_id == from_step), None)
         if pivot is None:
-            known = list(
-                Step.objects.filter(run=source)
-                .order_by("position")
-                .values_list("step_id", flat=True)[:20]
-            )
-            raise ValueError(
-                f"run {source.id} has no step {from_step!r}; its steps: "
-                f"{', '.join(known) or 'none'}"
-            )
+            known = ", ".join(s.step_id for s in steps[:20]) or "none"
+            raise ValueError(f"run {source.id} has no step {from_step!r}; its steps: {known}")
+        if from_step not in points:
+            listed = ", ".join(points[:20]) or "none"
+            if pivot.kind == StepKind.COMPENSATION:
+                why = f"{from_step!r} is a compensation step, not a step of the workflow"
+            else:
+                why = (
+                    f"the write of step {points[-1]!r} was compensated (undone), so a fork "
+                    f"cannot reuse it or anything after it"
+                )
+            raise ValueError(f"{why}; a fork of run {source.id} can start from: {listed}")
         kwargs: dict[str, Any] = {}
         if new_run_id:
             kwargs["id"] = new_run_id

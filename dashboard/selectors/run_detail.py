@@ -18,6 +18,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from durable import mailbox, registry
 from durable.exceptions import ToolNotFound
+from durable.forks import fork_points
 from durable.models import (
     Operation,
     OperationStatus,
@@ -239,10 +240,11 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
     start, total = _timeline_span(run, now)
     rows = _step_rows(run, head + tail, start, total, now)
     head_rows, tail_rows = rows[: len(head)], rows[len(head) :]
-    step_ids = (
-        list(Step.objects.filter(run=run).order_by("position").values_list("step_id", flat=True))
+    # where a fork may start (the fork form's choices): durable.forks.fork_points
+    step_ids = fork_points(
+        Step.objects.filter(run=run).order_by("position").only("step_id", "kind", "status")
         if hidden
-        else [s.step_id for s in shown]
+        else shown
     )
     waits = [
         WaitRow(

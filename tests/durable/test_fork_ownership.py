@@ -103,3 +103,32 @@ def test_a_fork_of_a_failed_fork_takes_the_write_over():
     durable.compensate(c.id)
     assert drive(c.id).status == RunStatus.COMPENSATED
     assert cw.PROVIDER["voids"] == []
+
+
+def test_a_compensated_write_cannot_be_reused_by_a_fork():
+    """A compensated run's writes were undone: a fork may start at the first undone
+    write (which it makes again) or before, never after it, and never at a
+    compensation step. The dashboard's fork form offers the same points."""
+    from durable.forks import fork_points
+    from durable.models import Step
+    from durable.services import run_fork
+
+    a = failed_at_email("ch_7")
+    durable.compensate(a.id)
+    a = drive(a.id)
+    assert a.status == RunStatus.COMPENSATED, a.error
+    steps = list(Step.objects.filter(run=a).order_by("position"))
+    assert [s.step_id for s in steps] == ["refund", "email", "compensate:refund"]
+    assert fork_points(steps) == ["refund"]
+
+    with pytest.raises(ValueError, match="'refund' was compensated .* can start from: refund"):
+        run_fork(run_id=a.id, from_step="email")
+    with pytest.raises(ValueError, match="is a compensation step"):
+        run_fork(run_id=a.id, from_step="compensate:refund")
+
+    cw.PROVIDER["smtp_550"] = False
+    b = drive(run_fork(run_id=a.id, from_step="refund").id)
+    assert b.status == RunStatus.SUCCEEDED, b.error
+    assert b.output_value()["refund"] != a.id  # a new refund, not the voided one
+    assert Operation.objects.filter(run_id=b.id, step_id="refund").exists()
+    assert len(cw.PROVIDER["refunds"]) == 2
