@@ -306,6 +306,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # django-axes announces its version at every start, manage.py commands included
+        "axes": {"level": "WARNING"},
         # "No hostname was supplied" for the filesystem:// broker, which has none
         "kombu.connection": {"level": "ERROR"},
     },

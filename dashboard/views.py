@@ -12,7 +12,7 @@ from typing import Any
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
@@ -56,7 +56,7 @@ ADVANCED_FILTERS = (
 )
 
 
-@require_GET
+@require_safe
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def runs(request: HtmxHttpRequest) -> HttpResponse:
@@ -136,7 +136,7 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
     return context
 
 
-@require_GET
+@require_safe
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
@@ -152,7 +152,7 @@ def _position(value: str | None, name: str) -> int | None:
         raise BadRequest(str(exc)) from None
 
 
-@require_GET
+@require_safe
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def run_steps(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
@@ -170,7 +170,7 @@ def run_steps(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return page_or_fragment(request, "dashboard/steps.html", "rows", context)
 
 
-@require_GET
+@require_safe
 @require_perm(VIEW_RUN)
 def run_payload(request: HtmxHttpRequest, run_id: str, kind: str, pk: str) -> HttpResponse:
     """The whole of one payload (what "show all" loads)."""
@@ -201,7 +201,7 @@ def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     return context
 
 
-@require_GET
+@require_safe
 @vary_on_headers("HX-Request")
 @require_perm(DECIDE_APPROVAL)
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
@@ -228,7 +228,7 @@ def attention_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     return context
 
 
-@require_GET
+@require_safe
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def attention(request: HtmxHttpRequest) -> HttpResponse:

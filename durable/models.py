@@ -511,6 +511,7 @@ class WorkerProcess(models.Model):
 
     class Meta:
         ordering = ["-beat_at"]
+        verbose_name_plural = "worker processes"
 
     def __str__(self) -> str:
         return f"worker process {self.id} (beat {self.beat_at:%H:%M:%S})"

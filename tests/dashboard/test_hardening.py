@@ -301,3 +301,12 @@ def test_the_asgi_application_refuses_a_large_body(settings):
     async_to_sync(application)(scope, receive, sent)
     assert sent.status == 413
     assert len(queue) == 1
+
+
+@pytest.mark.django_db
+def test_head_is_answered_like_get_and_favicon_ico_points_to_the_icon(client):
+    """Load balancers and uptime checks send HEAD; browsers ask for /favicon.ico."""
+    head = client.head("/")
+    assert head.status_code == 302 and "/accounts/login/" in head["Location"]
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 301 and icon["Location"].endswith("dashboard/favicon.svg")

@@ -40,7 +40,13 @@ class Command(BaseCommand):
             "SMTP sink for duplicates and losses. Exits 1 on any duplicate or loss "
             "(examples/chaos.py)."
         )
-        parser.add_argument("--runs", type=_positive_int, default=30, metavar="N")
+        parser.add_argument(
+            "--runs",
+            type=_positive_int,
+            default=30,
+            metavar="N",
+            help="how many runs of the reference agents to start (default 30)",
+        )
         parser.add_argument(
             "--kill-every",
             type=float,
@@ -69,7 +75,12 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="give up waiting for the runs after SECONDS (default 900)",
         )
-        parser.add_argument("--seed", type=int, default=None)
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=None,
+            help="seed of the kill schedule and the agents' inputs, to replay an audit",
+        )
         parser.add_argument(
             "--service-faults",
             type=float,
