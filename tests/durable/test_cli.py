@@ -541,9 +541,13 @@ def test_signal_cancel_and_compensate_from_the_command_line():
     assert drive(failed.id).status == RunStatus.COMPENSATED
     assert [e[0] for e in ww.EFFECTS].count("refund") == 2
 
-    out, _ = cli("fork", failed.id, "--from-step", "boom")
+    # its charges were refunded: a fork may not reuse them, only make them again
+    with pytest.raises(CommandError) as exc:
+        cli("fork", failed.id, "--from-step", "boom")
+    assert exc.value.returncode == 2 and "can start from: waits.charge" in str(exc.value)
+    out, _ = cli("fork", failed.id, "--from-step", "waits.charge")
     fork = Run.objects.get(forked_from_id=failed.id)
-    assert fork.id in out and Step.objects.filter(run=fork).count() == 2
+    assert fork.id in out and Step.objects.filter(run=fork).count() == 0
 
     with pytest.raises(CommandError) as exc:
         cli("resume", "no-such-run")
