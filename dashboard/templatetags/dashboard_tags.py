@@ -126,13 +126,19 @@ def since(value: Any) -> str:
     return f"{hours // 24} d"
 
 
+#: the longest run id a table shows whole
+SHORT_ID_MAX = 32
+
+
 @register.filter
 def short_id(value: Any) -> str:
-    """A run id for tables: a UUID's first 8 characters, other ids up to 20."""
+    """A run id for tables: a UUID's first 8 characters, other ids up to 32 (a chosen id
+    such as ``refund-ticket-4242-20261201`` is told apart by its middle, so it is kept
+    whole when it can be)."""
     text = str(value or "")
     if len(text) == 36 and text.count("-") == 4:
         return text[:8] + "…"
-    return text if len(text) <= 20 else text[:19] + "…"
+    return text if len(text) <= SHORT_ID_MAX else text[: SHORT_ID_MAX - 1] + "…"
 
 
 @register.simple_tag

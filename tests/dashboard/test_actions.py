@@ -29,6 +29,9 @@ def test_cancel_a_waiting_run_with_htmx(operator_client, operator):
     event = TraceEvent.objects.filter(run=run, kind="cancelled").get()
     assert event.actor == "otto" and "not needed <b>" in event.message
     assert "not needed &lt;b&gt;" in body
+    # an operator's decision, told as a note, not as a failure with a classification
+    assert '<div class="run-note" role="note">' in body and "run-error" not in body
+    assert "permanent" not in body.split('class="run-note"')[1].split("</div>")[0]
 
 
 def test_cancel_without_htmx_redirects_with_a_message(operator_client):
