@@ -54,6 +54,11 @@ class ToolAdminForm(forms.ModelForm):
                 "outcome; an unsafe_write waits for reconcile or an operator. Choose what "
                 "the tool really does: a wrong class can repeat a payment."
             )
+        if "approver_group" in self.fields:
+            self.fields["approver_group"].help_text = (
+                "Who may approve its calls. Empty: the group the code declares (see "
+                "“declared in code” below), or any approver if it declares none."
+            )
 
     def clean_retry_policy(self) -> dict[str, Any] | None:
         value = self.cleaned_data.get("retry_policy")
@@ -123,6 +128,10 @@ class ToolAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     list_select_related = ("approver_group",)
     readonly_fields = ("code_declaration", "updated_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # a tool is declared in code; its row appears when a process registers it
+        return False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields = tuple(super().get_readonly_fields(request, obj))

@@ -393,3 +393,20 @@ def test_post_migrate_of_the_durable_app_creates_tool_rows():
     )
     names = set(Tool.objects.values_list("name", flat=True))
     assert {t.name for t in registry.tools()} == names
+
+
+@pytest.mark.django_db
+def test_tools_are_not_added_in_the_admin_and_an_empty_group_says_it_means_the_codes(
+    admin_client,
+):
+    """A tool is declared in code (its row comes from the registry); an empty approver
+    group falls back to the code's, and the form says so."""
+    from durable.models import Tool
+    from durable.toolsync import sync_tools
+
+    sync_tools()
+    tool = Tool.objects.order_by("name").first()
+    assert tool is not None
+    assert admin_client.get("/admin/durable/tool/add/").status_code == 403
+    page = admin_client.get(f"/admin/durable/tool/{tool.pk}/change/").content.decode()
+    assert "Empty: the group the code declares" in page
