@@ -12,6 +12,7 @@ EXPECTED = sorted(
         "DurableError",
         "IdempotencyConflict",
         "IllegalTransition",
+        "InvalidDuration",
         "ModelRecoverable",
         "ModelRecoverableError",
         "NOT_FOUND",
