@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import durable
@@ -296,7 +296,9 @@ def _model_recoverable(text: str, details: Any, opaque: bool) -> None:
     run = drive(durable.start("values.raise").id)
     assert run.status == RunStatus.SUCCEEDED, run.error  # never a permanent failure
     out = run.output_value()
-    assert out["message"] == text
+    # the message is text for a model: a lone surrogate is escaped (as in stored errors),
+    # the same on the first try and on replay; the details round-trip exactly
+    assert out["message"] == text.encode("utf-8", "backslashreplace").decode("utf-8")
     step = Step.objects.get(run=run, step_id="boom")
     assert step.error["classification"] == "model_recoverable"
     if opaque:
@@ -308,6 +310,7 @@ def _model_recoverable(text: str, details: Any, opaque: bool) -> None:
 @pytestmark_db
 @DB
 @given(texts, values, st.booleans())
+@example(text="\ud800", details=None, opaque=False)  # CI found it once in ~1,500 runs
 def test_model_recoverable_details_round_trip_or_are_rendered(text, details, opaque):
     _model_recoverable(text, details, opaque)
 
