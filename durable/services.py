@@ -22,7 +22,7 @@ from .models import Operation, OperationStatus, Run, RunStatus, Wait, WaitKind, 
 from .reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
 from .service_base import actor_of, lock_run, record_event
 from .types import SignalResult
-from .vocabulary import Classification, EventKind
+from .vocabulary import CANCELLED_ERROR_TYPE, Classification, EventKind
 
 __all__ = [
     "GAVE_UP",
@@ -58,12 +58,12 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
             updated_at=now,
             wake_at=None,
             error={
-                "type": "Cancelled",
+                "type": CANCELLED_ERROR_TYPE,
                 "classification": Classification.PERMANENT.value,
                 "step_id": "",
                 "message": f"cancelled by {actor}" + (f": {reason}" if reason else ""),
             },
-            error_type="Cancelled",
+            error_type=CANCELLED_ERROR_TYPE,
         )
         run.save(update_fields=list(fields))
         from .waits import close_wait_txn

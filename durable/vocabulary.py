@@ -143,3 +143,8 @@ class WaitStatus(TextChoices):
     RESOLVED = "resolved", "Resolved"
     CANCELLED = "cancelled", "Cancelled"
     EXPIRED = "expired", "Expired"
+
+
+#: ``Run.error["type"]`` (and ``Run.error_type``) of a cancelled run: the error column holds
+#: the operator's reason, which the dashboard and the CLI show as a note, not as a failure
+CANCELLED_ERROR_TYPE = "Cancelled"

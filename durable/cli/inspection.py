@@ -26,6 +26,7 @@ from durable.cli.text import (
 )
 from durable.exceptions import RunNotFound
 from durable.models import Operation, Run, Step, StepAttempt, TraceEvent, Wait
+from durable.vocabulary import CANCELLED_ERROR_TYPE
 
 # --- workflows -----------------------------------------------------------------------
 
@@ -114,7 +115,8 @@ def do_runs(command: BaseCommand, options: dict[str, Any]) -> None:
             r.status,
             _when(r.created_at),
             r.steps_executed,
-            r.error_type or "-",
+            # a cancel is an operator's decision, shown by the status, not an error
+            r.error_type if r.error_type and r.error_type != CANCELLED_ERROR_TYPE else "-",
         ]
         for r in runs[:limit]
     ]
@@ -317,7 +319,9 @@ def _header(run: Run) -> str:
         )
     if run.wake_at:
         fields.append(("retry at", _when(run.wake_at)))
-    if run.error:
+    if run.error and run.error.get("type") == CANCELLED_ERROR_TYPE:
+        fields.append(("cancelled", _first_line(run.error.get("message"))))
+    elif run.error:
         error = run.error
         message = _first_line(error.get("message"))
         fields.append(("error", f"{error.get('type', '?')}: {message}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -529,6 +530,13 @@ def test_signal_cancel_and_compensate_from_the_command_line():
     out, _ = cli("cancel", other.id, "--reason", "not needed", "--by", "ops")
     assert f"run {other.id} is cancelled" in out
     assert Run.objects.get(pk=other.id).status == RunStatus.CANCELLED
+    # the reason is a note, not an error: no "Cancelled" in the list's error column
+    out, _ = cli("runs", "--status", "cancelled")
+    (row,) = [line for line in out.splitlines() if other.id in line]
+    assert "Cancelled" not in row and row.rstrip().endswith("-")
+    out, _ = cli("show", other.id)
+    assert re.search(r"^cancelled: +cancelled by ops: not needed$", out, re.M)
+    assert "error:" not in out and "classification:" not in out
     with pytest.raises(CommandError) as exc:
         cli("cancel", other.id)
     assert exc.value.returncode == 2 and "only pending, running" in str(exc.value)
