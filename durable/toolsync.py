@@ -7,7 +7,8 @@ connects it to ``post_migrate``, so ``manage.py migrate`` creates the rows
 
 Note that a row overrides the code for safety, approval, edit, timeout and retry
 (:func:`durable.registry.effective_tool`): once the row exists, changing those in the
-code changes nothing until the row is edited or deleted.
+code changes nothing until the row is edited or reset to the code's declaration (the admin's
+"Reset selected tools to their code declaration" action).
 """
 
 from __future__ import annotations

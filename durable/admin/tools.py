@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
@@ -22,6 +22,7 @@ from ..durations import check_duration
 from ..exceptions import InvalidDuration, ToolNotFound
 from ..models import Tool
 from ..retry import RetryPolicy
+from ..toolsync import tool_defaults
 from .base import json_html
 
 _POLICY_NUMBERS = ("initial_interval", "backoff_coefficient", "max_interval")
@@ -129,9 +130,52 @@ class ToolAdmin(admin.ModelAdmin):
     list_select_related = ("approver_group",)
     readonly_fields = ("code_declaration", "updated_at")
 
+    actions = ("reset_to_code",)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         # a tool is declared in code; its row appears when a process registers it
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # deleting a registered tool's row would silently drop the operator's settings
+        # (the code's declaration applies until the next migrate re-creates the row):
+        # that is "reset to code", an action of its own; a row whose tool no longer
+        # exists in code may be deleted
+        if obj is not None and self.registered(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # one at a time, on unregistered tools only
+        return actions
+
+    @admin.action(
+        description="Reset selected tools to their code declaration", permissions=["change"]
+    )
+    def reset_to_code(self, request: HttpRequest, queryset: Any) -> None:
+        reset, unknown = [], []
+        for tool in queryset:
+            try:
+                spec = registry.get_tool(tool.name)
+            except ToolNotFound:
+                unknown.append(tool.name)
+                continue
+            for field, value in tool_defaults(spec).items():
+                setattr(tool, field, value)
+            tool.approver_group = None
+            tool.save()
+            reset.append(tool.name)
+        if reset:
+            self.message_user(
+                request, f"Reset to the code's declaration: {', '.join(reset)}.", messages.SUCCESS
+            )
+        if unknown:
+            self.message_user(
+                request,
+                f"Not registered in code, left as they are: {', '.join(unknown)}.",
+                messages.WARNING,
+            )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields = tuple(super().get_readonly_fields(request, obj))

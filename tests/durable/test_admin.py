@@ -410,3 +410,33 @@ def test_tools_are_not_added_in_the_admin_and_an_empty_group_says_it_means_the_c
     assert admin_client.get("/admin/durable/tool/add/").status_code == 403
     page = admin_client.get(f"/admin/durable/tool/{tool.pk}/change/").content.decode()
     assert "Empty: the group the code declares" in page
+
+
+def test_a_registered_tool_is_reset_to_its_code_declaration_not_deleted(admin_client):
+    """Deleting a registered tool's row silently dropped the operator's settings; the
+    admin offers "reset to code" instead, and deletes only rows no code registers."""
+    toolsync.sync_tools()
+    tool = Tool.objects.get(name="cli_lookup")
+    declared = toolsync.tool_defaults(registry.get_tool("cli_lookup"))
+    tool.safety, tool.requires_approval, tool.timeout_seconds = "unsafe_write", True, 9.0
+    tool.approver_group = Group.objects.create(name="ops")
+    tool.save()
+    assert admin_client.get(_url(Tool, "delete", tool.pk)).status_code == 403
+    changelist = admin_client.get(_url(Tool, "changelist")).content.decode()
+    assert "delete_selected" not in changelist and "reset_to_code" in changelist
+
+    stale = Tool.objects.create(name="gone.from.code", safety="read_only")
+    response = admin_client.post(
+        _url(Tool, "changelist"),
+        {"action": "reset_to_code", "_selected_action": [str(tool.pk), str(stale.pk)]},
+        follow=True,
+    )
+    text = response.content.decode()
+    assert "Reset to the code&#x27;s declaration: cli_lookup." in text
+    assert "Not registered in code, left as they are: gone.from.code." in text
+    tool.refresh_from_db()
+    assert {f: getattr(tool, f) for f in declared} == declared
+    assert tool.approver_group is None
+
+    assert admin_client.post(_url(Tool, "delete", stale.pk), {"post": "yes"}).status_code == 302
+    assert not Tool.objects.filter(pk=stale.pk).exists()
