@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 #: (tests/approvals/test_transitions.py::test_cancel_committed_between_*).
 AUTHORIZATION_STALE_SECONDS = 0.0
 
+#: characters of a step id, its ``#n`` occurrence suffix included (``Step.step_id``)
+STEP_ID_MAX_LENGTH = 255
+
 
 @dataclass(frozen=True)
 class StepCall:
@@ -138,6 +141,12 @@ class ReplayCursor:
         self.occurrences[base] += 1
         n = self.occurrences[base]
         sid = base if n == 1 else f"{base}#{n}"
+        if len(sid) > STEP_ID_MAX_LENGTH:
+            # refused the same on every database (SQLite would store it, PostgreSQL not)
+            raise ValueError(
+                f"step id {sid[:40]!r}... is {len(sid)} characters; a step id (with its "
+                f"#n occurrence suffix) is at most {STEP_ID_MAX_LENGTH}"
+            )
         pos = self.position
         self.position += 1
         rec = self.by_position.get(pos)

@@ -14,14 +14,23 @@ from .exceptions import RunNotFound
 from .models import Run, TraceEvent
 from .vocabulary import EventKind
 
+#: characters of an actor's name (the ``actor`` / ``resolved_by`` / ``sent_by`` columns)
+ACTOR_MAX_LENGTH = 200
+
 
 def actor_of(by: Any) -> str:
-    """The name recorded for who acted: a user's username, a given name, or ``system``."""
+    """The name recorded for who acted: a user's username, a given name, or ``system``.
+
+    Raises ``ValueError`` naming the limit when a given name is longer than
+    :data:`ACTOR_MAX_LENGTH` characters (a database would refuse it, or, on SQLite,
+    store what PostgreSQL refuses); nothing has been written then.
+    """
     if by is None or by == "":
         return "system"
-    if hasattr(by, "get_username"):
-        return by.get_username()
-    return str(by)
+    name = by.get_username() if hasattr(by, "get_username") else str(by)
+    if len(name) > ACTOR_MAX_LENGTH:
+        raise ValueError(f"by: who acted is at most {ACTOR_MAX_LENGTH} characters, got {len(name)}")
+    return name
 
 
 def lock_run(run_id: str) -> Run:

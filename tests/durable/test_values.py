@@ -260,3 +260,36 @@ def test_no_stored_event_or_error_holds_an_enum_repr():
     kinds = [e.data["kind"] for e in TraceEvent.objects.filter(run=done, kind="step_executed")]
     assert kinds == ["step"]
     assert StepAttempt.objects.filter(run=failed).count() == 1
+
+
+# --- identifiers longer than their columns: refused the same on both databases ------------
+
+
+def test_a_step_id_longer_than_its_column_fails_the_run_with_a_clear_error():
+    ok = drive(durable.start("values.named_steps", {"sid": "s" * 253, "times": 9}).id)
+    assert ok.status == RunStatus.SUCCEEDED  # "s"*253 + "#9" is 255 characters
+    run = drive(durable.start("values.named_steps", {"sid": "s" * 253, "times": 10}).id)
+    assert run.status == RunStatus.FAILED
+    assert run.error["type"] == "ValueError"
+    assert (
+        "is 256 characters; a step id (with its #n occurrence suffix) is at most 255"
+        in (run.error["message"])
+    )
+    assert Step.objects.filter(run=run).count() == 9  # the nine before it are kept
+
+
+def test_an_actor_name_longer_than_its_column_is_refused_before_anything_is_written():
+    from tests import waits_workflows  # noqa: F401  (registers tests.signal)
+
+    run = drive(durable.start("tests.signal", {}).id)
+    events = TraceEvent.objects.filter(run=run).count()
+    for act in (
+        lambda: durable.cancel(run.id, by="x" * 201),
+        lambda: durable.signal(run.id, "go", {}, by="x" * 201),
+        lambda: durable.resume(run.id, by="x" * 201),
+    ):
+        with pytest.raises(ValueError, match="who acted is at most 200 characters, got 201"):
+            act()
+    assert Run.objects.get(pk=run.id).status == RunStatus.WAITING
+    assert TraceEvent.objects.filter(run=run).count() == events
+    assert durable.cancel(run.id, by="x" * 200).status == RunStatus.CANCELLED

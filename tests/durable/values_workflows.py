@@ -193,3 +193,9 @@ def raise_(ctx, data):
     if isinstance(value, durable.ModelRecoverable):
         return {"message": value.message, "type": value.error_type, "details": value.details}
     return value
+
+
+@durable.workflow(name="values.named_steps", version="1")
+def named_steps(ctx, data):
+    """``data["times"]`` steps named ``data["sid"]`` (ids ``sid``, ``sid#2``, ...)."""
+    return [ctx.step(data["sid"], body, "named") for _ in range(data.get("times", 1))]
