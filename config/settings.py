@@ -259,7 +259,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "durable.sweep",
         "schedule": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
         "options": {"expires": 30},
-    }
+    },
+    "durable-schedules": {
+        "task": "durable.tick_schedules",
+        "schedule": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
+        "options": {"expires": 30},
+    },
 }
 
 # --- Channels ------------------------------------------------------------------------
@@ -296,6 +301,9 @@ DURABLE = {
     "MAX_WORKER_LOST_ATTEMPTS": int(os.environ.get("DURABLE_MAX_WORKER_LOST_ATTEMPTS") or 3),
     "MAX_PAYLOAD_BYTES": int(os.environ.get("DURABLE_MAX_PAYLOAD_BYTES", 1_048_576)),
     "ENCRYPTION_KEY": os.environ.get("DURABLE_ENCRYPTION_KEY", ""),
+    "SCHEDULE_TICK_SECONDS": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
+    "SCHEDULE_MAX_CATCHUP": int(os.environ.get("DURABLE_SCHEDULE_MAX_CATCHUP") or 100),
+    "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
 }
 
 LOGGING = {

@@ -45,7 +45,7 @@ from .secrets import Secret
 from .types import NOT_FOUND, Decision, ModelRecoverable, SignalDelivery, SignalResult
 
 if TYPE_CHECKING:  # the models load with the app registry, after this package
-    from .models import Run
+    from .models import Run, Schedule
 
 __all__ = [
     "NOT_FOUND",
@@ -78,6 +78,7 @@ __all__ = [
     "get_run",
     "result",
     "resume",
+    "schedule",
     "signal",
     "start",
     "tool",
@@ -158,6 +159,30 @@ def fork(run_id: str, *, from_step: str, by: Any = None, reason: str = "") -> Ru
     from .services import run_fork
 
     return run_fork(run_id=run_id, from_step=from_step, by=by, reason=reason)
+
+
+def schedule(
+    name: str,
+    workflow_name: str,
+    input: Any = None,
+    *,
+    cron: str,
+    timezone: str = "UTC",
+    catchup: str = "one",
+    by: Any = None,
+) -> Schedule:
+    """Start ``workflow_name`` at every slot of ``cron`` in ``timezone``, once per slot
+    (see :func:`durable.schedules.schedule`); creates or updates the schedule ``name``.
+
+    ``catchup``: what a tick does with slots missed while no beat ran -- ``"one"`` (the
+    latest), ``"all"`` or ``"none"``. Pause, resume and run now:
+    :mod:`durable.schedules`, the dashboard's Schedules page, or the admin.
+    """
+    from .schedules import schedule as _schedule
+
+    return _schedule(
+        name, workflow_name, input, cron=cron, timezone=timezone, catchup=catchup, by=by
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -107,6 +107,12 @@ DEFAULTS: dict[str, Any] = {
     "MAX_TOKENS": None,
     # {model: [input, output]} in US dollars per million tokens, for the trace's cost
     "LLM_PRICES": {},
+    # schedules (durable/schedules.py): seconds between ticks (Celery beat), slots a
+    # catchup="all" schedule starts per tick, how late (seconds) a catchup="none" slot
+    # may still start
+    "SCHEDULE_TICK_SECONDS": 5.0,
+    "SCHEDULE_MAX_CATCHUP": 100,
+    "SCHEDULE_GRACE_SECONDS": 60.0,
 }
 
 

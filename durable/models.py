@@ -515,3 +515,6 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return f"worker process {self.id} (beat {self.beat_at:%H:%M:%S})"
+
+
+from .schedule_model import Schedule  # noqa: E402, F401  (a model of this app, kept apart)

@@ -44,6 +44,14 @@ def sweep() -> dict[str, int]:
     return run_sweep()
 
 
+@shared_task(name="durable.tick_schedules", ignore_result=True, max_retries=0)
+def tick_schedules() -> int:
+    """Start the due slots of every schedule (durable/schedules.py); the number started."""
+    from .schedules import tick
+
+    return len(tick())
+
+
 @worker_ready.connect
 def _sweep_at_worker_start(sender=None, **kwargs) -> None:  # pragma: no cover - celery hook
     sweep.delay()

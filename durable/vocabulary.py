@@ -148,3 +148,11 @@ class WaitStatus(TextChoices):
 #: ``Run.error["type"]`` (and ``Run.error_type``) of a cancelled run: the error column holds
 #: the operator's reason, which the dashboard and the CLI show as a note, not as a failure
 CANCELLED_ERROR_TYPE = "Cancelled"
+
+
+class Catchup(TextChoices):
+    """What a schedule does with slots missed while no beat ran (durable/schedules.py)."""
+
+    ONE = "one", "Start the latest missed slot"
+    ALL = "all", "Start every missed slot"
+    NONE = "none", "Start none of them"
