@@ -209,3 +209,18 @@ def test_run_now_starts_a_run_outside_the_slots_even_when_paused():
         schedules.run_now("nope")
     with pytest.raises(ScheduleNotFound):
         schedules.pause("nope")
+
+
+def test_a_beat_whose_clock_runs_ahead_does_not_start_a_slot_early(monkeypatch):
+    """On PostgreSQL a tick reads the time from the database, not from its machine."""
+    from django.db import connection
+    from django.utils import timezone
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite is a file on the beat's own machine: one clock")
+    row = declare(cron="* * * * *")
+    due = row.next_slot_at
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(minutes=5))
+    assert due > real_now()  # not due by the database's clock, due by this process's
+    assert tick() == [] and runs() == []
