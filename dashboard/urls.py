@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
-from . import actions, views
+from . import actions, schedules, views
 from .parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
 app_name = "dashboard"
@@ -36,4 +36,10 @@ urlpatterns = [
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<id:request_id>/decide/", actions.approval_decide_view, name="decide"),
     path("attention/", views.attention, name="attention"),
+    path("schedules/", schedules.schedules, name="schedules"),
+    path(
+        "schedules/<run_id:name>/<slug:action>/",
+        schedules.schedule_action,
+        name="schedule_action",
+    ),
 ]

@@ -50,6 +50,7 @@ from .vocabulary import Catchup
 
 __all__ = [
     "ScheduleNotFound",
+    "db_now",
     "next_slot",
     "pause",
     "resume",
@@ -108,7 +109,7 @@ def slot_run_id(name: str, slot: datetime) -> str:
     return f"schedule.{name}.{slot.astimezone(UTC):%Y%m%dT%H%MZ}"
 
 
-def _db_now() -> datetime:
+def db_now() -> datetime:
     """Now, by the database's clock (one clock for every beat process)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -155,7 +156,7 @@ def schedule(
     input_text = codec.dumps_checked(input, what="schedule input")
     actor = actor_of(by)
     with transaction.atomic():
-        now = _db_now()
+        now = db_now()
         first = next_slot(cron, timezone, now)  # validates cron and zone
         row = Schedule.objects.select_for_update().filter(name=name).first()
         fields: dict[str, Any] = {
@@ -202,7 +203,7 @@ def resume(name: str, *, by: Any = None) -> Schedule:
         row = _get(name)
         if row.paused:
             row.paused = False
-            row.next_slot_at = next_slot(row.cron, row.timezone, _db_now())
+            row.next_slot_at = next_slot(row.cron, row.timezone, db_now())
         row.updated_by = actor
         row.save(update_fields=["paused", "next_slot_at", "updated_by", "updated_at"])
     return row
@@ -308,7 +309,7 @@ def tick(*, now: datetime | None = None) -> list[str]:
     ``now`` (aware) is for tests; by default the database's clock. Safe to call from
     several processes at once (see the module docstring).
     """
-    now = now or _db_now()
+    now = now or db_now()
     due = list(
         Schedule.objects.filter(paused=False, next_slot_at__lte=now)
         .order_by("next_slot_at")

@@ -1,11 +1,11 @@
 """Django admin for Durable.
 
-Tools are editable (their operational settings override the code's declaration). Runs,
-steps, attempts, operations, waits, signals and trace events are read-only: the history
-is append-only, and every change goes through :mod:`durable.services`
-(docs/conventions.md#models). Payloads are shown through
-:func:`durable.codec.decode_for_display`, escaped and never decrypted: a redacted value
-reads ``[REDACTED]``.
+Tools are editable (their operational settings override the code's declaration), and
+schedules (saved through :func:`durable.schedules.schedule`). Runs, steps, attempts,
+operations, waits, signals and trace events are read-only: the history is append-only,
+and every change goes through :mod:`durable.services` (docs/conventions.md#models).
+Payloads are shown through :func:`durable.codec.decode_for_display`, escaped and never
+decrypted: a redacted value reads ``[REDACTED]``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .base import (
 from .history import SignalAdmin, TraceEventAdmin, WaitAdmin, WorkerProcessAdmin
 from .operations import OperationAdmin
 from .runs import INLINE_STEPS, RunAdmin, StepAdmin, StepAttemptAdmin, StepInline
+from .schedules import ScheduleAdmin, ScheduleAdminForm
 from .tools import ToolAdmin, ToolAdminForm
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "ReadOnlyAdmin",
     "ReadOnlyInline",
     "RunAdmin",
+    "ScheduleAdmin",
+    "ScheduleAdminForm",
     "SignalAdmin",
     "StepAdmin",
     "StepAttemptAdmin",

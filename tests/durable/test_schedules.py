@@ -50,6 +50,8 @@ def runs() -> list[str]:
         ({"cron": "0 0 30 2 *"}, "cron '0 0 30 2 *' is not valid: Bad day-of-month"),
         ({"timezone": "Mars/Olympus"}, "timezone 'Mars/Olympus' is not a known IANA zone"),
         ({"catchup": "some"}, "catchup must be one of one, all, none, got 'some'"),
+        ({"cron": "0 12 * * *\x00"}, "is not valid"),
+        ({"timezone": "UTC\x00"}, "is not a known IANA zone name"),
     ],
 )
 def test_a_bad_declaration_is_refused_naming_the_argument(kwargs, error):

@@ -1,0 +1,136 @@
+"""The admin of schedules: declare, edit, pause, resume and run now.
+
+Saving goes through :func:`durable.schedules.schedule` (the same checks as the code:
+the cron expression, the zone, the workflow, the input), so the admin cannot store a
+schedule that a tick could not start. The slot fields are the tick's, read-only here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from .. import codec, registry
+from .. import schedules as service
+from ..exceptions import DurableError
+from ..models import Schedule
+
+
+class ScheduleAdminForm(forms.ModelForm):
+    input_json = forms.CharField(
+        label="Input",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text='The runs\' input as JSON, e.g. {"team": "ops"}; empty: null.',
+    )
+    workflow_name = forms.ChoiceField(choices=())
+
+    class Meta:
+        model = Schedule
+        fields = ("name", "workflow_name", "cron", "timezone", "catchup", "paused")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = sorted({spec.name for spec in registry.workflows()})
+        current = self.instance.workflow_name if self.instance.pk else ""
+        if current and current not in names:
+            names.append(current)
+        field = self.fields["workflow_name"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(n, n) for n in names]
+        if self.instance.pk:
+            self.fields["input_json"].initial = json.dumps(
+                codec.decode_for_display(self.instance.input), indent=2
+            )
+
+    def clean_input_json(self) -> Any:
+        text = self.cleaned_data.get("input_json") or ""
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        cron, tz = data.get("cron"), data.get("timezone")
+        if cron and tz:
+            try:
+                service.next_slot(cron, tz, service.db_now())
+            except ValueError as exc:
+                field = "timezone" if str(exc).startswith("timezone") else "cron"
+                self.add_error(field, str(exc))
+        return data
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleAdminForm
+    list_display = (
+        "name",
+        "workflow_name",
+        "cron",
+        "timezone",
+        "catchup",
+        "paused",
+        "next_slot_at",
+        "last_run_id",
+        "skipped_slots",
+    )
+    list_filter = ("paused", "catchup")
+    search_fields = ("name", "workflow_name")
+    readonly_fields = ("next_slot_at", "last_slot_at", "last_run_id", "skipped_slots", "updated_by")
+    actions = ("pause", "resume", "run_now")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        return ("name", *fields) if obj is not None else fields  # part of its run ids
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        try:
+            row = service.schedule(
+                obj.name,
+                data["workflow_name"],
+                data.get("input_json"),
+                cron=data["cron"],
+                timezone=data["timezone"],
+                catchup=data["catchup"],
+                by=request.user,
+            )
+        except (DurableError, ValueError) as exc:  # checked by the form; a race otherwise
+            self.message_user(request, f"Not saved: {exc}", messages.ERROR)
+            return
+        if row.paused != bool(data.get("paused")):
+            row = (service.pause if data.get("paused") else service.resume)(
+                row.name, by=request.user
+            )
+        obj.pk = row.pk
+
+    def _each(self, request: HttpRequest, queryset: Any, act: Any, done: str) -> None:
+        names = []
+        for row in queryset:
+            try:
+                act(row.name, by=request.user)
+                names.append(row.name)
+            except (DurableError, ValueError) as exc:
+                self.message_user(request, f"{row.name}: {exc}", messages.ERROR)
+        if names:
+            self.message_user(request, f"{done}: {', '.join(names)}.", messages.SUCCESS)
+
+    @admin.action(description="Pause selected schedules", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: Any) -> None:
+        self._each(request, queryset, service.pause, "Paused")
+
+    @admin.action(description="Resume selected schedules", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: Any) -> None:
+        self._each(request, queryset, service.resume, "Resumed")
+
+    @admin.action(description="Run selected schedules now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: Any) -> None:
+        self._each(request, queryset, service.run_now, "Started a run of")
