@@ -36,6 +36,7 @@ EXPECTED = sorted(
         "get_run",
         "result",
         "resume",
+        "schedule",
         "signal",
         "start",
         "tool",
