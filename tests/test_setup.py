@@ -122,6 +122,11 @@ def test_durable_demo_starts_one_run_per_day_and_ensures_admin():
     run_ids = re.findall(r"Demo run (\S+) ", out.getvalue())
     assert len(run_ids) == 2 and run_ids[0] == run_ids[1]
     assert drive(run_ids[0]).output_value()["message"] == "Hello, World!"
+    # and one demo schedule for the Schedules page, declared once
+    from durable.models import Schedule
+
+    (schedule,) = Schedule.objects.all()
+    assert schedule.name == "demo-hello-hourly" and schedule.cron == "0 * * * *"
 
     out = StringIO()
     call_command("durable_demo", "--ensure-admin", stdout=out)

@@ -4,7 +4,8 @@
   print where to log in. Meant for the embedded default on a developer's machine only.
 - default: start one ``examples.hello`` run and print its id. The run id is stable per day
   (``demo-hello-YYYYMMDD``), so running it again the same day finds the same run instead
-  of piling up new ones; ``--run-id`` picks another id and ``--new`` a random one.
+  of piling up new ones; ``--run-id`` picks another id and ``--new`` a random one. It
+  also declares the schedule ``demo-hello-hourly`` (the same workflow every hour).
 - ``--wait SECONDS``: wait for the run to finish and print its output.
 - ``--seed``: the live demo of ``make up`` (``examples/demo.py``): once the example
   services answer, start the reference-agent runs that show a pending approval, runs in
@@ -28,6 +29,7 @@ from django.utils import timezone
 from examples import demo
 
 DEMO_WORKFLOW = "examples.hello"
+DEMO_SCHEDULE = "demo-hello-hourly"
 DEMO_INPUT = {"name": "world", "language": "en"}
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "admin"
@@ -146,6 +148,14 @@ class Command(BaseCommand):
         run.refresh_from_db()
         self.stdout.write(
             f"Demo run {run.id} ({run.workflow_name} version {run.workflow_version}): {run.status}"
+        )
+        # the Schedules page's example: declaring it again keeps its next slot
+        schedule = durable.schedule(
+            DEMO_SCHEDULE, DEMO_WORKFLOW, DEMO_INPUT, cron="0 * * * *", timezone="Europe/Berlin"
+        )
+        self.stdout.write(
+            f"Demo schedule {schedule.name}: {DEMO_WORKFLOW} every hour, next "
+            f"{schedule.next_slot_at:%H:%M} UTC"
         )
         if options["wait"] is None:
             return
