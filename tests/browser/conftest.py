@@ -72,6 +72,7 @@ WORKFLOW_MODULES = [
     "tests.waits_workflows",
     "tests.dashboard.dash_workflows",
     "tests.browser.tour_workflows",
+    "tests.schedule_workflows",
 ]
 VIEWPORT = {"width": 1280, "height": 800}
 #: how long a locator action or an ``expect`` waits (ms): a live update arrives within a
