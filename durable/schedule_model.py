@@ -36,7 +36,7 @@ class Schedule(models.Model):
     catchup = models.CharField(
         max_length=8,
         choices=Catchup.choices,
-        default=Catchup.ONE,
+        default=Catchup.LATEST,
         help_text="slots missed while no beat ran: start the latest one, all, or none",
     )
     paused = models.BooleanField(default=False)

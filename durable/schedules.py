@@ -129,7 +129,7 @@ def schedule(
     *,
     cron: str,
     timezone: str = "UTC",
-    catchup: str = Catchup.ONE,
+    catchup: str = Catchup.LATEST,
     by: Any = None,
 ) -> Schedule:
     """Create or update the schedule ``name``: start ``workflow_name`` with ``input`` at
@@ -253,7 +253,7 @@ def _due_slots(row: Schedule, now: datetime) -> tuple[list[datetime], int]:
         slot = next_slot(row.cron, row.timezone, slot)
     if row.catchup == Catchup.ALL:
         return due, 0
-    if row.catchup == Catchup.ONE:
+    if row.catchup == Catchup.LATEST:
         return due[-1:], max(len(due) - 1, 0)
     grace = timedelta(seconds=float(conf.get("SCHEDULE_GRACE_SECONDS")))
     kept = [s for s in due if now - s <= grace]

@@ -153,6 +153,6 @@ CANCELLED_ERROR_TYPE = "Cancelled"
 class Catchup(TextChoices):
     """What a schedule does with slots missed while no beat ran (durable/schedules.py)."""
 
-    ONE = "one", "Start the latest missed slot"
+    LATEST = "one", "Start the latest missed slot"
     ALL = "all", "Start every missed slot"
     NONE = "none", "Start none of them"
