@@ -242,8 +242,8 @@ def _batch(runs: int, steps: int, timeout: float) -> dict[str, Any]:
 
 
 def throughput_plan(quick: bool) -> list[tuple[int, int]]:
-    """``[(workers, runs), ...]`` from ``$BENCH_THROUGHPUT_PLAN`` (``"1:500,2:300,4:300"``)."""
-    default = "1:16,2:16,4:16" if quick else "1:500,2:300,4:300"
+    """``[(workers, runs), ...]`` from ``$BENCH_THROUGHPUT_PLAN`` (``"1:500,2:200,4:200"``)."""
+    default = "1:16,2:16,4:16" if quick else "1:500,2:200,4:200"
     text = os.environ.get("BENCH_THROUGHPUT_PLAN") or default
     return [(int(a), int(b)) for a, b in (x.split(":") for x in text.split(",") if x)]
 

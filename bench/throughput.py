@@ -5,7 +5,7 @@ worker processes on the same PostgreSQL server in the same invocation, so that s
 measured, not assumed: Durable with Celery workers (``--pool=solo``, Redis, one run at a
 time per process; ``bench.procs throughput``), DBOS Transact with executors that dequeue
 one workflow at a time from one ``Queue`` (``bench.dbos_queue``). The sizes are chosen so
-that the part takes about 6 minutes on a loaded 2-core machine (see ``PLANS``).
+that the part takes about 5 minutes on a loaded 2-core machine (see ``PLANS``).
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from .common import (
 from .numbers import fmt
 
 #: (workers, runs) per system. Durable's 1-worker batch is 500 runs because the worker's
-#: RSS after it (>= 10k steps) is the memory figure; fewer runs for more workers, whose
-#: batches finish sooner
+#: RSS after it (>= 10k steps) is the memory figure; 200 runs (4,000 steps) otherwise: at
+#: 70-270 steps/s that is 15-60 s a batch, enough to average over the start and the tail
+#: and to keep the whole bench near 25 minutes (the first full run, with 300, took 7.4 min
+#: for this part at load 8)
 PLANS = {
-    "durable": [(1, 500), (2, 300), (4, 300)],
-    "dbos": [(1, 300), (2, 300), (4, 300)],
+    "durable": [(1, 500), (2, 200), (4, 200)],
+    "dbos": [(1, 200), (2, 200), (4, 200)],
 }
 QUICK_PLANS = {
     "durable": [(1, 16), (2, 16), (4, 16)],
