@@ -31,10 +31,12 @@ from .common import (
     run_procs,
     settled_xact_commit,
     summary,
+    versions,
     xact_commit,
 )
 from .numbers import MARGINAL_SCENARIOS
 from .report import render
+from .scenarios import scenarios as checkpoint_scenarios
 from .throughput import part_throughput
 
 PARTS = (
@@ -51,74 +53,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # --------------------------------------------------------------------------- checkpoint
-
-
-def _scenarios(cfg: Config) -> list[dict[str, Any]]:
-    if cfg.quick:
-        seq, single, tool, chain = (1, 50), (10, 1), (1, 20), (1, 50)
-    else:
-        seq, single, tool, chain = (20, 200), (200, 1), (5, 200), (5, 200)
-    scen = [
-        {
-            "key": "seq",
-            "label": f"{seq[0]} runs x {seq[1]} steps",
-            "runs": seq[0],
-            "steps": seq[1],
-            "workflow": "noop",
-        },
-        {
-            "key": "single",
-            "label": f"{single[0]} runs x 1 step",
-            "runs": single[0],
-            "steps": 1,
-            "workflow": "noop",
-        },
-        {
-            "key": "read_tool",
-            "label": f"read-only tool, {tool[0]} x {tool[1]}",
-            "runs": tool[0],
-            "steps": tool[1],
-            "workflow": "read_tool",
-            "only": ["durable"],
-        },
-        {
-            "key": "write_tool",
-            "label": f"unsafe_write tool, {tool[0]} x {tool[1]}",
-            "runs": tool[0],
-            "steps": tool[1],
-            "workflow": "write_tool",
-            "only": ["durable"],
-        },
-    ]
-    # issue 13: the same chain of no-op steps, sync and batched (needs durable's
-    # ``durability=`` keyword; a server without it skips these and says why)
-    for mode in ("sync", "batched"):
-        scen.append(
-            {
-                "key": f"chain_{mode}",
-                "label": f'`ctx.step(..., durability="{mode}")` no-op, {chain[0]} x {chain[1]}',
-                "runs": chain[0],
-                "steps": chain[1],
-                "workflow": "chain",
-                "durability": mode,
-                "only": ["durable"],
-                "needs_batched": True,
-            }
-        )
-    if not cfg.quick:
-        scen.append(
-            {
-                "key": "read_tool_paced",
-                "label": "read-only tool, 0.12 s of workflow code between calls, 2 x 10",
-                "runs": 2,
-                "steps": 10,
-                "workflow": "read_tool",
-                "sleep": 0.12,
-                "only": ["durable"],
-                "reps": 1,
-            }
-        )
-    return scen
 
 
 def _sizes(cfg: Config, system: str) -> int:
@@ -161,7 +95,7 @@ def _counted(cfg: Config, server: Server, system: str, before: bool) -> dict[str
 
 
 def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
-    scenarios = _scenarios(cfg)
+    scenarios = checkpoint_scenarios(cfg)
     skipped: dict[str, str] = {}
     servers: dict[tuple[str, str], Server] = {}
     pg_problem = pg_available(cfg) if "postgresql" in cfg.dbs else None
@@ -563,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed_runs": cfg.seed_runs,
             "seed_steps": cfg.seed_steps,
         },
-        "versions": _versions(cfg),
+        "versions": versions(cfg),
     }
     funcs = {
         "checkpoint": part_checkpoint,
@@ -621,33 +555,3 @@ def _with_notes(text: str, stem: Path) -> str:
     if notes.exists():
         text = text.rstrip() + "\n\n" + notes.read_text().strip() + "\n"
     return text
-
-
-def _versions(cfg: Config) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in (
-        "django",
-        "celery",
-        "kombu",
-        "psycopg",
-        "dbos",
-        "langgraph",
-        "langgraph-checkpoint-postgres",
-        "langgraph-checkpoint-sqlite",
-        "redis",
-    ):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "not installed"
-    try:
-        with pg_admin(cfg) as conn:
-            out["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
-    except Exception:  # noqa: BLE001, S110 - the version is informative only
-        pass
-    import sqlite3
-
-    out["sqlite"] = sqlite3.sqlite_version
-    return out

@@ -277,6 +277,37 @@ def log(msg: str) -> None:
     sys.stderr.flush()
 
 
+def versions(cfg: Config) -> dict[str, str]:
+    """Versions of the peers, the drivers and the servers, for the results' header."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in (
+        "django",
+        "celery",
+        "kombu",
+        "psycopg",
+        "dbos",
+        "langgraph",
+        "langgraph-checkpoint-postgres",
+        "langgraph-checkpoint-sqlite",
+        "redis",
+    ):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    try:
+        with pg_admin(cfg) as conn:
+            out["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+    except Exception:  # noqa: BLE001, S110 - the version is informative only
+        pass
+    import sqlite3
+
+    out["sqlite"] = sqlite3.sqlite_version
+    return out
+
+
 def setup_django() -> None:
     """Configure Django in this (child) process from its environment."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
