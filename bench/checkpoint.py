@@ -131,6 +131,10 @@ class Durable:
         from durable import registry
 
         registry.get_workflow("bench.noop")  # the bench workflows are registered
+        from .workflows import batched_reason
+
+        #: why ``durability="batched"`` cannot be measured here (None: it can)
+        self.batched_reason = batched_reason()
         self.tx = {"read": 0, "write": 0}
         self._install_counter()
 
@@ -182,7 +186,13 @@ class Durable:
         return dict(self.tx)
 
     def rep(
-        self, runs: int, steps: int, workflow: str = "noop", sleep: float = 0, **_: Any
+        self,
+        runs: int,
+        steps: int,
+        workflow: str = "noop",
+        sleep: float = 0,
+        durability: str = "",
+        **_: Any,
     ) -> None:
         import durable
         from durable.engine import execute
@@ -190,6 +200,8 @@ class Durable:
         inp: dict[str, Any] = {"steps": steps}
         if sleep:
             inp["sleep"] = sleep
+        if durability:
+            inp["durability"] = durability
         for _ in range(runs):
             run = durable.start(f"bench.{workflow}", inp)
             status = execute(run.id, worker_id="bench")
@@ -384,7 +396,11 @@ def main() -> None:
     t0 = time.perf_counter()
     impl = IMPLS[args.system](args.db, args.url)
     impl.rep(2, 3)  # warm up: imports, prepared statements, connection
-    emit({"ready": True, "setup_seconds": time.perf_counter() - t0, "pid": os.getpid()})
+    hello: dict[str, Any] = {"ready": True, "setup_seconds": time.perf_counter() - t0}
+    hello["pid"] = os.getpid()
+    if hasattr(impl, "batched_reason"):
+        hello["batched_reason"] = impl.batched_reason
+    emit(hello)
 
     def rep(runs: int, steps: int, **kwargs: Any) -> dict[str, Any]:
         t = time.perf_counter()

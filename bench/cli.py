@@ -7,10 +7,8 @@ import datetime as dt
 import importlib.util
 import json
 import os
-import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +17,27 @@ from .common import (
     Config,
     Server,
     django_env,
+    log,
     machine_info,
     pg_admin,
     pg_available,
+    pg_redis_problem,
+    proc_env,
     recreate_pg_db,
     redis_available,
     relation_bytes,  # noqa: F401 - re-exported for tools
     remove_sqlite,
     run_child,
+    run_procs,
     settled_xact_commit,
     summary,
+    versions,
     xact_commit,
 )
+from .numbers import MARGINAL_SCENARIOS
 from .report import render
+from .scenarios import scenarios as checkpoint_scenarios
+from .throughput import part_throughput
 
 PARTS = (
     "checkpoint",
@@ -46,65 +52,7 @@ PARTS = (
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def log(msg: str) -> None:
-    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
-
-
 # --------------------------------------------------------------------------- checkpoint
-
-
-def _scenarios(cfg: Config) -> list[dict[str, Any]]:
-    if cfg.quick:
-        seq, single, tool = (1, 50), (10, 1), (1, 20)
-    else:
-        seq, single, tool = (20, 200), (200, 1), (5, 200)
-    scen = [
-        {
-            "key": "seq",
-            "label": f"{seq[0]} runs x {seq[1]} steps",
-            "runs": seq[0],
-            "steps": seq[1],
-            "workflow": "noop",
-        },
-        {
-            "key": "single",
-            "label": f"{single[0]} runs x 1 step",
-            "runs": single[0],
-            "steps": 1,
-            "workflow": "noop",
-        },
-        {
-            "key": "read_tool",
-            "label": f"read-only tool, {tool[0]} x {tool[1]}",
-            "runs": tool[0],
-            "steps": tool[1],
-            "workflow": "read_tool",
-            "only": ["durable"],
-        },
-        {
-            "key": "write_tool",
-            "label": f"unsafe_write tool, {tool[0]} x {tool[1]}",
-            "runs": tool[0],
-            "steps": tool[1],
-            "workflow": "write_tool",
-            "only": ["durable"],
-        },
-    ]
-    if not cfg.quick:
-        scen.append(
-            {
-                "key": "read_tool_paced",
-                "label": "read-only tool, 0.12 s of workflow code between calls, 2 x 10",
-                "runs": 2,
-                "steps": 10,
-                "workflow": "read_tool",
-                "sleep": 0.12,
-                "only": ["durable"],
-                "reps": 1,
-            }
-        )
-    return scen
 
 
 def _sizes(cfg: Config, system: str) -> int:
@@ -147,7 +95,7 @@ def _counted(cfg: Config, server: Server, system: str, before: bool) -> dict[str
 
 
 def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
-    scenarios = _scenarios(cfg)
+    scenarios = checkpoint_scenarios(cfg)
     skipped: dict[str, str] = {}
     servers: dict[tuple[str, str], Server] = {}
     pg_problem = pg_available(cfg) if "postgresql" in cfg.dbs else None
@@ -180,6 +128,11 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                 )
         for srv in servers.values():
             srv.wait_ready()
+        no_batched = {
+            key: srv.hello.get("batched_reason")
+            for key, srv in servers.items()
+            if srv.hello.get("batched_reason")
+        }
         timings: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         counts: dict[tuple[str, str, str], dict[str, Any]] = {}
         keys = list(servers)
@@ -193,6 +146,8 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                 for system, db in keys[shift:] + keys[:shift]:
                     if scen.get("only") and system not in scen["only"]:
                         continue
+                    if scen.get("needs_batched") and (system, db) in no_batched:
+                        continue
                     srv = servers[(system, db)]
                     count = measure and db == "postgresql"
                     pre = _counted(cfg, srv, system, True) if count else None
@@ -203,6 +158,7 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                         steps=scen["steps"],
                         workflow=scen["workflow"],
                         sleep=scen.get("sleep", 0),
+                        durability=scen.get("durability", ""),
                     )
                     tx_post = srv.ask("tx_counts") if count else {}
                     timings.setdefault((system, db, scen["key"]), []).append(result)
@@ -284,13 +240,20 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
                 for r in rows:
                     if (
                         (r["system"], r["db"]) == (system, db)
-                        and r["scenario"] in ("read_tool", "write_tool", "read_tool_paced")
+                        and r["scenario"] in MARGINAL_SCENARIOS
                         and ("commits_per_run" in r)
                     ):
                         sc = next(s for s in scenarios if s["key"] == r["scenario"])
                         r["commits_marginal"] = (r["commits_per_run"] - overhead) / sc["steps"]
+    batched: dict[str, Any] = {}
+    if any(system == "durable" for system, _ in servers):
+        reasons = [no_batched[k] for k in servers if k[0] == "durable" and k in no_batched]
+        batched = {"available": not reasons}
+        if reasons:
+            batched["reason"] = reasons[0]
     return {
         "scenarios": scenarios,
+        "batched": batched,
         "rows": rows,
         "skipped": skipped,
         "profile": profile,
@@ -299,26 +262,6 @@ def part_checkpoint(cfg: Config, log_dir: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ worker parts
-
-
-def _proc_env(cfg: Config, *, db: str, broker: str, **extra: str) -> dict[str, str]:
-    if db == "postgresql":
-        url = recreate_pg_db(cfg, "proc").replace("postgresql://", "postgres://", 1)
-    else:
-        path = cfg.sqlite_path("proc")
-        remove_sqlite(path)
-        url = f"sqlite:///{path}"
-    broker_url = cfg.redis_url if broker == "redis" else "filesystem://"
-    # a queue of its own: the broker (and its database number) may be shared with others
-    extra.setdefault("BENCH_QUEUE", f"bench.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    return django_env(cfg, database_url=url, broker_url=broker_url, dispatch="celery", **extra)
-
-
-def _procs(cfg: Config, part: str, env: dict[str, str], log_dir: Path) -> dict[str, Any]:
-    args = [part, "--log-dir", str(log_dir / f"workers-{part}")]
-    if cfg.quick:
-        args.append("--quick")
-    return run_child("bench.procs", args, env, timeout=3600, verbose=cfg.verbose)[-1]
 
 
 def part_dispatch(cfg: Config, log_dir: Path) -> dict[str, Any]:
@@ -335,31 +278,21 @@ def part_dispatch(cfg: Config, log_dir: Path) -> dict[str, Any]:
             out[key] = {"skipped": problem}
             continue
         log(f"dispatch: {key}")
-        out[key] = _procs(cfg, "dispatch", _proc_env(cfg, db=db, broker=broker), log_dir)
+        out[key] = run_procs(cfg, "dispatch", proc_env(cfg, db=db, broker=broker), log_dir)
     return out
 
 
-def _pg_redis_problem(cfg: Config) -> str | None:
-    return pg_available(cfg) or redis_available(cfg)
-
-
-def part_throughput(cfg: Config, log_dir: Path) -> dict[str, Any]:
-    if problem := _pg_redis_problem(cfg):
-        return {"skipped": problem}
-    return _procs(cfg, "throughput", _proc_env(cfg, db="postgresql", broker="redis"), log_dir)
-
-
 def part_recovery(cfg: Config, log_dir: Path) -> dict[str, Any]:
-    if problem := _pg_redis_problem(cfg):
+    if problem := pg_redis_problem(cfg):
         return {"skipped": problem}
-    env = _proc_env(
+    env = proc_env(
         cfg,
         db="postgresql",
         broker="redis",
         DURABLE_LEASE_SECONDS="2",
         DURABLE_SWEEP_INTERVAL_SECONDS="0.5",
     )
-    out = _procs(cfg, "recovery", env, log_dir)
+    out = run_procs(cfg, "recovery", env, log_dir)
     # the same with no setting changed: 30 s lease, sweeps every 5 s, liveness beats
     # every 2 s and a process presumed dead after 6 s of silence
     log("recovery: default settings")
@@ -368,7 +301,7 @@ def part_recovery(cfg: Config, log_dir: Path) -> dict[str, Any]:
         for k, v in os.environ.items()
         if k.startswith("DURABLE_") and k not in ("DURABLE_VAR_DIR",)
     }
-    env = _proc_env(cfg, db="postgresql", broker="redis")
+    env = proc_env(cfg, db="postgresql", broker="redis")
     for name in clean:
         env.pop(name, None)
     env.update(
@@ -379,14 +312,14 @@ def part_recovery(cfg: Config, log_dir: Path) -> dict[str, Any]:
             "BENCH_RECOVERY_KILLS": "3" if cfg.quick else "10",
         }
     )
-    out["default_settings"] = _procs(cfg, "recovery", env, log_dir)
+    out["default_settings"] = run_procs(cfg, "recovery", env, log_dir)
     return out
 
 
 def part_approval(cfg: Config, log_dir: Path) -> dict[str, Any]:
-    if problem := _pg_redis_problem(cfg):
+    if problem := pg_redis_problem(cfg):
         return {"skipped": problem}
-    return _procs(cfg, "approval", _proc_env(cfg, db="postgresql", broker="redis"), log_dir)
+    return run_procs(cfg, "approval", proc_env(cfg, db="postgresql", broker="redis"), log_dir)
 
 
 def part_dashboard(cfg: Config, log_dir: Path) -> dict[str, Any]:
@@ -564,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed_runs": cfg.seed_runs,
             "seed_steps": cfg.seed_steps,
         },
-        "versions": _versions(cfg),
+        "versions": versions(cfg),
     }
     funcs = {
         "checkpoint": part_checkpoint,
@@ -622,33 +555,3 @@ def _with_notes(text: str, stem: Path) -> str:
     if notes.exists():
         text = text.rstrip() + "\n\n" + notes.read_text().strip() + "\n"
     return text
-
-
-def _versions(cfg: Config) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in (
-        "django",
-        "celery",
-        "kombu",
-        "psycopg",
-        "dbos",
-        "langgraph",
-        "langgraph-checkpoint-postgres",
-        "langgraph-checkpoint-sqlite",
-        "redis",
-    ):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "not installed"
-    try:
-        with pg_admin(cfg) as conn:
-            out["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
-    except Exception:  # noqa: BLE001, S110 - the version is informative only
-        pass
-    import sqlite3
-
-    out["sqlite"] = sqlite3.sqlite_version
-    return out

@@ -241,6 +241,73 @@ def django_env(
     return env
 
 
+def proc_env(cfg: Config, *, db: str, broker: str, **extra: str) -> dict[str, str]:
+    """The environment of ``bench.procs`` and its Celery workers: a fresh ``<prefix>proc``
+    database (or SQLite file), ``broker`` ``"redis"`` or ``"filesystem"``, and a queue of
+    the bench's own (the broker and its database number may be shared with others)."""
+    import uuid
+
+    if db == "postgresql":
+        url = recreate_pg_db(cfg, "proc").replace("postgresql://", "postgres://", 1)
+    else:
+        path = cfg.sqlite_path("proc")
+        remove_sqlite(path)
+        url = f"sqlite:///{path}"
+    broker_url = cfg.redis_url if broker == "redis" else "filesystem://"
+    extra.setdefault("BENCH_QUEUE", f"bench.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    return django_env(cfg, database_url=url, broker_url=broker_url, dispatch="celery", **extra)
+
+
+def run_procs(cfg: Config, part: str, env: dict[str, str], log_dir: Path) -> dict[str, Any]:
+    """Run ``python -m bench.procs PART`` in ``env``; returns its report."""
+    args = [part, "--log-dir", str(log_dir / f"workers-{part}")]
+    if cfg.quick:
+        args.append("--quick")
+    return run_child("bench.procs", args, env, timeout=3600, verbose=cfg.verbose)[-1]
+
+
+def pg_redis_problem(cfg: Config) -> str | None:
+    """None when both PostgreSQL and Redis answer, else the reason."""
+    return pg_available(cfg) or redis_available(cfg)
+
+
+def log(msg: str) -> None:
+    """A progress line of the orchestrator, on stderr."""
+    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+def versions(cfg: Config) -> dict[str, str]:
+    """Versions of the peers, the drivers and the servers, for the results' header."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in (
+        "django",
+        "celery",
+        "kombu",
+        "psycopg",
+        "dbos",
+        "langgraph",
+        "langgraph-checkpoint-postgres",
+        "langgraph-checkpoint-sqlite",
+        "redis",
+    ):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    try:
+        with pg_admin(cfg) as conn:
+            out["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+    except Exception:  # noqa: BLE001, S110 - the version is informative only
+        pass
+    import sqlite3
+
+    out["sqlite"] = sqlite3.sqlite_version
+    return out
+
+
 def setup_django() -> None:
     """Configure Django in this (child) process from its environment."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")

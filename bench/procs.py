@@ -6,8 +6,9 @@ and the broker (``DATABASE_URL``, ``CELERY_BROKER_URL``, ``DURABLE_VAR_DIR``), s
 with the same environment, and reports JSON. Parts:
 
 - ``dispatch``: one-step runs, ``durable.start`` -> SUCCEEDED, one at a time.
-- ``throughput``: many 20-step runs dispatched at once, 1 and 2 workers; the worker's RSS
-  after the 1-worker batch (>= 10k steps in the full run) is the memory figure.
+- ``throughput``: many 20-step runs dispatched at once, 1, 2 and 4 workers
+  (``$BENCH_THROUGHPUT_PLAN``); the worker's RSS after the 1-worker batch (>= 10k steps in
+  the full run) is the memory figure.
 - ``recovery``: SIGKILL the worker holding a run's lease mid-step; time until the next
   step starts on the other worker (sweeps every DURABLE_SWEEP_INTERVAL_SECONDS from this
   process, as Celery beat would).
@@ -240,11 +241,17 @@ def _batch(runs: int, steps: int, timeout: float) -> dict[str, Any]:
     }
 
 
+def throughput_plan(quick: bool) -> list[tuple[int, int]]:
+    """``[(workers, runs), ...]`` from ``$BENCH_THROUGHPUT_PLAN`` (``"1:500,2:200,4:200"``)."""
+    default = "1:16,2:16,4:16" if quick else "1:500,2:200,4:200"
+    text = os.environ.get("BENCH_THROUGHPUT_PLAN") or default
+    return [(int(a), int(b)) for a, b in (x.split(":") for x in text.split(",") if x)]
+
+
 def throughput(quick: bool, log_dir: Path) -> dict[str, Any]:
-    runs = 25 if quick else 500
     steps = 20
     out: dict[str, Any] = {"steps_per_run": steps}
-    for count in (1, 2):
+    for count, runs in throughput_plan(quick):
         purge_broker()
         workers = [Worker(log_dir, f"t{count}_") for _ in range(count)]
         try:

@@ -5,62 +5,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .numbers import MARGINAL_SCENARIOS, fmt, marginal_client_tx, mmm
+from .numbers import find_row as _row
+from .numbers import median_of as _median
+from .numbers import ok as _ok
+from .targets import targets_section
+from .throughput import throughput_section
+
 SYSTEM_NAMES = {
     "floor": "Floor (INSERT + COMMIT)",
     "durable": "Durable",
     "dbos": "DBOS Transact",
     "langgraph": "LangGraph (Postgres/SqliteSaver, sync)",
 }
-
-#: the targets of issue 6
-TARGETS = {
-    "step_ms": 0.5,
-    "floor_ratio": 2.0,
-    "dbos_ratio": 7.0,
-    "langgraph_ratio": 4.0,
-    "read_commits": 1.0,
-    "write_commits": 2.0,
-    "dispatch_p50_ms": 15.0,
-    "recovery_p50_s": 3.0,
-    "recovery_default_p50_s": 10.0,
-    "approval_p50_ms": 100.0,
-    "dashboard_p95_ms": 100.0,
-    "rss_mb": 150.0,
-}
-
-
-def _ok(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not math.isnan(x)
-
-
-def fmt(x: Any, digits: int = 3) -> str:
-    if not _ok(x):
-        return "–"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{max(digits - 1, 1)}f}"
-
-
-def mmm(s: dict[str, Any] | None) -> str:
-    """``median (min–max)``."""
-    if not s or not _ok(s.get("median")):
-        return "–"
-    if s.get("n", 0) <= 1:
-        return fmt(s["median"])
-    return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
-
-
-def _row(rows: list[dict[str, Any]], system: str, db: str, scenario: str) -> dict[str, Any]:
-    return next(
-        (r for r in rows if (r["system"], r["db"], r["scenario"]) == (system, db, scenario)), {}
-    )
-
-
-def _median(r: dict[str, Any], key: str = "per_step_ms") -> float:
-    return (r.get(key) or {}).get("median", math.nan)
-
 
 # -------------------------------------------------------------------------- sections
 
@@ -110,8 +67,7 @@ def checkpoint_section(cp: dict[str, Any]) -> list[str]:
     tool_rows = [
         r
         for r in rows
-        if r["system"] == "durable"
-        and r["scenario"] in ("seq", "read_tool", "write_tool", "read_tool_paced")
+        if r["system"] == "durable" and r["scenario"] in ("seq", *MARGINAL_SCENARIOS)
     ]
     if tool_rows:
         out += [
@@ -128,7 +84,7 @@ def checkpoint_section(cp: dict[str, Any]) -> list[str]:
             ),
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        order = {"seq": 0, "read_tool": 1, "write_tool": 2, "read_tool_paced": 3}
+        order = {k: i for i, k in enumerate(("seq", *MARGINAL_SCENARIOS))}
         marg = marginal_client_tx(cp)
         for r in sorted(tool_rows, key=lambda r: (r["db"] != "postgresql", order[r["scenario"]])):
             label = "`ctx.step` no-op" if r["scenario"] == "seq" else r["label"]
@@ -154,30 +110,11 @@ def checkpoint_section(cp: dict[str, Any]) -> list[str]:
                     "write no WAL and wait for no flush."
                 ),
             ]
+    batched = cp.get("batched") or {}
+    if batched.get("available") is False:
+        out += ["", f'`durability="batched"` rows: not available ({batched.get("reason", "")}).']
     if cp.get("skipped"):
         out += ["", "Skipped: " + "; ".join(f"{k}: {v}" for k, v in cp["skipped"].items())]
-    return out
-
-
-def marginal_client_tx(cp: dict[str, Any]) -> dict[tuple[str, str], float]:
-    """Marginal *write* transactions per step (client count), per (db, scenario): the
-    per-run cost (start, claim, completion) measured by the one-step runs subtracted."""
-    rows = cp["rows"]
-    scen = {s["key"]: s for s in cp["scenarios"]}
-    out: dict[tuple[str, str], float] = {}
-    for db in ("postgresql", "sqlite"):
-        long_ = _row(rows, "durable", db, "seq").get("client_tx_per_run")
-        one = _row(rows, "durable", db, "single").get("client_tx_per_run")
-        if not long_ or not one:
-            continue
-        steps = scen["seq"]["steps"]
-        m = (long_["write"] - one["write"]) / (steps - 1)
-        out[(db, "seq")] = m
-        overhead = one["write"] - m
-        for key in ("read_tool", "write_tool", "read_tool_paced"):
-            r = _row(rows, "durable", db, key).get("client_tx_per_run")
-            if r and key in scen:
-                out[(db, key)] = (r["write"] - overhead) / scen[key]["steps"]
     return out
 
 
@@ -231,28 +168,6 @@ def dispatch_section(d: dict[str, Any]) -> list[str]:
             f"| {key} | {fmt(t['p50'])} | {fmt(t['p99'])} | {fmt(t['min'])}–"
             f"{fmt(t['max'])} | {fmt(c['p50'])} | {t['n']} |"
         )
-    return out
-
-
-def throughput_section(t: dict[str, Any]) -> list[str]:
-    if "skipped" in t:
-        return ["## 3. Throughput", "", f"Skipped: {t['skipped']}"]
-    out = [
-        (
-            "## 3. Throughput (PostgreSQL + Redis, runs of "
-            f"{t.get('steps_per_run', 20)} no-op steps dispatched at once)"
-        ),
-        "",
-        "| Workers | steps/s | runs | steps | seconds |",
-        "|---|---|---|---|---|",
-    ]
-    for n in (1, 2):
-        r = t.get(f"workers_{n}")
-        if r:
-            out.append(
-                f"| {n} | {fmt(r['steps_per_second'])} | {r['runs']} | {r['steps']} | "
-                f"{fmt(r['seconds'])} |"
-            )
     return out
 
 
@@ -404,178 +319,6 @@ def memory_section(t: dict[str, Any]) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------- targets
-
-
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    parts = results["parts"]
-    T = TARGETS
-    out: list[dict[str, Any]] = []
-
-    def add(
-        name: str,
-        measured: float,
-        target: float,
-        unit: str,
-        *,
-        higher: bool = False,
-        note: str = "",
-    ) -> None:
-        if not _ok(measured):
-            out.append({"target": name, "measured": "not measured", "met": None, "gap": note})
-            return
-        met = measured >= target if higher else measured <= target
-        gap = ""
-        if not met:
-            gap = f"{fmt(measured)}{unit} vs {fmt(target)}{unit}: " + (
-                f"{fmt(target / measured, 2)}× short"
-                if higher
-                else f"{fmt(measured / target, 2)}× over"
-            )
-        out.append(
-            {
-                "target": name,
-                "measured": f"{fmt(measured)}{unit}",
-                "met": met,
-                "gap": (gap + (" — " + note if note and gap else note)).strip(),
-            }
-        )
-
-    cp = parts.get("checkpoint")
-    if cp:
-        rows = cp["rows"]
-        d = _median(_row(rows, "durable", "postgresql", "seq"))
-        f = _median(_row(rows, "floor", "postgresql", "seq"))
-        db = _median(_row(rows, "dbos", "postgresql", "seq"))
-        lg = _median(_row(rows, "langgraph", "postgresql", "seq"))
-        add("checkpointed no-op step on PostgreSQL ≤ 0.5 ms", d, T["step_ms"], " ms")
-        add(
-            "≤ 2× the INSERT + COMMIT floor",
-            d / f if _ok(f) else math.nan,
-            T["floor_ratio"],
-            "×",
-            note=f"floor {fmt(f)} ms" if _ok(f) else "",
-        )
-        add(
-            "≥ 7× faster than DBOS",
-            db / d if _ok(db) else math.nan,
-            T["dbos_ratio"],
-            "×",
-            higher=True,
-            note=f"DBOS {fmt(db)} ms" if _ok(db) else "DBOS not run",
-        )
-        add(
-            "≥ 4× faster than LangGraph",
-            lg / d if _ok(lg) else math.nan,
-            T["langgraph_ratio"],
-            "×",
-            higher=True,
-            note=f"LangGraph {fmt(lg)} ms" if _ok(lg) else "LangGraph not run",
-        )
-        r = _row(rows, "durable", "postgresql", "read_tool")
-        marg = marginal_client_tx(cp)
-        wnote = ""
-        if ("postgresql", "read_tool") in marg:
-            wnote = (
-                f"; write transactions only (client count), marginal: "
-                f"{fmt(marg[('postgresql', 'read_tool')])}"
-            )
-        add(
-            "≤ 1 commit per read-only step (marginal)",
-            r.get("commits_marginal", math.nan),
-            T["read_commits"],
-            "",
-            note=(
-                f"all commits of the runs / steps: "
-                f"{fmt(r.get('commits_per_step', math.nan))}" + wnote
-            )
-            if r
-            else "",
-        )
-        r = _row(rows, "durable", "postgresql", "write_tool")
-        wnote = ""
-        if ("postgresql", "write_tool") in marg:
-            wnote = (
-                f"; write transactions only (client count), marginal: "
-                f"{fmt(marg[('postgresql', 'write_tool')])}"
-            )
-        add(
-            "≤ 2 commits per unsafe write (marginal)",
-            r.get("commits_marginal", math.nan),
-            T["write_commits"],
-            "",
-            note=(
-                f"all commits of the runs / steps: "
-                f"{fmt(r.get('commits_per_step', math.nan))}" + wnote
-            )
-            if r
-            else "",
-        )
-    d = parts.get("dispatch", {}).get("redis/postgresql")
-    if d is not None:
-        add(
-            "one-step run p50 ≤ 15 ms on Redis",
-            d.get("start_to_finished_ms", {}).get("p50", math.nan),
-            T["dispatch_p50_ms"],
-            " ms",
-        )
-    r = parts.get("recovery")
-    if r is not None:
-        add(
-            "recovery p50 ≤ 3 s",
-            r.get("kill_to_next_step_s", {}).get("p50", math.nan),
-            T["recovery_p50_s"],
-            " s",
-        )
-        d = r.get("default_settings") or {}
-        if "kill_to_next_step_s" in d:
-            add(
-                "recovery p50 ≤ 10 s, default settings",
-                d["kill_to_next_step_s"].get("p50", math.nan),
-                T["recovery_default_p50_s"],
-                " s",
-            )
-    a = parts.get("approval")
-    if a is not None:
-        add(
-            "approval → next step p50 ≤ 100 ms",
-            a.get("decision_to_next_step_ms", {}).get("p50", math.nan),
-            T["approval_p50_ms"],
-            " ms",
-        )
-    db_ = parts.get("dashboard")
-    if db_ is not None and "pages" in db_:
-        avail = [p for p in db_["pages"] if p.get("available")]
-        worst = max(avail, key=lambda p: p["ms"]["p95"], default=None)
-        over = [
-            f"{p['page']} {fmt(p['ms']['p95'])} ms"
-            for p in avail
-            if p["ms"]["p95"] > T["dashboard_p95_ms"]
-        ]
-        missing = [p["page"] for p in db_["pages"] if not p.get("available")]
-        note = "over: " + "; ".join(over) if over else ""
-        if missing:
-            note += ("; " if note else "") + "not measured: " + ", ".join(missing)
-        add(
-            "dashboard p95 ≤ 100 ms (worst page)",
-            worst["ms"]["p95"] if worst else math.nan,
-            T["dashboard_p95_ms"],
-            " ms",
-            note=note,
-        )
-    t = parts.get("throughput")
-    if t is not None and "workers_1" in t:
-        w = t["workers_1"]
-        add(
-            f"worker RSS ≤ 150 MB after {w['steps']:,} steps",
-            w["rss_after_mb"][0],
-            T["rss_mb"],
-            " MB",
-            note="" if w["steps"] >= 10_000 else "fewer than 10k steps (--quick)",
-        )
-    return out
-
-
 def profile_section(profile: dict[str, Any] | None, lines: int = 70) -> list[str]:
     if not profile:
         return []
@@ -639,18 +382,7 @@ def render(results: dict[str, Any]) -> str:
         )
     if results.get("merged"):
         out.insert(-1, "Total time is the sum of the parts' latest times.")
-    tg = targets(results)
-    if tg:
-        out += [
-            "## Targets (issue 6)",
-            "",
-            "| Target | Measured | Met | Gap |",
-            "|---|---|---|---|",
-        ]
-        for t in tg:
-            met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
-            out.append(f"| {t['target']} | {t['measured']} | {met} | {t['gap']} |")
-        out.append("")
+    out += targets_section(results)
     if "checkpoint" in parts:
         out += checkpoint_section(parts["checkpoint"]) + [""]
     if "shapes" in parts:

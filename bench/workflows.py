@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -34,6 +35,28 @@ def noop(ctx: Any, inp: dict[str, Any]) -> int:
     n = int(inp["steps"])
     for _ in range(n):
         ctx.step("s", _noop)
+    return n
+
+
+def batched_reason() -> str | None:
+    """None when the installed durable accepts ``ctx.step(..., durability=...)``, else why
+    the batched row cannot be measured (the keyword is checked on the signature: passed to
+    an engine without it, it would reach the step's function as an argument)."""
+    from durable.context import WorkflowContext
+
+    if "durability" in inspect.signature(WorkflowContext.step).parameters:
+        return None
+    return "the installed durable's `ctx.step` has no `durability` keyword"
+
+
+@durable.workflow(name="bench.chain", version="1", max_steps=100_000)
+def chain(ctx: Any, inp: dict[str, Any]) -> int:
+    """``inp["steps"]`` no-op ``ctx.step`` calls with ``durability=inp["durability"]``
+    (``"sync"`` or ``"batched"``); run only where :func:`batched_reason` is None."""
+    n = int(inp["steps"])
+    mode = inp["durability"]
+    for _ in range(n):
+        ctx.step("s", _noop, durability=mode)
     return n
 
 
