@@ -275,12 +275,10 @@ def _record_fences(monkeypatch, log: list) -> None:
 
     for kind, (module, name, live) in _FENCES.items():
         target = importlib.import_module(module)
-        if kind == "claim":
-            run_id_of = lambda args, kwargs: args[0]  # noqa: E731
-        elif kind == "ledger":
-            run_id_of = lambda args, kwargs: kwargs["run_id"]  # noqa: E731
-        else:
-            run_id_of = lambda args, kwargs: kwargs["run_id"]  # noqa: E731
+
+        def run_id_of(args, kwargs, kind=kind):  # claim(run_id, ...); the others by keyword
+            return args[0] if kind == "claim" else kwargs["run_id"]
+
         monkeypatch.setattr(target, name, wrap(kind, getattr(target, name), live, run_id_of))
     # the transactional fence (SQLite, and every write that is not a plain first success)
     monkeypatch.setattr(
