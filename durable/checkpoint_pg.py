@@ -164,27 +164,6 @@ def _prep(model: Any, name: str, value: Any) -> Any:
     return model._meta.get_field(name).get_db_prep_save(value, connection)
 
 
-#: the columns of a ``started`` operation row, in the statement's order
-_OP_COLUMNS = (
-    "idempotency_key",
-    "run_id",
-    "step_id",
-    "tool_name",
-    "safety",
-    "params",
-    "params_hash",
-    "status",
-    "lease_token",
-    "attempts",
-    "external_id",
-    "resolved_by",
-    "resolution",
-    "owners",
-    "created_at",
-    "updated_at",
-)
-
-
 def started_in_one_statement(
     *, run_id: str, token: str, status: str, position: int, op: Operation, now: datetime
 ) -> int | None:
@@ -196,11 +175,13 @@ def started_in_one_statement(
     was taken (the operation row is left as it was), or ``None`` -- nothing written --
     when the fence does not hold (lease lost, run cancelled or stopped).
     """
+    # every column but the id, as Operation.objects.create would write them
+    fields = [f for f in Operation._meta.concrete_fields if not f.primary_key]
     if "started" not in _SQL:
         run_table = Run._meta.db_table
         table = Operation._meta.db_table
-        columns = ", ".join(_column(Operation, n) for n in _OP_COLUMNS)
-        marks = ", ".join(["%s"] * len(_OP_COLUMNS))
+        columns = ", ".join(f.column for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
         _SQL["started"] = f"""
         WITH r AS (
             UPDATE {run_table} SET updated_at = %s, cursor_position = %s
@@ -212,7 +193,7 @@ def started_in_one_statement(
          RETURNING id)
         SELECT (SELECT id FROM r), (SELECT id FROM o)"""  # noqa: S608
     params: list[Any] = [now, position, run_id, token, status]
-    params += [_prep(Operation, n, getattr(op, n)) for n in _OP_COLUMNS]
+    params += [f.get_db_prep_save(getattr(op, f.attname), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(_SQL["started"], params)
         fenced, pk = cursor.fetchone()
