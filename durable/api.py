@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import codec, conf, registry, requesters
+from . import codec, conf, registry, requesters, run_pg
 from .dispatch import dispatch_on_commit
 from .durations import check_duration
 from .exceptions import DurableError, RunInputConflict, RunNotFound
@@ -110,17 +110,22 @@ def start(
         existing = Run.objects.filter(pk=run_id).first()
         if existing is not None:
             return _same_run(existing, spec.name, input_hash)
+    message = f"started {spec.name} version {spec.version} by {requesters.label(principal)}"
     try:
+        if run_pg.available():  # the run and its event in one statement (autocommit)
+            run = Run(id=run_id, **fields) if run_id else Run(**fields)
+            event = TraceEvent(run=run, kind=EventKind.CREATED, actor=principal["name"])
+            event.message = message
+            run_pg.start_in_one_statement(run, event)
+            run._state.adding, run._state.db = False, "default"  # as if saved by the ORM
+            dispatch_on_commit(run.id, mark=False)
+            return run
         with transaction.atomic():
             run = (
                 Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
             )
             TraceEvent.objects.create(
-                run=run,
-                kind=EventKind.CREATED,
-                actor=principal["name"],
-                message=f"started {spec.name} version {spec.version} by "
-                f"{requesters.label(principal)}",
+                run=run, kind=EventKind.CREATED, actor=principal["name"], message=message
             )
             dispatch_on_commit(run.id, mark=False)
     except IntegrityError:

@@ -170,8 +170,10 @@ class Attempts(Checkpoints):
                 if done is not PROCEED:
                     return done
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
-            else:
-                self.ensure_authorized()
+            # no status read before a step that writes nothing outside: the claim or the
+            # previous checkpoint was fenced on the run being live when it committed, and a
+            # cancel that lands during this try is seen at its checkpoint (the result is
+            # recorded, then RunStopped): see "Replay" in docs/architecture.md
             if kind == StepKind.LLM and attempt > 1:
                 self.check_token_budget(call.step_id)  # the failed tries were billed too
             started_at = timezone.now()

@@ -11,17 +11,16 @@ step row and its trace events commit together. See "Checkpoints" in
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import codec, conf, mailbox, transitions
+from . import checkpoint_pg, codec, conf, mailbox, run_pg, transitions
 from .checkpoint_pg import checkpoint_in_one_statement
 from .exceptions import (
     DurableError,
@@ -67,6 +66,10 @@ class LedgerEntry(Protocol):
 
     def failure_txn(self, info: dict[str, Any]) -> None: ...
 
+    def success_update(self, value: Any, output: str) -> tuple[int, dict[str, Any]] | None: ...
+
+    def succeeded(self) -> None: ...
+
 
 class Checkpoints(ReplayCursor):
     """The writes of one execution: the fence, step rows, the run's failure and end."""
@@ -106,7 +109,6 @@ class Checkpoints(ReplayCursor):
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:
                     mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
-        self.last_auth = time.monotonic()
         if stopped:
             self.stopped = stopped
             raise RunStopped(stopped)
@@ -304,16 +306,9 @@ class Checkpoints(ReplayCursor):
                 else {}
             ),
         }
-        fast = (
-            rec is None
-            and ledger is None
-            and not self.pending_lost
-            and "tags" not in run_fields
-            and connection.vendor == "postgresql"
-            and not connection.in_atomic_block
-        )
+        fast = rec is None and not self.pending_lost and "tags" not in run_fields
         step = None
-        if fast:
+        if fast and checkpoint_pg.available():  # a write's result goes in the same statement
             step = checkpoint_in_one_statement(
                 run_id=self.run_id,
                 token=self.token,
@@ -328,11 +323,13 @@ class Checkpoints(ReplayCursor):
                 now=now,
                 tokens=tokens,
                 event_data=event_data,
+                operation=ledger.success_update(value, output) if ledger is not None else None,
             )
         if step is not None:
             self.by_position[pos] = step
             self.positions_by_id[sid] = pos
-            self.last_auth = time.monotonic()
+            if ledger is not None:
+                ledger.succeeded()
         else:
             try:
                 self.write(
@@ -522,26 +519,29 @@ class Checkpoints(ReplayCursor):
             return
         now = timezone.now()
         replayed = self.replayed
+        done = self.event(
+            EventKind.COMPLETED, message=f"run {self.done_status}", data={"replayed": len(replayed)}
+        )
+        ends = {**transitions.changes("complete", self.status), "output": output}
+        if run_pg.available() and run_pg.complete_in_one_statement(
+            run_id=self.run_id,
+            token=self.token,
+            status=self.status,
+            fields={**ends, "finished_at": now, "updated_at": now},
+            replayed=replayed,
+            event=done,
+        ):
+            self.stopped = self.done_status
+            return
 
         def work() -> None:
             if replayed:
                 Step.objects.filter(pk__in=replayed).update(replay_count=F("replay_count") + 1)
 
         self.write(
-            {
-                **transitions.changes("complete", self.status),
-                "output": output,
-                "finished_at": now,
-                "steps_replayed": F("steps_replayed") + len(replayed),
-            },
+            {**ends, "finished_at": now, "steps_replayed": F("steps_replayed") + len(replayed)},
             work,
-            events=[
-                self.event(
-                    EventKind.COMPLETED,
-                    message=f"run {self.done_status}",
-                    data={"replayed": len(replayed)},
-                )
-            ],
+            events=[done],
             record_if_stopped=False,
         )
         self.stopped = self.done_status

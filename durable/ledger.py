@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec
+from . import checkpoint_pg, codec
+from .checkpoint_pg import started_in_one_statement
 from .exceptions import IdempotencyConflict, PayloadError, Suspend
 from .failures import error_info, safe_str, safe_traceback
 from .models import (
@@ -83,6 +84,35 @@ class OperationLedger:
         """
         ex = self.execution
         decision: dict[str, Any] = {}
+        if checkpoint_pg.available():
+            # the common case in one fenced statement: no row yet for this key, run live
+            now = timezone.now()
+            started = Operation(
+                idempotency_key=self.key,
+                run_id=ex.run_id,
+                step_id=call.step_id,
+                tool_name=self.spec.name,
+                safety=self.spec.safety,
+                params=self.params_text,
+                params_hash=self.params_hash,
+                status=OperationStatus.STARTED,
+                lease_token=ex.token,
+                attempts=1,
+                created_at=now,
+                updated_at=now,
+            )
+            if started_in_one_statement(
+                run_id=ex.run_id,
+                token=ex.token,
+                status=ex.status,
+                position=call.position,
+                op=started,
+                now=now,
+            ):
+                self.op = started
+                return PROCEED
+            # the fence failed (nothing written), or the key has a row: the transaction
+            # below tells which case it is and acts
 
         def work() -> None:
             op = Operation.objects.select_for_update().filter(idempotency_key=self.key).first()
@@ -416,9 +446,11 @@ class OperationLedger:
         if updated:
             self.op.status = OperationStatus.SUCCEEDED
 
-    def succeeded_txn(self, value: Any, output: str) -> None:
+    def success_update(self, value: Any, output: str) -> tuple[int, dict[str, Any]] | None:
+        """``(pk, {column: value})``: what the operation's row becomes when the write's
+        result is checkpointed (None: no operation row)."""
         if self.op is None:
-            return
+            return None
         external_id = self._external_id(value)
         fields: dict[str, Any] = {
             "status": OperationStatus.SUCCEEDED,
@@ -429,5 +461,15 @@ class OperationLedger:
             fields["external_id"] = external_id
         if self.resolution:
             fields["resolution"] = self.resolution
-        Operation.objects.filter(pk=self.op.pk).update(**fields)
-        self.op.status = OperationStatus.SUCCEEDED
+        return self.op.pk, fields
+
+    def succeeded(self) -> None:
+        """The result's checkpoint committed (with :meth:`success_update`'s fields)."""
+        if self.op is not None:
+            self.op.status = OperationStatus.SUCCEEDED
+
+    def succeeded_txn(self, value: Any, output: str) -> None:
+        update = self.success_update(value, output)
+        if update is not None:
+            Operation.objects.filter(pk=update[0]).update(**update[1])
+            self.succeeded()

@@ -3,14 +3,15 @@
 Each execution runs the workflow from the top. Every durable call takes the next position
 and a step id (its name, with ``#n`` for the n-th use); a recorded step at that position
 must carry that id, or the run fails with :class:`~durable.NonDeterminismError` -- the
-code no longer matches its history. Budgets (steps, deadline, tokens), the lease and the
-run's status are checked before an unrecorded call runs: nothing new starts on a run
-that was stopped. See "Replay" in ``docs/architecture.md``.
+code no longer matches its history. Budgets (steps, deadline, tokens) and the lease are
+checked before an unrecorded call runs; the run's status is not read per step: the
+claim and every checkpoint commit only while the run is live (a fence), so a call starts
+only after a fenced commit saw the run live, and a cancel is seen at the next fence. See
+"Replay" in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,12 +30,6 @@ from .vocabulary import EventKind
 
 if TYPE_CHECKING:
     from .registry import WorkflowSpec
-
-#: seconds after which the worker re-reads the run's status before starting a step.
-#: 0: before every step (one primary-key read). Any caching lets a step start after a
-#: cancel committed -- e.g. a cancel landing between a checkpoint and the next step
-#: (tests/approvals/test_transitions.py::test_cancel_committed_between_*).
-AUTHORIZATION_STALE_SECONDS = 0.0
 
 #: characters of a step id, its ``#n`` occurrence suffix included (``Step.step_id``)
 STEP_ID_MAX_LENGTH = 255
@@ -96,7 +91,6 @@ class ReplayCursor:
         self.replayed: list[int] = []
         #: the status this execution stopped at (None: still running)
         self.stopped: str | None = None
-        self.last_auth = time.monotonic()
         self.tool_rows: dict[str, Any] = {}
         self.pending_lost: list[StepAttempt] = []
         self.budget_base: dict[int, int] = {}
@@ -227,15 +221,3 @@ class ReplayCursor:
             raise RunStopped(self.stopped)
         if self.heartbeat is not None and self.heartbeat.lost:
             raise LeaseLost()
-
-    def ensure_authorized(self) -> None:
-        """Re-read the run's status if the last check is stale (cancel stops new steps)."""
-        if time.monotonic() - self.last_auth < AUTHORIZATION_STALE_SECONDS:
-            return
-        row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
-        if row is None or row["lease_token"] != self.token:
-            raise LeaseLost()
-        if row["status"] != self.status:
-            self.stopped = row["status"]
-            raise RunStopped(row["status"])
-        self.last_auth = time.monotonic()

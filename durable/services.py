@@ -38,10 +38,15 @@ __all__ = [
 
 
 def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
-    """Cancel a run: no new step starts after this commits; pending waits are cancelled.
+    """Cancel a run: it stops at its next fence; pending waits are cancelled.
 
-    A step already executing finishes; its late result (or failure) is recorded but
-    starts nothing. Completed effects stay (compensation is a separate action). Raises
+    The worker does not read the status before each step; the claim, every checkpoint
+    and every write's ledger row commit only while the run is live
+    (docs/architecture.md#replay). So no write starts after this commits; a plain
+    step, LLM call or read-only tool already decided (its previous checkpoint committed
+    first) may run once more, and its result is recorded. A step already executing
+    finishes; its late result (or failure) is recorded but starts nothing. Completed
+    effects stay (compensation is a separate action). Raises
     :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
     actor = actor_of(by)

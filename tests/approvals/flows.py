@@ -21,8 +21,8 @@ import durable
 
 #: (label, run_id, *extra) for every body / hook entered
 CALLS: list[tuple[Any, ...]] = []
-#: monotonic start times of the S04 loop's step bodies: (run_id, index, t)
-STARTS: list[tuple[str, int, float]] = []
+#: monotonic start times of the S04 loops' bodies: (run_id, index, t, "step" or "write")
+STARTS: list[tuple[str, int, float, str]] = []
 #: external effects of the compensation hooks, keyed by idempotency key (a deduping API)
 REFUNDS: dict[str, str] = {}
 
@@ -284,6 +284,16 @@ def cancel_between_flow(ctx, data):
     ctx.step("a", body("a"), ctx.run_id)
     durable.cancel(ctx.run_id, by="operator", reason="between two steps")
     ctx.step("b", body("b"), ctx.run_id)
+    ctx.step("c", body("c"), ctx.run_id)
+    return "unreachable"
+
+
+@durable.workflow(name="apf.cancel_before_write", version="1")
+def cancel_before_write_flow(ctx, data):
+    """An operator's cancel commits between a step and a write (no time in between)."""
+    ctx.step("a", body("a"), ctx.run_id)
+    durable.cancel(ctx.run_id, by="operator", reason="before a write")
+    ctx.call_tool("apf.charge", {"label": "x", "amount": 1})
     return "unreachable"
 
 
@@ -347,9 +357,28 @@ def loop_flow(ctx, data):
 
 
 def _tick(run_id: str, i: int, ms: int) -> int:
-    STARTS.append((run_id, i, time.monotonic()))
+    STARTS.append((run_id, i, time.monotonic(), "step"))
     time.sleep(ms / 1000.0)
     return i
+
+
+@durable.tool(name="apf.tick_write", safety="unsafe_write")
+def apf_tick_write(i: int, ms: int, *, idempotency_key: str) -> int:
+    """An unsafe write of the S04 write loop (no approval): records when its body began."""
+    STARTS.append((idempotency_key.split(":")[0], i, time.monotonic(), "write"))
+    time.sleep(ms / 1000.0)
+    return i
+
+
+@durable.workflow(name="apf.write_loop", version="1")
+def write_loop_flow(ctx, data):
+    """Short plain steps and unsafe writes in turn, to cancel at random (S04, writes)."""
+    for i in range(data["n"]):
+        if i % 2:
+            ctx.call_tool("apf.tick_write", {"i": i, "ms": data["ms"]}, step_id="w")
+        else:
+            ctx.step("tick", _tick, ctx.run_id, i, data["ms"])
+    return data["n"]
 
 
 # ------------------------------------------------------------ real worker processes

@@ -269,14 +269,29 @@ def test_running_step_late_result_is_recorded_and_next_step_does_not_start():
     assert drive(run.id).status == S.CANCELLED and flows.calls("b", run.id) == 0
 
 
-def test_cancel_committed_between_two_steps_stops_the_next_step():
-    """S04's rule without timing: the step after a committed cancel must not start, even
-    when the worker's last status check (the previous checkpoint) is only microseconds old."""
+def test_cancel_committed_between_two_steps_records_the_next_step_and_stops():
+    """S04's rule without timing: a cancel that commits right after a checkpoint is seen
+    at the next fence. The plain step the checkpoint authorized runs once and its result
+    is recorded; nothing after it starts (docs/architecture.md#replay)."""
     run = drive(durable.start("apf.cancel_between", {}).id)
     assert run.status == S.CANCELLED, run.error
     assert flows.calls("a", run.id) == 1
-    assert flows.calls("b", run.id) == 0
-    assert not Step.objects.filter(run=run, step_id="b").exists()
+    assert flows.calls("b", run.id) == 1
+    assert Step.objects.get(run=run, step_id="b").status == StepStatus.SUCCEEDED
+    assert flows.calls("c", run.id) == 0
+    assert not Step.objects.filter(run=run, step_id="c").exists()
+    assert drive(run.id).status == S.CANCELLED and flows.calls("b", run.id) == 1
+
+
+def test_cancel_committed_before_a_write_stops_the_write():
+    """A write's ledger row is itself a fence: a cancel committed just before it means
+    the write never starts, and no operation is recorded."""
+    run = drive(durable.start("apf.cancel_before_write", {}).id)
+    assert run.status == S.CANCELLED, run.error
+    assert flows.calls("a", run.id) == 1
+    assert flows.calls("charge", run.id) == 0
+    assert not Operation.objects.filter(run=run).exists()
+    assert not Step.objects.filter(run=run, kind="tool").exists()
 
 
 @pytest.mark.parametrize("outcome", ["permanent", "transient"])

@@ -194,7 +194,7 @@ class Command(BaseCommand):
         )
 
         for action, what in (
-            ("cancel", "cancel a run (no new step starts)"),
+            ("cancel", "cancel a run (it stops at its next fence; no write starts)"),
             ("resume", "retry a failed run from its failed step"),
             ("compensate", "undo a failed or cancelled run's writes"),
         ):
