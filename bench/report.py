@@ -105,9 +105,9 @@ def checkpoint_section(cp: dict[str, Any]) -> list[str]:
                     "Django connection, heartbeat thread included: a statement in autocommit is "
                     "a transaction; an atomic block is one, a *write* one if any statement in "
                     "it is an INSERT/UPDATE/DELETE). `xact_commit` counts both kinds; the "
-                    "read-only ones are the strict-cancellation status reads "
-                    "(`AUTHORIZATION_STALE_SECONDS = 0`) and other SELECTs in autocommit, which "
-                    "write no WAL and wait for no flush."
+                    "read-only ones are SELECTs in autocommit (Django's connection health "
+                    "checks; until issue 13, a per-step status read), which write no WAL and "
+                    "wait for no flush."
                 ),
             ]
     batched = cp.get("batched") or {}
