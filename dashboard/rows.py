@@ -1,0 +1,149 @@
+"""The hot tables' rows, rendered in Python rather than by the template engine.
+
+A page of 50 runs costs the Django template engine about 1 ms a row (variable lookups,
+filters and tags, each resolved per row); the same HTML built here with the same escaping
+(:func:`django.utils.html.conditional_escape`) and the same filters costs a tenth of
+that. The markup is the one the templates had, byte for byte (tests/dashboard compare
+it); the templates call these through ``{% runs_rows %}``.
+
+Every value that comes from a run is escaped here; constant markup is not.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable
+from datetime import datetime, tzinfo
+from typing import Any
+
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
+
+from durable.models import RunStatus, WaitKind
+
+from .parsing import RunIdConverter
+from .templatetags.dashboard_tags import ago, duration, short_id, since
+
+__all__ = ["runs_rows"]
+
+_RUN_ID = re.compile(RunIdConverter.regex)
+_STATUS_LABELS = {str(value): str(label) for value, label in RunStatus.choices}
+_WAIT_LABELS = {str(value): str(label) for value, label in WaitKind.choices}
+
+
+def _e(value: Any) -> str:
+    """A value as the template engine shows it in HTML (Django's ``conditional_escape``:
+    ``html.escape`` of its text unless it is already safe HTML)."""
+    if hasattr(value, "__html__"):
+        return str(value.__html__())
+    return html.escape(str(value))
+
+
+class _Page:
+    """What every row of one render shares: the time zone and the run URL's pattern."""
+
+    def __init__(self) -> None:
+        self.tz: tzinfo = timezone.get_current_timezone()
+        marker = "0RUNID0"
+        url = reverse("dashboard:run", args=[marker])
+        self.url_head, self.url_tail = url.split(marker, 1)
+
+    def run_url(self, run_id: str) -> str:
+        if _RUN_ID.fullmatch(run_id):  # only URL-safe characters: nothing to quote
+            return self.url_head + run_id + self.url_tail
+        return reverse("dashboard:run", args=[run_id])  # raises NoReverseMatch, as before
+
+    def times(self, when: datetime | None) -> tuple[str, str]:
+        """``when|date:'c'`` and ``when|date:'Y-m-d H:i:s T'`` in the current time zone."""
+        if when is None:
+            return "", ""
+        if timezone.is_naive(when):
+            return date_format(when, "c"), date_format(when, "Y-m-d H:i:s T")
+        local = when.astimezone(self.tz)
+        return local.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S ") + str(local.tzname())
+
+
+def _label(labels: dict[str, str], value: Any) -> str:
+    return labels.get(value, value) if isinstance(value, str) else str(value)
+
+
+def _run_row(page: _Page, row: Any) -> str:
+    run = row.run
+    out = [
+        "\n        <tr",
+        ' class="needs-attention"' if row.needs_attention else "",
+        '>\n          <td data-label="Status">\n            <span class="badge status-',
+        _e(run.status),
+        '">',
+        _e(_label(_STATUS_LABELS, run.status)),
+        "</span>\n            ",
+    ]
+    if getattr(run, "attention", False):
+        out.append(
+            '<span class="badge badge-warn" title="A write\'s outcome is unknown">'
+            "unknown outcome</span>"
+        )
+    run_id = _e(run.id)
+    out += [
+        '\n          </td>\n          <td data-label="Run">\n            '
+        '<a class="mono run-link" href="',
+        _e(page.run_url(run.id)),
+        '" title="',
+        run_id,
+        '">',
+        _e(short_id(run.id)),
+        "</a>\n            ",
+    ]
+    for tag in run.tags or ():
+        out += ['<span class="tag">', _e(tag), "</span>"]
+    when = run.started_at or run.created_at
+    iso, title = page.times(when)
+    out += [
+        '\n          </td>\n          <td data-label="Workflow">',
+        _e(run.workflow_name),
+        '<span class="muted">@',
+        _e(run.workflow_version),
+        '</span></td>\n          <td data-label="Started">\n            \n            '
+        '<time datetime="',
+        _e(iso),
+        '" title="',
+        _e(title),
+        '">',
+        _e(ago(when)),
+        "</time>\n            \n            ",
+    ]
+    if run.started_by_name or run.started_by:
+        out += ['<span class="muted">by ', _e(run.starter_label), "</span>"]
+    out += [
+        '\n          </td>\n          <td data-label="Duration">',
+        _e(duration(row.duration)),
+        '</td>\n          <td data-label="Steps" class="num">',
+        _e(run.steps_executed),
+        '</td>\n          <td data-label="Waiting on">\n            ',
+    ]
+    wait = row.current_wait
+    if wait is not None:
+        out += [
+            '\n              <span class="wait-kind">',
+            _e(_label(_WAIT_LABELS, wait.kind)),
+            "</span>\n              ",
+            _e(Truncator(wait.title or wait.key).chars(60)),
+            '\n              <span class="muted">for ',
+            _e(since(wait.created_at)),
+            "</span>\n            ",
+        ]
+    else:
+        out.append('<span class="muted">—</span>')
+    out.append("\n          </td>\n        </tr>\n        ")
+    return "".join(out)
+
+
+def runs_rows(rows: Iterable[Any]) -> SafeString:
+    """The ``<tr>`` of each :class:`dashboard.selectors.RunRow`, as the runs table shows
+    them (HTML, every value escaped)."""
+    page = _Page()
+    return mark_safe("".join(_run_row(page, row) for row in rows))

@@ -1,0 +1,124 @@
+# ruff: noqa: E501  (the reference template keeps its long lines)
+"""The runs table's rows rendered in Python (dashboard.rows) are the HTML the template
+rendered, byte for byte, for every kind of row."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.template import engines
+from django.utils import timezone
+
+from dashboard.rows import runs_rows
+from dashboard.selectors.runs import RunFilters, runs_page
+from durable.models import Operation, Run, RunStatus, Wait
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: the runs table's rows as templates/dashboard/runs.html had them (the reference)
+TEMPLATE_ROWS = """{% load dashboard_tags %}
+        {% for row in page.rows %}{% with run=row.run %}
+        <tr{% if row.needs_attention %} class="needs-attention"{% endif %}>
+          <td data-label="Status">
+            <span class="badge status-{{ run.status }}">{{ run.get_status_display }}</span>
+            {% if run.attention %}<span class="badge badge-warn" title="A write's outcome is unknown">unknown outcome</span>{% endif %}
+          </td>
+          <td data-label="Run">
+            <a class="mono run-link" href="{% url 'dashboard:run' run.id %}" title="{{ run.id }}">{{ run.id|short_id }}</a>
+            {% for tag in run.tags %}<span class="tag">{{ tag }}</span>{% endfor %}
+          </td>
+          <td data-label="Workflow">{{ run.workflow_name }}<span class="muted">@{{ run.workflow_version }}</span></td>
+          <td data-label="Started">
+            {% with when=run.started_at|default:run.created_at %}
+            <time datetime="{{ when|date:'c' }}" title="{{ when|date:'Y-m-d H:i:s T' }}">{{ when|ago }}</time>
+            {% endwith %}
+            {% if run.started_by_name or run.started_by %}<span class="muted">by {{ run.starter_label }}</span>{% endif %}
+          </td>
+          <td data-label="Duration">{{ row.duration|duration }}</td>
+          <td data-label="Steps" class="num">{{ run.steps_executed }}</td>
+          <td data-label="Waiting on">
+            {% if row.current_wait %}
+              <span class="wait-kind">{{ row.current_wait.get_kind_display }}</span>
+              {{ row.current_wait.title|default:row.current_wait.key|truncatechars:60 }}
+              <span class="muted">for {{ row.current_wait.created_at|since }}</span>
+            {% else %}<span class="muted">—</span>{% endif %}
+          </td>
+        </tr>
+        {% endwith %}{% empty %}
+        <tr><td colspan="7" class="empty">No runs match these filters.</td></tr>
+        {% endfor %}
+"""
+
+
+def reference(rows) -> str:
+    template = engines["django"].from_string(TEMPLATE_ROWS)
+    return template.render({"page": {"rows": rows}})
+
+
+def test_rows_are_the_templates_html():
+    now = timezone.now()
+    otto = User.objects.create_user("otto<b>")
+
+    def run(rid, **fields):
+        defaults = dict(
+            workflow_name="dash.echo",
+            workflow_version="1",
+            status=RunStatus.SUCCEEDED,
+            input="{}",
+            input_hash="h",
+            created_at=now - timedelta(hours=2),
+        )
+        return Run.objects.create(id=rid, **{**defaults, **fields})
+
+    run("plain", started_at=now - timedelta(hours=1), finished_at=now - timedelta(minutes=59))
+    run(
+        "tagged.run_1",
+        tags=["nightly", "<b>bold</b>", 7, "it's"],
+        started_by=otto,
+        started_at=now - timedelta(days=40),
+        finished_at=now - timedelta(days=39),
+        workflow_version="2&3",
+    )
+    run("a" * 40, started_by_name="os:alice", status=RunStatus.PENDING)
+    run("3f2a9c1e-0000-4000-8000-1234567890ab", status=RunStatus.FAILED, error_type="X")
+    waiting = run("waiting", status=RunStatus.WAITING, started_at=now - timedelta(seconds=3))
+    Wait.objects.create(
+        run=waiting,
+        wait_id="w",
+        position=0,
+        kind="approval",
+        key="k",
+        title="Approve the <refund> of a very long title that goes on and on past sixty chars",
+        created_at=now - timedelta(minutes=7),
+    )
+    keyed = run("keyed", status=RunStatus.WAITING, started_at=now - timedelta(days=2))
+    Wait.objects.create(run=keyed, wait_id="s", position=0, kind="signal", key="go&stop")
+    unknown = run("unknown", status=RunStatus.WAITING, started_at=now - timedelta(minutes=3))
+    Operation.objects.create(
+        run=unknown,
+        step_id="pay",
+        idempotency_key="ik",
+        tool_name="pay",
+        safety="unsafe_write",
+        status="unknown",
+    )
+    page = runs_page(RunFilters(), now=now)
+    assert len(page.rows) == 7
+    assert any(row.needs_attention for row in page.rows)
+    assert any(getattr(row.run, "attention", False) for row in page.rows)
+    expected = reference(page.rows)
+    got = str(runs_rows(page.rows))
+    # the template's loop adds the same indentation before the first row
+    assert "        " + got + "\n" == expected.split("\n", 1)[1]
+    assert "&lt;b&gt;bold&lt;/b&gt;" in got and "<b>" not in got
+    with timezone.override("America/New_York"):  # times shown in the current time zone
+        assert (
+            "        " + str(runs_rows(page.rows)) + "\n" == reference(page.rows).split("\n", 1)[1]
+        )
+        assert "-05:00" in reference(page.rows) or "-04:00" in reference(page.rows)
+
+
+def test_no_rows_no_html():
+    assert str(runs_rows([])) == ""
