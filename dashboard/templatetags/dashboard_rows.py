@@ -1,4 +1,5 @@
-"""``{% runs_rows rows %}``: the runs table's rows, rendered by :mod:`dashboard.rows`."""
+"""``{% runs_rows rows %}`` and ``{% step_rows rows run %}``: the runs table's rows and a
+run's step timeline, rendered in Python (:mod:`dashboard.rows`, :mod:`dashboard.step_rows`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django import template
 from django.utils.safestring import SafeString
 
 from ..rows import runs_rows as _runs_rows
+from ..step_rows import step_rows as _step_rows
 
 register = template.Library()
 
@@ -16,3 +18,9 @@ register = template.Library()
 def runs_rows(rows: Any) -> SafeString:
     """The ``<tr>`` of each row of a runs page (a list of ``selectors.RunRow``)."""
     return _runs_rows(rows)
+
+
+@register.simple_tag
+def step_rows(rows: Any, run: Any) -> SafeString:
+    """The ``<li>`` of each step row of ``run``'s timeline (``selectors.StepRow``)."""
+    return _step_rows(rows, run)

@@ -5,15 +5,21 @@ rendered, byte for byte, for every kind of row."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.template import engines
 from django.utils import timezone
 
+import durable
+from dashboard import selectors
 from dashboard.rows import runs_rows
 from dashboard.selectors.runs import RunFilters, runs_page
+from dashboard.step_rows import step_rows
 from durable.models import Operation, Run, RunStatus, Wait
+from durable.testing import drive
+from tests.dashboard import dash_workflows as dw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,3 +128,63 @@ def test_rows_are_the_templates_html():
 
 def test_no_rows_no_html():
     assert str(runs_rows([])) == ""
+
+
+STEP_TEMPLATE = (Path(__file__).parent / "reference" / "step.html").read_text()
+
+
+def step_reference(rows, run) -> str:
+    template = engines["django"].from_string(STEP_TEMPLATE)
+    return "".join(template.render({"row": row, "run": run}) for row in rows)
+
+
+@pytest.fixture
+def step_runs(operator):
+    runs = [
+        drive(durable.start("dash.echo", {"text": "<hello & 'bye'>"}).id),
+        drive(durable.start("dash.fail", {"why": "card <declined>"}).id),
+        drive(durable.start("tests.approval", {"budget": 5}).id),
+    ]
+    dw.KNOBS["flaky"] = 2
+    runs.append(drive(durable.start("dash.flaky", {}).id))
+    dw.KNOBS["unknown"] = 1
+    runs.append(drive(durable.start("dash.transfer", {"amount": 5}).id))
+    runs.append(drive(durable.start("dash.slow_retry", {}).id, wait_for_retries=False))
+    return runs
+
+
+def test_step_rows_are_the_templates_html(step_runs):
+    """Every kind of step (plain, failed, retried with attempts, with an operation of
+    unknown outcome, retrying, waiting for an approval) renders as _step.html did."""
+    seen = set()
+    for run in step_runs:
+        detail = selectors.run_detail(run)
+        rows = detail.steps + detail.tail
+        assert str(step_rows(rows, run)) == step_reference(rows, run)
+        for row in rows:
+            seen.add(row.step.status)
+            seen.update(
+                name
+                for name, present in (
+                    ("attempts", row.attempts),
+                    ("operation", row.operation),
+                    ("error", row.step.error),
+                    ("safety", row.safety),
+                )
+                if present
+            )
+    assert {"attempts", "operation", "error", "safety", "failed", "succeeded"} <= seen, seen
+
+
+def test_step_rows_name_an_operations_other_owner(step_runs):
+    """A write owned by another run (a fork took it over), resolved, called twice."""
+    transfer, other = step_runs[4], step_runs[0]
+    Operation.objects.filter(run=transfer).update(
+        owner_run=other, resolution="happened", resolved_by="otto", attempts=2, external_id="x<1>"
+    )
+    detail = selectors.run_detail(transfer)
+    rows = detail.steps + detail.tail
+    assert any(row.operation for row in rows)
+    html = str(step_rows(rows, transfer))
+    assert html == step_reference(rows, transfer)
+    assert "compensating this run leaves it" in html and "x&lt;1&gt;" in html
