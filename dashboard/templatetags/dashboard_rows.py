@@ -1,5 +1,6 @@
-"""``{% runs_rows rows %}`` and ``{% step_rows rows run %}``: the runs table's rows and a
-run's step timeline, rendered in Python (:mod:`dashboard.rows`, :mod:`dashboard.step_rows`)."""
+"""``{% runs_rows rows %}``, ``{% step_rows rows run %}`` and ``{% approval_items items
+refused csrf_token %}``: the hot tables, rendered in Python (:mod:`dashboard.rows`,
+:mod:`dashboard.step_rows`, :mod:`dashboard.approval_items`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
+from ..approval_items import approval_items as _approval_items
 from ..rows import runs_rows as _runs_rows
 from ..step_rows import step_rows as _step_rows
 
@@ -24,3 +26,9 @@ def runs_rows(rows: Any) -> SafeString:
 def step_rows(rows: Any, run: Any) -> SafeString:
     """The ``<li>`` of each step row of ``run``'s timeline (``selectors.StepRow``)."""
     return _step_rows(rows, run)
+
+
+@register.simple_tag
+def approval_items(items: Any, refused: Any, csrf_token: Any) -> SafeString:
+    """The ``<article>`` of each request of the approvals inbox (``selectors.InboxItem``)."""
+    return _approval_items(items, refused, csrf_token)

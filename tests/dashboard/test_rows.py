@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.template import engines
 from django.utils import timezone
 
@@ -188,3 +188,54 @@ def test_step_rows_name_an_operations_other_owner(step_runs):
     html = str(step_rows(rows, transfer))
     assert html == step_reference(rows, transfer)
     assert "compensating this run leaves it" in html and "x&lt;1&gt;" in html
+
+
+@pytest.fixture
+def inbox_requests(approver):
+    """Pending requests of every plain shape, and some that take the template's path."""
+    from approvals.models import ApprovalRequest
+
+    group = Group.objects.create(name="finance <team>")
+    approver.groups.add(group)
+    runs = [
+        drive(durable.start("tests.approval", {"budget": n, "note": "<b>"}).id) for n in range(5)
+    ]
+    runs.append(drive(durable.start("tests.tool_approval", {"to": "bob@example.com"}).id))
+    requests = list(ApprovalRequest.objects.filter(run__in=runs).order_by("created_at", "id"))
+    now = timezone.now()
+    plain = requests[:5]
+    ApprovalRequest.objects.filter(pk=plain[0].pk).update(
+        expires_at=now + timedelta(minutes=5), title="Approve <this> & 'that'"
+    )
+    ApprovalRequest.objects.filter(pk=plain[1].pk).update(
+        expires_at=now - timedelta(minutes=5), required_approvals=2, approver_group=group
+    )
+    ApprovalRequest.objects.filter(pk=plain[2].pk).update(
+        payload='{"text": "' + "x" * 5000 + '"}', tool_name="waits.send", safety="unsafe_write"
+    )
+    ApprovalRequest.objects.filter(pk=plain[3].pk).update(payload=None)
+    return requests
+
+
+def test_approval_items_are_the_templates_html(inbox_requests, approver):
+    from dashboard.approval_items import _plain, approval_items
+
+    items, _total = selectors.inbox(approver)
+    assert len(items) == 6
+    assert [_plain(i, None) for i in items] == [True] * 5 + [False]
+    template = engines["django"].from_string(
+        (Path(__file__).parents[2] / "dashboard/templates/dashboard/_approval.html").read_text()
+    )
+    expected = "".join(
+        "\n  "
+        + template.render(
+            {"item": i, "r": i.request, "refused": None, "csrf_token": "t<k>"}
+        ).strip()
+        + "\n  "
+        for i in items
+    )
+    got = str(approval_items(items, None, "t<k>"))
+    assert got == expected
+    assert got.count('name="csrfmiddlewaretoken" value="t&lt;k&gt;"') == 6
+    assert "is-expired" in got and "Show all" in got and "finance &lt;team&gt;" in got
+    assert "Edit the parameters" in got  # the tool's request took the template's path
