@@ -26,9 +26,9 @@ from django.utils.text import Truncator
 from durable.models import RunStatus, WaitKind
 
 from .parsing import RunIdConverter
-from .templatetags.dashboard_tags import ago, duration, short_id, since
+from .templatetags.dashboard_tags import ago, compact_json, duration, short_id, since
 
-__all__ = ["runs_rows"]
+__all__ = ["event_rows", "options", "runs_rows"]
 
 _RUN_ID = re.compile(RunIdConverter.regex)
 _STATUS_LABELS = {str(value): str(label) for value, label in RunStatus.choices}
@@ -147,3 +147,36 @@ def runs_rows(rows: Iterable[Any]) -> SafeString:
     them (HTML, every value escaped)."""
     page = _Page()
     return mark_safe("".join(_run_row(page, row) for row in rows))
+
+
+def event_rows(events: Iterable[Any]) -> SafeString:
+    """The ``<tr>`` of each trace event of a run page's event log (HTML, escaped)."""
+    tz = timezone.get_current_timezone()
+    out = []
+    for e in events:
+        when = e.created_at
+        if when is None:
+            iso = title = short = ""
+        elif timezone.is_naive(when):
+            iso, title, short = (date_format(when, f) for f in ("c", "Y-m-d H:i:s.u", "H:i:s"))
+        else:
+            local = when.astimezone(tz)
+            iso = local.isoformat()
+            title = local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond:06d}"
+            short = local.strftime("%H:%M:%S")
+        extra = compact_json(e.data)
+        data = f' <span class="muted event-data">{_e(extra)}</span>' if extra else ""
+        out.append(
+            f'\n        <tr>\n          <td data-label="Time" class="nowrap"><time datetime="'
+            f'{_e(iso)}" title="{_e(title)}">{_e(short)}</time></td>\n'
+            f'          <td data-label="Event"><span class="event-kind">{_e(e.kind)}</span></td>\n'
+            f'          <td data-label="Step" class="mono">{_e(e.step_id)}</td>\n'
+            f'          <td data-label="By" class="nowrap">{_e(e.actor)}</td>\n'
+            f'          <td data-label="Message">{_e(e.message)}{data}</td>\n        </tr>\n      '
+        )
+    return mark_safe("".join(out))
+
+
+def options(values: Iterable[Any]) -> SafeString:
+    """``<option value="v">v</option>`` for each value (the fork form's steps)."""
+    return mark_safe("".join(f'<option value="{v}">{v}</option>' for v in map(_e, values)))

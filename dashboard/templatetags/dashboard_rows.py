@@ -10,6 +10,8 @@ from django import template
 from django.utils.safestring import SafeString
 
 from ..approval_items import approval_items as _approval_items
+from ..rows import event_rows as _event_rows
+from ..rows import options as _options
 from ..rows import runs_rows as _runs_rows
 from ..step_rows import step_rows as _step_rows
 
@@ -32,3 +34,15 @@ def step_rows(rows: Any, run: Any) -> SafeString:
 def approval_items(items: Any, refused: Any, csrf_token: Any) -> SafeString:
     """The ``<article>`` of each request of the approvals inbox (``selectors.InboxItem``)."""
     return _approval_items(items, refused, csrf_token)
+
+
+@register.simple_tag
+def event_rows(events: Any) -> SafeString:
+    """The ``<tr>`` of each trace event of a run page's event log."""
+    return _event_rows(events)
+
+
+@register.simple_tag
+def options(values: Any) -> SafeString:
+    """An ``<option>`` for each value, its text and its value the same."""
+    return _options(values)

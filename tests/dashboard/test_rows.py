@@ -17,7 +17,7 @@ from dashboard import selectors
 from dashboard.rows import runs_rows
 from dashboard.selectors.runs import RunFilters, runs_page
 from dashboard.step_rows import step_rows
-from durable.models import Operation, Run, RunStatus, Wait
+from durable.models import Operation, Run, RunStatus, TraceEvent, Wait
 from durable.testing import drive
 from tests.dashboard import dash_workflows as dw
 
@@ -239,3 +239,40 @@ def test_approval_items_are_the_templates_html(inbox_requests, approver):
     assert got.count('name="csrfmiddlewaretoken" value="t&lt;k&gt;"') == 6
     assert "is-expired" in got and "Show all" in got and "finance &lt;team&gt;" in got
     assert "Edit the parameters" in got  # the tool's request took the template's path
+
+
+EVENTS_TEMPLATE = """{% load dashboard_tags %}
+      {% for e in detail.events %}
+        <tr>
+          <td data-label="Time" class="nowrap"><time datetime="{{ e.created_at|date:'c' }}" title="{{ e.created_at|date:'Y-m-d H:i:s.u' }}">{{ e.created_at|date:"H:i:s" }}</time></td>
+          <td data-label="Event"><span class="event-kind">{{ e.kind }}</span></td>
+          <td data-label="Step" class="mono">{{ e.step_id }}</td>
+          <td data-label="By" class="nowrap">{{ e.actor }}</td>
+          <td data-label="Message">{{ e.message }}{% with extra=e.data|compact_json %}{% if extra %} <span class="muted event-data">{{ extra }}</span>{% endif %}{% endwith %}</td>
+        </tr>
+      {% endfor %}
+"""
+
+
+def test_event_rows_and_fork_options_are_the_templates_html(step_runs):
+    from dashboard.rows import event_rows, options
+
+    run = step_runs[4]
+    TraceEvent.objects.create(
+        run=run, kind="note", step_id="<s>", message="a & b", actor="x<y>", data={"k": "<v>"}
+    )
+    events = list(TraceEvent.objects.filter(run=run).order_by("id"))
+    assert len(events) > 3
+    for zone in ("UTC", "Asia/Kolkata"):
+        with timezone.override(zone):
+            expected = (
+                engines["django"]
+                .from_string(EVENTS_TEMPLATE)
+                .render({"detail": {"events": events}})
+            )
+            assert "      " + str(event_rows(events)) + "\n" == expected.split("\n", 1)[1]
+    ids = ["call", "call#2", "<b>&'\""]
+    reference = engines["django"].from_string(
+        '{% for step_id in ids %}<option value="{{ step_id }}">{{ step_id }}</option>{% endfor %}'
+    )
+    assert str(options(ids)) == reference.render({"ids": ids})
