@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from durable.models import StepStatus
 
-from .rows import _e, _label, _Page
+from .rows import _csrf_input, _e, _label, _Page
 from .templatetags.dashboard_tags import ago, kept, safety_label, size_label
 
 __all__ = ["approval_items"]
@@ -163,11 +163,7 @@ def approval_items(items: Iterable[Any], refused: Any, csrf_token: Any) -> SafeS
     """The ``<article>`` of each :class:`dashboard.selectors.InboxItem` (HTML, every value
     escaped), as ``_approval.html`` renders them."""
     page = _Page()
-    token = str(csrf_token) if csrf_token else ""
-    if token and token != "NOTPROVIDED":
-        csrf = f'<input type="hidden" name="csrfmiddlewaretoken" value="{_e(token)}">'
-    else:
-        csrf = ""
+    csrf = _csrf_input(csrf_token)
     template = None
     out = []
     for item in items:

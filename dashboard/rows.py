@@ -28,7 +28,7 @@ from durable.models import RunStatus, WaitKind
 from .parsing import RunIdConverter
 from .templatetags.dashboard_tags import ago, compact_json, duration, short_id, since
 
-__all__ = ["event_rows", "options", "runs_rows"]
+__all__ = ["event_rows", "failed_rows", "options", "runs_rows"]
 
 _RUN_ID = re.compile(RunIdConverter.regex)
 _STATUS_LABELS = {str(value): str(label) for value, label in RunStatus.choices}
@@ -180,3 +180,70 @@ def event_rows(events: Iterable[Any]) -> SafeString:
 def options(values: Iterable[Any]) -> SafeString:
     """``<option value="v">v</option>`` for each value (the fork form's steps)."""
     return mark_safe("".join(f'<option value="{v}">{v}</option>' for v in map(_e, values)))
+
+
+def _csrf_input(csrf_token: Any) -> str:
+    """What ``{% csrf_token %}`` renders for this token."""
+    token = str(csrf_token) if csrf_token else ""
+    if not token or token == "NOTPROVIDED":
+        return ""
+    return f'<input type="hidden" name="csrfmiddlewaretoken" value="{_e(token)}">'
+
+
+def _error_part(error: Any, key: str) -> Any:
+    if isinstance(error, dict):
+        return error.get(key, "")
+    return getattr(error, key, "")
+
+
+def failed_rows(runs: Iterable[Any], may_operate: bool, csrf_token: Any) -> SafeString:
+    """The ``<tr>`` of each failed run of the "needs attention" page (HTML, escaped)."""
+    page = _Page()
+    csrf = _csrf_input(csrf_token)
+    out = []
+    for run in runs:
+        run_id = _e(run.id)
+        iso, title = page.times(run.finished_at)
+        when = (
+            f'<time datetime="{_e(iso)}" title="{_e(title)}">{_e(ago(run.finished_at))}</time>'
+            if run.finished_at
+            else ""
+        )
+        message = _error_part(run.error, "message")
+        error = (
+            f'<span class="mono">{_e(_error_part(run.error, "type") or run.error_type)}</span>'
+            + (f": {_e(Truncator(message).chars(200))}" if message else "")
+        )
+        out.append(
+            f'\n        <tr>\n          <td data-label="Run"><a class="mono" href="'
+            f'{_e(page.run_url(run.id))}">{_e(short_id(run.id))}</a> <span class="badge '
+            f'status-{_e(run.status)}">{_e(_label(_STATUS_LABELS, run.status))}</span></td>\n'
+            f'          <td data-label="Workflow">{_e(run.workflow_name)}<span class="muted">@'
+            f"{_e(run.workflow_version)}</span></td>\n"
+            f'          <td data-label="Failed">{when}</td>\n'
+            f'          <td data-label="Error">{error}</td>\n          '
+        )
+        if may_operate:
+            out.append('\n          <td data-label="Decide" class="row-actions">\n            ')
+            if run.status == "failed":
+                url = _e(reverse("dashboard:run_action", args=[run.id, "resume"]))
+                out.append(
+                    f'\n            <form method="post" action="{url}" hx-post="{url}" '
+                    'hx-target="#attention" hx-swap="outerHTML" hx-confirm="Resume run '
+                    f'{run_id}? Completed steps replay and the failed step runs again.">\n'
+                    f'              {csrf}<input type="hidden" name="return_to" value="attention">'
+                    '\n              <button type="submit" class="btn small primary">'
+                    "Resume</button>"
+                    "\n            </form>\n            "
+                )
+            url = _e(reverse("dashboard:run_action", args=[run.id, "compensate"]))
+            out.append(
+                f'\n            <form method="post" action="{url}" hx-post="{url}" '
+                'hx-target="#attention" hx-swap="outerHTML" hx-confirm="Compensate run '
+                f'{run_id}? Its completed writes are undone, newest first.">\n'
+                f'              {csrf}<input type="hidden" name="return_to" value="attention">'
+                '\n              <button type="submit" class="btn small warn">Compensate</button>'
+                "\n            </form>\n          </td>\n          "
+            )
+        out.append("\n        </tr>\n      ")
+    return mark_safe("".join(out))

@@ -11,6 +11,7 @@ from django.utils.safestring import SafeString
 
 from ..approval_items import approval_items as _approval_items
 from ..rows import event_rows as _event_rows
+from ..rows import failed_rows as _failed_rows
 from ..rows import options as _options
 from ..rows import runs_rows as _runs_rows
 from ..step_rows import step_rows as _step_rows
@@ -46,3 +47,9 @@ def event_rows(events: Any) -> SafeString:
 def options(values: Any) -> SafeString:
     """An ``<option>`` for each value, its text and its value the same."""
     return _options(values)
+
+
+@register.simple_tag
+def failed_rows(runs: Any, may_operate: Any, csrf_token: Any) -> SafeString:
+    """The ``<tr>`` of each failed run of the "needs attention" page."""
+    return _failed_rows(runs, bool(may_operate), csrf_token)

@@ -16,6 +16,9 @@ nothing, and the same queries run as before, unindexed.
   Expression indexes need no upkeep (no stored column to keep right); the columns they
   name change once per run (start, finish), never on a checkpoint, so checkpoint updates
   stay heap-only (see 0004).
+- **Needs attention**: the newest failed runs, ``status IN ('failed',
+  'compensation_failed') ORDER BY finished_at DESC, id DESC``: a partial index in that
+  order, instead of sorting every failed run.
 
 ``pg_trgm`` must be installed in the database. The migration creates it when it is
 missing, which needs a superuser or (PostgreSQL 13+, where ``pg_trgm`` is a trusted
@@ -39,6 +42,11 @@ DURATION_INDEXES = {
     "run_unfinished_start_idx": (
         'COALESCE("started_at", "created_at"), "id" DESC',
         '"finished_at" IS NULL',
+    ),
+    # "needs attention": the newest failed runs (status filter, then finished_at order)
+    "run_failed_finished_idx": (
+        '"finished_at" DESC, "id" DESC',
+        "\"status\" IN ('failed', 'compensation_failed')",
     ),
 }
 

@@ -276,3 +276,58 @@ def test_event_rows_and_fork_options_are_the_templates_html(step_runs):
         '{% for step_id in ids %}<option value="{{ step_id }}">{{ step_id }}</option>{% endfor %}'
     )
     assert str(options(ids)) == reference.render({"ids": ids})
+
+
+FAILED_TEMPLATE = """{% load dashboard_tags %}
+      {% for run in failed %}
+        <tr>
+          <td data-label="Run"><a class="mono" href="{% url 'dashboard:run' run.id %}">{{ run.id|short_id }}</a> <span class="badge status-{{ run.status }}">{{ run.get_status_display }}</span></td>
+          <td data-label="Workflow">{{ run.workflow_name }}<span class="muted">@{{ run.workflow_version }}</span></td>
+          <td data-label="Failed">{% if run.finished_at %}<time datetime="{{ run.finished_at|date:'c' }}" title="{{ run.finished_at|date:'Y-m-d H:i:s T' }}">{{ run.finished_at|ago }}</time>{% endif %}</td>
+          <td data-label="Error"><span class="mono">{{ run.error.type|default:run.error_type }}</span>{% if run.error.message %}: {{ run.error.message|truncatechars:200 }}{% endif %}</td>
+          {% if may_operate %}
+          <td data-label="Decide" class="row-actions">
+            {% if run.status == "failed" %}
+            <form method="post" action="{% url 'dashboard:run_action' run.id 'resume' %}" hx-post="{% url 'dashboard:run_action' run.id 'resume' %}" hx-target="#attention" hx-swap="outerHTML" hx-confirm="Resume run {{ run.id }}? Completed steps replay and the failed step runs again.">
+              {% csrf_token %}<input type="hidden" name="return_to" value="attention">
+              <button type="submit" class="btn small primary">Resume</button>
+            </form>
+            {% endif %}
+            <form method="post" action="{% url 'dashboard:run_action' run.id 'compensate' %}" hx-post="{% url 'dashboard:run_action' run.id 'compensate' %}" hx-target="#attention" hx-swap="outerHTML" hx-confirm="Compensate run {{ run.id }}? Its completed writes are undone, newest first.">
+              {% csrf_token %}<input type="hidden" name="return_to" value="attention">
+              <button type="submit" class="btn small warn">Compensate</button>
+            </form>
+          </td>
+          {% endif %}
+        </tr>
+      {% endfor %}
+"""
+
+
+@pytest.mark.parametrize("may_operate", [True, False])
+def test_failed_rows_are_the_templates_html(may_operate):
+    from dashboard.rows import failed_rows
+
+    now = timezone.now()
+    common = dict(workflow_name="dash.<echo>", workflow_version="1", input="{}", input_hash="h")
+    Run.objects.create(
+        id="failed-1",
+        status=RunStatus.FAILED,
+        finished_at=now - timedelta(minutes=3),
+        error={"type": "PermanentError", "message": "HTTP <403> " + "x" * 300},
+        error_type="PermanentError",
+        **common,
+    )
+    Run.objects.create(
+        id="failed-2", status=RunStatus.COMPENSATION_FAILED, error_type="Boom", **common
+    )
+    Run.objects.create(
+        id="failed-3", status=RunStatus.FAILED, error={"message": ""}, error_type="T", **common
+    )
+    runs = selectors.failed_runs()
+    assert len(runs) == 3
+    context = {"failed": runs, "may_operate": may_operate, "csrf_token": "tok"}
+    expected = engines["django"].from_string(FAILED_TEMPLATE).render(context)
+    got = str(failed_rows(runs, may_operate, "tok"))
+    assert "      " + got + "\n" == expected.split("\n", 1)[1]
+    assert ("Compensate</button>" in got) is may_operate

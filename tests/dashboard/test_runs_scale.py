@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from dashboard import selectors
 from dashboard.selectors.runs import RunFilters, runs_page
 from durable.models import Run, RunStatus
 
@@ -22,6 +23,7 @@ INDEXES = {
     "run_search_input_trgm",
     "run_duration_idx",
     "run_unfinished_start_idx",
+    "run_failed_finished_idx",
 }
 
 
@@ -207,6 +209,8 @@ def test_indexes_exist_on_postgresql_and_are_used_and_are_a_no_op_elsewhere(time
     )
     assert "run_duration_idx" in by_duration and "run_unfinished_start_idx" in by_duration
     assert "Sort" not in by_duration, by_duration
+    failed = _plans(selectors.failed_runs, "enable_bitmapscan", "enable_sort")
+    assert "run_failed_finished_idx" in failed and "Sort" not in failed, failed
 
 
 def test_migration_explains_a_missing_pg_trgm():
