@@ -197,6 +197,14 @@ def test_indexes_exist_on_postgresql_and_are_used_and_are_a_no_op_elsewhere(time
         assert not names & INDEXES  # the embedded default migrates without them
         return
     assert INDEXES <= names
+    with connection.cursor() as cursor:  # a short pending list: searches stay fast
+        cursor.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'run_search_%%_trgm'"
+        )
+        options = dict(cursor.fetchall())
+    assert options == {
+        name: ["gin_pending_list_limit=256"] for name in INDEXES if name.endswith("_trgm")
+    }
     now, _ = timed_runs
     # without plain index scans (the created_at index + a filter, a fine plan for a
     # tiny table): the trigram indexes answer the three LIKEs
