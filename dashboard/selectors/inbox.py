@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.db.models import Count, F, OuterRef, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
@@ -93,8 +95,32 @@ def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]
     return current.value_for_display(), current.value
 
 
+def _attach_people(requests: list[ApprovalRequest]) -> None:
+    """Set the users and groups the inbox shows (who started the run, who asked, who
+    edited the arguments, the approver and escalation groups) on ``requests``: at most
+    two small queries by primary key. Joining them into the inbox's query instead made
+    PostgreSQL plan a nine-table join on every request (~15 ms of planning for a 1 ms
+    query)."""
+    User = get_user_model()
+    user_ids = {r.requested_by_id for r in requests} | {r.run.started_by_id for r in requests}
+    user_ids |= {r.arguments.created_by_id for r in requests if r.arguments is not None}
+    user_ids.discard(None)
+    group_ids = {r.escalate_to_id for r in requests} | {r.approver_group_id for r in requests}
+    group_ids.discard(None)
+    users = User.objects.in_bulk(user_ids) if user_ids else {}
+    groups = Group.objects.in_bulk(group_ids) if group_ids else {}
+    for r in requests:
+        r.requested_by = users.get(r.requested_by_id)
+        r.run.started_by = users.get(r.run.started_by_id)
+        if r.arguments is not None:
+            r.arguments.created_by = users.get(r.arguments.created_by_id)
+        r.escalate_to = groups.get(r.escalate_to_id)
+        r.approver_group = groups.get(r.approver_group_id)
+
+
 def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
-    """The approvals inbox: (items, total pending). Four queries."""
+    """The approvals inbox: (items, total pending). Four queries, and two more by primary
+    key when the requests name users or groups."""
     # the approvals so far (of the current arguments) as a correlated subquery, not a
     # GROUP BY over every pending request: PostgreSQL evaluates it after the ORDER BY ...
     # LIMIT, for the shown rows only
@@ -109,11 +135,12 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
     )
     requests = list(
         pending_for(user)
-        .select_related("run__started_by", "requested_by", "arguments__created_by", "escalate_to")
+        .select_related("run", "arguments")
         .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))[: limit + 1]
     )
     more = len(requests) > limit
     requests = requests[:limit]
+    _attach_people(requests)
     total = inbox_count(user, cached=True) if more else len(requests)
     run_ids = {r.run_id for r in requests}
     last: dict[str, list[Step]] = {}

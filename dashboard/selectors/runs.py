@@ -19,15 +19,15 @@ from typing import Any
 from django.core.cache import cache
 from django.db.models import (
     Count,
-    DateTimeField,
     DurationField,
     Exists,
     ExpressionWrapper,
+    F,
     OuterRef,
     Prefetch,
     Q,
     QuerySet,
-    Value,
+    prefetch_related_objects,
 )
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -93,14 +93,6 @@ def run_duration(run: Run, now: datetime | None = None) -> timedelta | None:
         return None
     end = run.finished_at or now or timezone.now()
     return max(end - start, timedelta(0))
-
-
-def _duration_expr(now: datetime) -> ExpressionWrapper:
-    return ExpressionWrapper(
-        Coalesce("finished_at", Value(now, output_field=DateTimeField()))
-        - Coalesce("started_at", "created_at"),
-        output_field=DurationField(),
-    )
 
 
 # --- runs list -----------------------------------------------------------------------
@@ -233,6 +225,63 @@ def _cursor_for(run: Run, kind: str) -> str:
     return encode_cursor(dur // timedelta(microseconds=1), run.id)
 
 
+def _after_key(field: str, cmp: str, key: Any, id_cmp: str, run_id: str) -> Q:
+    """Rows past the cursor (key, id) in a keyset order: ``field`` compares with ``cmp``
+    and ties go by the id with ``id_cmp``. The redundant ``field <cmp>= key`` bounds the
+    index scan (PostgreSQL does not derive a bound from the OR alone)."""
+    return Q(**{f"{field}__{cmp}e": key}) & (
+        Q(**{f"{field}__{cmp}": key}) | Q(**{field: key, f"id__{id_cmp}": run_id})
+    )
+
+
+def _by_created(
+    qs: QuerySet[Run], cursor: tuple[Any, str] | None, desc: bool, limit: int
+) -> list[Run]:
+    """Up to ``limit`` runs in (created_at, id) order (descending if ``desc``), past the
+    cursor: the (created_at, id) index."""
+    cmp = "lt" if desc else "gt"
+    if cursor is not None:
+        qs = qs.filter(_after_key("created_at", cmp, cursor[0], cmp, cursor[1]))
+    prefix = "-" if desc else ""
+    return list(qs.order_by(f"{prefix}created_at", f"{prefix}id")[:limit])
+
+
+def _by_duration(
+    qs: QuerySet[Run], cursor: tuple[Any, str] | None, desc: bool, limit: int, now: datetime
+) -> list[Run]:
+    """Up to ``limit`` runs in (duration, id) order (descending if ``desc``) past the
+    cursor, each with ``sort_duration`` set (a timedelta, may be negative for a clock
+    that went back).
+
+    The duration is ``finished_at - COALESCE(started_at, created_at)`` for a finished run
+    and ``now - COALESCE(started_at, created_at)`` for an unfinished one (so a running run
+    sorts by how long it has run so far). Two queries, each along an index of migration
+    ``durable.0009`` on PostgreSQL: the finished runs by the duration expression, the
+    unfinished ones by their start (longest first is oldest start first); the two ordered
+    pages are merged here. Ties between the two sets go by id in Python's order.
+    """
+    start = Coalesce("started_at", "created_at")
+    cmp = "lt" if desc else "gt"
+    finished = qs.filter(finished_at__isnull=False).annotate(
+        sort_duration=ExpressionWrapper(F("finished_at") - start, output_field=DurationField())
+    )
+    unfinished = qs.filter(finished_at__isnull=True).annotate(sort_start=start)
+    if cursor is not None:
+        key, run_id = cursor
+        finished = finished.filter(_after_key("sort_duration", cmp, key, cmp, run_id))
+        # now - start < key  <=>  start > now - key (and the other way round)
+        unfinished = unfinished.filter(
+            _after_key("sort_start", "gt" if desc else "lt", now - key, cmp, run_id)
+        )
+    prefix, start_prefix = ("-", "") if desc else ("", "-")
+    runs = list(finished.order_by(f"{prefix}sort_duration", f"{prefix}id")[:limit])
+    for run in unfinished.order_by(f"{start_prefix}sort_start", f"{prefix}id")[:limit]:
+        run.sort_duration = now - run.sort_start
+        runs.append(run)
+    runs.sort(key=lambda r: (r.sort_duration, r.id), reverse=desc)
+    return runs[:limit]
+
+
 def runs_page(
     filters: RunFilters,
     *,
@@ -243,42 +292,37 @@ def runs_page(
 ) -> RunsPage:
     """One page of runs, keyset-paginated on (created_at, id) or (duration, id).
 
-    ``after``/``before``: cursors of the last/first row of the neighbouring page. Three
-    queries: the page, the pending waits of its runs, nothing else.
+    ``after``/``before``: cursors of the last/first row of the neighbouring page. Two
+    queries: the page (two for the duration sort, see :func:`_by_duration`) and the
+    pending waits of its runs.
     """
     now = now or timezone.now()
     kind, descending = SORTS.get(filters.sort, SORTS["-created"])
-    key_field = "created_at" if kind == "created" else "sort_duration"
     qs = (
         filter_runs(filters, now)
         .select_related("started_by")
         .annotate(attention=_unknown_operation())
     )
-    if kind == "duration":
-        qs = qs.annotate(sort_duration=_duration_expr(now))
     backwards = bool(before) and not after
     cursor = decode_cursor(before if backwards else after, kind)
     # walking backwards is walking forwards in the opposite order
     desc = descending != backwards
-    if cursor is not None:
-        key, run_id = cursor
-        cmp = "lt" if desc else "gt"
-        qs = qs.filter(
-            Q(**{f"{key_field}__{cmp}": key}) | Q(**{key_field: key, f"id__{cmp}": run_id})
-        )
-    prefix = "-" if desc else ""
-    qs = qs.order_by(f"{prefix}{key_field}", f"{prefix}id").prefetch_related(
-        Prefetch(
-            "waits",
-            queryset=Wait.objects.filter(status=WaitStatus.PENDING).order_by("position"),
-            to_attr="pending_waits",
-        )
-    )
-    runs = list(qs[: page_size + 1])
+    if kind == "duration":
+        runs = _by_duration(qs, cursor, desc, page_size + 1, now)
+    else:
+        runs = _by_created(qs, cursor, desc, page_size + 1)
     more = len(runs) > page_size
     runs = runs[:page_size]
     if backwards:
         runs.reverse()
+    prefetch_related_objects(
+        runs,
+        Prefetch(
+            "waits",
+            queryset=Wait.objects.filter(status=WaitStatus.PENDING).order_by("position"),
+            to_attr="pending_waits",
+        ),
+    )
     page = RunsPage(
         rows=[
             RunRow(
