@@ -28,6 +28,7 @@ from .ledger import AGAIN, PROCEED, OperationLedger
 from .models import AttemptOutcome, RunStatus, StepAttempt, StepKind, StepStatus
 from .retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from .types import ModelRecoverable
+from .vocabulary import Durability
 
 if TYPE_CHECKING:
     from .registry import ToolSpec
@@ -170,6 +171,8 @@ class Attempts(Checkpoints):
                 if done is not PROCEED:
                     return done
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
+            elif call.durability == Durability.BATCHED:
+                self.batch.flush_if_due(self)  # no status read: a stop is seen at the flush
             else:
                 self.ensure_authorized()
             if kind == StepKind.LLM and attempt > 1:

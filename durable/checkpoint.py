@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import codec, conf, mailbox, transitions
+from .batching import StepBatch
 from .checkpoint_pg import checkpoint_in_one_statement
 from .exceptions import (
     DurableError,
@@ -71,6 +72,8 @@ class LedgerEntry(Protocol):
 class Checkpoints(ReplayCursor):
     """The writes of one execution: the fence, step rows, the run's failure and end."""
 
+    batch: StepBatch  #: pending batched steps (durable/batching.py), set by the execution
+
     def write(
         self,
         run_fields: dict[str, Any],
@@ -87,7 +90,8 @@ class Checkpoints(ReplayCursor):
         """
         # the lease is the heartbeat's (durable/heartbeat.py): rewriting its indexed column
         # here would make every checkpoint a non-HOT update of the run row on PostgreSQL
-        fields = {"updated_at": timezone.now(), **run_fields}
+        # pending batched steps go first, in this transaction (durable/batching.py)
+        fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
         with transaction.atomic():
             updated = Run.objects.filter(
@@ -98,14 +102,17 @@ class Checkpoints(ReplayCursor):
                 if row is None or row["lease_token"] != self.token:
                     raise LeaseLost()
                 stopped = row["status"]
+                self.batch.insert_txn(self)  # they ran: recorded even when stopped
                 if record_if_stopped:
                     work()
                     TraceEvent.objects.bulk_create(events)
             else:
+                self.batch.insert_txn(self)
                 work()
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:
                     mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
+        self.batch.committed(self)
         self.last_auth = time.monotonic()
         if stopped:
             self.stopped = stopped
@@ -304,9 +311,14 @@ class Checkpoints(ReplayCursor):
                 else {}
             ),
         }
+        if StepBatch.takes(call, rec, ledger, self.pending_lost):  # durable/batching.py
+            row = {"output": output, "error": error, "attempts": attempt, "started_at": started_at}
+            self.batch.add(self, call, row, tokens, event_data, run_fields.get("tags"))
+            return value
         fast = (
             rec is None
             and ledger is None
+            and not self.batch
             and not self.pending_lost
             and "tags" not in run_fields
             and connection.vendor == "postgresql"
