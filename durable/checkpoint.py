@@ -90,7 +90,6 @@ class Checkpoints(ReplayCursor):
         """
         # the lease is the heartbeat's (durable/heartbeat.py): rewriting its indexed column
         # here would make every checkpoint a non-HOT update of the run row on PostgreSQL
-        # pending batched steps go first, in this transaction (durable/batching.py)
         fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
         with transaction.atomic():
@@ -107,7 +106,7 @@ class Checkpoints(ReplayCursor):
                     work()
                     TraceEvent.objects.bulk_create(events)
             else:
-                self.batch.insert_txn(self)
+                self.batch.insert_txn(self)  # pending batched steps first, in step order
                 work()
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 import durable
 from durable import llm as llm_module
+from durable.checks import check_durable
 from durable.engine import execute
 from durable.exceptions import DurableConfigurationError
 from durable.models import RunStatus, Step, StepAttempt, StepStatus, TraceEvent, Wait
@@ -318,3 +319,18 @@ def test_overrides_per_tool_and_per_llm_call(batch_size):
     run = drive(_start(["read_sync", "read", "llm", "llm_sync"], "batch.ops"))
     assert [row[3] for row in _rows(run.id)] == ["sync", "batched", "batched", "sync"]
     assert run.tokens_used == 20 and "scripted-llm" in run.tags
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "check"),
+    [
+        ("BATCH_MAX_STEPS", 0, "durable.E003"),
+        ("BATCH_MAX_STEPS", "many", "durable.E003"),
+        ("BATCH_MAX_DELAY_MS", -1, "durable.E006"),
+        ("BATCH_MAX_DELAY_MS", "soon", "durable.E006"),
+    ],
+)
+def test_impossible_batch_settings_are_reported_at_start_up(settings, name, value, check):
+    assert not [m for m in check_durable() if m.id in ("durable.E003", "durable.E006")]
+    settings.DURABLE = {**settings.DURABLE, name: value}
+    assert [m.id for m in check_durable() if name in m.msg] == [check]
