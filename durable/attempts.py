@@ -28,6 +28,7 @@ from .ledger import AGAIN, PROCEED, OperationLedger
 from .models import AttemptOutcome, RunStatus, StepAttempt, StepKind, StepStatus
 from .retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from .types import ModelRecoverable
+from .vocabulary import Durability
 
 if TYPE_CHECKING:
     from .registry import ToolSpec
@@ -170,6 +171,8 @@ class Attempts(Checkpoints):
                 if done is not PROCEED:
                     return done
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
+            elif call.durability == Durability.BATCHED:
+                self.batch.flush_if_due(self)  # a stop is seen at the flush
             # no status read before a step that writes nothing outside: the claim or the
             # previous checkpoint was fenced on the run being live when it committed, and a
             # cancel that lands during this try is seen at its checkpoint (the result is

@@ -21,6 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import checkpoint_pg, codec, conf, mailbox, run_pg, transitions
+from .batching import StepBatch
 from .checkpoint_pg import checkpoint_in_one_statement
 from .exceptions import (
     DurableError,
@@ -74,6 +75,8 @@ class LedgerEntry(Protocol):
 class Checkpoints(ReplayCursor):
     """The writes of one execution: the fence, step rows, the run's failure and end."""
 
+    batch: StepBatch  #: pending batched steps (durable/batching.py), set by the execution
+
     def write(
         self,
         run_fields: dict[str, Any],
@@ -90,7 +93,7 @@ class Checkpoints(ReplayCursor):
         """
         # the lease is the heartbeat's (durable/heartbeat.py): rewriting its indexed column
         # here would make every checkpoint a non-HOT update of the run row on PostgreSQL
-        fields = {"updated_at": timezone.now(), **run_fields}
+        fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
         with transaction.atomic():
             updated = Run.objects.filter(
@@ -101,14 +104,17 @@ class Checkpoints(ReplayCursor):
                 if row is None or row["lease_token"] != self.token:
                     raise LeaseLost()
                 stopped = row["status"]
+                self.batch.insert_txn(self)  # they ran: recorded even when stopped
                 if record_if_stopped:
                     work()
                     TraceEvent.objects.bulk_create(events)
             else:
+                self.batch.insert_txn(self)  # pending batched steps first, in step order
                 work()
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:
                     mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
+        self.batch.committed(self)
         if stopped:
             self.stopped = stopped
             raise RunStopped(stopped)
@@ -306,7 +312,12 @@ class Checkpoints(ReplayCursor):
                 else {}
             ),
         }
-        fast = rec is None and not self.pending_lost and "tags" not in run_fields
+        if StepBatch.takes(call, rec, ledger, self.pending_lost):  # durable/batching.py
+            row = {"output": output, "error": error, "attempts": attempt, "started_at": started_at}
+            self.batch.add(self, call, row, tokens, event_data, run_fields.get("tags"))
+            return value
+        # with batched steps pending, the transactional write flushes them first
+        fast = rec is None and not self.pending_lost and "tags" not in run_fields and not self.batch
         step = None
         if fast and checkpoint_pg.available():  # a write's result goes in the same statement
             step = checkpoint_in_one_statement(
@@ -523,13 +534,18 @@ class Checkpoints(ReplayCursor):
             EventKind.COMPLETED, message=f"run {self.done_status}", data={"replayed": len(replayed)}
         )
         ends = {**transitions.changes("complete", self.status), "output": output}
-        if run_pg.available() and run_pg.complete_in_one_statement(
-            run_id=self.run_id,
-            token=self.token,
-            status=self.status,
-            fields={**ends, "finished_at": now, "updated_at": now},
-            replayed=replayed,
-            event=done,
+        # with batched steps pending, the transactional write flushes them first
+        if (
+            not self.batch
+            and run_pg.available()
+            and run_pg.complete_in_one_statement(
+                run_id=self.run_id,
+                token=self.token,
+                status=self.status,
+                fields={**ends, "finished_at": now, "updated_at": now},
+                replayed=replayed,
+                event=done,
+            )
         ):
             self.stopped = self.done_status
             return

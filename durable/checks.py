@@ -45,7 +45,7 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                 id="durable.E002",
             )
         )
-    for name in ("LEASE_SECONDS", "SWEEP_INTERVAL_SECONDS", "MAX_PAYLOAD_BYTES"):
+    for name in ("LEASE_SECONDS", "SWEEP_INTERVAL_SECONDS", "MAX_PAYLOAD_BYTES", "BATCH_MAX_STEPS"):
         try:
             if float(conf.get(name)) <= 0:
                 raise ValueError
@@ -53,6 +53,13 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
             messages.append(
                 Error(f"DURABLE['{name}'] must be a positive number", id="durable.E003")
             )
+    try:
+        if float(conf.get("BATCH_MAX_DELAY_MS")) < 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        messages.append(
+            Error("DURABLE['BATCH_MAX_DELAY_MS'] must be a number >= 0", id="durable.E006")
+        )
     try:
         if conf.heartbeat_seconds() >= conf.lease_seconds():
             messages.append(

@@ -94,6 +94,10 @@ DEFAULTS: dict[str, Any] = {
     # default budgets of a run (overridable per workflow and per start)
     "MAX_STEPS": 10_000,
     "DEADLINE_SECONDS": None,
+    # batched checkpoints (docs/architecture.md#batched-checkpoints): flushed when this
+    # many steps are pending, or when the oldest has waited this many milliseconds
+    "BATCH_MAX_STEPS": 32,
+    "BATCH_MAX_DELAY_MS": 50.0,
     # a step interrupted by a lost worker this many times fails (a poison step)
     "MAX_WORKER_LOST_ATTEMPTS": 3,
     # redaction: dict keys (case-insensitive, substring) and regex patterns

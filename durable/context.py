@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from . import codec, registry
 from .attempts import LLM_POLICY, Attempts, call_with_timeout
+from .batching import StepBatch, resolve
 from .durations import check_duration
 from .exceptions import InvalidDuration, ToolNotFound
 from .failures import db_faults_stop_the_execution
@@ -29,6 +30,7 @@ from .models import StepKind, WaitKind
 from .redaction import redact_text
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .types import Decision, ModelRecoverable
+from .vocabulary import Durability
 from .waits import WaitParking
 
 if TYPE_CHECKING:
@@ -45,8 +47,13 @@ class Execution(Attempts, WaitParking):
 
     def __init__(self, **state: Any) -> None:
         super().__init__(**state)
+        self.batch = StepBatch()
         #: the workflow's ``ctx`` over this execution
         self.context = WorkflowContext(self)
+
+    def workflow_durability(self) -> str:
+        """The workflow's default durability (a compensation's: sync)."""
+        return self.spec.durability if self.spec is not None else Durability.SYNC
 
 
 class WorkflowContext:
@@ -74,6 +81,7 @@ class WorkflowContext:
         *args: Any,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        durability: str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and memoize its result.
@@ -83,6 +91,11 @@ class WorkflowContext:
         ``fn`` receives ``idempotency_key="{run_id}:{step_id}"`` when it accepts that
         keyword; the key is the same on every attempt. ``retry`` is the step's
         :class:`RetryPolicy`; ``timeout`` (seconds) bounds each attempt.
+        ``durability="batched"``: the step's checkpoint may be group-committed, so a
+        crash can make it run again -- say so only when that is harmless (a plain step
+        is arbitrary code: ``None`` means ``"sync"``, whatever the workflow's default;
+        docs/architecture.md#batched-checkpoints). Another value raises
+        :class:`~durable.DurableConfigurationError`.
 
         Returns the result, or a :class:`~durable.ModelRecoverable` when ``fn`` raised
         :class:`~durable.ModelRecoverableError`. Raises :class:`~durable.StepFailed` when
@@ -90,6 +103,7 @@ class WorkflowContext:
         """
         ex = self._execution
         base = str(step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step"))
+        mode = resolve(durability, None, where=f"ctx.step({base!r}, durability=...)")
         timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)", positive=True)
         call = ex.next_call(base, kind=StepKind.STEP)
         if call.succeeded:
@@ -102,7 +116,7 @@ class WorkflowContext:
         call_kwargs = dict(kwargs)
         if registry.accepts_keyword(fn, "idempotency_key"):
             call_kwargs["idempotency_key"] = key
-        call = replace(call, input_text=ex.encode_step_input(call, args, kwargs))
+        call = replace(call, input_text=ex.encode_step_input(call, args, kwargs), durability=mode)
         return ex.execute(
             call,
             fn=lambda: call_with_timeout(fn, args, call_kwargs, timeout, sid),
@@ -117,8 +131,10 @@ class WorkflowContext:
         """Call the registered tool ``name`` with ``params`` (keyword arguments), durably.
 
         Writes (``idempotent_write``, ``unsafe_write``) go through the operation ledger
-        with the idempotency key ``"{run_id}:{step_id}"``. A tool that requires approval
-        first waits for a decision; a rejection returns a
+        with the idempotency key ``"{run_id}:{step_id}"``, always with a synchronous
+        checkpoint; a ``read_only`` tool's checkpoint follows the tool's ``durability``,
+        else the workflow's (docs/architecture.md#batched-checkpoints). A tool that
+        requires approval first waits for a decision; a rejection returns a
         :class:`~durable.ModelRecoverable` carrying the approver's message (the model
         can take it into account), and approved edits replace ``params``. An unknown
         tool name or arguments that do not fit the tool's signature also return a
@@ -201,7 +217,9 @@ class WorkflowContext:
             )
         policy = spec.retry or DEFAULT_POLICY
         fn = lambda: call_with_timeout(spec.fn, (), call_kwargs, spec.timeout, sid)  # noqa: E731
-        if spec.safety == "read_only":
+        if spec.safety == "read_only":  # only a read may be batched; writes are sync
+            mode = resolve(spec.durability, ex.workflow_durability(), where=f"tool {name!r}")
+            call = replace(call, durability=mode)
             return ex.execute(call, fn=fn, policy=policy, safety=spec.safety)
         ledger = OperationLedger(ex, spec, key, params, input_text, input_text or codec.encode({}))
         return ex.execute(call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger)
@@ -216,9 +234,13 @@ class WorkflowContext:
         step_id: str | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = 60.0,
+        durability: str | None = None,
         **options: Any,
     ) -> Any:
         """One LLM chat completion as a durable step (see :mod:`durable.llm`).
+
+        ``durability``: ``"sync"`` or ``"batched"`` for this call; ``None``: the
+        workflow's default (docs/architecture.md#batched-checkpoints).
 
         The request (redacted) and the response, token usage and cost are recorded; a
         replay returns the recorded response, so no call is paid twice. Tokens count
@@ -230,6 +252,8 @@ class WorkflowContext:
         from . import llm as llm_module
 
         ex = self._execution
+        where = f"ctx.llm({step_id or 'llm'!r}, durability=...)"
+        mode = resolve(durability, ex.workflow_durability(), where=where)
         _, invalid = _checked(timeout, call="ctx.llm(timeout=...)", positive=True)
         call = ex.next_call(step_id or "llm", kind=StepKind.LLM)
         if call.succeeded:
@@ -245,7 +269,7 @@ class WorkflowContext:
         if tools:
             request["tools"] = tools
         call = replace(call, tool_name=request["model"])
-        call = replace(call, input_text=ex.encode_step_input(call, (), request))
+        call = replace(call, input_text=ex.encode_step_input(call, (), request), durability=mode)
         return ex.execute(
             call,
             fn=lambda: llm_module.chat(

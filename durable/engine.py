@@ -18,6 +18,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from . import conf, registry, run_pg, transitions
+from .batching import flush_at_stop
 from .compensation import run_compensation
 from .context import Execution
 from .dbconn import drop_connection, is_db_fault, retry_db
@@ -353,7 +354,7 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
         if execution.stopped is None:
             execution.complete(result)
     except (Suspend, StepFailed, NonDeterminismError, RunStopped):
-        pass
+        flush_at_stop(execution, execution.batch)  # batched steps still pending, if any
     except DatabaseUnavailable:
         raise
     except LeaseLost:

@@ -84,8 +84,9 @@ class OperationLedger:
         """
         ex = self.execution
         decision: dict[str, Any] = {}
-        if checkpoint_pg.available():
+        if checkpoint_pg.available() and not ex.batch:
             # the common case in one fenced statement: no row yet for this key, run live
+            # (with batched steps pending, the transaction below flushes them first)
             now = timezone.now()
             started = Operation(
                 idempotency_key=self.key,

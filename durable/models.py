@@ -29,6 +29,7 @@ from .vocabulary import (
     TERMINAL,
     AttemptOutcome,
     Classification,
+    Durability,
     OperationStatus,
     RunStatus,
     Safety,
@@ -205,6 +206,10 @@ class Step(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     replay_count = models.PositiveIntegerField(default=0)
+    #: batched: group-committed with its neighbours (docs/architecture.md#batched-checkpoints)
+    durability = models.CharField(
+        max_length=8, choices=Durability.choices, default=Durability.SYNC, db_default="sync"
+    )
 
     class Meta:
         ordering = ["run", "position"]

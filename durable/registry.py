@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from .durations import check_duration
 from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
 from .retry import RetryPolicy
-from .vocabulary import Safety
+from .vocabulary import Durability, Safety
 
 logger = logging.getLogger("durable.registry")
 
@@ -36,6 +36,8 @@ class WorkflowSpec:
     max_steps: int | None = None
     deadline_seconds: float | None = None
     module: str = ""
+    #: the default durability of its read-only tool calls and LLM calls
+    durability: str = Durability.SYNC
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class ToolSpec:
     external_id: Callable[[Any], Any] | None = None
     description: str = ""
     approver_group: str | None = None
+    #: None: the workflow's default (read-only tools only; writes are always sync)
+    durability: str | None = None
 
 
 _workflows: dict[str, dict[str, WorkflowSpec]] = {}
@@ -68,6 +72,7 @@ def workflow(
     version: str = "1",
     max_steps: int | None = None,
     deadline_seconds: float | None = None,
+    durability: str = Durability.SYNC,
 ) -> Callable[[F], F]:
     """Register ``fn(ctx, input)`` as a workflow.
 
@@ -75,6 +80,9 @@ def workflow(
     with every run, and a worker resumes only versions it has registered. Several
     versions of one name may be registered side by side; new runs use the last one.
     ``max_steps`` and ``deadline_seconds`` are the run's default budgets.
+    ``durability``: ``"sync"`` (the default) or ``"batched"``, the default of the
+    workflow's read-only tool calls and LLM calls (docs/architecture.md#batched-checkpoints);
+    anything else raises :class:`DurableConfigurationError`.
     """
 
     if deadline_seconds is not None:
@@ -101,7 +109,10 @@ def workflow(
                 f"{fn.__module__}.{fn.__qualname__}"
             )
         versions.pop(ver, None)  # re-registration (module reload) moves it to the end
-        versions[ver] = WorkflowSpec(wf_name, ver, fn, max_steps, deadline_seconds, fn.__module__)
+        mode = check_durability(durability, where=f"durable.workflow(name={wf_name!r})")
+        versions[ver] = WorkflowSpec(
+            wf_name, ver, fn, max_steps, deadline_seconds, fn.__module__, mode or Durability.SYNC
+        )
         fn.workflow_name = wf_name  # type: ignore[attr-defined]
         return fn
 
@@ -120,6 +131,7 @@ def tool(
     compensate: Callable[..., Any] | None = None,
     external_id: Callable[[Any], Any] | None = None,
     approver_group: str | None = None,
+    durability: str | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(**params[, idempotency_key=...])`` as a tool with a safety class.
 
@@ -130,6 +142,10 @@ def tool(
       the result if the write happened, or :data:`durable.NOT_FOUND` if it did not.
     - ``compensate(params, result, *, idempotency_key)``: undoes a completed write.
     - ``external_id(result)``: the id the external system gave the write (for the ledger).
+    - ``durability``: ``None`` (the workflow's default), ``"sync"`` or ``"batched"``
+      (docs/architecture.md#batched-checkpoints). Only a ``read_only`` tool may be
+      batched: ``"batched"`` on a write raises :class:`DurableConfigurationError`
+      naming the tool, as does any other value.
 
     A Tool row in the database (edited in the admin) overrides retry, timeout,
     requires_approval, allow_edit and safety.
@@ -151,6 +167,13 @@ def tool(
             fn.__qualname__,
         ):
             raise DurableConfigurationError(f"tool {tool_name!r} is registered twice")
+        mode = check_durability(durability, where=f"durable.tool(name={tool_name!r})")
+        if mode == Durability.BATCHED and safety != Safety.READ_ONLY:
+            raise DurableConfigurationError(
+                f"tool {tool_name!r} is an {safety}: its checkpoint cannot be batched, since "
+                "a lost checkpoint would repeat the write; writes are always "
+                'durability="sync" (leave durability unset)'
+            )
         _tools[tool_name] = ToolSpec(
             name=tool_name,
             fn=fn,
@@ -164,11 +187,28 @@ def tool(
             external_id=external_id,
             description=(inspect.getdoc(fn) or "").split("\n\n")[0],
             approver_group=approver_group,
+            durability=mode,
         )
         fn.tool_name = tool_name  # type: ignore[attr-defined]
         return fn
 
     return decorator
+
+
+def check_durability(value: Any, *, where: str) -> str | None:
+    """``value`` as a :class:`Durability` (``None`` stays ``None``).
+
+    Raises :class:`DurableConfigurationError` naming ``where`` (the declaration or the
+    call the value came from) for anything but ``None``, ``"sync"`` or ``"batched"``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value in Durability.values:
+        return Durability(value)
+    raise DurableConfigurationError(
+        f"{where}: durability must be one of {', '.join(map(repr, Durability.values))}, "
+        f"got {value!r}"
+    )
 
 
 def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:

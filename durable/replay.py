@@ -26,7 +26,7 @@ from .models import Run, Step, StepAttempt, StepKind, StepStatus
 from .redaction import check_identifier
 from .retry import MODEL_RECOVERABLE, PERMANENT
 from .types import ModelRecoverable
-from .vocabulary import EventKind
+from .vocabulary import Durability, EventKind
 
 if TYPE_CHECKING:
     from .registry import WorkflowSpec
@@ -48,6 +48,8 @@ class StepCall:
     kind: str = StepKind.STEP
     tool_name: str = ""
     input_text: str | None = None
+    #: ``batched``: its success may be group-committed (durable/batching.py)
+    durability: str = Durability.SYNC
 
     @property
     def succeeded(self) -> bool:

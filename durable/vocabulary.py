@@ -31,6 +31,18 @@ class Safety(TextChoices):
     UNSAFE_WRITE = "unsafe_write", "Unsafe write"
 
 
+class Durability(TextChoices):
+    """When a step's checkpoint is committed (docs/architecture.md#batched-checkpoints).
+
+    ``sync``: before the workflow goes on. ``batched``: group-committed with the steps
+    around it, for calls that may safely run again (read-only tools, LLM calls, plain
+    steps whose author says so); writes are always ``sync``.
+    """
+
+    SYNC = "sync", "Sync"
+    BATCHED = "batched", "Batched"
+
+
 class EventKind(TextChoices):
     """``TraceEvent.kind``: what happened to a run."""
 

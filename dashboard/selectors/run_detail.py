@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from durable import mailbox, registry
-from durable.exceptions import ToolNotFound
+from durable.exceptions import ToolNotFound, WorkflowNotFound
 from durable.forks import fork_points
 from durable.models import (
     Operation,
@@ -114,10 +114,21 @@ class RunDetail:
     #: signal names the run's pending waits are for, and every one it has waited on
     waiting_on: tuple[str, ...] = ()
     waited_on: tuple[str, ...] = ()
+    #: the workflow's declared durability ("sync" or "batched"), "" when this process
+    #: does not have the run's workflow version (docs/architecture.md#batched-checkpoints)
+    durability: str = ""
 
     @property
     def steps_shown(self) -> int:
         return len(self.steps) + len(self.tail)
+
+
+def _workflow_durability(run: Run) -> str:
+    """The durability the run's workflow version declares, or "" when not registered here."""
+    try:
+        return str(registry.get_workflow(run.workflow_name, run.workflow_version).durability)
+    except WorkflowNotFound:
+        return ""
 
 
 def _tool_safety(names: set[str]) -> dict[str, str]:
@@ -308,6 +319,7 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         steps_total=steps_total,
         gap=gap,
         tail=tail_rows,
+        durability=_workflow_durability(run),
     )
 
 

@@ -26,6 +26,7 @@ ENGINE_WRITTEN = {
     ("durable", "run", "lease_token"): "uuid4",
     ("durable", "step", "kind"): "StepKind choice",
     ("durable", "step", "status"): "StepStatus choice",
+    ("durable", "step", "durability"): "Durability choice",
     ("durable", "stepattempt", "outcome"): "AttemptOutcome choice",
     ("durable", "stepattempt", "classification"): "Classification choice",
     ("durable", "operation", "idempotency_key"): "derived: run id, step id digest, position",
