@@ -31,6 +31,13 @@ _STATUS_LABELS = {str(value): str(label) for value, label in StepStatus.choices}
 _PK_MARKER = "918273645546372819"
 
 
+#: the marker of a step whose checkpoint was group-committed (durable/batching.py)
+_BATCHED = (
+    '<span class="batched" title="Batched checkpoint: committed together with the steps '
+    'around it; a crash before that commit runs it again">batched</span>'
+)
+
+
 def _stringformat(value: Any) -> str:
     """``value|stringformat:'.2f'``: "" for what ``%.2f`` refuses."""
     try:
@@ -94,6 +101,9 @@ def _step(row: Any, run: Any, links: _Links, op_template: Any, attempts_template
         out.append(
             f'<span class="safety safety-{_e(row.safety)}">{_e(safety_label(row.safety))}</span>'
         )
+    out.append("\n")
+    if s.durability == "batched":
+        out.append(_BATCHED)
     if s.replay_count:
         executed = f"replayed {_e(s.replay_count)}×"
     elif s.attempts:
