@@ -77,6 +77,23 @@ class OperationLedger:
         self.resolution = ""
         self._ambiguous = False
 
+    def _started_row(self, call: StepCall, now: Any) -> dict[str, Any]:
+        """The fields of this write's first ``started`` operation row (its first call)."""
+        return {
+            "idempotency_key": self.key,
+            "run_id": self.execution.run_id,
+            "step_id": call.step_id,
+            "tool_name": self.spec.name,
+            "safety": self.spec.safety,
+            "params": self.params_text,
+            "params_hash": self.params_hash,
+            "status": OperationStatus.STARTED,
+            "lease_token": self.execution.token,
+            "attempts": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+
     def before_attempt(self, call: StepCall, *, attempt: int) -> Any:
         """Commit ``started`` before the call, or settle a previous call's outcome.
 
@@ -88,20 +105,7 @@ class OperationLedger:
             # the common case in one fenced statement: no row yet for this key, run live
             # (with batched steps pending, the transaction below flushes them first)
             now = timezone.now()
-            started = Operation(
-                idempotency_key=self.key,
-                run_id=ex.run_id,
-                step_id=call.step_id,
-                tool_name=self.spec.name,
-                safety=self.spec.safety,
-                params=self.params_text,
-                params_hash=self.params_hash,
-                status=OperationStatus.STARTED,
-                lease_token=ex.token,
-                attempts=1,
-                created_at=now,
-                updated_at=now,
-            )
+            started = Operation(**self._started_row(call, now))
             if started_in_one_statement(
                 run_id=ex.run_id,
                 token=ex.token,
@@ -121,20 +125,7 @@ class OperationLedger:
                 raise IdempotencyConflict(self.key)
             now = timezone.now()
             if op is None:
-                op = Operation.objects.create(
-                    idempotency_key=self.key,
-                    run_id=ex.run_id,
-                    step_id=call.step_id,
-                    tool_name=self.spec.name,
-                    safety=self.spec.safety,
-                    params=self.params_text,
-                    params_hash=self.params_hash,
-                    status=OperationStatus.STARTED,
-                    lease_token=ex.token,
-                    attempts=1,
-                    created_at=now,
-                    updated_at=now,
-                )
+                op = Operation.objects.create(**self._started_row(call, now))
                 decision["action"] = "call"
             elif op.status == OperationStatus.SUCCEEDED and op.result is not None:
                 decision["action"] = "settled"
