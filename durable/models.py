@@ -189,7 +189,9 @@ def run_lineage(run_id: str, limit: int = 50) -> list[str]:
 class Step(models.Model):
     """One durable call of a run, memoized: its recorded output is replayed, never re-run."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # no index of its own: the unique (run, position) and (run, step_id) indexes lead with
+    # the run, and each index is written by every checkpoint
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     step_id = StorableCharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=StepKind.choices, default=StepKind.STEP)
@@ -472,7 +474,8 @@ class Tool(models.Model):
 class TraceEvent(models.Model):
     """Append-only log of what happened to a run; also the dashboard's change feed."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # no index of its own: event_run_idx (run, id) leads with the run
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     kind = models.CharField(max_length=40)
     step_id = StorableCharField(max_length=255, blank=True, default="")
     message = StorableTextField(blank=True, default="")
