@@ -227,6 +227,8 @@ WHITENOISE_USE_FINDERS = True
 _broker = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_URL = _broker
 if _broker.startswith("filesystem://"):
+    # kombu's filesystem transport with atomic message writes (config/fsbroker.py)
+    CELERY_BROKER_TRANSPORT = "config.fsbroker:Transport"
     _queue = VAR_DIR / "broker" / "queue"
     _processed = VAR_DIR / "broker" / "processed"
     _queue.mkdir(parents=True, exist_ok=True)

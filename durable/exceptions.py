@@ -207,6 +207,14 @@ class RunNotFound(DurableError):
         super().__init__(f"run {run_id} does not exist")
 
 
+class ScheduleNotFound(DurableError, LookupError):
+    """No schedule has that name (``durable.schedules``)."""
+
+    def __init__(self, name: Any):
+        self.name = name
+        super().__init__(f"schedule {name!r} does not exist")
+
+
 class RunInputConflict(DurableError):
     """``start`` was called with an existing run id but a different workflow or input."""
 

@@ -42,7 +42,7 @@ from django.db import connection, transaction
 from django.utils import timezone as dj_timezone
 
 from . import codec, conf, registry
-from .exceptions import RunInputConflict, WorkflowNotFound
+from .exceptions import RunInputConflict, ScheduleNotFound, WorkflowNotFound
 from .models import Run, Schedule
 from .redaction import check_identifier
 from .service_base import actor_of
@@ -50,6 +50,7 @@ from .vocabulary import Catchup
 
 __all__ = [
     "ScheduleNotFound",
+    "check_name",
     "db_now",
     "next_slot",
     "pause",
@@ -66,14 +67,6 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 #: slots a "one"/"none" tick walks before it jumps close to now (a long outage of a
 #: frequent schedule); the skipped count is then a lower bound
 _WALK_LIMIT = 10_000
-
-
-class ScheduleNotFound(LookupError):
-    """No schedule has this name."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"schedule {name!r} does not exist")
-        self.name = name
 
 
 # --- slots ------------------------------------------------------------------------------
@@ -95,6 +88,12 @@ def next_slot(cron: str, tz: str, after: datetime) -> datetime:
     or an expression that never fires (``0 0 30 2 *``).
     """
     zone = _zone(tz)
+    fields = str(cron).split()
+    if len(fields) != 5:  # cronsim also reads a sixth, seconds field: slots are minutes here
+        raise ValueError(
+            f"cron {cron!r} is not valid: five fields (minute hour day-of-month month "
+            f"day-of-week), got {len(fields)}"
+        )
     try:
         it = CronSim(str(cron), after.astimezone(zone))
         return next(it).astimezone(UTC)
@@ -122,6 +121,17 @@ def db_now() -> datetime:
 # --- declaring and operating ------------------------------------------------------------
 
 
+def check_name(name: Any) -> str:
+    """``name`` if it is a valid schedule name; else ``ValueError`` saying what is allowed."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"schedule name {name!r} is not valid: use 1-80 letters, digits, '.', '_' and "
+            "'-', starting with a letter or digit"
+        )
+    check_identifier(name, "schedule name")
+    return name
+
+
 def schedule(
     name: str,
     workflow_name: str,
@@ -144,12 +154,7 @@ def schedule(
     this process has not registered, :class:`~durable.PayloadError` for an input that
     cannot be stored.
     """
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise ValueError(
-            f"schedule name {name!r} is not valid: use 1-80 letters, digits, '.', '_' and "
-            "'-', starting with a letter or digit"
-        )
-    check_identifier(name, "schedule name")
+    check_name(name)
     if catchup not in Catchup.values:
         raise ValueError(f"catchup must be one of {', '.join(Catchup.values)}, got {catchup!r}")
     spec = registry.get_workflow(workflow_name)
@@ -221,13 +226,15 @@ def run_now(name: str, *, by: Any = None) -> Run:
     row = Schedule.objects.filter(name=name).first()
     if row is None:
         raise ScheduleNotFound(name)
-    return start(
+    run = start(
         row.workflow_name,
         codec.decode(row.input),
         f"schedule.{name}.manual.{uuid.uuid4().hex[:12]}",
         tags=[f"schedule:{name}"],
         started_by=by if by is not None else f"schedule:{name}",
     )
+    Schedule.objects.filter(pk=row.pk).update(last_run_id=run.id)  # the page's "last run"
+    return run
 
 
 # --- the tick ---------------------------------------------------------------------------

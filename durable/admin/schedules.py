@@ -47,6 +47,13 @@ class ScheduleAdminForm(forms.ModelForm):
                 codec.decode_for_display(self.instance.input), indent=2
             )
 
+    def clean_name(self) -> str:
+        name = self.cleaned_data.get("name") or ""
+        try:
+            return service.check_name(name)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
     def clean_input_json(self) -> Any:
         text = self.cleaned_data.get("input_json") or ""
         if not text.strip():

@@ -85,6 +85,10 @@ def test_the_admin_adds_a_schedule_through_the_same_checks(admin_client):
     assert "cron '99 * * * *' is not valid" in " ".join(
         bad.context["adminform"].form.errors["cron"]
     )
+    bad = admin_client.post(url, _form(name="bad name!"))
+    assert "schedule name 'bad name!' is not valid" in " ".join(
+        bad.context["adminform"].form.errors["name"]
+    )
     bad = admin_client.post(url, _form(input_json="{not json"))
     assert "Not valid JSON" in " ".join(bad.context["adminform"].form.errors["input_json"])
     assert not Schedule.objects.exists()

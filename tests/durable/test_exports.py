@@ -23,6 +23,7 @@ EXPECTED = sorted(
         "RunFailed",
         "RunInputConflict",
         "RunNotFound",
+        "ScheduleNotFound",
         "Secret",
         "SignalDelivery",
         "SignalResult",

@@ -7,6 +7,7 @@ tests/processes/test_schedules_processes.py.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -51,13 +52,17 @@ def runs() -> list[str]:
         ({"timezone": "Mars/Olympus"}, "timezone 'Mars/Olympus' is not a known IANA zone"),
         ({"catchup": "some"}, "catchup must be one of one, all, none, got 'some'"),
         ({"cron": "0 12 * * *\x00"}, "is not valid"),
+        (
+            {"cron": "*/5 * * * * *"},
+            "five fields (minute hour day-of-month month day-of-week), got 6",
+        ),
         ({"timezone": "UTC\x00"}, "is not a known IANA zone name"),
     ],
 )
 def test_a_bad_declaration_is_refused_naming_the_argument(kwargs, error):
     args = {"name": "daily", "cron": "0 12 * * *", "timezone": "UTC", "catchup": "one", **kwargs}
     name = args.pop("name")
-    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace("*", r"\*")):
+    with pytest.raises(ValueError, match=re.escape(error)):
         durable.schedule(name, "sched.report", {}, **args)
     assert not Schedule.objects.exists()
 
@@ -206,6 +211,7 @@ def test_run_now_starts_a_run_outside_the_slots_even_when_paused():
     schedules.pause("daily")
     one, two = schedules.run_now("daily", by="ops"), schedules.run_now("daily")
     assert one.id != two.id and one.id.startswith("schedule.daily.manual.")
+    assert Schedule.objects.get(name="daily").last_run_id == two.id  # the page's last run
     assert one.input_value() == {"team": "ops"} and one.started_by_name == "ops"
     with pytest.raises(ScheduleNotFound, match="schedule 'nope' does not exist"):
         schedules.run_now("nope")
