@@ -6,7 +6,7 @@ two and get an empty message, which stops the worker with a ``JSONDecodeError`` 
 a fresh ``make up``: honcho then stops every process). Here a message is written under a
 name no reader picks up and renamed into place; ``os.replace`` is atomic within one
 filesystem, so a reader sees a whole message or none. Used by ``config/settings.py``
-whenever ``CELERY_BROKER_URL`` is ``filesystem://`` (tests/test_fsbroker.py).
+for the ``filesystem://`` scheme (tests/test_fsbroker.py).
 """
 
 from __future__ import annotations

@@ -227,8 +227,12 @@ WHITENOISE_USE_FINDERS = True
 _broker = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_URL = _broker
 if _broker.startswith("filesystem://"):
-    # kombu's filesystem transport with atomic message writes (config/fsbroker.py)
-    CELERY_BROKER_TRANSPORT = "config.fsbroker:Transport"
+    # kombu's filesystem transport with atomic message writes (config/fsbroker.py), chosen
+    # by the URL's scheme as before (an explicit CELERY_BROKER_TRANSPORT would also win
+    # over a redis:// URL set later)
+    from kombu.transport import TRANSPORT_ALIASES
+
+    TRANSPORT_ALIASES["filesystem"] = "config.fsbroker:Transport"
     _queue = VAR_DIR / "broker" / "queue"
     _processed = VAR_DIR / "broker" / "processed"
     _queue.mkdir(parents=True, exist_ok=True)
