@@ -1,31 +1,37 @@
 """The Schedules page: every schedule, its next slot and last run; pause, resume, run now.
 
-A plain page with form posts (POST/redirect/GET with a message): schedules change
-rarely, so it needs no live updates. Declaring and editing schedules is done in code
-(``durable.schedule``) or in the admin; this page operates them (``durable.operate_run``).
+Form posts (POST/redirect/GET with a message); the table follows the runs' live feed,
+so a slot's new run shows as the last run without a reload. Declaring and editing
+schedules is done in code (``durable.schedule``) or in the admin; this page operates
+them (``durable.operate_run``).
 """
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.vary import vary_on_headers
 
 from durable import schedules as service
 from durable.exceptions import DurableError
 from durable.models import Run, Schedule
 
+from . import selectors
 from .access import require_perm
 from .roles import OPERATE_RUN, VIEW_RUN
+from .views import page_or_fragment
 
 ACTIONS = ("pause", "resume", "run-now")
 
 
 @require_safe
+@vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def schedules(request: HttpRequest) -> HttpResponse:
     """The schedules, with each one's next slot (shown in its own zone) and its last run."""
+    since = selectors.last_event_id()  # before the rows: see views.runs()
     rows = list(Schedule.objects.all()[:500])
     last = {
         r.id: r
@@ -39,8 +45,9 @@ def schedules(request: HttpRequest) -> HttpResponse:
         "schedules": rows,
         "nav": "schedules",
         "may_operate": request.user.has_perm(OPERATE_RUN),
+        "since": since,
     }
-    return render(request, "dashboard/schedules.html", context)
+    return page_or_fragment(request, "dashboard/schedules.html", "content", context)
 
 
 @require_POST

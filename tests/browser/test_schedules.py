@@ -42,3 +42,27 @@ def test_an_operator_pauses_and_runs_a_schedule_from_the_page(context, page):
         "sched.report"
     )
     snap(page, "schedules-runs")
+
+
+def test_the_schedules_page_fits_a_phone_and_shows_a_new_slot_run_live(context, page):
+    durable.schedule(
+        "nightly-report",
+        "sched.report",
+        {"team": "ops"},
+        cron="30 2 * * *",
+        timezone="Europe/Berlin",
+    )
+    login(context, make_user("vera", "viewer"))
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto("/schedules/")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "on")
+    row = page.get_by_role("row", name=re.compile("nightly-report"))
+    expect(row).to_contain_text("none yet")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    snap(page, "schedules-small-screen")
+    assert width <= 390, f"the schedules page is {width}px wide on a 390px screen"
+    run = durable.schedules.run_now("nightly-report")  # e.g. another operator, or a tick
+    assert run.id.startswith("schedule.nightly-report.manual.")
+    # no reload: the live feed refreshes the table
+    expect(row).to_contain_text("schedule.nightly-report", timeout=10_000)
+    expect(row).not_to_contain_text("none yet")

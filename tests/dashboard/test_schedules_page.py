@@ -108,3 +108,24 @@ def test_the_admin_actions_pause_resume_and_run_now(admin_client):
     assert not Schedule.objects.get(pk=row.pk).paused
     admin_client.post(url, {"action": "run_now", "_selected_action": [str(row.pk)]})
     assert Run.objects.filter(id__startswith="schedule.nightly.manual.").count() == 1
+
+
+def test_the_page_follows_the_live_feed_and_refreshes_only_its_table(viewer_client):
+    declare()
+    page = viewer_client.get("/schedules/").content.decode()
+    assert 'data-live-url="/ws/runs/"' in page and 'id="schedules" data-live' in page
+    fragment = viewer_client.get("/schedules/", headers={"HX-Request": "true"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="schedules"') and "<html" not in fragment
+    assert "nightly" in fragment
+
+
+def test_the_admin_list_shows_slots_in_the_schedules_zone_and_says_missed(admin_client):
+    row = declare()
+    row.next_slot_at = datetime(2026, 3, 29, 1, tzinfo=UTC)
+    row.skipped_slots = 3
+    row.save()
+    page = admin_client.get(reverse("admin:durable_schedule_changelist")).content.decode()
+    assert "2026-03-29 03:00 CEST" in page
+    assert "Missed" in page and "Skipped slots" not in page
+    detail = admin_client.get(reverse("admin:durable_schedule_change", args=[row.pk]))
+    assert detail.status_code == 200 and "2026-03-29 03:00 CEST" in detail.content.decode()
