@@ -33,8 +33,8 @@ from .replay import StepCall
 from .types import ModelRecoverable
 
 if TYPE_CHECKING:
-    from .context import Execution
     from .registry import ToolSpec
+    from .tool_calls import Execution
 
 #: seconds between two looks at the lease while the workflow thread waits for a call
 POLL_SECONDS = 0.2

@@ -26,8 +26,11 @@ from .retry import DEFAULT_POLICY, RetryPolicy
 from .types import Decision, ModelRecoverable
 
 if TYPE_CHECKING:
-    from .context import Execution
     from .registry import ToolSpec
+
+#: ``durable.context.Execution`` (its attempts, waits and checkpoints), named loosely:
+#: the context imports these modules, so they cannot import it back
+Execution = Any
 
 
 @dataclass(frozen=True)

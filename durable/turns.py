@@ -20,7 +20,7 @@ from .parallel_calls import Call
 from .types import ModelRecoverable
 
 if TYPE_CHECKING:
-    from .context import Execution
+    from .tool_calls import Execution
 
 
 def run_turn(
