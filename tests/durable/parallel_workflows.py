@@ -60,6 +60,30 @@ def work(label: str, seconds: float = 0.0, value: Any = None) -> Any:
             _running[0] -= 1
 
 
+def lose_lease(label: str) -> str:
+    """A body that makes the execution's lease lost (as another worker's claim would)."""
+    work(label)
+    for handle in FLAGS.get("heartbeats", []):
+        handle.lost = True
+    return label
+
+
+def cancel_run(label: str, *, idempotency_key: str) -> str:
+    """A body during which an operator cancels the run."""
+    work(label)
+    durable.cancel(idempotency_key.partition(":")[0], reason="test")
+    return label
+
+
+@durable.workflow(name="par.interrupted", version="1")
+def interrupted(ctx, data):
+    """``data["how"]``: ``"lease"`` or ``"cancel"``, by the group's second call."""
+    body = lose_lease if data["how"] == "lease" else cancel_run
+    return ctx.parallel(
+        [durable.call(work, "slow", 0.6), durable.call(body, "mid"), durable.call(work, "last")]
+    )
+
+
 @durable.tool(safety="read_only")
 def par_read(label: str, seconds: float = 0.0) -> Any:
     return work(label, seconds)

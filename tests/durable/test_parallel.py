@@ -174,6 +174,35 @@ def test_a_model_recoverable_error_is_a_result():
     assert second["message"] == "say it differently"
 
 
+def test_a_lost_lease_stops_the_group_while_it_waits_for_a_body(monkeypatch):
+    """The slow first call is still running when the lease is lost: the workflow thread
+    stops waiting (LeaseLost) and records nothing, the slow body's result is dropped."""
+    from durable import heartbeat
+    from durable.engine import execute
+
+    started = heartbeat.Heartbeat.start
+
+    def keep(self):
+        pw.FLAGS.setdefault("heartbeats", []).append(self)
+        return started(self)
+
+    monkeypatch.setattr(heartbeat.Heartbeat, "start", keep)
+    run = durable.start("par.interrupted", {"how": "lease"})
+    execute(run.id, worker_id="test-worker")
+    assert pw.CALLS["mid"] == 1
+    assert not Step.objects.filter(run_id=run.id).exists()
+    assert Run.objects.get(pk=run.id).status != RunStatus.SUCCEEDED
+
+
+def test_a_cancel_during_a_group_is_seen_at_the_next_checkpoint():
+    run = _run("par.interrupted", {"how": "cancel"})
+    assert run.status == RunStatus.CANCELLED
+    # cancelled while the slow first call ran: its checkpoint (the next one) records it
+    # and sees the cancel; nothing after it is recorded or started
+    assert [sid for sid, _ in _rows(run.id)] == ["parallel[0]"]
+    assert pw.CALLS["mid"] == 1
+
+
 # --- writes ----------------------------------------------------------------------------
 
 
