@@ -38,6 +38,16 @@ _BATCHED = (
 )
 
 
+def _group(row: Any) -> str:
+    """The marker of a call of a parallel group (durable/parallel.py)."""
+    size = row.group_size
+    return (
+        '<span class="group" title="Parallel group: its calls ran concurrently; their '
+        f'checkpoints are in list order">parallel group {_e(row.group)} · {_e(size)} '
+        f"call{'' if size == 1 else 's'}</span>"
+    )
+
+
 def _stringformat(value: Any) -> str:
     """``value|stringformat:'.2f'``: "" for what ``%.2f`` refuses."""
     try:
@@ -104,6 +114,9 @@ def _step(row: Any, run: Any, links: _Links, op_template: Any, attempts_template
     out.append("\n")
     if s.durability == "batched":
         out.append(_BATCHED)
+    out.append("\n")
+    if row.group:
+        out.append(_group(row))
     if s.replay_count:
         executed = f"replayed {_e(s.replay_count)}×"
     elif s.attempts:

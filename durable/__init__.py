@@ -40,6 +40,7 @@ from .exceptions import (
     TransientError,
     WorkflowNotFound,
 )
+from .parallel_calls import call, tool_call
 from .registry import tool, workflow
 from .retry import RetryPolicy
 from .secrets import Secret
@@ -74,6 +75,7 @@ __all__ = [
     "ToolNotFound",
     "TransientError",
     "WorkflowNotFound",
+    "call",
     "cancel",
     "compensate",
     "fork",
@@ -84,6 +86,7 @@ __all__ = [
     "signal",
     "start",
     "tool",
+    "tool_call",
     "workflow",
 ]
 

@@ -129,8 +129,14 @@ class Attempts(Checkpoints):
         policy: RetryPolicy,
         safety: str | None,
         ledger: OperationLedger | None = None,
+        hold_failure: bool = False,
     ) -> Any:
-        """Try ``fn`` until it succeeds or fails for good; returns the recorded value."""
+        """Try ``fn`` until it succeeds or fails for good; returns the recorded value.
+
+        ``hold_failure``: a failure for good is not recorded but raised as
+        :class:`HeldFailure`, whose :meth:`~HeldFailure.record` records it later (a
+        parallel group records its calls' successes first: durable/parallel.py).
+        """
         pos, kind = call.position, call.kind
         rec = call.recorded
         if rec is not None and rec.status == StepStatus.FAILED:
@@ -223,30 +229,52 @@ class Attempts(Checkpoints):
                 delay = None
                 if retryable and attempt - self.budget_base[pos] < policy.max_attempts:
                     delay = policy.next_delay(attempt, retry_after)
-                delay = self.record_failure(
-                    call,
-                    attempt=attempt,
-                    exc=exc,
-                    classification=classification,
-                    delay=delay,
-                    started_at=started_at,
-                    outcome=(
+                failure: dict[str, Any] = {
+                    "call": call,
+                    "attempt": attempt,
+                    "exc": exc,
+                    "classification": classification,
+                    "delay": delay,
+                    "started_at": started_at,
+                    "outcome": (
                         AttemptOutcome.TIMED_OUT
                         if isinstance(exc, StepTimeout)
                         else AttemptOutcome.FAILED
                     ),
-                    reason=reason,
-                    ledger=ledger,
-                    tokens=billed_tokens(getattr(exc, "billed_usage", None))
+                    "reason": reason,
+                    "ledger": ledger,
+                    "tokens": billed_tokens(getattr(exc, "billed_usage", None))
                     if kind == StepKind.LLM
                     else 0,
-                )
+                }
+                if delay is None and hold_failure:
+                    raise HeldFailure(self, failure) from exc
+                delay = self.record_failure(**failure)
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
                 time.sleep(delay)
                 continue
             return self.record_success(
                 call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
             )
+
+
+class HeldFailure(Exception):
+    """A call's failure for good, not recorded yet (``execute(..., hold_failure=True)``)."""
+
+    def __init__(self, owner: Attempts, failure: dict[str, Any]) -> None:
+        super().__init__(str(failure["exc"]))
+        self.owner = owner
+        self.failure = failure
+
+    @property
+    def position(self) -> int:
+        """The failed call's position."""
+        return int(self.failure["call"].position)
+
+    def record(self) -> None:
+        """Record the failure: the run fails; raises :class:`~durable.StepFailed`."""
+        self.owner.record_failure(**self.failure)
+        raise AssertionError("unreachable")  # record_failure raised StepFailed
 
 
 def _call_name(call: StepCall) -> str:

@@ -171,7 +171,7 @@ class Checkpoints(ReplayCursor):
         try:
             return codec.dumps_checked(value, what="step input", step_id=call.step_id)
         except PayloadError as exc:
-            pos = self.position - 1
+            pos = call.position
             self.record_failure(
                 StepCall(step_id=call.step_id, position=pos, recorded=self.by_position.get(pos)),
                 attempt=1,

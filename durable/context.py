@@ -11,7 +11,6 @@ private :class:`Execution` (``replay.py``, ``checkpoint.py``, ``attempts.py``,
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -19,22 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from . import codec, registry
-from .attempts import LLM_POLICY, Attempts, call_with_timeout
+from . import tool_calls
+from .attempts import LLM_POLICY, Attempts
 from .batching import StepBatch, resolve
-from .durations import check_duration
-from .exceptions import InvalidDuration, ToolNotFound
+from .exceptions import InvalidDuration
 from .failures import db_faults_stop_the_execution
-from .ledger import OperationLedger
 from .models import StepKind, WaitKind
 from .redaction import redact_text
-from .retry import DEFAULT_POLICY, RetryPolicy
+from .retry import RetryPolicy
 from .types import Decision, ModelRecoverable
 from .vocabulary import Durability
 from .waits import WaitParking
 
 if TYPE_CHECKING:
-    from .registry import ToolSpec
+    from .parallel_calls import Call
 
 
 class Execution(Attempts, WaitParking):
@@ -102,27 +99,17 @@ class WorkflowContext:
         the step fails for good (the run is then FAILED).
         """
         ex = self._execution
-        base = str(step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step"))
+        base = tool_calls.step_base(step_id, fn)
         mode = resolve(durability, None, where=f"ctx.step({base!r}, durability=...)")
         timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)", positive=True)
         call = ex.next_call(base, kind=StepKind.STEP)
         if call.succeeded:
             assert call.recorded is not None
             return ex.replay(call.recorded)
-        if invalid is not None:
-            ex.fail_call_now(call, invalid)
-        sid = call.step_id
-        key = self.idempotency_key(sid)
-        call_kwargs = dict(kwargs)
-        if registry.accepts_keyword(fn, "idempotency_key"):
-            call_kwargs["idempotency_key"] = key
-        call = replace(call, input_text=ex.encode_step_input(call, args, kwargs), durability=mode)
-        return ex.execute(
-            call,
-            fn=lambda: call_with_timeout(fn, args, call_kwargs, timeout, sid),
-            policy=retry or DEFAULT_POLICY,
-            safety=None,
+        runnable = tool_calls.build_step(
+            ex, call, fn, args, kwargs, retry=retry, timeout=timeout, mode=mode, invalid=invalid
         )
+        return tool_calls.run(ex, runnable)
 
     @db_faults_stop_the_execution
     def call_tool(
@@ -143,86 +130,68 @@ class WorkflowContext:
         ex = self._execution
         params = dict(params or {})
         base = step_id or name
-        try:
-            spec: ToolSpec | None = ex.tool_spec(name)
-        except ToolNotFound:
-            spec = None
-        approval_base = f"approve:{base}"
-        upcoming = ex.upcoming()
-        if upcoming is not None:  # replaying: the history says whether approval was asked
-            needs_approval = upcoming.step_id == ex.peek_id(approval_base)
-        else:
-            # arguments that do not fit the tool go back to the model before any person is
-            # asked to approve a call that cannot run
-            needs_approval = (
-                spec is not None and spec.requires_approval and _arguments_fit(spec, params)
-            )
-        if needs_approval:
-            safety = spec.safety if spec is not None else ""
-            decision = ex.approval(
-                approval_base,
-                base,
-                f"{name}: {safety.replace('_', ' ')}",
-                {
-                    "title": f"Run {name} ({safety.replace('_', ' ')})",
-                    "tool": name,
-                    "safety": safety,
-                    "params": params,
-                    "allow_edit": bool(spec and spec.allow_edit),
-                    "approvers": spec.approver_group if spec is not None else None,
-                    "four_eyes": safety == "unsafe_write",
-                    "required": 1,
-                    "on_timeout": "reject",
-                    "escalate_to": None,
-                    "timeout": None,
-                },
-            )
-            if not decision.approved:
-                who = ", ".join(decision.decided_by) or "an approver"
-                return ModelRecoverable(
-                    f"the call to {name} was rejected by {who}"
-                    + (f": {decision.comment}" if decision.comment else ""),
-                    "ApprovalRejected",
-                    decision.to_dict(),
-                )
-            if decision.edited is not None and isinstance(decision.edited, dict):
-                params = dict(decision.edited)
-        call = ex.next_call(base, kind=StepKind.TOOL, tool_name=name)
+        spec = tool_calls.lookup(ex, name)
+        if tool_calls.needs_approval(ex, spec, base, params):
+            approved = tool_calls.ask_approval(ex, name, spec, base, params)
+            if isinstance(approved, ModelRecoverable):
+                return approved
+            params = approved
+        call = tool_calls.tool_position(ex, base, name)
         if call.succeeded:
             assert call.recorded is not None
             return ex.replay(call.recorded)
-        input_text = ex.encode_step_input(call, (), params, tool=True)
-        call = replace(call, input_text=input_text)
-        if spec is None:
-            known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
-            return ex.record_model_error(
-                call,
-                ModelRecoverable(
-                    f"tool {name!r} is not registered; available tools: {known}", "ToolNotFound"
-                ),
-            )
-        _, invalid = _checked(spec.timeout, call=f"tool {name!r} timeout", positive=True)
-        if invalid is not None:
-            ex.fail_call_now(call, invalid)
-        sid = call.step_id
-        key = self.idempotency_key(sid)
-        call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
-        if registry.accepts_keyword(spec.fn, "idempotency_key"):
-            call_kwargs["idempotency_key"] = key
-        try:
-            inspect.signature(spec.fn).bind(**call_kwargs)
-        except TypeError as exc:
-            return ex.record_model_error(
-                call, ModelRecoverable(f"wrong arguments for tool {name!r}: {exc}", "TypeError")
-            )
-        policy = spec.retry or DEFAULT_POLICY
-        fn = lambda: call_with_timeout(spec.fn, (), call_kwargs, spec.timeout, sid)  # noqa: E731
-        if spec.safety == "read_only":  # only a read may be batched; writes are sync
-            mode = resolve(spec.durability, ex.workflow_durability(), where=f"tool {name!r}")
-            call = replace(call, durability=mode)
-            return ex.execute(call, fn=fn, policy=policy, safety=spec.safety)
-        ledger = OperationLedger(ex, spec, key, params, input_text, input_text or codec.encode({}))
-        return ex.execute(call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger)
+        return tool_calls.run(ex, tool_calls.build_tool(ex, call, name, spec, params))
+
+    @db_faults_stop_the_execution
+    def parallel(self, calls: list[Call], max_concurrency: int | None = None) -> list[Any]:
+        """Run ``calls`` (built with :func:`durable.call` / :func:`durable.tool_call`)
+        concurrently; returns their results in the list's order.
+
+        Each call gets the step id it names, else ``"<group>[<index>]"`` where the group
+        is ``parallel``, ``parallel#2``, ... (one per ``ctx.parallel`` of the run). All
+        positions are taken, in list order, before anything runs: a replay returns the
+        recorded results and runs only the calls without a checkpoint. Plain steps and
+        read-only tools run on a thread pool of at most ``max_concurrency`` threads
+        (``None``: one per call); writes and calls that need an approval run one by one,
+        in list order, on the workflow's thread. Each call retries under its own policy;
+        a :class:`~durable.ModelRecoverable` is a result. When calls fail for good, the
+        group lets the others settle (no further write starts), records their successes,
+        then raises the first failure in list order (:class:`~durable.StepFailed`, the
+        run is FAILED). A ``max_concurrency`` that is not an int >= 1, or a list item
+        that is not a call, raises :class:`~durable.DurableConfigurationError`. See
+        docs/parallel.md.
+        """
+        from .parallel import run_group
+
+        return run_group(self._execution, calls, max_concurrency, group="parallel")
+
+    @db_faults_stop_the_execution
+    def run_tool_calls(
+        self,
+        tool_calls: list[dict[str, Any]],
+        *,
+        names: dict[str, str] | None = None,
+        max_concurrency: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run the tool calls of one model turn; returns the tool messages to append.
+
+        ``tool_calls``: an OpenAI assistant message's (``{"id", "type": "function",
+        "function": {"name", "arguments": "<json>"}}``) or ``ctx.llm``'s (``{"id",
+        "name", "arguments"}``). Returns one ``{"role": "tool", "tool_call_id": id,
+        "content": text}`` per call, in the given order: ``content`` is the result's JSON
+        (``{"result": ...}``), or ``{"error": {"type", "message"}}`` for a
+        :class:`~durable.ModelRecoverable`. Read-only tools run in parallel, writes in
+        the given order (as :meth:`parallel`; the group is ``tool_calls``,
+        ``tool_calls#2``, ...). Once a person rejects a write, the turn's later writes
+        do not run: each is recorded as skipped (``"SkippedAfterRejection"``). Malformed
+        argument JSON or an unknown tool is an error message to the model, not an
+        exception. ``names``: the model's tool names -> registered tools (OpenAI function
+        names cannot hold dots); with it, any other name is an error result, so the
+        model reaches only the tools it was given. See docs/parallel.md.
+        """
+        from .turns import run_turn
+
+        return run_turn(self._execution, tool_calls, max_concurrency, names)
 
     @db_faults_stop_the_execution
     def llm(
@@ -405,26 +374,4 @@ class WorkflowContext:
         return self._execution.approval(f"approval:{key}", key, title, spec, invalid=invalid)
 
 
-def _arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:
-    """Whether ``params`` (plus the idempotency key, if taken) bind to the tool's signature."""
-    kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
-    if registry.accepts_keyword(spec.fn, "idempotency_key"):
-        kwargs["idempotency_key"] = ""
-    try:
-        inspect.signature(spec.fn).bind(**kwargs)
-    except TypeError:
-        return False
-    return True
-
-
-def _checked(
-    value: float | timedelta | None, *, call: str, positive: bool = False
-) -> tuple[float | None, InvalidDuration | None]:
-    """``(seconds, None)`` for a schedulable duration (``None`` stays ``None``), else
-    ``(None, error)``: the caller fails the call once it knows the step's id."""
-    if value is None:
-        return None, None
-    try:
-        return check_duration(value, call=call, positive=positive), None
-    except InvalidDuration as exc:
-        return None, exc
+_checked = tool_calls.checked

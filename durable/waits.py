@@ -164,8 +164,12 @@ class WaitParking(Checkpoints):
         spec: dict[str, Any],
         *,
         invalid: InvalidDuration | None = None,
+        call: StepCall | None = None,
     ) -> Decision:
-        """Wait for people's decision on ``spec`` (an approval wait); returns it."""
+        """Wait for people's decision on ``spec`` (an approval wait); returns it.
+
+        ``call``: the wait's position, when already taken (a parallel group takes its
+        calls' positions first); otherwise the next one."""
         value = self.wait(
             base,
             kind=WaitKind.APPROVAL,
@@ -174,6 +178,7 @@ class WaitParking(Checkpoints):
             title=title,
             spec=spec,
             invalid=invalid,
+            call=call,
         )
         return Decision.from_dict(value or {})
 
@@ -188,6 +193,7 @@ class WaitParking(Checkpoints):
         title: str = "",
         spec: dict[str, Any] | None = None,
         invalid: InvalidDuration | None = None,
+        call: StepCall | None = None,
     ) -> Any:
         """Return the wait's answer: recorded (replay), already there, or after parking."""
         kinds: dict[str, StepKind] = {
@@ -196,7 +202,8 @@ class WaitParking(Checkpoints):
         }
         step_kind = kinds.get(kind, StepKind.WAIT)
         check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
-        call = self.next_call(base, kind=step_kind)
+        if call is None:
+            call = self.next_call(base, kind=step_kind)
         if call.succeeded:
             assert call.recorded is not None
             return self.replay(call.recorded)

@@ -15,7 +15,6 @@ import re
 from typing import Any
 
 import durable
-from durable import registry
 
 from . import tools as _tools  # noqa: F401 - registers the reference agents' tools
 
@@ -174,39 +173,6 @@ def read_customer_message(data: Any) -> dict[str, str]:
     return {"customer": customer, "email": email if _EMAIL.match(email) else "", "message": message}
 
 
-def _refuse_tool(name: str) -> None:
-    raise durable.ModelRecoverableError(
-        f"tool {name[:80]!r} is not available to this agent; use one of "
-        f"{', '.join(sorted(SUPPORT_TOOL_NAMES))}"
-    )
-
-
-def _tool_message(call_id: str, result: Any) -> dict[str, Any]:
-    if isinstance(result, durable.ModelRecoverable):
-        content = {"error": {"type": result.error_type, "message": result.message}}
-    else:
-        content = {"result": result}
-    return {
-        "role": "tool",
-        "tool_call_id": call_id,
-        "content": json.dumps(content, default=str)[:8000],
-    }
-
-
-def _is_write(tool: str) -> bool:
-    """Whether a registered tool changes something (its code's safety class)."""
-    return registry.get_tool(tool).safety != "read_only"
-
-
-def _skipped(name: str, rejected: durable.ModelRecoverable) -> durable.ModelRecoverable:
-    """What the model is told about a call of its turn that was not run."""
-    return durable.ModelRecoverable(
-        f"{name} was not run: an earlier call of the same turn was rejected "
-        f"({rejected.message}); decide again with that in mind",
-        "SkippedAfterRejection",
-    )
-
-
 @durable.workflow(name="examples.support", version="1")
 def support(ctx, data):
     """Support agent: the LLM plans from a customer message, the tools act, the LLM sums up.
@@ -259,33 +225,21 @@ def support(ctx, data):
                 ],
             }
         )
-        rejected: durable.ModelRecoverable | None = None
-        for call in reply["tool_calls"]:
-            tool = SUPPORT_TOOL_NAMES.get(call["name"])
-            if rejected is not None and tool is not None and _is_write(tool):
-                # a person said no to a call of this turn: the turn's later writes were
-                # planned on the assumption it would go through, so they do not run
-                # (tests/examples/test_turns_inprocess.py)
-                messages.append(_tool_message(call["id"], _skipped(call["name"], rejected)))
-                continue
-            if tool is not None:
-                result = ctx.call_tool(tool, call["arguments"])
-            else:
-                result = ctx.step("refuse_tool", _refuse_tool, call["name"])
-            if (
-                isinstance(result, durable.ModelRecoverable)
-                and result.error_type == "ApprovalRejected"
-            ):
-                rejected = result
-            if not isinstance(result, durable.ModelRecoverable) and isinstance(result, dict):
-                key = {
-                    "tickets_create": "ticket",
-                    "payments_refund": "refund",
-                    "email_send": "email",
-                }.get(call["name"])
-                if key:
-                    done[key] = result.get("id") or result.get("message_id")
-            messages.append(_tool_message(call["id"], result))
+        # reads run in parallel, writes one by one in the model's order; once a person
+        # rejects a call of the turn, the turn's later writes were planned on the
+        # assumption it would go through, so they are not run but reported as skipped
+        # (tests/examples/test_turns_inprocess.py)
+        answers = ctx.run_tool_calls(reply["tool_calls"], names=SUPPORT_TOOL_NAMES)
+        for call, answer in zip(reply["tool_calls"], answers, strict=True):
+            result = json.loads(answer["content"]).get("result")
+            key = {
+                "tickets_create": "ticket",
+                "payments_refund": "refund",
+                "email_send": "email",
+            }.get(call["name"])
+            if key and isinstance(result, dict):
+                done[key] = result.get("id") or result.get("message_id")
+        messages.extend(answers)
     raise durable.PermanentError(
         f"the agent did not finish within {SUPPORT_MAX_LLM_CALLS} model calls"
     )

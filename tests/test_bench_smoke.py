@@ -336,3 +336,26 @@ def test_quick_throughput_run_has_1_2_and_4_worker_rows(tmp_path: Path) -> None:
         with psycopg.connect(server, autocommit=True) as conn:
             for name in ("proc", "tp_dbos"):
                 conn.execute(f'DROP DATABASE IF EXISTS "{prefix}{name}" WITH (FORCE)')
+
+
+def test_parallel_bench_row_is_produced(tmp_path):
+    """bench/parallel.py: a parallel group against sequential steps, on a fresh SQLite."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_")
+        and k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
+    }
+    env["DURABLE_VAR_DIR"] = str(tmp_path / "var")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.parallel", "--width", "3", "--sleep-ms", "1", "--reps", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| parallel |" in done.stdout and "| sequential |" in done.stdout
+    assert "| ratio sequential / parallel |" in done.stdout

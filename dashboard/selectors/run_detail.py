@@ -8,6 +8,7 @@ position), and its payloads are sent only when opened.
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -60,6 +61,9 @@ class StepRow:
     bar_left: float
     bar_width: float
     attempts: list[StepAttempt]
+    #: the parallel group the step belongs to (``parallel#2``; "" for none) and its size
+    group: str = ""
+    group_size: int = 0
 
 
 @dataclass
@@ -174,9 +178,11 @@ def _step_rows(
         if known is None or lineage.index(op.run_id) < lineage.index(known.run_id):
             operations[op.step_id] = op
     safety = _tool_safety({s.tool_name for s in steps if s.tool_name})
+    groups = _group_sizes(run, steps)
     rows = []
     for s in steps:
         op = operations.get(s.step_id)
+        group = group_of(s.step_id)
         s_start = s.started_at or start
         s_end = s.finished_at or (
             now if s.status in ("running", "retrying", "waiting") else s_start
@@ -194,9 +200,34 @@ def _step_rows(
                 bar_left=round(left, 2),
                 bar_width=round(max(width, 0.6), 2),
                 attempts=list(s.attempt_rows.all()),
+                group=group,
+                group_size=groups.get(group, 0),
             )
         )
     return rows
+
+
+#: a call of a parallel group named by the group: ``parallel#2[0]``, ``tool_calls[3]``
+_GROUP_MEMBER = re.compile(r"^((?:parallel|tool_calls)(?:#[0-9]+)?)\[[0-9]+\]$")
+
+
+def group_of(step_id: str) -> str:
+    """The parallel group a step id names (durable/parallel.py), or ""."""
+    match = _GROUP_MEMBER.match(step_id)
+    return match.group(1) if match else ""
+
+
+def _group_sizes(run: Run, steps: list[Step]) -> dict[str, int]:
+    """Members of each group shown (one query, only when a group is on the page)."""
+    if not any(group_of(s.step_id) for s in steps):
+        return {}
+    sizes: dict[str, int] = {}
+    ids = Step.objects.filter(run=run, step_id__contains="[").values_list("step_id", flat=True)
+    for sid in ids:
+        group = group_of(sid)
+        if group:
+            sizes[group] = sizes.get(group, 0) + 1
+    return sizes
 
 
 def _lazy_payload(text: str | None) -> Payload:

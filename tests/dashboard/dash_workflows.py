@@ -55,6 +55,14 @@ def echo(ctx, data):
     return {"echo": ctx.step("echo", _echo, data)}
 
 
+@durable.workflow(name="dash.parallel", version="1")
+def parallel(ctx, data):
+    """A parallel group of three calls, then one of a single call (the run page groups them)."""
+    three = ctx.parallel([durable.call(_echo, n) for n in ("a", "b", "c")])
+    one = ctx.parallel([durable.call(_echo, "<d>")])
+    return three + one
+
+
 @durable.workflow(name="dash.echo", version="2")
 def echo_v2(ctx, data):
     return {"echo": ctx.step("echo", _echo, data), "v": 2}

@@ -150,6 +150,7 @@ def step_runs(operator):
     dw.KNOBS["unknown"] = 1
     runs.append(drive(durable.start("dash.transfer", {"amount": 5}).id))
     runs.append(drive(durable.start("dash.slow_retry", {}).id, wait_for_retries=False))
+    runs.append(drive(durable.start("dash.parallel", {}).id))
     return runs
 
 
@@ -170,10 +171,26 @@ def test_step_rows_are_the_templates_html(step_runs):
                     ("operation", row.operation),
                     ("error", row.step.error),
                     ("safety", row.safety),
+                    ("group", row.group),
                 )
                 if present
             )
-    assert {"attempts", "operation", "error", "safety", "failed", "succeeded"} <= seen, seen
+    assert {"attempts", "operation", "error", "safety", "group", "failed", "succeeded"} <= seen
+
+
+def test_a_parallel_groups_calls_are_marked_with_the_group_and_its_size(step_runs):
+    run = step_runs[-1]
+    detail = selectors.run_detail(run)
+    marks = [(r.step.step_id, r.group, r.group_size) for r in detail.steps + detail.tail]
+    assert marks == [
+        ("parallel[0]", "parallel", 3),
+        ("parallel[1]", "parallel", 3),
+        ("parallel[2]", "parallel", 3),
+        ("parallel#2[0]", "parallel#2", 1),
+    ]
+    html = str(step_rows(detail.steps, run))
+    assert html.count(">parallel group parallel · 3 calls</span>") == 3
+    assert ">parallel group parallel#2 · 1 call</span>" in html
 
 
 def test_step_rows_name_an_operations_other_owner(step_runs):

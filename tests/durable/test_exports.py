@@ -31,6 +31,7 @@ EXPECTED = sorted(
         "ToolNotFound",
         "TransientError",
         "WorkflowNotFound",
+        "call",
         "cancel",
         "compensate",
         "fork",
@@ -41,6 +42,7 @@ EXPECTED = sorted(
         "signal",
         "start",
         "tool",
+        "tool_call",
         "workflow",
     ]
 )

@@ -37,8 +37,12 @@ def test_s20_a_rejected_refund_stops_the_email_of_the_same_turn(agent_env, opera
         "plan",
         "examples.kb.search",
         "approve:examples.payments.refund",
+        "examples.payments.refund",  # the rejection, recorded as the call's result
+        "examples.email.send",  # recorded as skipped: a replay gives the same messages
         "turn",
-    ]  # no refund, no email
+    ]  # no refund, no email (the services saw neither)
+    skipped = Step.objects.get(run=done, step_id="examples.email.send")
+    assert skipped.attempts == 1 and skipped.error["type"] == "SkippedAfterRejection"
     # the model receives the rejection and the skipped call, as tool messages
     asked = codec.decode(Step.objects.get(run=done, step_id="turn").input)["kwargs"]
     tools = {
