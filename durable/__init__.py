@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import (
     AmbiguousOutcomeError,
     BudgetExceeded,
+    ChildFailed,
     DurableError,
     IdempotencyConflict,
     IllegalTransition,
@@ -43,7 +44,7 @@ from .exceptions import (
 from .registry import tool, workflow
 from .retry import RetryPolicy
 from .secrets import Secret
-from .types import NOT_FOUND, Decision, ModelRecoverable, SignalDelivery, SignalResult
+from .types import NOT_FOUND, ChildHandle, Decision, ModelRecoverable, SignalDelivery, SignalResult
 
 if TYPE_CHECKING:  # the models load with the app registry, after this package
     from .models import Run, Schedule
@@ -52,6 +53,8 @@ __all__ = [
     "NOT_FOUND",
     "AmbiguousOutcomeError",
     "BudgetExceeded",
+    "ChildFailed",
+    "ChildHandle",
     "Decision",
     "DurableError",
     "IdempotencyConflict",
