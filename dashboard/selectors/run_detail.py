@@ -16,7 +16,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from durable import mailbox, registry
+from durable import codec, mailbox, registry
 from durable.exceptions import ToolNotFound, WorkflowNotFound
 from durable.forks import fork_points
 from durable.models import (
@@ -27,6 +27,8 @@ from durable.models import (
     Signal,
     Step,
     StepAttempt,
+    StepKind,
+    StepStatus,
     Tool,
     TraceEvent,
     Wait,
@@ -47,6 +49,8 @@ STEPS_PAGE = 100
 EVENTS_SHOWN = 50
 #: undelivered signals listed on a run's page (the oldest)
 UNDELIVERED_SHOWN = 50
+#: child runs listed on a run's page (the oldest)
+CHILDREN_SHOWN = 200
 
 
 @dataclass
@@ -60,6 +64,8 @@ class StepRow:
     bar_left: float
     bar_width: float
     attempts: list[StepAttempt]
+    #: the run id of the child a ``ctx.start_child`` step started ("" for other steps)
+    child: str = ""
 
 
 @dataclass
@@ -117,6 +123,8 @@ class RunDetail:
     #: the workflow's declared durability ("sync" or "batched"), "" when this process
     #: does not have the run's workflow version (docs/architecture.md#batched-checkpoints)
     durability: str = ""
+    #: the run's child runs (``ctx.start_child``), the first :data:`CHILDREN_SHOWN`
+    children: list[Run] = field(default_factory=list)
 
     @property
     def steps_shown(self) -> int:
@@ -194,9 +202,28 @@ def _step_rows(
                 bar_left=round(left, 2),
                 bar_width=round(max(width, 0.6), 2),
                 attempts=list(s.attempt_rows.all()),
+                child=_child_of(s),
             )
         )
     return rows
+
+
+def _child_of(step: Step) -> str:
+    """The child run id a ``ctx.start_child`` step recorded ("" for other steps)."""
+    if step.kind != StepKind.CHILD or step.status != StepStatus.SUCCEEDED:
+        return ""
+    try:
+        value = codec.decode(step.output)
+    except Exception:  # noqa: BLE001 - a page shows what it can; the step row stays
+        return ""
+    return str(value.get("run_id", "")) if isinstance(value, dict) else ""
+
+
+def children_of(run: Run, limit: int | None = None) -> list[Run]:
+    """The run's child runs (``ctx.start_child``), oldest first: id, workflow, status."""
+    fields = ("id", "workflow_name", "workflow_version", "status", "created_at", "parent_run_id")
+    qs = Run.objects.filter(parent_run=run).order_by("created_at", "id").only(*fields)
+    return list(qs[: limit or CHILDREN_SHOWN])
 
 
 def _lazy_payload(text: str | None) -> Payload:
@@ -320,6 +347,7 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         gap=gap,
         tail=tail_rows,
         durability=_workflow_durability(run),
+        children=children_of(run),
     )
 
 
