@@ -18,7 +18,16 @@ from django.utils import timezone
 
 from . import codec, transitions
 from .dispatch import dispatch_on_commit
-from .models import TERMINAL, Run, RunStatus, TraceEvent, Wait, WaitKind, WaitStatus
+from .models import (
+    TERMINAL,
+    Run,
+    RunStatus,
+    TraceEvent,
+    Wait,
+    WaitKind,
+    WaitStatus,
+    run_lineage,
+)
 from .signals import wait_closed
 from .vocabulary import EventKind
 
@@ -40,31 +49,35 @@ def outcome(run: Run) -> dict[str, Any]:
 
 
 def child_ended_txn(parent_id: str | None, child_id: str, *, actor: str = "") -> bool:
-    """Resolve ``parent_id``'s pending wait on ``child_id`` and wake the parent (the
-    caller holds both runs, the parent locked first). Returns whether a wait closed."""
+    """Resolve the pending waits on ``child_id`` and wake the runs that wait: its parent
+    (which the caller holds locked, before the child) and, rarely, a fork of the parent
+    that reused the start (a deadlock with that fork is retried as a database fault).
+    Returns whether a wait closed."""
     if not parent_id:
         return False
-    waits = Wait.objects.select_for_update().filter(
-        run_id=parent_id, kind=WaitKind.CHILD, key=child_id, status=WaitStatus.PENDING
+    pending = list(
+        Wait.objects.select_for_update()
+        .filter(kind=WaitKind.CHILD, key=child_id, status=WaitStatus.PENDING)
+        .order_by("run_id", "position")
     )
-    pending = list(waits)
     if not pending:
         return False
     child = Run.objects.get(pk=child_id)
     now = timezone.now()
     for wait in pending:
         resolve_wait_txn(wait, child, now=now)
-    woken = transitions.update("wake", Run.objects.filter(pk=parent_id), updated_at=now)
-    TraceEvent.objects.create(
-        run_id=parent_id,
-        kind=EventKind.WAIT_RESOLVED,
-        step_id=pending[0].wait_id,
-        actor=actor,
-        message=f"child run {child_id} {child.status}",
-        data={"child": child_id, "status": child.status},
-    )
-    if woken:
-        dispatch_on_commit(parent_id)
+    for run_id in sorted({w.run_id for w in pending}):
+        woken = transitions.update("wake", Run.objects.filter(pk=run_id), updated_at=now)
+        TraceEvent.objects.create(
+            run_id=run_id,
+            kind=EventKind.WAIT_RESOLVED,
+            step_id=next(w.wait_id for w in pending if w.run_id == run_id),
+            actor=actor,
+            message=f"child run {child_id} {child.status}",
+            data={"child": child_id, "status": child.status},
+        )
+        if woken:
+            dispatch_on_commit(run_id)
     return True
 
 
@@ -80,9 +93,11 @@ def resolve_wait_txn(wait: Wait, child: Run, *, now: Any = None) -> None:
 
 def ended_child_txn(parent_id: str, child_id: str) -> Run | None:
     """The child, locked, if it has ended (a parent about to park on it); None while it
-    runs. Raises ``ValueError`` when ``child_id`` is not a child of ``parent_id``."""
+    runs. Raises ``ValueError`` when ``child_id`` is not a child of ``parent_id`` (or of a
+    run it was forked from)."""
     child = Run.objects.select_for_update().filter(pk=child_id).first()
-    if child is None or child.parent_run_id != parent_id:
+    # a fork reuses its source's recorded start: the child of a run it was forked from
+    if child is None or child.parent_run_id not in run_lineage(parent_id):
         raise ValueError(
             f"ctx.wait_child: run {child_id} is not a child of run {parent_id}; wait on a "
             "handle that ctx.start_child returned in this run"

@@ -277,3 +277,20 @@ def test_waiting_on_a_handle_of_another_run_is_refused():
     handle = durable.ChildHandle(other.id, "tests.children.leaf", "child:x")
     with pytest.raises(RuntimeError, match="belongs to no workflow"):
         handle.result()
+
+
+def test_a_fork_reuses_the_child_its_source_started():
+    """A fork from after a child's start reuses that start (no second child) and waits on
+    the source's child; a fork from the start itself starts a child of its own."""
+    run = durable.start("tests.children.uncaught", {})
+    assert settle(run.id).status == RunStatus.FAILED
+    fork = durable.fork(run.id, from_step="wait:child:bad")
+    fork = drive(fork.id)
+    assert fork.status == RunStatus.FAILED and fork.error["type"] == "ChildFailed"
+    assert f"child run {run.id}.bad ended failed" in fork.error["message"]
+    assert not Run.objects.filter(parent_run=fork).exists()
+    again = durable.fork(run.id, from_step="child:bad")
+    drive(again.id)
+    assert list(Run.objects.filter(parent_run=again).values_list("id", flat=True)) == [
+        f"{again.id}.bad"
+    ]
