@@ -107,6 +107,10 @@ def _step(row: Any, run: Any, links: _Links, op_template: Any, attempts_template
     if s.tool_name and s.tool_name != s.step_id:
         out.append(f'<span class="tool mono">{_e(s.tool_name)}</span>')
     out.append("\n")
+    if row.child:  # a ctx.start_child step: the child run it started
+        link = _e(reverse("dashboard:run", args=[row.child]))
+        out.append(f'<a class="mono child-run" href="{link}" title="Child run">{_e(row.child)}</a>')
+    out.append("\n")
     if row.safety:
         out.append(
             f'<span class="safety safety-{_e(row.safety)}">{_e(safety_label(row.safety))}</span>'

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import (
     AmbiguousOutcomeError,
     BudgetExceeded,
+    ChildFailed,
     DurableError,
     IdempotencyConflict,
     IllegalTransition,
@@ -44,7 +45,7 @@ from .parallel_calls import call, tool_call
 from .registry import tool, workflow
 from .retry import RetryPolicy
 from .secrets import Secret
-from .types import NOT_FOUND, Decision, ModelRecoverable, SignalDelivery, SignalResult
+from .types import NOT_FOUND, ChildHandle, Decision, ModelRecoverable, SignalDelivery, SignalResult
 
 if TYPE_CHECKING:  # the models load with the app registry, after this package
     from .models import Run, Schedule
@@ -53,6 +54,8 @@ __all__ = [
     "NOT_FOUND",
     "AmbiguousOutcomeError",
     "BudgetExceeded",
+    "ChildFailed",
+    "ChildHandle",
     "Decision",
     "DurableError",
     "IdempotencyConflict",

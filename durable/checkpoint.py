@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import checkpoint_pg, codec, conf, mailbox, run_pg, transitions
+from . import checkpoint_pg, child_ends, codec, conf, mailbox, run_pg, transitions
 from .batching import StepBatch
 from .checkpoint_pg import checkpoint_in_one_statement
 from .exceptions import (
@@ -96,6 +96,7 @@ class Checkpoints(ReplayCursor):
         fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
         with transaction.atomic():
+            parent = child_ends.lock_parent_txn(self.run, fields.get("status"))  # parent first
             updated = Run.objects.filter(
                 pk=self.run_id, lease_token=self.token, status=self.status
             ).update(**fields)
@@ -114,6 +115,7 @@ class Checkpoints(ReplayCursor):
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:
                     mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
+                child_ends.child_ended_txn(parent, self.run_id, actor=self.worker_id)
         self.batch.committed(self)
         if stopped:
             self.stopped = stopped
@@ -536,7 +538,7 @@ class Checkpoints(ReplayCursor):
         ends = {**transitions.changes("complete", self.status), "output": output}
         # with batched steps pending, the transactional write flushes them first
         if (
-            not self.batch
+            not (self.batch or self.run.parent_run_id)  # a child's end wakes its parent
             and run_pg.available()
             and run_pg.complete_in_one_statement(
                 run_id=self.run_id,

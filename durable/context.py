@@ -6,7 +6,7 @@ and its result is committed as a checkpoint before the workflow goes on. Every w
 checks the lease token, so a worker that lost its lease records nothing.
 :class:`WorkflowContext` is the SDK face only; the engine's state and writes live in one
 private :class:`Execution` (``replay.py``, ``checkpoint.py``, ``attempts.py``,
-``ledger.py`` and the parking half of ``waits.py``).
+``ledger.py``, the parking half of ``waits.py`` and ``children.py``).
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ from django.utils import timezone
 from . import tool_calls
 from .attempts import LLM_POLICY, Attempts
 from .batching import StepBatch, resolve
+from .children import ChildRuns
 from .exceptions import InvalidDuration
 from .failures import db_faults_stop_the_execution
 from .models import StepKind, WaitKind
 from .redaction import redact_text
 from .retry import RetryPolicy
-from .types import Decision, ModelRecoverable
+from .types import ChildHandle, Decision, ModelRecoverable
 from .vocabulary import Durability
-from .waits import WaitParking
 
 if TYPE_CHECKING:
     from .parallel_calls import Call
 
 
-class Execution(Attempts, WaitParking):
+class Execution(Attempts, ChildRuns):
     """One execution of a run by this worker, under one lease (engine use only).
 
     Holds the run row, the lease token, the recorded steps and the replay cursor, and
@@ -372,6 +372,39 @@ class WorkflowContext:
                 raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
             spec["requesters"] = [r[:200] for r in requesters]
         return self._execution.approval(f"approval:{key}", key, title, spec, invalid=invalid)
+
+    # ------------------------------------------------------------------- children
+
+    @db_faults_stop_the_execution
+    def start_child(
+        self, workflow_name: str, input: Any = None, child_id: str | None = None
+    ) -> ChildHandle:
+        """Start a child run of ``workflow_name`` with ``input``; returns its
+        :class:`~durable.ChildHandle` at once (the child runs on its own worker).
+
+        The child's run id is ``"{run_id}.{child_id}"`` (``child_id``: 1-100 letters,
+        digits, ``_``, ``-``, unique in this run), or ``"{run_id}.{workflow_name}.{n}"``
+        for the n-th child of that workflow started without one; at most 128
+        characters. Recorded as a step: a replay returns the same handle and never
+        starts a second child. Cancelling this run cancels its unfinished children;
+        compensating it compensates the children that wrote (docs/children.md).
+
+        Raises ``ValueError`` (a bad or repeated ``child_id``, a run id too long),
+        :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
+        storable) -- before anything is written.
+        """
+        return self._execution.start_child(workflow_name, input, child_id)
+
+    @db_faults_stop_the_execution
+    def wait_child(self, handle: ChildHandle) -> Any:
+        """Wait durably for the child's end and return its output (the same as
+        ``handle.result()``). The run frees its worker while the child runs; a child
+        that has ended already answers at once.
+
+        Raises :class:`~durable.ChildFailed` (``run_id``, ``status``, ``error``) when the
+        child failed, was cancelled or compensated; uncaught, it fails this run.
+        """
+        return self._execution.wait_child(handle)
 
 
 _checked = tool_calls.checked

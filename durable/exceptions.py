@@ -16,7 +16,7 @@ Errors a tool or step raises to tell the engine how to classify a failure:
 Errors the engine raises to callers: :class:`NonDeterminismError`,
 :class:`BudgetExceeded`, :class:`PayloadError`, :class:`WorkflowNotFound`,
 :class:`RunNotFound`, :class:`RunInputConflict`, :class:`IdempotencyConflict`,
-:class:`StepFailed`, :class:`IllegalTransition`.
+:class:`StepFailed`, :class:`IllegalTransition`, :class:`ChildFailed`.
 
 Engine control flow (suspending a run, a lost lease) derives from ``BaseException``
 so that a user's ``except Exception`` cannot swallow it (as DBOS ``_error.py`` and
@@ -254,6 +254,27 @@ class StepFailed(DurableError):
             f"step {step_id!r} failed after {attempts} attempt(s): {reason}: "
             f"{error_type}: {message}"
         )
+
+
+class ChildFailed(DurableError):
+    """A child run (``ctx.start_child``) ended without succeeding: failed, cancelled or
+    compensated. Raised by ``ctx.wait_child`` / ``ChildHandle.result()`` in the parent.
+
+    ``run_id``: the child's run id; ``status``: its status (``"failed"``,
+    ``"cancelled"``, ``"compensated"``, ``"compensation_failed"``); ``error``: its
+    error dict (``{"type", "message", "classification", "step_id"}``, or ``{}``);
+    ``error_type`` and ``error_message`` from it. The parent may catch it; uncaught, it
+    fails the parent as any step failure does.
+    """
+
+    def __init__(self, *, run_id: str, status: str, error: dict[str, Any] | None = None):
+        self.run_id = run_id
+        self.status = status
+        self.error = dict(error or {})
+        self.error_type = str(self.error.get("type") or "")
+        self.error_message = str(self.error.get("message") or "")
+        detail = f": {self.error_type}: {self.error_message}" if self.error_type else ""
+        super().__init__(f"child run {run_id} ended {status}{detail}")
 
 
 class StepTimeout(DurableError):

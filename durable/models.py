@@ -108,6 +108,10 @@ class Run(models.Model):
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
+    #: the run that started this one with ``ctx.start_child`` (docs/children.md)
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
 
     objects = RunQuerySet.as_manager()
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, mailbox, transitions
+from . import child_ends, codec, mailbox, transitions
 from .dispatch import dispatch_on_commit
 from .exceptions import DurableError, IllegalTransition
 from .models import (
@@ -27,7 +27,7 @@ from .models import (
     WaitKind,
     WaitStatus,
 )
-from .service_base import actor_of
+from .service_base import actor_of, lock_parent_of
 from .vocabulary import Classification, EventKind
 
 ReconcileOutcome = Literal["happened", "not_happened", "abort"]
@@ -80,6 +80,7 @@ def operation_reconcile(
         run_id = Operation.objects.filter(**lookup).values_list("run_id", flat=True).first()
         if run_id is None:
             raise OperationNotFound(operation_id)
+        lock_parent_of(run_id)  # a child's parent before it (an abort ends the child)
         # lock order: the run first, then its rows (as the engine and the other services)
         run = Run.objects.select_for_update().get(pk=run_id)
         op = Operation.objects.select_for_update().get(**lookup)
@@ -181,6 +182,7 @@ def operation_reconcile(
         )
         if outcome == "abort":
             mailbox.note_unconsumed_txn(run.id, RunStatus.FAILED, actor=actor)
+            child_ends.child_ended_txn(run.parent_run_id, run.id, actor=actor)
         if outcome != "abort":
             dispatch_on_commit(run.id)
     return op

@@ -33,6 +33,14 @@ def actor_of(by: Any) -> str:
     return name
 
 
+def lock_parent_of(run_id: str) -> None:
+    """Lock the run's parent run, if it has one (``ctx.start_child``): lock order, the
+    parent before its child, as a child's end takes them (durable/child_ends.py)."""
+    parent = Run.objects.filter(pk=str(run_id)).values_list("parent_run_id", flat=True).first()
+    if parent:
+        Run.objects.select_for_update().filter(pk=parent).first()
+
+
 def lock_run(run_id: str) -> Run:
     """The run, locked for update until the transaction ends (:class:`~durable.RunNotFound`)."""
     run = Run.objects.select_for_update().filter(pk=str(run_id)).first()

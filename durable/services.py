@@ -15,12 +15,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, mailbox, redaction, transitions
+from . import child_ends, codec, mailbox, redaction, transitions
 from .dispatch import dispatch_on_commit
 from .forks import GAVE_UP, run_fork
 from .models import Operation, OperationStatus, Run, RunStatus, Wait, WaitKind, WaitStatus
 from .reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
-from .service_base import actor_of, lock_run, record_event
+from .service_base import actor_of, lock_parent_of, lock_run, record_event
+from .transitions import ACTIVE
 from .types import SignalResult
 from .vocabulary import CANCELLED_ERROR_TYPE, Classification, EventKind
 
@@ -46,45 +47,59 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     step, LLM call or read-only tool already decided (its previous checkpoint committed
     first) may run once more, and its result is recorded. A step already executing
     finishes; its late result (or failure) is recorded but starts nothing. Completed
-    effects stay (compensation is a separate action). Raises
-    :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
+    effects stay (compensation is a separate action). The run's unfinished child runs
+    (``ctx.start_child``) are cancelled too, their children as well, in the same
+    transaction; a cancelled child wakes a parent waiting on it (docs/children.md).
+    Raises :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
     actor = actor_of(by)
     now = timezone.now()
     with transaction.atomic():
+        lock_parent_of(run_id)  # lock order: the parent before its child
         run = lock_run(run_id)
-        previous = run.status
-        # the lease stays with a worker that is executing, so its late result is fenced
-        # in as "recorded, starts nothing"; an idle run has no lease to keep
-        fields = transitions.apply(
-            "cancel",
-            run,
-            finished_at=now,
-            updated_at=now,
-            wake_at=None,
-            error={
-                "type": CANCELLED_ERROR_TYPE,
-                "classification": Classification.PERMANENT.value,
-                "step_id": "",
-                "message": f"cancelled by {actor}" + (f": {reason}" if reason else ""),
-            },
-            error_type=CANCELLED_ERROR_TYPE,
-        )
-        run.save(update_fields=list(fields))
-        from .waits import close_wait_txn
-
-        for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
-            close_wait_txn(
-                wait,
-                status=WaitStatus.CANCELLED,
-                result=None,
-                by=actor,
-                now=now,
-                reason="run cancelled",
-            )
-        record_event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
-        mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
+        _cancel_txn(run, actor=actor, reason=reason, now=now)
     return run
+
+
+def _cancel_txn(run: Run, *, actor: str, reason: str, now) -> None:
+    """Cancel ``run`` (locked), close its pending waits, wake a parent waiting on it and
+    cancel its unfinished children, recursively."""
+    from .waits import close_wait_txn
+
+    previous = run.status
+    # the lease stays with a worker that is executing, so its late result is fenced
+    # in as "recorded, starts nothing"; an idle run has no lease to keep
+    fields = transitions.apply(
+        "cancel",
+        run,
+        finished_at=now,
+        updated_at=now,
+        wake_at=None,
+        error={
+            "type": CANCELLED_ERROR_TYPE,
+            "classification": Classification.PERMANENT.value,
+            "step_id": "",
+            "message": f"cancelled by {actor}" + (f": {reason}" if reason else ""),
+        },
+        error_type=CANCELLED_ERROR_TYPE,
+    )
+    run.save(update_fields=list(fields))
+    for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
+        close_wait_txn(
+            wait,
+            status=WaitStatus.CANCELLED,
+            result=None,
+            by=actor,
+            now=now,
+            reason="run cancelled",
+        )
+    record_event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
+    mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
+    child_ends.child_ended_txn(run.parent_run_id, run.id, actor=actor)
+    # lock order: the parent (held) before its children
+    children = Run.objects.select_for_update().filter(parent_run=run, status__in=ACTIVE)
+    for child in children.order_by("created_at", "id"):
+        _cancel_txn(child, actor=actor, reason=f"its parent run {run.id} was cancelled", now=now)
 
 
 def _reopen_failed_steps_txn(run: Run, now, *, kind: str | None = None) -> list[str]:
@@ -175,59 +190,84 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     """Undo a failed or cancelled run's completed writes (newest first), durably.
 
     From COMPENSATION_FAILED it retries the failed compensation with a fresh budget.
+    The run's child runs (``ctx.start_child``) that wrote are compensated too, each its
+    own writes, alongside (a child still running is cancelled first; a succeeded one is
+    compensated as well), and so are theirs (docs/children.md). Raises
+    :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
     actor = actor_of(by)
     now = timezone.now()
     with transaction.atomic():
         run = lock_run(run_id)
         transitions.check("compensate", run)
-        if run.status == RunStatus.COMPENSATION_FAILED:
-            # only the failed compensation is retried; the workflow's own failed step
-            # stays failed (it is not re-run by compensation)
-            from .models import StepKind
-
-            _reopen_failed_steps_txn(run, now, kind=StepKind.COMPENSATION)
-        previous = run.status
-        in_flight = bool(
-            run.lease_token and run.lease_expires_at is not None and run.lease_expires_at > now
-        )
-        transitions.apply(
-            "compensate",
-            run,
-            finished_at=None,
-            updated_at=now,
-            **({} if in_flight else transitions.LEASE_RELEASED),
-        )
-        # else a worker is still executing a step of the cancelled run: it keeps the
-        # lease, records that step's late result (a write's outcome goes to the ledger)
-        # and then hands the run to the compensation; if it dies, its lease expires and
-        # the compensation settles the write through reconcile (docs/compensation.md)
-        # a write an operator aborted on is put to a decision again
-        Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).exclude(
-            resolution=""
-        ).update(resolution="", resolved_by="", updated_at=now)
-        run.save(
-            update_fields=[
-                "status",
-                "finished_at",
-                "updated_at",
-                "lease_token",
-                "lease_owner",
-                "lease_expires_at",
-            ]
-        )
-        record_event(
-            run,
-            EventKind.COMPENSATING,
-            actor,
-            f"compensation requested by {actor}"
-            + (f": {reason}" if reason else "")
-            + ("; it starts when the step in flight has finished" if in_flight else ""),
-            previous=previous,
-            in_flight=in_flight,
-        )
-        dispatch_on_commit(run.id)
+        _compensate_txn(run, action="compensate", actor=actor, reason=reason, now=now)
+        _compensate_children_txn(run, actor=actor, now=now)
     return run
+
+
+def _compensate_children_txn(run: Run, *, actor: str, now) -> None:
+    """Compensate ``run``'s children that wrote, recursively (``run`` is held locked)."""
+    # lock order: the parent (held) before its children
+    children = Run.objects.select_for_update().filter(parent_run=run).order_by("created_at", "id")
+    for child in children:
+        why = f"its parent run {run.id} is compensated"
+        if child.status in ACTIVE:
+            _cancel_txn(child, actor=actor, reason=why, now=now)
+        wrote = Operation.objects.owned_by(child.id).exists()
+        if wrote and transitions.can("compensate_child", child):
+            _compensate_txn(child, action="compensate_child", actor=actor, reason=why, now=now)
+        _compensate_children_txn(child, actor=actor, now=now)
+
+
+def _compensate_txn(run: Run, *, action: str, actor: str, reason: str, now) -> None:
+    """Move ``run`` (locked) to COMPENSATING by ``action`` and dispatch it on commit."""
+    transitions.check(action, run)
+    if run.status == RunStatus.COMPENSATION_FAILED:
+        # only the failed compensation is retried; the workflow's own failed step
+        # stays failed (it is not re-run by compensation)
+        from .models import StepKind
+
+        _reopen_failed_steps_txn(run, now, kind=StepKind.COMPENSATION)
+    previous = run.status
+    in_flight = bool(
+        run.lease_token and run.lease_expires_at is not None and run.lease_expires_at > now
+    )
+    transitions.apply(
+        action,
+        run,
+        finished_at=None,
+        updated_at=now,
+        **({} if in_flight else transitions.LEASE_RELEASED),
+    )
+    # else a worker is still executing a step of the cancelled run: it keeps the
+    # lease, records that step's late result (a write's outcome goes to the ledger)
+    # and then hands the run to the compensation; if it dies, its lease expires and
+    # the compensation settles the write through reconcile (docs/compensation.md)
+    # a write an operator aborted on is put to a decision again
+    Operation.objects.filter(run=run, status=OperationStatus.UNKNOWN).exclude(resolution="").update(
+        resolution="", resolved_by="", updated_at=now
+    )
+    run.save(
+        update_fields=[
+            "status",
+            "finished_at",
+            "updated_at",
+            "lease_token",
+            "lease_owner",
+            "lease_expires_at",
+        ]
+    )
+    record_event(
+        run,
+        EventKind.COMPENSATING,
+        actor,
+        f"compensation requested by {actor}"
+        + (f": {reason}" if reason else "")
+        + ("; it starts when the step in flight has finished" if in_flight else ""),
+        previous=previous,
+        in_flight=in_flight,
+    )
+    dispatch_on_commit(run.id)
 
 
 def run_signal(

@@ -59,6 +59,10 @@ TRANSITIONS: dict[str, Transition] = {
     # ---- the operator's actions (the services)
     "cancel": _row(ACTIVE, S.CANCELLED),
     "compensate": _row({S.FAILED, S.CANCELLED, S.COMPENSATION_FAILED}, S.COMPENSATING),
+    # compensating a parent compensates its children that wrote, a succeeded one too
+    "compensate_child": _row(
+        {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.COMPENSATION_FAILED}, S.COMPENSATING
+    ),
     "resume": _row({S.FAILED}, S.PENDING),
     "fork": _row(FINISHED, None),
     "signal": _row(ACTIVE, None),
@@ -105,12 +109,24 @@ TRANSITIONS: dict[str, Transition] = {
 
 #: the actions an operator (or a service on their behalf) takes; the rest are the engine's
 OPERATOR_ACTIONS = frozenset(
-    {"cancel", "compensate", "resume", "fork", "signal", "decide", "reconcile", "settle", "abort"}
+    {
+        "cancel",
+        "compensate",
+        "compensate_child",
+        "resume",
+        "fork",
+        "signal",
+        "decide",
+        "reconcile",
+        "settle",
+        "abort",
+    }
 )
 
 _WHY = {
     "cancel": "only pending, running, retrying or waiting runs can be cancelled",
     "compensate": "only failed or cancelled runs (or a failed compensation) can be compensated",
+    "compensate_child": "only a finished child run that is not compensated can be compensated",
     "resume": "only failed runs can be resumed",
     "fork": "only finished runs can be forked",
     "signal": "signals are accepted only by runs that have not finished",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -140,3 +140,25 @@ class SignalResult:
         if attr.startswith("__"):
             raise AttributeError(attr)
         return getattr(object.__getattribute__(self, "signal"), attr)
+
+
+@dataclass(frozen=True)
+class ChildHandle:
+    """A child run started by ``ctx.start_child`` (docs/children.md).
+
+    ``run_id``: the child's run id (``"{parent_run_id}.{child_id}"``);
+    ``workflow_name``: its workflow; ``step_id``: the parent's step that started it.
+    :meth:`result` waits durably for the child's end (as ``ctx.wait_child(handle)``).
+    """
+
+    run_id: str
+    workflow_name: str
+    step_id: str
+    _context: Any = field(default=None, repr=False, compare=False)
+
+    def result(self) -> Any:
+        """Wait for the child's end; return its output. Raises
+        :class:`~durable.ChildFailed` when it failed, was cancelled or compensated."""
+        if self._context is None:
+            raise RuntimeError("this ChildHandle belongs to no workflow: use ctx.wait_child")
+        return self._context.wait_child(self)

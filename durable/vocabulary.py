@@ -120,6 +120,8 @@ class StepKind(TextChoices):
     SLEEP = "sleep", "Timer"
     SIGNAL = "signal", "Signal"
     COMPENSATION = "compensation", "Compensation"
+    #: the start of a child run (``ctx.start_child``); its output names the child
+    CHILD = "child", "Child run"
 
 
 class StepStatus(TextChoices):
@@ -148,6 +150,8 @@ class WaitKind(TextChoices):
     TIMER = "timer", "Timer"
     SIGNAL = "signal", "Signal"
     RECONCILE = "reconcile", "Operator decision on an unknown outcome"
+    #: the end of a child run (``ctx.wait_child``), keyed on the child's run id
+    CHILD = "child", "Child run"
 
 
 class WaitStatus(TextChoices):

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import codec, transitions
+from . import child_ends, codec, transitions
 from .checkpoint import Checkpoints
 from .dispatch import dispatch_on_commit
 from .exceptions import InvalidDuration, RunStopped, Suspend
@@ -309,6 +309,12 @@ class WaitParking(Checkpoints):
                     w.save(update_fields=["status", "result", "resolved_at", "resolved_by"])
                     state["wait"] = w
                     return
+            if kind == WaitKind.CHILD:  # lock order: this run (fenced above), then the child
+                child = child_ends.ended_child_txn(self.run_id, key)
+                if child is not None:  # it ended before the wait was reached
+                    child_ends.resolve_wait_txn(w, child, now=now)
+                    state["wait"] = w
+                    return
             if created:
                 wait_created.send(sender=Wait, wait=w, spec=spec or {})
             transitions.update("park", Run.objects.filter(pk=self.run_id), source=self.status)
@@ -340,6 +346,8 @@ class WaitParking(Checkpoints):
                 status=WaitStatus.RESOLVED, resolved_at=timezone.now(), resolved_by="timer"
             )
         value = codec.decode(wait.result) if wait.result else None
+        if wait.kind == WaitKind.CHILD:
+            value = child_ends.with_output(value)
         return self.record_success(
             call, attempt=call.next_attempt, value=value, started_at=wait.created_at, ledger=None
         )

@@ -17,7 +17,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from durable import mailbox, registry
+from durable import codec, mailbox, registry
 from durable.exceptions import ToolNotFound, WorkflowNotFound
 from durable.forks import fork_points
 from durable.models import (
@@ -28,6 +28,8 @@ from durable.models import (
     Signal,
     Step,
     StepAttempt,
+    StepKind,
+    StepStatus,
     Tool,
     TraceEvent,
     Wait,
@@ -48,6 +50,8 @@ STEPS_PAGE = 100
 EVENTS_SHOWN = 50
 #: undelivered signals listed on a run's page (the oldest)
 UNDELIVERED_SHOWN = 50
+#: child runs listed on a run's page (the oldest)
+CHILDREN_SHOWN = 200
 
 
 @dataclass
@@ -64,6 +68,8 @@ class StepRow:
     #: the parallel group the step belongs to (``parallel#2``; "" for none) and its size
     group: str = ""
     group_size: int = 0
+    #: the run id of the child a ``ctx.start_child`` step started ("" for other steps)
+    child: str = ""
 
 
 @dataclass
@@ -121,6 +127,8 @@ class RunDetail:
     #: the workflow's declared durability ("sync" or "batched"), "" when this process
     #: does not have the run's workflow version (docs/architecture.md#batched-checkpoints)
     durability: str = ""
+    #: the run's child runs (``ctx.start_child``), the first :data:`CHILDREN_SHOWN`
+    children: list[Run] = field(default_factory=list)
 
     @property
     def steps_shown(self) -> int:
@@ -202,6 +210,7 @@ def _step_rows(
                 attempts=list(s.attempt_rows.all()),
                 group=group,
                 group_size=groups.get(group, 0),
+                child=_child_of(s),
             )
         )
     return rows
@@ -228,6 +237,24 @@ def _group_sizes(run: Run, steps: list[Step]) -> dict[str, int]:
         if group:
             sizes[group] = sizes.get(group, 0) + 1
     return sizes
+
+
+def _child_of(step: Step) -> str:
+    """The child run id a ``ctx.start_child`` step recorded ("" for other steps)."""
+    if step.kind != StepKind.CHILD or step.status != StepStatus.SUCCEEDED:
+        return ""
+    try:
+        value = codec.decode(step.output)
+    except Exception:  # noqa: BLE001 - a page shows what it can; the step row stays
+        return ""
+    return str(value.get("run_id", "")) if isinstance(value, dict) else ""
+
+
+def children_of(run: Run, limit: int | None = None) -> list[Run]:
+    """The run's child runs (``ctx.start_child``), oldest first: id, workflow, status."""
+    fields = ("id", "workflow_name", "workflow_version", "status", "created_at", "parent_run_id")
+    qs = Run.objects.filter(parent_run=run).order_by("created_at", "id").only(*fields)
+    return list(qs[: limit or CHILDREN_SHOWN])
 
 
 def _lazy_payload(text: str | None) -> Payload:
@@ -351,6 +378,7 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         gap=gap,
         tail=tail_rows,
         durability=_workflow_durability(run),
+        children=children_of(run),
     )
 
 

@@ -71,6 +71,7 @@ class RunAdmin(ReadOnlyAdmin):
                     "started_by_name",
                     "requesters",
                     "forked_from",
+                    "parent_run",
                 )
             },
         ),

@@ -241,6 +241,20 @@ def do_show(command: BaseCommand, options: dict[str, Any]) -> None:
                 "reconcile <id> --happened --result JSON | --not-happened | --abort"
             )
 
+    children = list(
+        Run.objects.filter(parent_run=run)
+        .order_by("created_at", "id")
+        .only("id", "workflow_name", "status", "created_at")
+    )
+    if children:
+        write("\nChild runs")
+        write(
+            table(
+                ["run", "workflow", "status", "created"],
+                [[c.id, c.workflow_name, c.status, _when(c.created_at)] for c in children],
+            )
+        )
+
     waits = list(Wait.objects.filter(run=run).order_by("position", "created_at"))
     if waits:
         write("\nWaits")
@@ -309,6 +323,8 @@ def _header(run: Run) -> str:
         ("claims", run.claims),
         ("tags", ", ".join(run.tags) if run.tags else "-"),
     ]
+    if run.parent_run_id:
+        fields.append(("parent run", run.parent_run_id))
     if run.forked_from_id or run.requester_unknown:
         fields.append(
             (

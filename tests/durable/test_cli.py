@@ -567,3 +567,24 @@ def test_workflows_lists_tools_with_their_safety_class():
 
     out, _ = cli("workflows")
     assert "waits.send" in out and "unsafe_write" in out
+
+
+def test_show_prints_a_runs_parent_and_children():
+    from tests.durable import child_workflows as cwf
+
+    cwf.reset()
+    run = durable.start("tests.children.parent", {"items": [{"n": 1, "id": "kid"}]}, "family-1")
+    drive(run.id)
+    child = drive("family-1.kid")
+    assert child.status == RunStatus.SUCCEEDED
+    drive(run.id)
+    out, _ = cli("show", "family-1")
+    rows = out.split("\nChild runs\n")[1].split("\n\n")[0].splitlines()
+    assert rows[0].split() == ["run", "workflow", "status", "created"]
+    assert rows[2].split()[:3] == ["family-1.kid", "tests.children.leaf", "succeeded"]
+    steps = out.split("\nSteps\n")[1].split("\n\n")[0]
+    assert "child:kid" in steps and "child" in steps
+    out, _ = cli("show", "family-1.kid")
+    header = dict(ln.split(":", 1) for ln in out.split("\n\n")[0].splitlines())
+    assert header["parent run"].strip() == "family-1"
+    assert "Child runs" not in out

@@ -8,6 +8,8 @@ EXPECTED = sorted(
     [
         "AmbiguousOutcomeError",
         "BudgetExceeded",
+        "ChildFailed",
+        "ChildHandle",
         "Decision",
         "DurableError",
         "IdempotencyConflict",

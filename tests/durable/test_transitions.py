@@ -33,6 +33,12 @@ EXPECTED: dict[str, tuple[set[str], str | None, dict[str, str | None], bool]] = 
     # the operator's
     "cancel": (ACTIVE, S.CANCELLED, {}, False),
     "compensate": ({S.FAILED, S.CANCELLED, S.COMPENSATION_FAILED}, S.COMPENSATING, {}, False),
+    "compensate_child": (
+        {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.COMPENSATION_FAILED},
+        S.COMPENSATING,
+        {},
+        False,
+    ),
     "resume": ({S.FAILED}, S.PENDING, {}, False),
     "fork": (FINISHED, None, {}, False),
     "signal": (ACTIVE, None, {}, False),
@@ -63,6 +69,7 @@ EXPECTED: dict[str, tuple[set[str], str | None, dict[str, str | None], bool]] = 
 OPERATOR = {
     "cancel",
     "compensate",
+    "compensate_child",
     "resume",
     "fork",
     "signal",
