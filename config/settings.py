@@ -7,6 +7,7 @@ and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://...``). The code is the same.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -312,6 +313,8 @@ DURABLE = {
     "SCHEDULE_TICK_SECONDS": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
     "SCHEDULE_MAX_CATCHUP": int(os.environ.get("DURABLE_SCHEDULE_MAX_CATCHUP") or 100),
     "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
+    # {"gpt-4o-mini": {"rate_limit": "500/m", "concurrency": 10}, "*": {...}} as JSON
+    "LLM_LIMITS": json.loads(os.environ.get("DURABLE_LLM_LIMITS") or "{}"),
 }
 
 LOGGING = {

@@ -26,6 +26,7 @@ from .durations import check_duration
 from .exceptions import InvalidDuration, ToolNotFound
 from .failures import db_faults_stop_the_execution
 from .ledger import OperationLedger
+from .limits import llm_limits
 from .models import StepKind, WaitKind
 from .redaction import redact_text
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -220,9 +221,11 @@ class WorkflowContext:
         if spec.safety == "read_only":  # only a read may be batched; writes are sync
             mode = resolve(spec.durability, ex.workflow_durability(), where=f"tool {name!r}")
             call = replace(call, durability=mode)
-            return ex.execute(call, fn=fn, policy=policy, safety=spec.safety)
+            return ex.execute(call, fn=fn, policy=policy, safety=spec.safety, limits=spec.limits)
         ledger = OperationLedger(ex, spec, key, params, input_text, input_text or codec.encode({}))
-        return ex.execute(call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger)
+        return ex.execute(
+            call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger, limits=spec.limits
+        )
 
     @db_faults_stop_the_execution
     def llm(
@@ -277,6 +280,7 @@ class WorkflowContext:
             ),
             policy=retry or LLM_POLICY,
             safety=None,
+            limits=llm_limits(request["model"]),
         )
 
     def idempotency_key(self, step_id: str) -> str:

@@ -148,6 +148,8 @@ class WaitKind(TextChoices):
     TIMER = "timer", "Timer"
     SIGNAL = "signal", "Signal"
     RECONCILE = "reconcile", "Operator decision on an unknown outcome"
+    #: a call parked until a rate or concurrency limit admits it (docs/limits.md)
+    LIMIT = "limit", "Rate or concurrency limit"
 
 
 class WaitStatus(TextChoices):
