@@ -44,7 +44,8 @@ class LimitGate(Checkpoints):
         """The concurrency slots this execution holds: key -> slot id."""
         held: dict[str, int] | None = getattr(self, "_limit_slots", None)
         if held is None:
-            held = self._limit_slots = {}
+            held = {}
+            self._limit_slots: dict[str, int] = held
         return held
 
     def admit(self, limits: Limits, *, wait_id: str, position: int) -> None:

@@ -24,10 +24,11 @@ from .limits import Limits
 from .models import Limit, LimitSlot, Run, Wait
 from .vocabulary import WaitKind, WaitStatus
 
-#: seconds added to a rate's period: the provider receives a call a few milliseconds
-#: after it was admitted, and not always the same few, so a window exactly one period
-#: long could see one call too many at the provider
-GUARD_SECONDS = 0.05
+#: seconds added to a rate's period: the provider receives a call some milliseconds
+#: after it was admitted, and not always the same number (a busy machine stalls a
+#: process for tens of milliseconds), so a window exactly one period long could let the
+#: provider see one call too many; 0.1 s costs a "10/s" rate a tenth of its throughput
+GUARD_SECONDS = 0.1
 #: a call waiting for a concurrency slot checks again at least this often (seconds): a
 #: freed slot wakes the oldest waiter at once, this is the fallback
 CONCURRENCY_RECHECK_SECONDS = 2.0
@@ -74,7 +75,8 @@ def _locked(key: str) -> Limit:
 def _live_slots(key: str, now: datetime) -> tuple[list[LimitSlot], list[int]]:
     """The key's slots whose run still holds the lease they were taken under, and the
     ids of the others (their execution ended or its worker died)."""
-    live, dead = [], []
+    live: list[LimitSlot] = []
+    dead: list[LimitSlot] = []
     for slot in LimitSlot.objects.filter(key=key).select_related("run").order_by("id"):
         run: Run = slot.run
         holding = (

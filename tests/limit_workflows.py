@@ -94,7 +94,8 @@ def scripted_http(run: str, i: int) -> dict[str, Any]:
             return json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 429:
-            raise TransientError("429", retry_after=float(exc.headers.get("Retry-After", 1)))
+            retry_after = float(exc.headers.get("Retry-After", 1))
+            raise TransientError("429", retry_after=retry_after) from exc
         raise
 
 

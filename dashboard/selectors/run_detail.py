@@ -117,6 +117,8 @@ class RunDetail:
     #: the workflow's declared durability ("sync" or "batched"), "" when this process
     #: does not have the run's workflow version (docs/architecture.md#batched-checkpoints)
     durability: str = ""
+    #: the pending wait for a rate or concurrency limit, if the run is parked on one
+    limit_wait: Wait | None = None
 
     @property
     def steps_shown(self) -> int:
@@ -320,6 +322,14 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         gap=gap,
         tail=tail_rows,
         durability=_workflow_durability(run),
+        limit_wait=next(
+            (
+                w.wait
+                for w in waits
+                if w.wait.kind == WaitKind.LIMIT and w.wait.status == WaitStatus.PENDING
+            ),
+            None,
+        ),
     )
 
 

@@ -2,69 +2,106 @@
 
 import django.core.validators
 import django.db.models.deletion
-import durable.limits
 from django.db import migrations, models
+
+import durable.limits
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('durable', '0012_step_event_run_indexes'),
+        ("durable", "0012_step_event_run_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Limit',
+            name="Limit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255, unique=True)),
-                ('admitted', models.JSONField(blank=True, default=list)),
-                ('slowed_until', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255, unique=True)),
+                ("admitted", models.JSONField(blank=True, default=list)),
+                ("slowed_until", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['key'],
+                "ordering": ["key"],
             },
         ),
         migrations.CreateModel(
-            name='LimitSlot',
+            name="LimitSlot",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('lease_token', models.CharField(max_length=64)),
-                ('acquired_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("lease_token", models.CharField(max_length=64)),
+                ("acquired_at", models.DateTimeField()),
             ],
         ),
         migrations.RemoveConstraint(
-            model_name='wait',
-            name='wait_kind_valid',
+            model_name="wait",
+            name="wait_kind_valid",
         ),
         migrations.AddField(
-            model_name='tool',
-            name='concurrency',
-            field=models.PositiveIntegerField(blank=True, help_text="calls at once across all runs; empty: the code's", null=True, validators=[django.core.validators.MinValueValidator(1)]),
+            model_name="tool",
+            name="concurrency",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="calls at once across all runs; empty: the code's",
+                null=True,
+                validators=[django.core.validators.MinValueValidator(1)],
+            ),
         ),
         migrations.AddField(
-            model_name='tool',
-            name='rate_limit',
-            field=models.CharField(blank=True, default='', help_text='calls per period across all runs, e.g. "60/m" (/s, /m, /h); empty: the code\'s', max_length=32, validators=[durable.limits.validate_rate]),
+            model_name="tool",
+            name="rate_limit",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text='calls per period across all runs, e.g. "60/m" (/s, /m, /h); empty: the code\'s',
+                max_length=32,
+                validators=[durable.limits.validate_rate],
+            ),
         ),
         migrations.AlterField(
-            model_name='wait',
-            name='kind',
-            field=models.CharField(choices=[('approval', 'Approval'), ('timer', 'Timer'), ('signal', 'Signal'), ('reconcile', 'Operator decision on an unknown outcome'), ('limit', 'Rate or concurrency limit')], max_length=16),
+            model_name="wait",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("approval", "Approval"),
+                    ("timer", "Timer"),
+                    ("signal", "Signal"),
+                    ("reconcile", "Operator decision on an unknown outcome"),
+                    ("limit", "Rate or concurrency limit"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='wait',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['approval', 'timer', 'signal', 'reconcile', 'limit'])), name='wait_kind_valid'),
+            model_name="wait",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("kind__in", ["approval", "timer", "signal", "reconcile", "limit"])
+                ),
+                name="wait_kind_valid",
+            ),
         ),
         migrations.AddField(
-            model_name='limitslot',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='durable.run'),
+            model_name="limitslot",
+            name="run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="+", to="durable.run"
+            ),
         ),
         migrations.AddIndex(
-            model_name='limitslot',
-            index=models.Index(fields=['key'], name='limitslot_key_idx'),
+            model_name="limitslot",
+            index=models.Index(fields=["key"], name="limitslot_key_idx"),
         ),
     ]

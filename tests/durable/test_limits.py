@@ -12,8 +12,8 @@ import pytest
 from django.utils import timezone
 
 import durable
-from durable import llm as llm_module
 from durable import limit_store
+from durable import llm as llm_module
 from durable.checks import check_durable
 from durable.exceptions import DurableConfigurationError
 from durable.limits import Limits, Rate, check_llm_limits, llm_limits, parse_rate
@@ -100,6 +100,7 @@ def test_bad_concurrency_is_refused(bad):
         @durable.tool(name="bad_tool2", safety="read_only", concurrency=bad)
         def bad_tool2() -> None:  # pragma: no cover
             pass
+
     with pytest.raises(DurableConfigurationError, match="max_concurrent_runs"):
 
         @durable.workflow(name="limits.bad", max_concurrent_runs=bad)

@@ -47,7 +47,7 @@ class ScriptedProvider:
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:
                 now = time.monotonic()
                 with provider.lock:
                     recent = [t for t in provider.arrivals if t > now - provider.window]
@@ -149,8 +149,7 @@ def test_max_concurrent_runs_holds_with_several_workers(workers, proc_env, tmp_p
     for worker in workers.workers:
         worker.wait_ready()
     runs = [
-        durable.start("limits.exclusive", {"dir": str(folder), "seconds": 1.0}).id
-        for _ in range(6)
+        durable.start("limits.exclusive", {"dir": str(folder), "seconds": 1.0}).id for _ in range(6)
     ]
     for run_id in runs:
         run = wait_for_run(run_id, timeout=60)
