@@ -140,6 +140,8 @@ class WorkflowContext:
         can take it into account), and approved edits replace ``params``. An unknown
         tool name or arguments that do not fit the tool's signature also return a
         :class:`~durable.ModelRecoverable` (an LLM chose them), not an exception.
+        A tool's ``rate_limit`` / ``concurrency`` is waited for before each try: over a
+        limit, the run parks until the limit admits the call (docs/limits.md).
         """
         ex = self._execution
         params = dict(params or {})
@@ -244,6 +246,8 @@ class WorkflowContext:
 
         ``durability``: ``"sync"`` or ``"batched"`` for this call; ``None``: the
         workflow's default (docs/architecture.md#batched-checkpoints).
+        A model with limits in ``DURABLE['LLM_LIMITS']`` waits for them: over a
+        limit, the run parks until the limit admits the call (docs/limits.md).
 
         The request (redacted) and the response, token usage and cost are recorded; a
         replay returns the recorded response, so no call is paid twice. Tokens count
