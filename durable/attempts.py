@@ -179,6 +179,8 @@ class Attempts(LimitGate):
             if ledger is not None:
                 done = ledger.before_attempt(call, attempt=attempt)
                 if done is not PROCEED:
+                    if limits is not None:  # settled without a call: its slot goes back
+                        self.release_slot(limits.key)
                     return done
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
             elif call.durability == Durability.BATCHED:
