@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from . import conf, limit_store, registry, run_pg, transitions
+from . import conf, registry, run_pg, transitions
 from .batching import flush_at_stop
 from .compensation import run_compensation
 from .context import Execution
@@ -258,7 +258,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
             # compensation requested while this worker still held the lease (possibly
             # between its stop and its release above)
             _hand_over_to_compensation(run.id, token, worker_id)
-        _free_limit_slots(run.id, token)
+        _free_limit_slots(execution)
         close_old_connections()
     if fault is not None:
         # released: retrying; not released: the failed statement may have committed the
@@ -267,16 +267,19 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     return execution.stopped or run.status
 
 
-def _free_limit_slots(run_id: str, token: str) -> None:
+def _free_limit_slots(execution: Execution) -> None:
     """Free the concurrency slots the execution still holds (its workflow's, or a call's
-    cut short) and wake the runs waiting for them; a slot left behind counts only while
-    this lease holds, so a failure here only delays the waiters (docs/limits.md)."""
+    cut short) and wake the runs waiting for them; no query when it holds none. A slot
+    left behind counts only while this lease holds, so a failure here only delays the
+    waiters (docs/limits.md)."""
     try:
-        limit_store.release_run(run_id, token)
+        execution.release_slots()
     except Exception as exc:  # noqa: BLE001 - the slots die with the lease anyway
         if not is_db_fault(exc):
             raise
-        logger.warning("durable: could not free the limit slots of run %s (%s)", run_id, exc)
+        logger.warning(
+            "durable: could not free the limit slots of run %s (%s)", execution.run_id, exc
+        )
 
 
 def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:

@@ -89,6 +89,11 @@ class LimitGate(Checkpoints):
         if slot is not None:
             limit_store.release(key, slot)
 
+    def release_slots(self) -> None:
+        """Free every slot this execution holds (at its end)."""
+        for key in list(self._held()):
+            self.release_slot(key)
+
     def _park_for_limit(self, limits: Limits, verdict: Any, wait_id: str, position: int) -> None:
         what = _REASONS.get(verdict.reason, "limit")
         wake_at = timezone.now() + timedelta(seconds=verdict.delay)

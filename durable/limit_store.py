@@ -143,17 +143,6 @@ def release(key: str, slot_id: int) -> None:
         wake_waiters(key, 1)
 
 
-def release_run(run_id: str, token: str) -> None:
-    """Free every slot the execution with lease ``token`` still holds (at its end)."""
-    keys = list(
-        LimitSlot.objects.filter(run_id=run_id, lease_token=token).values_list("key", flat=True)
-    )
-    if keys:
-        LimitSlot.objects.filter(run_id=run_id, lease_token=token).delete()
-        for key in keys:
-            wake_waiters(key, 1)
-
-
 def wake_waiters(key: str, count: int) -> None:
     """Make the ``count`` oldest pending concurrency waits of ``key`` due now and
     dispatch their runs (a hint: the claim re-checks the limit)."""
