@@ -7,11 +7,14 @@ and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://...``). The code is the same.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -28,6 +31,17 @@ def env_list(name: str, default: str = "") -> list[str]:
 def env_float(name: str, default: float | None) -> float | None:
     value = os.environ.get(name)
     return float(value) if value else default  # unset or empty: the default
+
+
+def env_json(name: str, default: Any) -> Any:
+    """A JSON value; a bad one stops the start with the variable's name."""
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON ({exc}), got {value!r}") from None
 
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -312,6 +326,8 @@ DURABLE = {
     "SCHEDULE_TICK_SECONDS": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
     "SCHEDULE_MAX_CATCHUP": int(os.environ.get("DURABLE_SCHEDULE_MAX_CATCHUP") or 100),
     "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
+    # {"gpt-4o-mini": {"rate_limit": "500/m", "concurrency": 10}, "*": {...}} as JSON
+    "LLM_LIMITS": env_json("DURABLE_LLM_LIMITS", {}),
 }
 
 LOGGING = {

@@ -18,6 +18,7 @@ STATUS_CHOICES = (
     + [
         (selectors.STATUS_APPROVAL, "Waiting for approval"),
         (selectors.STATUS_ATTENTION, "Needs attention"),
+        (selectors.STATUS_LIMIT, "Waiting for a limit"),
     ]
 )
 

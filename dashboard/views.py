@@ -100,6 +100,7 @@ def _status_links() -> list[tuple[str, str]]:
         + [
             (selectors.STATUS_ATTENTION, "Needs attention"),
             (selectors.STATUS_APPROVAL, "Waiting for approval"),
+            (selectors.STATUS_LIMIT, "Waiting for a limit"),
         ]
         + list(RunStatus.choices)
     )

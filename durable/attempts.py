@@ -20,17 +20,19 @@ from django.db import connections
 from django.utils import timezone
 
 from . import conf, registry
-from .checkpoint import Checkpoints, billed_tokens
+from .checkpoint import billed_tokens
 from .durations import check_retry_after
 from .exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
 from .failures import db_faults_stop_the_execution, safe_str
 from .ledger import AGAIN, PROCEED, OperationLedger
+from .limit_gate import LimitGate
 from .models import AttemptOutcome, RunStatus, StepAttempt, StepKind, StepStatus
 from .retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from .types import ModelRecoverable
 from .vocabulary import Durability
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .registry import ToolSpec
     from .replay import StepCall
 
@@ -69,7 +71,7 @@ def call_with_timeout(
     return box["value"]
 
 
-class Attempts(Checkpoints):
+class Attempts(LimitGate):
     """The attempt loop of an execution, and the tools' effective specs."""
 
     def tool_spec(self, name: str) -> ToolSpec:
@@ -130,12 +132,15 @@ class Attempts(Checkpoints):
         safety: str | None,
         ledger: OperationLedger | None = None,
         hold_failure: bool = False,
+        limits: Limits | None = None,
     ) -> Any:
         """Try ``fn`` until it succeeds or fails for good; returns the recorded value.
 
         ``hold_failure``: a failure for good is not recorded but raised as
         :class:`HeldFailure`, whose :meth:`~HeldFailure.record` records it later (a
         parallel group records its calls' successes first: durable/parallel.py).
+        ``limits``: each try is first admitted by them, before a write's ledger row (a
+        try that must wait parks the run: docs/limits.md).
         """
         pos, kind = call.position, call.kind
         rec = call.recorded
@@ -170,11 +175,17 @@ class Attempts(Checkpoints):
                 reason="max attempts exceeded",
                 skip_attempt_row=True,
             )
+        if limits is not None:
+            fn = self.limited(limits, fn)
         while True:
             attempt += 1
+            if limits is not None:  # may park the run: before a write's `started` row
+                self.admit(limits, wait_id=f"limit:{call.step_id}", position=pos)
             if ledger is not None:
                 done = ledger.before_attempt(call, attempt=attempt)
                 if done is not PROCEED:
+                    if limits is not None:  # settled without a call: its slot goes back
+                        self.release_slot(limits.key)
                     return done
                 call = replace(call, recorded=self.by_position.get(pos, call.recorded))
             elif call.durability == Durability.BATCHED:

@@ -12,6 +12,7 @@ from django.core.checks import Error, Tags, Warning, register
 from . import conf, registry
 from .dispatch import load_dispatcher
 from .exceptions import DurableConfigurationError
+from .limits import check_llm_limits
 from .vocabulary import Safety
 
 
@@ -89,6 +90,16 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
             Error(
                 "DURABLE['WORKER_BEAT_SECONDS'] and ['WORKER_DEAD_AFTER_SECONDS'] must be numbers",
                 id="durable.E005",
+            )
+        )
+    try:
+        check_llm_limits(conf.get("LLM_LIMITS") or {})
+    except DurableConfigurationError as exc:
+        messages.append(
+            Error(
+                str(exc),
+                hint='e.g. {"gpt-4o-mini": {"rate_limit": "500/m", "concurrency": 10}}',
+                id="durable.E007",
             )
         )
     for module, tb in registry.load_errors.items():

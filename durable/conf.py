@@ -117,6 +117,9 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE_TICK_SECONDS": 5.0,
     "SCHEDULE_MAX_CATCHUP": 100,
     "SCHEDULE_GRACE_SECONDS": 60.0,
+    # rate and concurrency limits of LLM calls (docs/limits.md):
+    # {model or "*": {"rate_limit": "500/m", "concurrency": 10}}
+    "LLM_LIMITS": {},
 }
 
 

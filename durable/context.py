@@ -24,6 +24,7 @@ from .batching import StepBatch, resolve
 from .children import ChildRuns
 from .exceptions import InvalidDuration
 from .failures import db_faults_stop_the_execution
+from .limits import llm_limits
 from .models import StepKind, WaitKind
 from .redaction import redact_text
 from .retry import RetryPolicy
@@ -126,6 +127,8 @@ class WorkflowContext:
         can take it into account), and approved edits replace ``params``. An unknown
         tool name or arguments that do not fit the tool's signature also return a
         :class:`~durable.ModelRecoverable` (an LLM chose them), not an exception.
+        A tool's ``rate_limit`` / ``concurrency`` is waited for before each try: over a
+        limit, the run parks until the limit admits the call (docs/limits.md).
         """
         ex = self._execution
         params = dict(params or {})
@@ -210,6 +213,8 @@ class WorkflowContext:
 
         ``durability``: ``"sync"`` or ``"batched"`` for this call; ``None``: the
         workflow's default (docs/architecture.md#batched-checkpoints).
+        A model with limits in ``DURABLE['LLM_LIMITS']`` waits for them: over a
+        limit, the run parks until the limit admits the call (docs/limits.md).
 
         The request (redacted) and the response, token usage and cost are recorded; a
         replay returns the recorded response, so no call is paid twice. Tokens count
@@ -246,6 +251,7 @@ class WorkflowContext:
             ),
             policy=retry or LLM_POLICY,
             safety=None,
+            limits=llm_limits(request["model"]),
         )
 
     def idempotency_key(self, step_id: str) -> str:

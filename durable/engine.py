@@ -258,12 +258,28 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
             # compensation requested while this worker still held the lease (possibly
             # between its stop and its release above)
             _hand_over_to_compensation(run.id, token, worker_id)
+        _free_limit_slots(execution)
         close_old_connections()
     if fault is not None:
         # released: retrying; not released: the failed statement may have committed the
         # run's end, or the database is still away (the lease then expires)
         return RunStatus.RETRYING if released else None
     return execution.stopped or run.status
+
+
+def _free_limit_slots(execution: Execution) -> None:
+    """Free the concurrency slots the execution still holds (its workflow's, or a call's
+    cut short) and wake the runs waiting for them; no query when it holds none. A slot
+    left behind counts only while this lease holds, so a failure here only delays the
+    waiters (docs/limits.md)."""
+    try:
+        execution.release_slots()
+    except Exception as exc:  # noqa: BLE001 - the slots die with the lease anyway
+        if not is_db_fault(exc):
+            raise
+        logger.warning(
+            "durable: could not free the limit slots of run %s (%s)", execution.run_id, exc
+        )
 
 
 def _hand_over_to_compensation(run_id: str, token: str, worker_id: str) -> None:
@@ -350,6 +366,9 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
         if compensating:
             result = run_compensation(execution)
         else:
+            if spec.limits is not None:  # max_concurrent_runs (docs/limits.md): may park
+                position = execution.run.cursor_position
+                execution.admit(spec.limits, wait_id="limit:run", position=position)
             result = spec.fn(execution.context, workflow_input)
         if execution.stopped is None:
             execution.complete(result)

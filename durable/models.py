@@ -12,11 +12,13 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from .fields import StorableCharField, StorableJSONField, StorableTextField
+from .limits import validate_rate
 from .querysets import (
     OperationQuerySet,
     RunQuerySet,
@@ -459,6 +461,19 @@ class Tool(models.Model):
     approver_group = models.ForeignKey(
         "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    rate_limit = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        validators=[validate_rate],
+        help_text='calls per period across all runs, e.g. "60/m" (/s, /m, /h); empty: the code\'s',
+    )
+    concurrency = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="calls at once across all runs; empty: the code's",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -529,4 +544,5 @@ class WorkerProcess(models.Model):
         return f"worker process {self.id} (beat {self.beat_at:%H:%M:%S})"
 
 
+from .limit_model import Limit, LimitSlot  # noqa: E402, F401  (the limits' shared state)
 from .schedule_model import Schedule  # noqa: E402, F401  (a model of this app, kept apart)

@@ -65,8 +65,12 @@ class _Slot:
 
     @property
     def sequential(self) -> bool:
-        """Runs on the workflow thread: a write, or a call waiting for an approval."""
-        return self.approval is not None or (self.runnable is not None and self.runnable.is_write)
+        """Runs on the workflow thread: a write, a call waiting for an approval, or a
+        limited tool (its limit admits each try before the try starts: docs/limits.md)."""
+        return self.approval is not None or (
+            self.runnable is not None
+            and (self.runnable.is_write or self.runnable.limits is not None)
+        )
 
     @property
     def is_write(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from .durations import check_duration
 from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
+from .limits import Limits, Rate, check_concurrency, limits_for, parse_rate
 from .retry import RetryPolicy
 from .vocabulary import Durability, Safety
 
@@ -38,6 +39,13 @@ class WorkflowSpec:
     module: str = ""
     #: the default durability of its read-only tool calls and LLM calls
     durability: str = Durability.SYNC
+    #: at most this many runs of the workflow execute (hold a lease) at once
+    max_concurrent_runs: int | None = None
+
+    @property
+    def limits(self) -> Limits | None:
+        """The ``workflow:<name>`` key's limits (``max_concurrent_runs``), if any."""
+        return limits_for(f"workflow:{self.name}", None, self.max_concurrent_runs)
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,15 @@ class ToolSpec:
     approver_group: str | None = None
     #: None: the workflow's default (read-only tools only; writes are always sync)
     durability: str | None = None
+    #: calls admitted per period across every run and worker (docs/limits.md)
+    rate_limit: Rate | None = None
+    #: calls running at once across every run and worker
+    concurrency: int | None = None
+
+    @property
+    def limits(self) -> Limits | None:
+        """The ``tool:<name>`` key's limits, if any."""
+        return limits_for(f"tool:{self.name}", self.rate_limit, self.concurrency)
 
 
 _workflows: dict[str, dict[str, WorkflowSpec]] = {}
@@ -73,6 +90,7 @@ def workflow(
     max_steps: int | None = None,
     deadline_seconds: float | None = None,
     durability: str = Durability.SYNC,
+    max_concurrent_runs: int | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(ctx, input)`` as a workflow.
 
@@ -83,8 +101,18 @@ def workflow(
     ``durability``: ``"sync"`` (the default) or ``"batched"``, the default of the
     workflow's read-only tool calls and LLM calls (docs/architecture.md#batched-checkpoints);
     anything else raises :class:`DurableConfigurationError`.
+    ``max_concurrent_runs``: at most this many runs of the workflow (all its versions)
+    execute at once, across every worker; a run executes while it holds a lease, so a
+    run waiting on a timer, a signal or an approval does not count, and a run over the
+    limit waits (docs/limits.md). An int from 1; anything else raises
+    :class:`DurableConfigurationError`.
     """
 
+    check_concurrency(
+        max_concurrent_runs,
+        where=f"durable.workflow(name={name!r})",
+        name="max_concurrent_runs",
+    )
     if deadline_seconds is not None:
         check_duration(
             deadline_seconds, call="durable.workflow(deadline_seconds=...)", positive=True
@@ -111,7 +139,14 @@ def workflow(
         versions.pop(ver, None)  # re-registration (module reload) moves it to the end
         mode = check_durability(durability, where=f"durable.workflow(name={wf_name!r})")
         versions[ver] = WorkflowSpec(
-            wf_name, ver, fn, max_steps, deadline_seconds, fn.__module__, mode or Durability.SYNC
+            wf_name,
+            ver,
+            fn,
+            max_steps,
+            deadline_seconds,
+            fn.__module__,
+            mode or Durability.SYNC,
+            max_concurrent_runs,
         )
         fn.workflow_name = wf_name  # type: ignore[attr-defined]
         return fn
@@ -132,6 +167,8 @@ def tool(
     external_id: Callable[[Any], Any] | None = None,
     approver_group: str | None = None,
     durability: str | None = None,
+    rate_limit: str | None = None,
+    concurrency: int | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(**params[, idempotency_key=...])`` as a tool with a safety class.
 
@@ -146,9 +183,14 @@ def tool(
       (docs/architecture.md#batched-checkpoints). Only a ``read_only`` tool may be
       batched: ``"batched"`` on a write raises :class:`DurableConfigurationError`
       naming the tool, as does any other value.
+    - ``rate_limit``: ``"<calls>/s"``, ``"/m"`` or ``"/h"`` (e.g. ``"60/m"``): at most
+      that many calls in any window of the period; ``concurrency``: at most that many
+      calls at once. Both hold across every run and worker; a call over the limit parks
+      its run until the limit admits it (docs/limits.md). A bad value raises
+      :class:`DurableConfigurationError` naming the tool.
 
     A Tool row in the database (edited in the admin) overrides retry, timeout,
-    requires_approval, allow_edit and safety.
+    requires_approval, allow_edit, safety, rate_limit and concurrency.
     """
     if safety not in SAFETY_CLASSES:
         raise DurableConfigurationError(
@@ -159,6 +201,9 @@ def tool(
 
     def decorator(fn: F) -> F:
         tool_name = name or fn.__name__
+        where = f"durable.tool(name={tool_name!r})"
+        rate = parse_rate(rate_limit, where=where)
+        slots = check_concurrency(concurrency, where=where)
         if not _NAME_RE.match(tool_name):
             raise DurableConfigurationError(f"tool name {tool_name!r} is not valid")
         existing = _tools.get(tool_name)
@@ -188,6 +233,8 @@ def tool(
             description=(inspect.getdoc(fn) or "").split("\n\n")[0],
             approver_group=approver_group,
             durability=mode,
+            rate_limit=rate,
+            concurrency=slots,
         )
         fn.tool_name = tool_name  # type: ignore[attr-defined]
         return fn
@@ -258,6 +305,10 @@ def effective_tool(spec: ToolSpec, row: Any | None) -> ToolSpec:
         requires_approval=row.requires_approval,
         allow_edit=row.allow_edit,
         approver_group=row.approver_group.name if row.approver_group_id else spec.approver_group,
+        rate_limit=parse_rate(row.rate_limit, where=f"the admin's tool {spec.name!r}")
+        if row.rate_limit
+        else spec.rate_limit,
+        concurrency=row.concurrency if row.concurrency is not None else spec.concurrency,
     )
 
 

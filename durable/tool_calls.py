@@ -26,6 +26,7 @@ from .retry import DEFAULT_POLICY, RetryPolicy
 from .types import Decision, ModelRecoverable
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .registry import ToolSpec
 
 #: ``durable.context.Execution`` (its attempts, waits and checkpoints), named loosely:
@@ -45,6 +46,8 @@ class Runnable:
     safety: str | None = None
     ledger: OperationLedger | None = None
     error: ModelRecoverable | None = None
+    #: the tool's rate and concurrency limits, admitted before each try (docs/limits.md)
+    limits: Limits | None = None
 
     @property
     def is_write(self) -> bool:
@@ -58,7 +61,15 @@ def run(ex: Execution, r: Runnable, fn: Callable[[], Any] | None = None, **optio
         return ex.record_model_error(r.call, r.error)
     body = fn or r.fn
     assert body is not None
-    return ex.execute(r.call, fn=body, policy=r.policy, safety=r.safety, ledger=r.ledger, **options)
+    return ex.execute(
+        r.call,
+        fn=body,
+        policy=r.policy,
+        safety=r.safety,
+        ledger=r.ledger,
+        limits=r.limits,
+        **options,
+    )
 
 
 def checked(
@@ -209,10 +220,16 @@ def build_tool(
     if spec.safety == "read_only":  # only a read may be batched; writes are sync
         mode = resolve(spec.durability, ex.workflow_durability(), where=f"tool {name!r}")
         return Runnable(
-            call=replace(call, durability=mode), fn=fn, policy=policy, safety=spec.safety
+            call=replace(call, durability=mode),
+            fn=fn,
+            policy=policy,
+            safety=spec.safety,
+            limits=spec.limits,
         )
     ledger = OperationLedger(ex, spec, key, params, input_text, input_text or codec.encode({}))
-    return Runnable(call=call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger)
+    return Runnable(
+        call=call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger, limits=spec.limits
+    )
 
 
 def tool_position(ex: Execution, base: str, name: str) -> StepCall:

@@ -152,6 +152,8 @@ class WaitKind(TextChoices):
     RECONCILE = "reconcile", "Operator decision on an unknown outcome"
     #: the end of a child run (``ctx.wait_child``), keyed on the child's run id
     CHILD = "child", "Child run"
+    #: a call parked until a rate or concurrency limit admits it (docs/limits.md)
+    LIMIT = "limit", "Rate or concurrency limit"
 
 
 class WaitStatus(TextChoices):

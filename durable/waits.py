@@ -77,10 +77,10 @@ def close_wait_txn(
 
 
 def _expire_one(wait: Wait, now: datetime) -> bool:
-    if wait.kind == WaitKind.TIMER:
-        close_wait_txn(
-            wait, status=WaitStatus.RESOLVED, result=None, by="timer", now=now, reason="timer fired"
-        )
+    if wait.kind in (WaitKind.TIMER, WaitKind.LIMIT):
+        by = "timer" if wait.kind == WaitKind.TIMER else "limit"
+        reason = "timer fired" if wait.kind == WaitKind.TIMER else f"{wait.key}: try again"
+        close_wait_txn(wait, status=WaitStatus.RESOLVED, result=None, by=by, now=now, reason=reason)
         return True
     if wait.kind == WaitKind.SIGNAL:
         spec = codec.decode(wait.payload) if wait.payload else {}

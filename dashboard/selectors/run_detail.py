@@ -129,6 +129,8 @@ class RunDetail:
     durability: str = ""
     #: the run's child runs (``ctx.start_child``), the first :data:`CHILDREN_SHOWN`
     children: list[Run] = field(default_factory=list)
+    #: the pending wait for a rate or concurrency limit, if the run is parked on one
+    limit_wait: Wait | None = None
 
     @property
     def steps_shown(self) -> int:
@@ -379,6 +381,14 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         tail=tail_rows,
         durability=_workflow_durability(run),
         children=children_of(run),
+        limit_wait=next(
+            (
+                w.wait
+                for w in waits
+                if w.wait.kind == WaitKind.LIMIT and w.wait.status == WaitStatus.PENDING
+            ),
+            None,
+        ),
     )
 
 

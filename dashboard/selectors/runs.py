@@ -56,6 +56,8 @@ COUNTS_CACHE_SECONDS = 5
 #: pseudo statuses of the runs filter, besides the RunStatus values
 STATUS_APPROVAL = "approval"
 STATUS_ATTENTION = "attention"
+#: runs parked until a rate or concurrency limit admits their call (docs/limits.md)
+STATUS_LIMIT = "limit"
 
 SORTS = {
     "-created": ("created", True),
@@ -78,6 +80,12 @@ def _unknown_operation() -> Exists:
 def _pending_approval() -> Exists:
     return Exists(
         Wait.objects.filter(run=OuterRef("pk"), kind=WaitKind.APPROVAL, status=WaitStatus.PENDING)
+    )
+
+
+def _pending_limit() -> Exists:
+    return Exists(
+        Wait.objects.filter(run=OuterRef("pk"), kind=WaitKind.LIMIT, status=WaitStatus.PENDING)
     )
 
 
@@ -132,6 +140,8 @@ def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Ru
         qs = qs.filter(_pending_approval(), status=RunStatus.WAITING)
     elif status == STATUS_ATTENTION:
         qs = qs.filter(attention_q())
+    elif status == STATUS_LIMIT:
+        qs = qs.filter(_pending_limit(), status=RunStatus.WAITING)
     elif status:
         qs = qs.filter(status=status)
     if filters.workflow:
@@ -379,9 +389,13 @@ def _status_counts() -> dict[str, int]:
     counts = {value: 0 for value in RunStatus.values}
     counts.update(Run.objects.order_by().values_list("status").annotate(n=Count("pk")))
     counts["all"] = sum(counts[value] for value in RunStatus.values)
-    counts[STATUS_APPROVAL] = Run.objects.filter(
-        _pending_approval(), status=RunStatus.WAITING
-    ).count()
+    # one query for both kinds of waiting runs
+    waiting = Run.objects.filter(status=RunStatus.WAITING).aggregate(
+        approval=Count("pk", filter=Q(_pending_approval())),
+        limit=Count("pk", filter=Q(_pending_limit())),
+    )
+    counts[STATUS_APPROVAL] = waiting["approval"]
+    counts[STATUS_LIMIT] = waiting["limit"]
     failed = (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
     stuck = (
         Operation.objects.filter(status=OperationStatus.UNKNOWN, resolution="")

@@ -1,10 +1,10 @@
 """The editable admin of tools: an operator's settings override the code's declaration.
 
 A ``Tool`` row (one per registered tool, :mod:`durable.toolsync`) carries the safety
-class, retry policy, timeout and approval settings; the form checks a retry policy
-against :class:`~durable.retry.RetryPolicy` and a timeout against the duration rules
-before it is saved, so a bad value never reaches a worker. The page also shows what the
-code declares, for comparison.
+class, retry policy, timeout, approval settings and limits (empty: the code's); the form
+checks a retry policy against :class:`~durable.retry.RetryPolicy` and a timeout against
+the duration rules before it is saved, so a bad value never reaches a worker. The page
+also shows what the code declares, for comparison.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 
 from .. import registry
 from ..durations import check_duration
-from ..exceptions import InvalidDuration, ToolNotFound
+from ..exceptions import DurableConfigurationError, InvalidDuration, ToolNotFound
 from ..models import Tool
 from ..retry import RetryPolicy
 from ..toolsync import tool_defaults
@@ -44,6 +44,8 @@ class ToolAdminForm(forms.ModelForm):
             "requires_approval",
             "allow_edit",
             "approver_group",
+            "rate_limit",
+            "concurrency",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -122,6 +124,7 @@ class ToolAdmin(admin.ModelAdmin):
         "retry_summary",
         "timeout_seconds",
         "approver_group",
+        "limits_summary",
         "registered",
         "updated_at",
     )
@@ -164,6 +167,7 @@ class ToolAdmin(admin.ModelAdmin):
             for field, value in tool_defaults(spec).items():
                 setattr(tool, field, value)
             tool.approver_group = None
+            tool.rate_limit, tool.concurrency = "", None  # empty: the code's limits
             tool.save()
             reset.append(tool.name)
         if reset:
@@ -195,6 +199,27 @@ class ToolAdmin(admin.ModelAdmin):
             + (", jitter" if policy.jitter else "")
         )
 
+    @admin.display(description="limits")
+    def limits_summary(self, obj: Tool) -> str:
+        """The limits in force: the row's overrides over the code's (docs/limits.md)."""
+        try:
+            spec = registry.effective_tool(registry.get_tool(obj.name), obj)
+        except ToolNotFound:
+            return (
+                ", ".join(
+                    p
+                    for p in (
+                        obj.rate_limit,
+                        f"{obj.concurrency} at once" if obj.concurrency else "",
+                    )
+                    if p
+                )
+                or "none"
+            )
+        except DurableConfigurationError as exc:
+            return f"invalid: {exc}"
+        return spec.limits.describe() if spec.limits is not None else "none"
+
     @admin.display(description="in code", boolean=True)
     def registered(self, obj: Tool) -> bool:
         return any(spec.name == obj.name for spec in registry.tools())
@@ -214,6 +239,8 @@ class ToolAdmin(admin.ModelAdmin):
                 "requires_approval": spec.requires_approval,
                 "allow_edit": spec.allow_edit,
                 "approver_group": spec.approver_group,
+                "rate_limit": str(spec.rate_limit) if spec.rate_limit else None,
+                "concurrency": spec.concurrency,
                 "reconcile": spec.reconcile is not None,
                 "compensate": spec.compensate is not None,
             }

@@ -1,0 +1,191 @@
+"""Limits across real worker processes (docs/limits.md).
+
+- The issue's end-to-end test: 20 runs share a tool limited to 10 calls a second and
+  call a scripted HTTP server that answers 429 as soon as any window of one second holds
+  more than 10 requests; with several workers, every run finishes and the server never
+  answers 429.
+- ``max_concurrent_runs=2`` holds with three workers: at no time do more than two runs
+  of the workflow execute.
+- A worker SIGKILLed while its run holds the workflow's only slot: the slot is freed
+  when the lease expires, and the waiting run goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+import durable
+from durable.models import Run, RunStatus, Wait, WaitKind
+from tests import limit_workflows  # noqa: F401  (registers limits.* in the test process)
+from tests.harness import wait_for_run, wait_until
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(120),
+]
+
+WORKER_ENV = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.limit_workflows"}
+
+
+class ScriptedProvider:
+    """A local HTTP server that allows ``limit`` requests in any window of ``window``
+    seconds and answers 429 (Retry-After: 1) to any request beyond that."""
+
+    def __init__(self, limit: int = 10, window: float = 1.0) -> None:
+        self.limit, self.window = limit, window
+        self.lock = threading.Lock()
+        self.arrivals: list[float] = []
+        self.rejected: list[float] = []
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                now = time.monotonic()
+                with provider.lock:
+                    recent = [t for t in provider.arrivals if t > now - provider.window]
+                    over = len(recent) >= provider.limit
+                    (provider.rejected if over else provider.arrivals).append(now)
+                body = b'{"ok": true}' if not over else b'{"error": "rate limited"}'
+                self.send_response(429 if over else 200)
+                if over:
+                    self.send_header("Retry-After", "1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedProvider:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def max_in_window(self) -> int:
+        times = sorted(self.arrivals)
+        return max(
+            (sum(1 for u in times[i:] if u < t + self.window) for i, t in enumerate(times)),
+            default=0,
+        )
+
+
+def test_the_scripted_provider_refuses_the_eleventh_request_in_a_second():
+    """The server the end-to-end test relies on does answer 429 when it should."""
+    with ScriptedProvider() as provider:
+        codes = []
+        for _ in range(11):
+            try:
+                with urllib.request.urlopen(f"{provider.url}/call", timeout=5) as reply:
+                    codes.append(reply.status)
+            except urllib.error.HTTPError as exc:
+                codes.append(exc.code)
+        assert codes == [200] * 10 + [429]
+
+
+def test_twenty_runs_sharing_a_10_per_second_limit_never_get_a_429(workers, proc_env):
+    calls_per_run = 3
+    with ScriptedProvider() as provider:
+        env = {**WORKER_ENV, "DURABLE_TEST_LIMIT_URL": provider.url}
+        started = [workers.start(**env) for _ in range(4)]
+        for worker in started:
+            worker.wait_ready()
+        began = time.monotonic()
+        runs = [durable.start("limits.http", {"n": calls_per_run}).id for _ in range(20)]
+        for run_id in runs:
+            run = wait_for_run(run_id, timeout=60)
+            assert run.status == RunStatus.SUCCEEDED, run.error
+        took = time.monotonic() - began
+        print(
+            f"20 runs x {calls_per_run} calls at 10/s took {took:.1f} s; "
+            f"the busiest second saw {provider.max_in_window()} requests"
+        )
+        assert provider.rejected == []
+        assert len(provider.arrivals) == 20 * calls_per_run
+        assert provider.max_in_window() <= 10
+        # 60 calls at 10 a second need at least 5 s: the limit held them back
+        assert took > 5.0
+        # some runs waited parked (their workers were given back), not all in place
+        assert Wait.objects.filter(kind=WaitKind.LIMIT).exists()
+
+
+def _intervals(folder: Path) -> list[tuple[float, float]]:
+    out = []
+    for path in folder.iterdir():
+        start, end = path.read_text().split()
+        out.append((float(start), float(end)))
+    return out
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def test_max_concurrent_runs_holds_with_several_workers(workers, proc_env, tmp_path):
+    folder = tmp_path / "exclusive"
+    folder.mkdir()
+    for _ in range(3):
+        workers.start(**WORKER_ENV)
+    for worker in workers.workers:
+        worker.wait_ready()
+    runs = [
+        durable.start("limits.exclusive", {"dir": str(folder), "seconds": 1.0}).id for _ in range(6)
+    ]
+    for run_id in runs:
+        run = wait_for_run(run_id, timeout=60)
+        assert run.status == RunStatus.SUCCEEDED, run.error
+    intervals = _intervals(folder)
+    assert len(intervals) == 6
+    assert _max_overlap(intervals) <= 2
+    # three workers and six runs: some run had to wait for a slot
+    assert Wait.objects.filter(kind=WaitKind.LIMIT, wait_id="limit:run").exists()
+
+
+def test_a_killed_workers_slot_is_freed_when_its_lease_expires(workers, proc_env, tmp_path):
+    folder = tmp_path / "exclusive"
+    folder.mkdir()
+    first = workers.start(wait=True, **WORKER_ENV)
+    holders = [
+        durable.start("limits.exclusive", {"dir": str(folder), "seconds": 30.0}).id
+        for _ in range(2)
+    ]
+    wait_until(
+        lambda: Run.objects.filter(pk__in=holders, status=RunStatus.RUNNING).count() == 1,
+        20,
+        what="a run to hold a slot",
+    )
+    second = workers.start(wait=True, **WORKER_ENV)
+    wait_until(
+        lambda: Run.objects.filter(pk__in=holders, status=RunStatus.RUNNING).count() == 2,
+        20,
+        what="both slots to be held",
+    )
+    waiter = durable.start("limits.exclusive", {"dir": str(folder), "seconds": 0.1}).id
+    third = workers.start(wait=True, **WORKER_ENV)
+    wait_for_run(waiter, timeout=20, statuses=(RunStatus.WAITING,))
+    assert Wait.objects.get(run_id=waiter, wait_id="limit:run").kind == WaitKind.LIMIT
+    first.kill()  # SIGKILL: its run's slot stays in the table, its lease expires
+    second.kill()
+    run = wait_for_run(waiter, timeout=40)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert third.alive()
