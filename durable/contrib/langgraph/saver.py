@@ -20,12 +20,14 @@ table's) checkpoints, newest first; ``limit`` counts matches.
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal, cast
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -59,6 +61,28 @@ def _ident(value: Any, what: str) -> str:
     except UnicodeEncodeError as exc:
         raise ValueError(f"DurableSaver: {what} {text!r} is not valid UTF-8") from exc
     return text
+
+
+def _thread_connection(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Close the connection a helper thread opened once the call is done.
+
+    A sync graph checkpoints from LangGraph's short-lived pool threads, and the async
+    methods run in asgiref's thread: each gets its own Django connection, which nobody
+    would close (a PostgreSQL session left behind per thread). The main thread, a
+    worker's, keeps its connection; so does a call inside a transaction.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if threading.current_thread() is not threading.main_thread() and not (
+                connection.in_atomic_block
+            ):
+                connection.close()
+
+    return wrapper
 
 
 def _where(config: RunnableConfig) -> tuple[str, str]:
@@ -145,6 +169,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ),
         )
 
+    @_thread_connection
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``) or the thread's latest.
 
@@ -206,6 +231,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     # --- writing ------------------------------------------------------------------
 
+    @_thread_connection
     def put(
         self,
         config: RunnableConfig,
@@ -270,6 +296,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             )
         return _config(thread_id, ns, checkpoint["id"])
 
+    @_thread_connection
     def put_writes(
         self,
         config: RunnableConfig,
@@ -316,6 +343,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     # --- deleting and copying -----------------------------------------------------
 
+    @_thread_connection
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, blob and write of ``thread_id`` (no error if none)."""
         tid = _ident(thread_id, "thread_id")
@@ -324,6 +352,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             LangGraphBlob.objects.filter(thread_id=tid).delete()
             LangGraphCheckpoint.objects.filter(thread_id=tid).delete()
 
+    @_thread_connection
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints whose metadata's ``run_id`` is listed, and their writes.
 
@@ -342,6 +371,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 ).delete()
             rows.delete()
 
+    @_thread_connection
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, blob and write of one thread to another (same ids).
 
@@ -359,6 +389,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 if copies:
                     model.objects.bulk_create(copies, ignore_conflicts=True)
 
+    @_thread_connection
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps each namespace's newest checkpoint.
 
@@ -431,6 +462,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`list` (the matches are read in one go, then yielded)."""
 
+        @_thread_connection
         def read() -> list[CheckpointTuple]:
             return list(self.list(config, filter=filter, before=before, limit=limit))
 
