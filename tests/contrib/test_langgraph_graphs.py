@@ -145,3 +145,23 @@ def test_call_tool_from_a_node_goes_through_the_ledger(lg_workflows):
     # the node ran twice (stopped at the call, then resumed with its result)
     assert nodes_run(lg_workflows)["pay"] == 2
     assert nodes_run(lg_workflows)["pay-after-tool"] == 1
+
+
+def test_the_dashboard_shows_super_steps_and_the_interrupt_in_the_inbox(lg_workflows):
+    from django.test import Client
+
+    admin = User.objects.create_superuser("root", password="pw-for-tests")
+    client = Client()
+    client.force_login(admin)
+    done = drive(durable.start("lg.chain", {"log": []}).id)
+    page = client.get(f"/runs/{done.id}/")
+    assert page.status_code == 200
+    steps = client.get(f"/runs/{done.id}/steps/")
+    assert steps.status_code == 200
+    text = page.content.decode() + steps.content.decode()
+    assert "superstep-1" in text and "superstep-4" in text
+    waiting = drive(durable.start("lg.plain_question", {}).id)
+    inbox = client.get("/approvals/")
+    assert inbox.status_code == 200
+    assert "Ship it?" in inbox.content.decode()
+    assert waiting.status == RunStatus.WAITING
