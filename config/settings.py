@@ -113,6 +113,8 @@ INSTALLED_APPS = [
     "csp",
     "axes",
     "durable",
+    # LangGraph checkpoints (durable[langgraph]); the app imports no LangGraph itself
+    "durable.contrib.langgraph",
     "approvals",
     "dashboard",
     "examples",

@@ -22,6 +22,7 @@ the ones left pending are the admin's to decide.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,8 @@ DEMO_OPERATOR = "demo-operator"
 #: who the demo runs are started by: a known requester other than the approving operator
 DEMO_REQUESTER = "os:demo-requester"
 READY_TIMEOUT = 60.0
+#: whether the LangGraph reference agent (durable[langgraph]) is there to seed
+GRAPH_AGENT = importlib.util.find_spec("langgraph") is not None
 SEED_TIMEOUT = 180.0
 
 
@@ -142,6 +145,8 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
             "support-done",
         )
     }
+    if GRAPH_AGENT:
+        ids["graph-refund-approval"] = f"demo-graph-refund-approval-{day}"
     payments = clients.payments_url()
     # faults first, so they are in place before a worker reaches them
     _fault(
@@ -190,6 +195,8 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
         "refund-unknown": ("examples.support", _support(2)),
         "support-done": ("examples.support", _support(3, charge=False)),
     }
+    if GRAPH_AGENT:  # the LangGraph reference agent, waiting for its refund's approval
+        starts["graph-refund-approval"] = ("examples.refund_graph", _support(4))
     for label, (workflow, data) in starts.items():
         try:
             durable.start(
@@ -232,7 +239,14 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
             states.get(ids[label]) in statuses | set(TERMINAL) for label, statuses in wanted.items()
         )
         asked = [
-            ids[label] for label in ("refund-approval", "invoice-approval", "purchase-approval")
+            ids[label]
+            for label in (
+                "refund-approval",
+                "invoice-approval",
+                "purchase-approval",
+                "graph-refund-approval",
+            )
+            if label in ids
         ]
         waiting = all(
             ApprovalRequest.objects.filter(run_id=run_id).exists() or states.get(run_id) in TERMINAL

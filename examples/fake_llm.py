@@ -303,7 +303,35 @@ def echo_script(conv: Conversation) -> dict[str, Any]:
     }
 
 
-SCRIPTS = {"support": support_script, "echo": echo_script}
+def refund_graph_script(conv: Conversation) -> dict[str, Any]:
+    """The LangGraph reference agent (examples/langgraph_agent.py): one refund, then a
+    summary of what the tool answered."""
+    facts = _support_facts(conv.first_user)
+    results = conv.tool_results()
+    if not results:
+        if facts["charge"] and facts["cents"]:
+            refund = {
+                "charge_id": facts["charge"],
+                "amount_cents": facts["cents"],
+                "reason": "duplicate charge reported by the customer",
+            }
+            return {"content": None, "tool_calls": [("payments_refund", refund)]}
+        return {"content": f"Nothing to refund for {facts['name']}.", "tool_calls": []}
+    call, result = results[-1]
+    err = result.get("error") if isinstance(result, dict) else None
+    if err:
+        text = f"The refund was not made: {str(err.get('message', err))[:200]}"
+    else:
+        value = result.get("result") if isinstance(result, dict) else None
+        value = value if isinstance(value, dict) else {}
+        text = (
+            f"Refunded {_money(value.get('amount_cents'))} on {value.get('charge_id')} "
+            f"({value.get('id')})"
+        )
+    return {"content": f"Summary for {facts['name']}: {text}.", "tool_calls": []}
+
+
+SCRIPTS = {"support": support_script, "echo": echo_script, "refund_graph": refund_graph_script}
 
 
 # ------------------------------------------------------------------------- server

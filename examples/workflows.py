@@ -10,6 +10,7 @@ shows a completed run with its steps in the admin and the dashboard.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from typing import Any
@@ -17,6 +18,9 @@ from typing import Any
 import durable
 
 from . import tools as _tools  # noqa: F401 - registers the reference agents' tools
+
+if importlib.util.find_spec("langgraph") is not None:  # the durable[langgraph] extra
+    from . import langgraph_agent as _langgraph_agent  # noqa: F401 - examples.refund_graph
 
 GREETINGS = {"en": "Hello", "fr": "Bonjour", "de": "Hallo", "es": "Hola", "it": "Ciao"}
 

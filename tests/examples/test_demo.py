@@ -38,7 +38,12 @@ def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, 
             "run_id", flat=True
         )
     )
-    assert pending == {ids["refund-approval"], ids["invoice-approval"], ids["purchase-approval"]}
+    assert pending == {
+        ids["refund-approval"],
+        ids["invoice-approval"],
+        ids["purchase-approval"],
+        ids["graph-refund-approval"],  # the LangGraph agent's refund (examples.refund_graph)
+    }
     assert status[ids["purchase-goods"]] == RunStatus.WAITING
     assert status[ids["support-done"]] == RunStatus.SUCCEEDED
     assert "scripted-llm" in Run.objects.get(pk=ids["support-done"]).tags

@@ -1,0 +1,1 @@
+"""Optional integrations of Durable with other frameworks (each behind its own extra)."""
