@@ -98,9 +98,12 @@ INSTALLED_APPS = [
     "channels",
     "csp",
     "axes",
+    # django-ninja's static files: the API docs page's Swagger UI, served from here
+    "ninja",
     "durable",
     "approvals",
     "dashboard",
+    "api",
     "examples",
 ] + env_list("DURABLE_EXTRA_APPS")
 

@@ -3,11 +3,15 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from api.main import api
+
 urlpatterns = [
     # browsers ask for /favicon.ico whatever the page's <link rel="icon"> says
     path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    # the JSON API: api/main.py (schema at /api/v1/schema, docs at /api/v1/docs)
+    path("api/v1/", api.urls),
     path("", include("dashboard.urls")),
 ]
 
