@@ -22,7 +22,7 @@ from durable.jsontext import JSONInputError, loads_bounded
 
 from . import approvals, runs, tokens
 from .auth import SessionAuth, TokenAuth
-from .problems import ApiProblem, field_errors, problem, status_for
+from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
 from .scopes import Refused
 
 class BoundedParser(Parser):
@@ -35,7 +35,22 @@ class BoundedParser(Parser):
         return loads_bounded(text, what="The request body", max_bytes=limit)
 
 
-api = NinjaAPI(
+class DurableAPI(NinjaAPI):
+    """NinjaAPI whose schema says what the answers are: a refusal is
+    ``application/problem+json`` (RFC 9457 section 3), not ``application/json``."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for code, response in (operation.get("responses") or {}).items():
+                    content = response.get("content") or {}
+                    if str(code) >= "400" and "application/json" in content:
+                        content[CONTENT_TYPE] = content.pop("application/json")
+        return schema
+
+
+api = DurableAPI(
     title="Durable API",
     version="1",
     description=(

@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Header, Path, Query, Router
+from ninja import Header, Path, Query, Router, Status
 
 from dashboard.forms import RunFilterForm
 from dashboard.selectors import runs as run_selectors
@@ -143,7 +143,7 @@ def start_run(
     idempotency_key: str | None = Header(
         None, alias="Idempotency-Key", min_length=1, max_length=200
     ),
-) -> tuple[int, dict]:
+) -> Status:
     """201 with the new run; 200 with the existing run when ``run_id`` (or the
     ``Idempotency-Key``) was used before with the same workflow and input; 409 when it
     was used with another workflow or input."""
@@ -163,7 +163,7 @@ def start_run(
         deadline_seconds=body.deadline_seconds,
         max_tokens=body.max_tokens,
     )
-    return (200 if existed else 201), _detail(run.id)
+    return Status(200 if existed else 201, _detail(run.id))
 
 
 @router.get("/runs", response={200: RunsPageOut, REFUSALS: Problem}, summary="List runs")
@@ -298,7 +298,7 @@ def resume_run(request: HttpRequest, body: ResumeIn, run_id: str = RunIdPath) ->
 @router.post(
     "/runs/{run_id}/fork", response={201: RunDetailOut, REFUSALS: Problem}, summary="Fork"
 )
-def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> tuple[int, dict]:
+def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Status:
     """A new run that reuses the steps before ``from_step`` (one of ``fork_points``)."""
     scopes.check(request, "runs:operate")
     fork = run_fork(
@@ -308,7 +308,7 @@ def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> tup
         reason=body.reason,
         new_run_id=body.new_run_id,
     )
-    return 201, _detail(fork.id)
+    return Status(201, _detail(fork.id))
 
 
 @router.post(

@@ -7,7 +7,7 @@ by minting a successor. Revoking works from either (a token may revoke itself).
 from __future__ import annotations
 
 from django.http import HttpRequest
-from ninja import Path, Router
+from ninja import Path, Router, Status
 
 from .models import ApiToken, token_create, token_revoke
 from .problems import REFUSALS, ApiProblem
@@ -37,12 +37,12 @@ def list_tokens(request: HttpRequest) -> list[dict]:
 @router.post(
     "/tokens", response={201: NewTokenOut, REFUSALS: Problem}, summary="Make a token"
 )
-def create_token(request: HttpRequest, body: TokenIn) -> tuple[int, dict]:
+def create_token(request: HttpRequest, body: TokenIn) -> Status:
     """The answer holds the token's secret, shown this once. Browser session only."""
     if getattr(request, "api_token", None) is not None:
         raise ApiProblem(403, "Tokens are made from a logged-in browser session, not a token.")
     token, text = token_create(user=request.user, name=body.name, scopes=body.scopes)
-    return 201, {**token_out(token), "token": text}
+    return Status(201, {**token_out(token), "token": text})
 
 
 @router.delete(
