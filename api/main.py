@@ -25,6 +25,7 @@ from .auth import SessionAuth, TokenAuth
 from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
 from .scopes import Refused
 
+
 class BoundedParser(Parser):
     """JSON bodies with the size and depth bounds of :func:`durable.jsontext.loads_bounded`
     (a body nested thousands deep is a 400, not a ``RecursionError``)."""

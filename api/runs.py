@@ -41,12 +41,10 @@ from .schemas import (
     ReconcileIn,
     ResumeIn,
     RunDetailOut,
-    RunOut,
     RunsPageOut,
     SignalIn,
     SignalOut,
     StartIn,
-    StepOut,
     StepsPageOut,
 )
 
@@ -201,7 +199,7 @@ def list_runs(
     form = RunFilterForm(params, workflows=run_selectors.workflow_names(workflow))
     if not form.is_valid():
         errors = [
-            {"loc": ["query", name], "msg": " ".join(msgs), "type": "invalid"}
+            {"loc": ["query", name], "msg": " ".join(map(str, msgs)), "type": "invalid"}
             for name, msgs in form.errors.items()
         ]
         where = "; ".join(f"{e['loc'][1]}: {e['msg']}" for e in errors)
@@ -295,9 +293,7 @@ def resume_run(request: HttpRequest, body: ResumeIn, run_id: str = RunIdPath) ->
     )
 
 
-@router.post(
-    "/runs/{run_id}/fork", response={201: RunDetailOut, REFUSALS: Problem}, summary="Fork"
-)
+@router.post("/runs/{run_id}/fork", response={201: RunDetailOut, REFUSALS: Problem}, summary="Fork")
 def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Status:
     """A new run that reuses the steps before ``from_step`` (one of ``fork_points``)."""
     scopes.check(request, "runs:operate")

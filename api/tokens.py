@@ -34,9 +34,7 @@ def list_tokens(request: HttpRequest) -> list[dict]:
     return [token_out(t) for t in ApiToken.objects.filter(user=request.user)[:500]]
 
 
-@router.post(
-    "/tokens", response={201: NewTokenOut, REFUSALS: Problem}, summary="Make a token"
-)
+@router.post("/tokens", response={201: NewTokenOut, REFUSALS: Problem}, summary="Make a token")
 def create_token(request: HttpRequest, body: TokenIn) -> Status:
     """The answer holds the token's secret, shown this once. Browser session only."""
     if getattr(request, "api_token", None) is not None:
@@ -45,9 +43,7 @@ def create_token(request: HttpRequest, body: TokenIn) -> Status:
     return Status(201, {**token_out(token), "token": text})
 
 
-@router.delete(
-    "/tokens/{token_id}", response={200: TokenOut, REFUSALS: Problem}, summary="Revoke"
-)
+@router.delete("/tokens/{token_id}", response={200: TokenOut, REFUSALS: Problem}, summary="Revoke")
 def revoke_token(request: HttpRequest, token_id: int = Path(..., ge=1, le=2**62)) -> dict:
     token = token_revoke(token_id=token_id, user=request.user)
     if token is None:

@@ -9,13 +9,40 @@ from django.test import Client
 
 from api.models import token_create
 from api.scopes import SCOPES
-from tests.dashboard.conftest import (  # noqa: F401  (fixtures shared with the dashboard)
-    _manual_dispatch,
-    approver,
-    make_user,
-    operator,
-    viewer,
+from tests import (
+    waits_workflows,  # noqa: F401  (registers the approval workflows)
+    workflows,  # noqa: F401
 )
+from tests.dashboard import dash_workflows
+from tests.dashboard.conftest import make_user
+
+
+@pytest.fixture(autouse=True)
+def _manual_dispatch(_manual_dispatch, settings):
+    """The suite's manual dispatch, plus the dashboard's fixture workflows."""
+    modules = list(settings.DURABLE.get("WORKFLOW_MODULES") or [])
+    settings.DURABLE = {
+        **settings.DURABLE,
+        "WORKFLOW_MODULES": [*modules, "tests.dashboard.dash_workflows"],
+    }
+    dash_workflows.reset()
+    yield
+    dash_workflows.reset()
+
+
+@pytest.fixture
+def viewer(db):
+    return make_user("vera", "viewer")
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("otto", "operator")
+
+
+@pytest.fixture
+def approver(db):
+    return make_user("alice", "approver")
 
 
 class Api:

@@ -60,9 +60,7 @@ def test_reject_needs_a_comment_that_the_agent_receives(approver_api):
 def test_deciding_needs_the_scope_and_the_permission(approver, operator_api):
     req = waiting_approval()
     body = {"decision": "approve"}
-    assert_problem(
-        operator_api.post(f"/approvals/{req.pk}/decision", body), 403, "decide_approval"
-    )
+    assert_problem(operator_api.post(f"/approvals/{req.pk}/decision", body), 403, "decide_approval")
     assert operator_api.get("/approvals").status_code == 403
     narrow = api_for(approver, scopes=["approvals:read"])
     assert_problem(narrow.post(f"/approvals/{req.pk}/decision", body), 403, "approvals:decide")
@@ -86,9 +84,7 @@ def test_a_decision_on_a_cancelled_run_is_a_409(approver_api):
 
 def test_unknown_request_is_a_404_and_a_stale_version_a_409(approver_api):
     assert_problem(approver_api.get("/approvals/999999"), 404)
-    assert_problem(
-        approver_api.post("/approvals/999999/decision", {"decision": "approve"}), 404
-    )
+    assert_problem(approver_api.post("/approvals/999999/decision", {"decision": "approve"}), 404)
     req = waiting_approval()
     stale = approver_api.post(
         f"/approvals/{req.pk}/decision", {"decision": "approve", "version": 7}

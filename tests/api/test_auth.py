@@ -35,7 +35,6 @@ def test_the_token_is_stored_only_as_its_digest(operator):
 
 
 def test_a_revoked_or_expired_token_or_inactive_user_is_refused(operator):
-    from datetime import timedelta
 
     from django.utils import timezone
 

@@ -198,9 +198,7 @@ def test_fork_a_finished_run(operator_api):
     assert response.json()["id"] == "the-fork" and response.json()["forked_from"] == failed.id
     assert_problem(operator_api.post(f"/runs/{failed.id}/fork", {"from_step": "nope"}), 422)
     waiting = drive(durable.start("tests.signal", {}).id)
-    assert_problem(
-        operator_api.post(f"/runs/{waiting.id}/fork", {"from_step": "go"}), 409, "fork"
-    )
+    assert_problem(operator_api.post(f"/runs/{waiting.id}/fork", {"from_step": "go"}), 409, "fork")
 
 
 def test_signal_is_delivered_once_per_dedupe_key(operator_api):
@@ -232,12 +230,6 @@ def test_reconcile_an_unknown_outcome(operator_api):
     )
     assert response.status_code == 200, response.content
     assert response.json()["run_status"] == "pending"
-    assert_problem(
-        operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "abort"}), 409
-    )
-    assert_problem(
-        operator_api.post("/operations/999999/reconcile", {"outcome": "abort"}), 404
-    )
-    assert_problem(
-        operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "maybe"}), 422
-    )
+    assert_problem(operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "abort"}), 409)
+    assert_problem(operator_api.post("/operations/999999/reconcile", {"outcome": "abort"}), 404)
+    assert_problem(operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "maybe"}), 422)
