@@ -19,6 +19,7 @@ from approvals.selectors import pending_for
 from approvals.services import approval_decide
 
 from . import scopes
+from .links import approval_links
 from .problems import REFUSALS, ApiProblem
 from .schemas import ApprovalOut, DecisionIn, Problem
 
@@ -48,6 +49,8 @@ def approval_out(req: ApprovalRequest) -> dict[str, Any]:
         "created_at": req.created_at,
         "expires_at": req.expires_at,
         "version": version.number if version is not None else None,
+        # one-time signed links to approve or reject after a confirmation (api/links.py)
+        "links": approval_links(req.pk) if req.status == "pending" else None,
         "arguments": (
             version.value_for_display() if version is not None else req.payload_for_display()
         ),

@@ -111,3 +111,21 @@ def token_revoke(*, token_id: int, user: Any = None) -> ApiToken | None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
     return token
+
+
+class ApprovalLinkUse(models.Model):
+    """A signed approval link that was used: its nonce, so that it decides only once."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    request_id = models.BigIntegerField()
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decision = models.CharField(max_length=8)
+    used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-used_at"]
+
+    def __str__(self) -> str:
+        return f"link {self.nonce[:8]}… {self.decision} approval {self.request_id}"

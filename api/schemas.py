@@ -165,6 +165,9 @@ class ApprovalOut(Schema):
     created_at: datetime
     expires_at: datetime | None
     version: int | None = Field(description="version of the arguments; send it back")
+    links: dict[str, str] | None = Field(
+        description="pending only: one-time signed links {approve, reject} to a confirmation"
+    )
     arguments: Any = None
 
 

@@ -317,6 +317,15 @@ DURABLE = {
     "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
 }
 
+# --- the JSON API (api/) ----------------------------------------------------------------
+# failed token authentications from one address before it gets 429, and the window (s)
+API_AUTH_FAILURE_LIMIT = int(os.environ.get("DURABLE_API_AUTH_FAILURE_LIMIT") or 20)
+API_AUTH_FAILURE_WINDOW = int(os.environ.get("DURABLE_API_AUTH_FAILURE_WINDOW") or 300)
+# the site's address as people reach it, for links in emails and webhook payloads
+DURABLE_BASE_URL = os.environ.get("DURABLE_BASE_URL", "http://127.0.0.1:8000")
+# how long a signed approval link works (seconds; the request's deadline still applies)
+DURABLE_APPROVAL_LINK_SECONDS = int(os.environ.get("DURABLE_APPROVAL_LINK_SECONDS") or 259_200)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

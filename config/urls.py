@@ -3,6 +3,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from api.links import approval_link_view
 from api.main import api
 
 urlpatterns = [
@@ -12,6 +13,8 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     # the JSON API: api/main.py (schema at /api/v1/schema, docs at /api/v1/docs)
     path("api/v1/", api.urls),
+    # approve or reject from a signed link (api/links.py): a confirmation page, then a POST
+    path("approvals/link/<str:token>/", approval_link_view, name="approval_link"),
     path("", include("dashboard.urls")),
 ]
 

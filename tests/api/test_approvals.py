@@ -33,6 +33,7 @@ def test_list_and_approve(approver_api):
     items = approver_api.get("/approvals").json()
     assert [i["id"] for i in items] == [req.pk]
     assert items[0]["title"] == "Approve the budget" and items[0]["version"] == 1
+    assert "/approvals/link/" in items[0]["links"]["approve"]
     one = approver_api.get(f"/approvals/{req.pk}").json()
     assert one["run_id"] == req.run_id
     response = approver_api.post(
