@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.utils import timezone
 
-from .models import ApiToken
+from .models import ApiToken, IncomingWebhook
 
 
 @admin.register(ApiToken)
@@ -27,3 +27,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: Any, queryset: Any) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(IncomingWebhook)
+class IncomingWebhookAdmin(admin.ModelAdmin):
+    list_display = ("signal", "scheme", "active", "created_at")
+    list_filter = ("scheme", "active")
+    search_fields = ("signal",)

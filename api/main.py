@@ -20,7 +20,7 @@ from ninja.parser import Parser
 
 from durable.jsontext import JSONInputError, loads_bounded
 
-from . import approvals, runs, tokens
+from . import approvals, runs, tokens, webhooks_in
 from .auth import SessionAuth, TokenAuth
 from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
 from .scopes import Refused
@@ -147,3 +147,4 @@ def _service_error(request: HttpRequest, exc: Exception) -> HttpResponse:
 api.add_router("", runs.router)
 api.add_router("", approvals.router)
 api.add_router("", tokens.router)
+api.add_router("", webhooks_in.router)

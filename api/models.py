@@ -129,3 +129,31 @@ class ApprovalLinkUse(models.Model):
 
     def __str__(self) -> str:
         return f"link {self.nonce[:8]}… {self.decision} approval {self.request_id}"
+
+
+class WebhookScheme(models.TextChoices):
+    STANDARD = "standard", "Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"
+    HMAC_HEX = "hmac-sha256", "X-Signature: sha256=<hex HMAC of the body>, X-Event-Id"
+
+
+class IncomingWebhook(models.Model):
+    """A provider allowed to send one signal name to runs, with its secret.
+
+    ``POST /api/v1/runs/{id}/signals/{signal}`` is accepted when its signature checks
+    against ``secret`` (``api/webhooks_in.py``); the provider's event id is the signal's
+    dedupe key, so a redelivered event is delivered to the run once.
+    """
+
+    signal = StorableCharField(max_length=200, unique=True, help_text="the signal name")
+    secret = models.CharField(max_length=200, help_text="shared with the provider")
+    scheme = models.CharField(
+        max_length=16, choices=WebhookScheme.choices, default=WebhookScheme.STANDARD
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["signal"]
+
+    def __str__(self) -> str:
+        return f"webhook → signal {self.signal}"

@@ -35,7 +35,9 @@ HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck
 
 
 @pytest.fixture
-def token(db):
+def token(db, settings):
+    # the webhook operation's unsigned requests must not lock the fuzzer's address out
+    settings.API_AUTH_FAILURE_LIMIT = 10**9
     admin = make_user("fuzz-admin", is_superuser=True, is_staff=True)
     for workflow, data, run_id in (
         ("tests.signal", {}, "fuzz-waiting"),
@@ -79,7 +81,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_api_conforms_to_its_schema(token):
     done = _fuzz(token, examples=10, derandomize=True)
-    assert "POST /api/v1/runs" in done and len(done) >= 14
+    assert "POST /api/v1/runs" in done and len(done) >= 15
 
 
 @pytest.mark.slow
