@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.utils import timezone
 
-from .models import ApiToken, IncomingWebhook
+from .models import ApiToken, IncomingWebhook, WebhookSubscription
 
 
 @admin.register(ApiToken)
@@ -34,3 +34,10 @@ class IncomingWebhookAdmin(admin.ModelAdmin):
     list_display = ("signal", "scheme", "active", "created_at")
     list_filter = ("scheme", "active")
     search_fields = ("signal",)
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(admin.ModelAdmin):
+    list_display = ("url", "events", "active", "created_at")
+    list_filter = ("active",)
+    search_fields = ("url", "description")

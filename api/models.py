@@ -157,3 +157,43 @@ class IncomingWebhook(models.Model):
 
     def __str__(self) -> str:
         return f"webhook → signal {self.signal}"
+
+
+#: the events a subscription may ask for
+WEBHOOK_EVENTS = {
+    "approval.requested": "an approval request is waiting for a decision",
+    "run.waiting_for_operator": "a write's outcome is unknown; an operator must reconcile it",
+    "run.succeeded": "a run succeeded",
+    "run.failed": "a run failed",
+    "run.compensated": "a run's compensation finished",
+}
+
+
+class WebhookSubscription(models.Model):
+    """Where to POST which events, signed with ``secret`` (``api/webhooks_out.py``)."""
+
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, help_text="signs each delivery (HMAC-SHA256)")
+    events = models.JSONField(default=list, help_text=f"any of {', '.join(WEBHOOK_EVENTS)}")
+    active = models.BooleanField(default=True)
+    description = StorableCharField(max_length=200, blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.url} ({', '.join(self.events or [])})"
+
+
+class WebhookCursor(models.Model):
+    """How far the outbox has read the trace events (one row, ``name="events"``)."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    last_event_id = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.last_event_id}"

@@ -269,6 +269,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
         "options": {"expires": 30},
     },
+    # outgoing webhooks: start the deliveries of new events (api/webhooks_out.py)
+    "api-webhooks": {
+        "task": "api.emit_webhooks",
+        "schedule": env_float("DURABLE_WEBHOOK_TICK_SECONDS", 5.0),
+        "options": {"expires": 30},
+    },
     "durable-schedules": {
         "task": "durable.tick_schedules",
         "schedule": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
