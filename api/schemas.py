@@ -198,3 +198,19 @@ class TokenOut(Schema):
 
 class NewTokenOut(TokenOut):
     token: str = Field(description="the secret, shown only in this answer")
+
+
+class SubscriptionIn(Schema):
+    url: str = Field(min_length=8, max_length=500)
+    secret: str = Field(min_length=16, max_length=200)
+    events: list[str] = Field(min_length=1, max_length=10)
+    description: str = Field(default="", max_length=200)
+
+
+class SubscriptionOut(Schema):
+    id: int
+    url: str
+    events: list[str]
+    active: bool
+    description: str
+    created_at: datetime

@@ -20,6 +20,7 @@ SCOPES: dict[str, tuple[str, str]] = {
     "runs:signal": ("send signals to runs", OPERATE_RUN),
     "approvals:read": ("list and read approval requests", DECIDE_APPROVAL),
     "approvals:decide": ("approve or reject approval requests", DECIDE_APPROVAL),
+    "webhooks:manage": ("manage webhook subscriptions", "api.change_webhooksubscription"),
 }
 
 

@@ -128,3 +128,17 @@ def test_events_nobody_subscribed_to_start_nothing(receiver):
     subscribe("run.compensated")
     drive(durable.start("dash.echo", 1).id)
     assert emit_webhooks(now=LATER)["started"] == 0 and deliveries() == []
+
+
+def test_subscriptions_through_the_api(admin_api, operator_api):
+    from tests.api.test_runs import assert_problem
+
+    body = {"url": "https://hooks.example.test/a", "secret": "x" * 20, "events": ["run.failed"]}
+    made = admin_api.post("/webhooks/subscriptions", body)
+    assert made.status_code == 201 and made.json()["events"] == ["run.failed"]
+    assert [s["url"] for s in admin_api.get("/webhooks/subscriptions").json()] == [body["url"]]
+    bad = {**body, "events": ["run.exploded"]}
+    assert_problem(admin_api.post("/webhooks/subscriptions", bad), 422, "run.exploded")
+    assert_problem(operator_api.post("/webhooks/subscriptions", body), 403)
+    gone = admin_api.delete(f"/webhooks/subscriptions/{made.json()['id']}")
+    assert gone.status_code == 200 and gone.json()["active"] is False
