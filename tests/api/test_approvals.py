@@ -91,3 +91,22 @@ def test_unknown_request_is_a_404_and_a_stale_version_a_409(approver_api):
         f"/approvals/{req.pk}/decision", {"decision": "approve", "version": 7}
     )
     assert_problem(stale, 409)
+
+
+def test_approve_with_edited_parameters_and_refuse_a_bad_edit(approver_api):
+    run = drive(durable.start("tests.tool_approval", {"to": "a@example.test"}).id)
+    req = ApprovalRequest.objects.get(run=run, status="pending")
+    bad = approver_api.post(
+        f"/approvals/{req.pk}/decision",
+        {"decision": "approve", "parameters": {"to": "b@example.test", "nope": 1}},
+    )
+    body = assert_problem(bad, 422)
+    assert body["errors"] and ApprovalRequest.objects.get(pk=req.pk).status == "pending"
+    edited = {"to": "b@example.test", "body": "hello again"}
+    ok = approver_api.post(
+        f"/approvals/{req.pk}/decision", {"decision": "approve", "parameters": edited}
+    )
+    assert ok.status_code == 200, ok.content
+    got = ok.json()
+    assert got["arguments"]["to"] == "b@example.test" and got["version"] == 2, got
+    assert got["approvals"] == 1 and got["status"] == ("approved" if got["required_approvals"] == 1 else "pending")
