@@ -14,6 +14,11 @@ Signing follows Standard Webhooks (the scheme Stripe's also uses): ``webhook-id`
 ``webhook-timestamp`` (Unix seconds) and ``webhook-signature: v1,<base64 HMAC-SHA256 of
 "{id}.{timestamp}.{body}">`` with the subscription's secret; a receiver checks the
 timestamp is recent to refuse replays.
+
+Approval emails ride the same outbox: with ``DURABLE_APPROVAL_EMAIL_WORKFLOW`` set (the
+reference agents use ``examples.approval_email``), each ``approval.requested`` event also
+starts that workflow (run id ``approval-email.<event>``), which emails the approvers the
+request's signed one-time links (``api/links.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -38,6 +44,12 @@ SETTLE_SECONDS = 10
 BATCH = 500
 
 FAILURE_KINDS = {EventKind.FAILED, EventKind.BUDGET_EXCEEDED, EventKind.NONDETERMINISM}
+
+
+def _own_workflows() -> list[str]:
+    own = [DELIVERY_WORKFLOW]
+    email = getattr(settings, "DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
+    return [*own, email] if email else own
 
 
 def event_of(trace: TraceEvent) -> dict[str, Any] | None:
@@ -87,6 +99,47 @@ def event_of(trace: TraceEvent) -> dict[str, Any] | None:
     }
 
 
+def approvers_emails(approval_id: int) -> list[str]:
+    """Addresses of the active users who may decide the request (its group, or everyone
+    with the permission), sorted; users without an address are skipped."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.db.models import Q
+
+    req = ApprovalRequest.objects.filter(pk=approval_id).first()
+    if req is None:
+        return []
+    perm = Permission.objects.filter(
+        codename="decide_approval", content_type__app_label="approvals"
+    ).first()
+    users = get_user_model().objects.filter(is_active=True).exclude(email="")
+    may = Q(is_superuser=True)
+    if perm is not None:
+        may |= Q(user_permissions=perm) | Q(groups__permissions=perm)
+    users = users.filter(may)
+    if req.approver_group_id:
+        users = users.filter(Q(is_superuser=True) | Q(groups=req.approver_group_id))
+    return sorted(set(users.values_list("email", flat=True)))
+
+
+def _email_approvers(trace: TraceEvent, event: dict[str, Any]) -> int:
+    """Start the approval email run of an ``approval.requested`` event, when configured
+    (``DURABLE_APPROVAL_EMAIL_WORKFLOW``, e.g. ``examples.approval_email``)."""
+    workflow = getattr(settings, "DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
+    if not workflow or event["type"] != "approval.requested":
+        return 0
+    to = approvers_emails(event["data"]["approval"]["id"])
+    if not to:
+        return 0
+    durable.start(
+        workflow,
+        {"event": event, "to": to},
+        run_id=f"approval-email.{trace.pk}",
+        started_by="system:webhooks",
+    )
+    return 1
+
+
 def emit_webhooks(now: Any = None) -> dict[str, int]:
     """Start the delivery runs of the trace events after the cursor.
 
@@ -98,7 +151,8 @@ def emit_webhooks(now: Any = None) -> dict[str, int]:
     started = read = 0
     with transaction.atomic():
         cursor, _ = WebhookCursor.objects.select_for_update().get_or_create(name="events")
-        if not subs:  # nobody listens: skip what happened meanwhile
+        emails = bool(getattr(settings, "DURABLE_APPROVAL_EMAIL_WORKFLOW", ""))
+        if not subs and not emails:  # nobody listens: skip what happened meanwhile
             newest = TraceEvent.objects.order_by("-id").values_list("id", flat=True).first()
             cursor.last_event_id = newest or cursor.last_event_id
             cursor.save(update_fields=["last_event_id"])
@@ -106,7 +160,8 @@ def emit_webhooks(now: Any = None) -> dict[str, int]:
         kinds = [EventKind.COMPLETED, EventKind.WAITING, *FAILURE_KINDS]
         events = list(
             TraceEvent.objects.filter(id__gt=cursor.last_event_id, kind__in=kinds)
-            .exclude(run__workflow_name=DELIVERY_WORKFLOW)  # deliveries emit nothing
+            # deliveries and approval emails emit nothing
+            .exclude(run__workflow_name__in=_own_workflows())
             .select_related("run")
             .order_by("id")[:BATCH]
         )
@@ -115,6 +170,7 @@ def emit_webhooks(now: Any = None) -> dict[str, int]:
             read += 1
             event = event_of(trace)
             if event is not None:
+                started += _email_approvers(trace, event)
                 for sub in subs:
                     if event["type"] in (sub.events or []):
                         durable.start(

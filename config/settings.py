@@ -331,6 +331,9 @@ API_AUTH_FAILURE_WINDOW = int(os.environ.get("DURABLE_API_AUTH_FAILURE_WINDOW") 
 DURABLE_BASE_URL = os.environ.get("DURABLE_BASE_URL", "http://127.0.0.1:8000")
 # how long a signed approval link works (seconds; the request's deadline still applies)
 DURABLE_APPROVAL_LINK_SECONDS = int(os.environ.get("DURABLE_APPROVAL_LINK_SECONDS") or 259_200)
+# a workflow that emails approvers their signed links for each approval request
+# (api/webhooks_out.py); empty: none. The reference agents': examples.approval_email
+DURABLE_APPROVAL_EMAIL_WORKFLOW = os.environ.get("DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
 
 LOGGING = {
     "version": 1,

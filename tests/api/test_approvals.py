@@ -109,4 +109,6 @@ def test_approve_with_edited_parameters_and_refuse_a_bad_edit(approver_api):
     assert ok.status_code == 200, ok.content
     got = ok.json()
     assert got["arguments"]["to"] == "b@example.test" and got["version"] == 2, got
-    assert got["approvals"] == 1 and got["status"] == ("approved" if got["required_approvals"] == 1 else "pending")
+    assert got["approvals"] == 1 and got["status"] == (
+        "approved" if got["required_approvals"] == 1 else "pending"
+    )

@@ -142,3 +142,23 @@ def test_subscriptions_through_the_api(admin_api, operator_api):
     assert_problem(operator_api.post("/webhooks/subscriptions", body), 403)
     gone = admin_api.delete(f"/webhooks/subscriptions/{made.json()['id']}")
     assert gone.status_code == 200 and gone.json()["active"] is False
+
+
+def test_approvers_get_an_email_with_the_signed_links(receiver, settings, mailoutbox):
+    """The reference agents' approval email (examples.approval_email) carries the links."""
+    from examples import workflows as _examples  # noqa: F401  (registers the workflow)
+    from tests.api.conftest import make_user
+
+    settings.DURABLE_APPROVAL_EMAIL_WORKFLOW = "examples.approval_email"
+    make_user("alice", "approver", email="alice@example.test")
+    make_user("vera", "viewer", email="vera@example.test")  # may not decide: no email
+    run = drive(durable.start("tests.approval", {"amount": 3}).id)
+    assert emit_webhooks(now=LATER)["started"] == 1
+    (job,) = Run.objects.filter(workflow_name="examples.approval_email")
+    assert drive(job.id).output_value() == {"sent": ["alice@example.test"]}
+    (mail,) = mailoutbox
+    req = ApprovalRequest.objects.get(run=run)
+    assert mail.to == ["alice@example.test"] and "Approve the budget" in mail.subject
+    assert mail.body.count("/approvals/link/") == 2
+    assert emit_webhooks(now=LATER)["started"] == 0  # once per request
+    assert req.status == "pending"
