@@ -41,7 +41,7 @@ def _key(request: HttpRequest) -> str:
     return f"api:auth-failures:{get_client_ip_address(request) or '-'}"
 
 
-def _refuse_if_locked(request: HttpRequest) -> None:
+def refuse_if_locked(request: HttpRequest) -> None:
     if (cache.get(_key(request)) or 0) >= _limit():
         raise ApiProblem(
             429,
@@ -51,7 +51,7 @@ def _refuse_if_locked(request: HttpRequest) -> None:
         )
 
 
-def _count_failure(request: HttpRequest) -> None:
+def count_failure(request: HttpRequest) -> None:
     key = _key(request)
     if not cache.add(key, 1, _window()):
         try:
@@ -64,14 +64,14 @@ class TokenAuth(HttpBearer):
     """``Authorization: Bearer dur_...``: a live token; the request acts as its user."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        _refuse_if_locked(request)
+        refuse_if_locked(request)
         found = None
         if token.startswith("dur_") and len(token) <= 100:
             found = (
                 ApiToken.objects.live().select_related("user").filter(digest=digest_of(token))
             ).first()
         if found is None:
-            _count_failure(request)
+            count_failure(request)
             raise ApiProblem(
                 401,
                 "The bearer token is unknown, revoked or expired. Make a new token on the "

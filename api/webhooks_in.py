@@ -23,7 +23,7 @@ from ninja import Path, Router
 from durable.jsontext import loads_bounded
 from durable.services import run_signal
 
-from .auth import _count_failure, _refuse_if_locked
+from .auth import count_failure, refuse_if_locked
 from .models import IncomingWebhook, WebhookScheme
 from .problems import REFUSALS, ApiProblem
 from .runs import RunIdPath
@@ -83,11 +83,11 @@ def webhook_signal(
     """The JSON body becomes the signal's payload; 401 for a missing or wrong signature
     (or a Standard Webhooks timestamp older than 5 minutes), 404 for no such run or
     webhook, 409 when the run has finished."""
-    _refuse_if_locked(request)
+    refuse_if_locked(request)
     hook = IncomingWebhook.objects.filter(signal=name, active=True).first()
     event_id = _verified_event_id(hook, request) if hook is not None else None
     if event_id is None:
-        _count_failure(request)
+        count_failure(request)
         raise ApiProblem(401, f"The webhook's signature for the signal {name!r} does not check.")
     try:
         payload = loads_bounded(request.body.decode("utf-8"), what="The webhook body")
