@@ -149,3 +149,8 @@ api.add_router("", approvals.router)
 api.add_router("", tokens.router)
 api.add_router("", webhooks_in.router)
 api.add_router("", subscriptions.router)
+
+
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under /api/v1/: a 404 problem, not the dashboard's HTML page."""
+    return problem(404, "There is no such API path; see /api/v1/schema.", request=request)

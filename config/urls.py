@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 from api import views as api_views
 from api.links import approval_link_view
 from api.main import api
+from api.main import not_found as api_not_found
 
 urlpatterns = [
     # browsers ask for /favicon.ico whatever the page's <link rel="icon"> says
@@ -14,6 +15,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     # the JSON API: api/main.py (schema at /api/v1/schema, docs at /api/v1/docs)
     path("api/v1/", api.urls),
+    path("api/v1/<path:rest>", api_not_found),
     # approve or reject from a signed link (api/links.py): a confirmation page, then a POST
     path("approvals/link/<str:token>/", approval_link_view, name="approval_link"),
     # the API's pages: the user's tokens and the outgoing webhooks' delivery log

@@ -131,3 +131,7 @@ def test_schema_and_docs_are_served_without_credentials():
     assert docs.status_code == 200
     html = docs.content.decode()
     assert "ninja/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
+
+
+def test_an_unknown_api_path_is_a_404_problem():
+    assert_problem(Client().get("/api/v1/nope/nothing"), 404, "/api/v1/schema")
