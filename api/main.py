@@ -20,7 +20,7 @@ from ninja.parser import Parser
 
 from durable.jsontext import JSONInputError, loads_bounded
 
-from . import approvals, runs, subscriptions, tokens, webhooks_in
+from . import approvals, runs, schedules, subscriptions, tokens, webhooks_in
 from .auth import SessionAuth, TokenAuth
 from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
 from .scopes import Refused
@@ -149,6 +149,7 @@ api.add_router("", approvals.router)
 api.add_router("", tokens.router)
 api.add_router("", webhooks_in.router)
 api.add_router("", subscriptions.router)
+api.add_router("", schedules.router)
 
 
 def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:

@@ -22,6 +22,7 @@ from durable.exceptions import (
     PayloadError,
     RunInputConflict,
     RunNotFound,
+    ScheduleNotFound,
     WorkflowNotFound,
 )
 from durable.reconcile import OperationNotFound
@@ -49,6 +50,7 @@ STATUS_OF: list[tuple[type[BaseException], int]] = [
     (RunNotFound, 404),
     (ApprovalNotFound, 404),
     (OperationNotFound, 404),
+    (ScheduleNotFound, 404),
     (NotAllowed, 403),
     (IllegalTransition, 409),  # AlreadyDecided, ApprovalExpired, ArgumentsChanged too
     (RunInputConflict, 409),

@@ -214,3 +214,15 @@ class SubscriptionOut(Schema):
     active: bool
     description: str
     created_at: datetime
+
+
+class ScheduleOut(Schema):
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    paused: bool
+    next_slot_at: datetime | None
+    last_slot_at: datetime | None
+    last_run_id: str
+    started_run_id: str | None = Field(description="run-now: the run it started")
