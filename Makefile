@@ -58,6 +58,8 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 # (e.g. `make up OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-...`)
 up: export FAKE_LLM_PORT := $(FAKE_LLM_PORT)
 up: export PAYMENTS_PORT := $(PAYMENTS_PORT)
+# the reference agents email approvers one-time links to approve or reject (docs/api.md)
+up: export DURABLE_APPROVAL_EMAIL_WORKFLOW ?= examples.approval_email
 up: export SMTP_PORT := $(SMTP_PORT)
 up: export SMTP_SINK_HTTP_PORT := $(SMTP_SINK_HTTP_PORT)
 up: export OPENAI_BASE_URL ?= http://127.0.0.1:$(FAKE_LLM_PORT)/v1

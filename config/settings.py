@@ -112,11 +112,14 @@ INSTALLED_APPS = [
     "channels",
     "csp",
     "axes",
+    # django-ninja's static files: the API docs page's Swagger UI, served from here
+    "ninja",
     "durable",
     # LangGraph checkpoints (durable[langgraph]); the app imports no LangGraph itself
     "durable.contrib.langgraph",
     "approvals",
     "dashboard",
+    "api",
     "examples",
 ] + env_list("DURABLE_EXTRA_APPS")
 
@@ -282,6 +285,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
         "options": {"expires": 30},
     },
+    # outgoing webhooks: start the deliveries of new events (api/webhooks_out.py)
+    "api-webhooks": {
+        "task": "api.emit_webhooks",
+        "schedule": env_float("DURABLE_WEBHOOK_TICK_SECONDS", 5.0),
+        "options": {"expires": 30},
+    },
     "durable-schedules": {
         "task": "durable.tick_schedules",
         "schedule": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
@@ -331,6 +340,18 @@ DURABLE = {
     # {"gpt-4o-mini": {"rate_limit": "500/m", "concurrency": 10}, "*": {...}} as JSON
     "LLM_LIMITS": env_json("DURABLE_LLM_LIMITS", {}),
 }
+
+# --- the JSON API (api/) ----------------------------------------------------------------
+# failed token authentications from one address before it gets 429, and the window (s)
+API_AUTH_FAILURE_LIMIT = int(os.environ.get("DURABLE_API_AUTH_FAILURE_LIMIT") or 20)
+API_AUTH_FAILURE_WINDOW = int(os.environ.get("DURABLE_API_AUTH_FAILURE_WINDOW") or 300)
+# the site's address as people reach it, for links in emails and webhook payloads
+DURABLE_BASE_URL = os.environ.get("DURABLE_BASE_URL", "http://127.0.0.1:8000")
+# how long a signed approval link works (seconds; the request's deadline still applies)
+DURABLE_APPROVAL_LINK_SECONDS = int(os.environ.get("DURABLE_APPROVAL_LINK_SECONDS") or 259_200)
+# a workflow that emails approvers their signed links for each approval request
+# (api/webhooks_out.py); empty: none. The reference agents': examples.approval_email
+DURABLE_APPROVAL_EMAIL_WORKFLOW = os.environ.get("DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
 
 LOGGING = {
     "version": 1,

@@ -445,3 +445,31 @@ def procurement(ctx, data):
         "approved_by": list(decision.decided_by),
         "goods": goods,
     }
+
+
+@durable.workflow(name="examples.approval_email", version="1")
+def approval_email(ctx, data):
+    """Email the approvers of a request its one-time links to approve or reject.
+
+    Started by the outgoing-webhook outbox for each ``approval.requested`` event when
+    ``DURABLE_APPROVAL_EMAIL_WORKFLOW`` names it (``api/webhooks_out.py``); ``data``:
+    ``{"event": <the event>, "to": [addresses]}``. Each email is the ``email.send``
+    tool, so an approver gets it once, even after a crash.
+    """
+    approval = data["event"]["data"]["approval"]
+    run_id = data["event"]["data"]["run_id"]
+    links = approval["links"]
+    deadline = f"\nDecide before {approval['expires_at']}.\n" if approval.get("expires_at") else ""
+    body = (
+        f"Run {run_id} asks for your approval: {approval['title']}\n{deadline}\n"
+        f"Approve: {links['approve']}\nReject:  {links['reject']}\n\n"
+        "Each link opens a confirmation page; it works once and expires."
+    )
+    sent = []
+    for address in data["to"]:
+        ctx.call_tool(
+            "examples.email.send",
+            {"to": address, "subject": f"Approval needed: {approval['title']}", "body": body},
+        )
+        sent.append(address)
+    return {"sent": sent}

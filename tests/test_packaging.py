@@ -1,4 +1,4 @@
-"""The wheel ships the product only: durable, approvals and dashboard, with the dashboard's
+"""The wheel ships the product only: durable, approvals, dashboard and api, with the dashboard's
 templates and static files; the project (config/), the examples and the tests run from a
 checkout and stay out of it.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = {"durable", "approvals", "dashboard"}
+PRODUCT = {"durable", "approvals", "dashboard", "api"}
 
 
 @pytest.fixture(scope="module")

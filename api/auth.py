@@ -1,0 +1,111 @@
+"""Who calls the API: a bearer token (machines) or the browser's session (with CSRF).
+
+Failed token authentications are counted per client address in Django's cache; after
+``API_AUTH_FAILURE_LIMIT`` failures within ``API_AUTH_FAILURE_WINDOW`` seconds that
+address gets 429 (with ``Retry-After``) for the rest of the window, even with a good
+token, so a token cannot be guessed by trying (the dashboard's login has django-axes for
+the same). The client address is the one django-axes uses (``AXES_IPWARE_*``). With
+several web processes, configure a shared cache (e.g. Redis) so that they count together.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from axes.helpers import get_client_ip_address
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security import HttpBearer
+from ninja.security.base import AuthBase
+from ninja.utils import check_csrf
+
+from .models import ApiToken, digest_of
+from .problems import ApiProblem
+
+#: seconds between two writes of a token's last_used_at
+LAST_USED_RESOLUTION = 60
+
+
+def _limit() -> int:
+    return int(getattr(settings, "API_AUTH_FAILURE_LIMIT", 20))
+
+
+def _window() -> int:
+    return int(getattr(settings, "API_AUTH_FAILURE_WINDOW", 300))
+
+
+def _key(request: HttpRequest) -> str:
+    return f"api:auth-failures:{get_client_ip_address(request) or '-'}"
+
+
+def refuse_if_locked(request: HttpRequest) -> None:
+    if (cache.get(_key(request)) or 0) >= _limit():
+        raise ApiProblem(
+            429,
+            f"Too many failed authentications from this address; try again in up to "
+            f"{_window()} seconds.",
+            headers={"Retry-After": str(_window())},
+        )
+
+
+def count_failure(request: HttpRequest) -> None:
+    key = _key(request)
+    if not cache.add(key, 1, _window()):
+        try:
+            cache.incr(key)
+        except ValueError:  # expired between add and incr
+            cache.add(key, 1, _window())
+
+
+class TokenAuth(HttpBearer):
+    """``Authorization: Bearer dur_...``: a live token; the request acts as its user."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        refuse_if_locked(request)
+        found = None
+        if token.startswith("dur_") and len(token) <= 100:
+            found = (
+                ApiToken.objects.live().select_related("user").filter(digest=digest_of(token))
+            ).first()
+        if found is None:
+            count_failure(request)
+            raise ApiProblem(
+                401,
+                "The bearer token is unknown, revoked or expired. Make a new token on the "
+                "dashboard's API tokens page.",
+            )
+        now = timezone.now()
+        if found.last_used_at is None or now - found.last_used_at > timedelta(
+            seconds=LAST_USED_RESOLUTION
+        ):
+            ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
+        request.user = found.user
+        request.api_token = found  # type: ignore[attr-defined]
+        return found
+
+
+class SessionAuth(AuthBase):
+    """The dashboard's login session; an unsafe method must carry the CSRF token
+    (``X-CSRFToken`` header), as the dashboard's own forms do."""
+
+    openapi_type = "apiKey"
+
+    def __init__(self) -> None:
+        self.openapi_in = "cookie"
+        self.openapi_name = settings.SESSION_COOKIE_NAME
+        super().__init__()
+
+    def __call__(self, request: HttpRequest) -> Any:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        if check_csrf(request) is not None:
+            raise ApiProblem(
+                403,
+                "CSRF check failed: a request from the browser session must send the "
+                "CSRF token in the X-CSRFToken header.",
+            )
+        return user

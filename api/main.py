@@ -1,0 +1,157 @@
+"""The ``/api/v1/`` API object: authentication, the JSON parser, and problem details for
+every refusal.
+
+Built with django-ninja: the request and response shapes are the pydantic models of
+``api/schemas.py`` (pydantic is already how Durable checks an approver's edits), the
+OpenAPI schema is generated from them, and each endpoint is a function that calls the
+same service the dashboard calls (``durable/services.py``, ``approvals/services.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+
+from durable.jsontext import JSONInputError, loads_bounded
+
+from . import approvals, runs, schedules, subscriptions, tokens, webhooks_in
+from .auth import SessionAuth, TokenAuth
+from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
+from .scopes import Refused
+
+
+class BoundedParser(Parser):
+    """JSON bodies with the size and depth bounds of :func:`durable.jsontext.loads_bounded`
+    (a body nested thousands deep is a 400, not a ``RecursionError``)."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        text = request.body.decode("utf-8")  # UnicodeDecodeError: 400 below
+        limit = int(getattr(settings, "MAX_REQUEST_BODY_BYTES", 4 * 1024 * 1024))
+        return loads_bounded(text, what="The request body", max_bytes=limit)
+
+
+class DurableAPI(NinjaAPI):
+    """NinjaAPI whose schema says what the answers are: a refusal is
+    ``application/problem+json`` (RFC 9457 section 3), not ``application/json``."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for code, response in (operation.get("responses") or {}).items():
+                    content = response.get("content") or {}
+                    if str(code) >= "400" and "application/json" in content:
+                        content[CONTENT_TYPE] = content.pop("application/json")
+        return schema
+
+
+api = DurableAPI(
+    title="Durable API",
+    version="1",
+    description=(
+        "Start, inspect and operate durable runs; decide approvals. Authenticate with "
+        "`Authorization: Bearer <token>` (tokens: the dashboard's API tokens page) or the "
+        "dashboard's session (send `X-CSRFToken` on unsafe methods). Errors are RFC 9457 "
+        "problem details."
+    ),
+    openapi_url="/schema",
+    docs_url="/docs",
+    urls_namespace="api",
+    auth=[TokenAuth(), SessionAuth()],
+    parser=BoundedParser(),
+)
+
+
+@api.exception_handler(ApiProblem)
+def _api_problem(request: HttpRequest, exc: ApiProblem) -> HttpResponse:
+    extra = dict(exc.extra)
+    headers = extra.pop("headers", {}) or {}
+    response = problem(exc.status, exc.detail, request=request, **extra)
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = field_errors(exc.errors)
+    where = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:10])
+    return problem(422, f"The request is not valid: {where}.", request=request, errors=errors)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = problem(
+        401,
+        "Authentication required: send 'Authorization: Bearer <token>', or log in to the "
+        "dashboard and use its session.",
+        request=request,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="durable"'
+    return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    cause = exc.__cause__
+    if isinstance(cause, JSONInputError):
+        detail = str(cause)
+    elif isinstance(cause, UnicodeDecodeError):
+        detail = "The request body is not UTF-8 text."
+    else:
+        detail = str(exc.message) if hasattr(exc, "message") else str(exc)
+    return problem(exc.status_code, detail, request=request)
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return problem(404, str(exc) or "Not found.", request=request)
+
+
+@api.exception_handler(Refused)
+def _refused(request: HttpRequest, exc: Refused) -> HttpResponse:
+    return problem(403, str(exc), request=request)
+
+
+@api.exception_handler(PermissionDenied)
+def _denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return problem(403, str(exc) or "Not allowed.", request=request)
+
+
+@api.exception_handler(Exception)
+def _service_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The services' refusals (``durable/exceptions.py``, ``approvals/services.py``) by
+    :data:`api.problems.STATUS_OF`; anything else is a bug and propagates (500)."""
+    status = status_for(exc)
+    if status is None:
+        raise exc
+    extra: dict[str, Any] = {}
+    errors = getattr(exc, "errors", None)
+    if isinstance(errors, dict):  # InvalidEdit: messages by field
+        extra["errors"] = [
+            {"loc": ["body", "parameters", *([f] if f else [])], "msg": "; ".join(m), "type": ""}
+            for f, m in errors.items()
+        ]
+    current = getattr(exc, "current", None)
+    if status == 409 and current:
+        extra["current_status"] = str(current)
+    return problem(status, str(exc), request=request, **extra)
+
+
+api.add_router("", runs.router)
+api.add_router("", approvals.router)
+api.add_router("", tokens.router)
+api.add_router("", webhooks_in.router)
+api.add_router("", subscriptions.router)
+api.add_router("", schedules.router)
+
+
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under /api/v1/: a 404 problem, not the dashboard's HTML page."""
+    return problem(404, "There is no such API path; see /api/v1/schema.", request=request)

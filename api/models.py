@@ -1,0 +1,199 @@
+"""API tokens: per-user, named, scoped, hashed at rest, revocable.
+
+A token is shown once, when it is made (``dur_<prefix>_<secret>``); the database keeps
+only its SHA-256 digest and its public prefix, so a copy of the database does not hand
+out working credentials. A token is as random as a key (256 bits), so a plain hash is
+enough (as GitHub's and Stripe's keys are stored): there is no password to guess slowly.
+A token acts as its user, never beyond them: a request needs the token's scope *and* the
+user's permission (``api/scopes.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from durable.fields import StorableCharField
+
+TOKEN_PREFIX = "dur_"
+
+
+def digest_of(token: str) -> str:
+    """The SHA-256 hex digest stored for ``token``."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def live(self, now: Any = None) -> ApiTokenQuerySet:
+        """Tokens that authenticate: not revoked, not expired, of an active user."""
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    """One machine credential of a user: a name, scopes, and the digest of its secret."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = StorableCharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="public part, shown to tell tokens apart")
+    digest = models.CharField(max_length=64, unique=True, help_text="sha256 of the token")
+    scopes = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        state = " (revoked)" if self.revoked_at else ""
+        return f"{self.name} {TOKEN_PREFIX}{self.prefix}_…{state}"
+
+    @property
+    def is_live(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+def token_create(
+    *, user: Any, name: str, scopes: list[str], expires_at: Any = None
+) -> tuple[ApiToken, str]:
+    """Make a token for ``user``; returns the row and the token text (shown only now).
+
+    Raises ``ValueError`` for an empty or too long name (1-100 characters) or a scope
+    that is not one of :data:`api.scopes.SCOPES`.
+    """
+    from .scopes import SCOPES
+
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise ValueError("name: give the token a name of 1-100 characters")
+    unknown = [s for s in scopes if s not in SCOPES]
+    if unknown or not scopes:
+        raise ValueError(
+            f"scopes: {', '.join(map(repr, unknown)) or 'none given'}; "
+            f"choose from {', '.join(SCOPES)}"
+        )
+    prefix = secrets.token_hex(4)
+    text = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+    token = ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=prefix,
+        digest=digest_of(text),
+        scopes=sorted(set(scopes)),
+        expires_at=expires_at,
+    )
+    return token, text
+
+
+def token_revoke(*, token_id: int, user: Any = None) -> ApiToken | None:
+    """Revoke a token (of ``user``, when given); ``None`` when there is no such token.
+    Revoking twice keeps the first time."""
+    qs = ApiToken.objects.filter(pk=token_id)
+    if user is not None:
+        qs = qs.filter(user=user)
+    token = qs.first()
+    if token is not None and token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+class ApprovalLinkUse(models.Model):
+    """A signed approval link that was used: its nonce, so that it decides only once."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    request_id = models.BigIntegerField()
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decision = models.CharField(max_length=8)
+    used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-used_at"]
+
+    def __str__(self) -> str:
+        return f"link {self.nonce[:8]}… {self.decision} approval {self.request_id}"
+
+
+class WebhookScheme(models.TextChoices):
+    STANDARD = "standard", "Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"
+    HMAC_HEX = "hmac-sha256", "X-Signature: sha256=<hex HMAC of the body>, X-Event-Id"
+
+
+class IncomingWebhook(models.Model):
+    """A provider allowed to send one signal name to runs, with its secret.
+
+    ``POST /api/v1/runs/{id}/signals/{signal}`` is accepted when its signature checks
+    against ``secret`` (``api/webhooks_in.py``); the provider's event id is the signal's
+    dedupe key, so a redelivered event is delivered to the run once.
+    """
+
+    signal = StorableCharField(max_length=200, unique=True, help_text="the signal name")
+    secret = models.CharField(max_length=200, help_text="shared with the provider")
+    scheme = models.CharField(
+        max_length=16, choices=WebhookScheme.choices, default=WebhookScheme.STANDARD
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["signal"]
+
+    def __str__(self) -> str:
+        return f"webhook → signal {self.signal}"
+
+
+#: the events a subscription may ask for
+WEBHOOK_EVENTS = {
+    "approval.requested": "an approval request is waiting for a decision",
+    "run.waiting_for_operator": "a write's outcome is unknown; an operator must reconcile it",
+    "run.succeeded": "a run succeeded",
+    "run.failed": "a run failed",
+    "run.compensated": "a run's compensation finished",
+}
+
+
+class WebhookSubscription(models.Model):
+    """Where to POST which events, signed with ``secret`` (``api/webhooks_out.py``)."""
+
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, help_text="signs each delivery (HMAC-SHA256)")
+    events = models.JSONField(default=list, help_text=f"any of {', '.join(WEBHOOK_EVENTS)}")
+    active = models.BooleanField(default=True)
+    description = StorableCharField(max_length=200, blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.url} ({', '.join(self.events or [])})"
+
+
+class WebhookCursor(models.Model):
+    """How far the outbox has read the trace events (one row, ``name="events"``)."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    last_event_id = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.last_event_id}"

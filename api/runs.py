@@ -1,0 +1,367 @@
+"""Runs: start, list (the dashboard's filters, keyset pages), read with steps, cancel,
+compensate, resume, fork, signal; and the operator's decision on an unknown outcome.
+
+Each endpoint checks its scope and permission (:func:`api.scopes.check`), then calls the
+dashboard's service; the services check the transition and raise, and
+``api/main.py`` turns their refusals into problem details (409 for an illegal
+transition, 422 for invalid input).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Header, Path, Query, Router, Status
+
+from dashboard.forms import RunFilterForm
+from dashboard.selectors import runs as run_selectors
+from durable import api as sdk
+from durable import codec, transitions
+from durable.forks import fork_points
+from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step
+from durable.services import (
+    OperationNotFound,
+    operation_reconcile,
+    run_cancel,
+    run_compensate,
+    run_fork,
+    run_resume,
+    run_signal,
+)
+
+from . import scopes
+from .problems import REFUSALS, ApiProblem
+from .schemas import (
+    ForkIn,
+    OperationOut,
+    Problem,
+    ReasonIn,
+    ReconcileIn,
+    ResumeIn,
+    RunDetailOut,
+    RunsPageOut,
+    SignalIn,
+    SignalOut,
+    StartIn,
+    StepsPageOut,
+)
+
+router = Router(tags=["runs"])
+
+#: steps shown with a run; more are paged with GET /runs/{id}/steps
+STEPS_SHOWN = 200
+RunIdPath = Path(..., pattern=RUN_ID_PATTERN, max_length=128, description="the run's id")
+
+
+def _display(text: str | None) -> Any:
+    return codec.decode_for_display(text) if text else None
+
+
+def _run_out(run: Run, *, wait: Any = None, needs_attention: bool | None = None) -> dict:
+    duration = run_selectors.run_duration(run)
+    attention = needs_attention
+    if attention is None:
+        attention = run.status in (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
+    return {
+        "id": run.id,
+        "workflow": run.workflow_name,
+        "version": run.workflow_version,
+        "status": run.status,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "duration_seconds": duration.total_seconds() if duration is not None else None,
+        "started_by": run.starter_label,
+        "tags": list(run.tags or []),
+        "forked_from": run.forked_from_id,
+        "error": run.error if isinstance(run.error, dict) else None,
+        "needs_attention": bool(attention),
+        "waiting_on": (
+            {"kind": wait.kind, "key": wait.key, "since": wait.created_at} if wait else None
+        ),
+    }
+
+
+def _step_out(step: Step) -> dict:
+    return {
+        "step_id": step.step_id,
+        "position": step.position,
+        "kind": step.kind,
+        "tool_name": step.tool_name,
+        "status": step.status,
+        "attempts": step.attempts,
+        "durability": step.durability,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "input": _display(step.input),
+        "output": _display(step.output),
+        "error": step.error if isinstance(step.error, dict) else None,
+    }
+
+
+def _detail(run_id: str) -> dict:
+    run = run_selectors.get_run(run_id)
+    if run is None:
+        raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
+    steps = list(run.steps.order_by("position")[: STEPS_SHOWN + 1])
+    points = fork_points(run.steps.order_by("position").only("step_id", "kind", "status"))
+    # the pending wait, as the runs list shows it
+    wait = run.waits.filter(status="pending").order_by("position").first()
+    return {
+        **_run_out(run, wait=wait),
+        "input": _display(run.input),
+        "output": _display(run.output),
+        "max_steps": run.max_steps,
+        "steps_executed": run.steps_executed,
+        "tokens_used": run.tokens_used,
+        "deadline_at": run.deadline_at,
+        "fork_points": points if transitions.can("fork", run) else [],
+        "steps": [_step_out(s) for s in steps[:STEPS_SHOWN]],
+        "steps_truncated": len(steps) > STEPS_SHOWN,
+    }
+
+
+def _idempotent_run_id(request: HttpRequest, key: str) -> str:
+    """The run id an ``Idempotency-Key`` stands for: per user, so two clients' keys
+    never meet (Stripe scopes its keys to the account the same way)."""
+    digest = hashlib.sha256(f"{request.user.pk}:{key}".encode("utf-8", "surrogatepass"))
+    return f"idem-{digest.hexdigest()[:40]}"
+
+
+@router.post(
+    "/runs",
+    response={200: RunDetailOut, 201: RunDetailOut, REFUSALS: Problem},
+    summary="Start a run (idempotent on run_id or the Idempotency-Key header)",
+)
+def start_run(
+    request: HttpRequest,
+    body: StartIn,
+    idempotency_key: str | None = Header(
+        None, alias="Idempotency-Key", min_length=1, max_length=200
+    ),
+) -> Status:
+    """201 with the new run; 200 with the existing run when ``run_id`` (or the
+    ``Idempotency-Key``) was used before with the same workflow and input; 409 when it
+    was used with another workflow or input."""
+    scopes.check(request, "runs:start")
+    run_id = body.run_id
+    if run_id is None and idempotency_key:
+        run_id = _idempotent_run_id(request, idempotency_key)
+    existed = run_id is not None and Run.objects.filter(pk=run_id).exists()
+    run = sdk.start(
+        body.workflow,
+        body.input,
+        run_id=run_id,
+        version=body.version,
+        tags=body.tags,
+        started_by=request.user,
+        max_steps=body.max_steps,
+        deadline_seconds=body.deadline_seconds,
+        max_tokens=body.max_tokens,
+    )
+    return Status(200 if existed else 201, _detail(run.id))
+
+
+@router.get("/runs", response={200: RunsPageOut, REFUSALS: Problem}, summary="List runs")
+def list_runs(
+    request: HttpRequest,
+    status: str = Query("", max_length=40, description="a run status, 'approval' or 'attention'"),
+    workflow: str = Query("", max_length=200),
+    version: str = Query("", max_length=64),
+    started_by: str = Query("", max_length=150),
+    created_from: str = Query("", max_length=10, description="YYYY-MM-DD"),
+    created_to: str = Query("", max_length=10, description="YYYY-MM-DD"),
+    waiting_minutes: int | None = Query(None, ge=1, le=10_000_000),
+    retries: int | None = Query(None, ge=1, le=1_000_000),
+    q: str = Query("", max_length=200, description="run id, tag or input text"),
+    sort: str = Query("-created", max_length=10, description="-created, created, ..."),
+    after: str = Query("", max_length=600, description="next_cursor of the previous page"),
+    before: str = Query("", max_length=600, description="prev_cursor of the next page"),
+    limit: int = Query(run_selectors.PAGE_SIZE, ge=1, le=200),
+) -> dict:
+    """The dashboard's runs list as JSON: the same filters (``dashboard/forms.py``) and
+    keyset pagination on (created_at, id) or (duration, id)."""
+    scopes.check(request, "runs:read")
+    params = {
+        "status": status,
+        "workflow": workflow,
+        "version": version,
+        "started_by": started_by,
+        "created_from": created_from,
+        "created_to": created_to,
+        "waiting_minutes": "" if waiting_minutes is None else str(waiting_minutes),
+        "retries": "" if retries is None else str(retries),
+        "q": q,
+        "sort": sort,
+    }
+    form = RunFilterForm(params, workflows=run_selectors.workflow_names(workflow))
+    if not form.is_valid():
+        errors = [
+            {"loc": ["query", name], "msg": " ".join(map(str, msgs)), "type": "invalid"}
+            for name, msgs in form.errors.items()
+        ]
+        where = "; ".join(f"{e['loc'][1]}: {e['msg']}" for e in errors)
+        raise ApiProblem(422, f"The filters are not valid: {where}", errors=errors)
+    filters = form.filters()
+    kind = run_selectors.SORTS[filters.sort][0]
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor and run_selectors.decode_cursor(cursor, kind) is None:
+            raise ApiProblem(
+                422,
+                f"{name}: not a cursor of this sort; pass next_cursor or prev_cursor as given.",
+            )
+    page = run_selectors.runs_page(filters, after=after, before=before, page_size=limit)
+    return {
+        "items": [
+            _run_out(row.run, wait=row.current_wait, needs_attention=row.needs_attention)
+            for row in page.rows
+        ],
+        "next_cursor": page.next_cursor,
+        "prev_cursor": page.prev_cursor,
+    }
+
+
+@router.get("/runs/{run_id}", response={200: RunDetailOut, REFUSALS: Problem}, summary="A run")
+def get_run(request: HttpRequest, run_id: str = RunIdPath) -> dict:
+    """The run with its first 200 steps (``steps_truncated`` says whether there are more)."""
+    scopes.check(request, "runs:read")
+    return _detail(run_id)
+
+
+@router.get(
+    "/runs/{run_id}/steps", response={200: StepsPageOut, REFUSALS: Problem}, summary="Steps"
+)
+def list_steps(
+    request: HttpRequest,
+    run_id: str = RunIdPath,
+    after: int = Query(-1, ge=-1, le=2_000_000_000, description="position to start after"),
+    limit: int = Query(STEPS_SHOWN, ge=1, le=1000),
+) -> dict:
+    """A run's steps in position order, after position ``after``."""
+    scopes.check(request, "runs:read")
+    if not Run.objects.filter(pk=run_id).exists():
+        raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
+    steps = list(
+        Step.objects.filter(run_id=run_id, position__gt=after).order_by("position")[: limit + 1]
+    )
+    shown = steps[:limit]
+    return {
+        "items": [_step_out(s) for s in shown],
+        "next_after": shown[-1].position if len(steps) > limit else None,
+    }
+
+
+def _run_action(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict:
+    scopes.check(request, "runs:operate")
+    action(run_id=run_id, by=request.user, **kwargs)
+    return _detail(run_id)
+
+
+@router.post(
+    "/runs/{run_id}/cancel", response={200: RunDetailOut, REFUSALS: Problem}, summary="Cancel"
+)
+def cancel_run(request: HttpRequest, body: ReasonIn, run_id: str = RunIdPath) -> dict:
+    """Cancel a run (409 when its status does not allow it)."""
+    return _run_action(request, run_id, run_cancel, reason=body.reason)
+
+
+@router.post(
+    "/runs/{run_id}/compensate",
+    response={200: RunDetailOut, REFUSALS: Problem},
+    summary="Compensate",
+)
+def compensate_run(request: HttpRequest, body: ReasonIn, run_id: str = RunIdPath) -> dict:
+    """Undo a failed or cancelled run's completed writes, newest first."""
+    return _run_action(request, run_id, run_compensate, reason=body.reason)
+
+
+@router.post(
+    "/runs/{run_id}/resume", response={200: RunDetailOut, REFUSALS: Problem}, summary="Resume"
+)
+def resume_run(request: HttpRequest, body: ResumeIn, run_id: str = RunIdPath) -> dict:
+    """Retry a failed run from its failed step (``extra_steps``, ``deadline_seconds``
+    for a run that failed on a budget)."""
+    return _run_action(
+        request,
+        run_id,
+        run_resume,
+        reason=body.reason,
+        extra_steps=body.extra_steps,
+        deadline_seconds=body.deadline_seconds,
+    )
+
+
+@router.post("/runs/{run_id}/fork", response={201: RunDetailOut, REFUSALS: Problem}, summary="Fork")
+def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Status:
+    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``)."""
+    scopes.check(request, "runs:operate")
+    fork = run_fork(
+        run_id=run_id,
+        from_step=body.from_step,
+        by=request.user,
+        reason=body.reason,
+        new_run_id=body.new_run_id,
+    )
+    return Status(201, _detail(fork.id))
+
+
+@router.post(
+    "/runs/{run_id}/signals", response={200: SignalOut, REFUSALS: Problem}, summary="Signal"
+)
+def signal_run(request: HttpRequest, body: SignalIn, run_id: str = RunIdPath) -> dict:
+    """Send a signal; a repeated ``dedupe_key`` is stored and delivered once
+    (``duplicate``: true)."""
+    scopes.check(request, "runs:signal")
+    sent = run_signal(
+        run_id=run_id,
+        name=body.name,
+        payload=body.payload,
+        dedupe_key=body.dedupe_key,
+        by=request.user,
+    )
+    return {
+        "signal_id": sent.signal.pk,
+        "delivery": str(getattr(sent.delivery, "value", sent.delivery)),
+        "duplicate": sent.duplicate,
+        "waiting_on": list(sent.waiting_on),
+        "message": sent.message,
+    }
+
+
+@router.post(
+    "/operations/{operation_id}/reconcile",
+    response={200: OperationOut, REFUSALS: Problem},
+    summary="Decide an unknown outcome",
+    tags=["operations"],
+)
+def reconcile_operation(
+    request: HttpRequest,
+    body: ReconcileIn,
+    operation_id: int = Path(..., ge=1, le=2**62),
+) -> dict:
+    """An operator's decision on a write whose outcome is unknown: ``happened`` (with
+    its ``result``), ``not_happened`` (the run calls it again with the same
+    idempotency key) or ``abort``."""
+    scopes.check(request, "runs:operate")
+    try:
+        op = operation_reconcile(
+            operation_id=operation_id,
+            outcome=body.outcome,
+            result=body.result,
+            external_id=body.external_id,
+            by=request.user,
+            reason=body.reason,
+        )
+    except OperationNotFound as exc:
+        raise ApiProblem(404, str(exc)) from None
+    op = Operation.objects.select_related("run").get(pk=op.pk)
+    return {
+        "id": op.pk,
+        "run_id": op.run_id,
+        "tool_name": op.tool_name,
+        "status": op.status,
+        "resolution": op.resolution,
+        "run_status": op.run.status,
+    }

@@ -1,0 +1,94 @@
+"""The API's pages in the dashboard: the user's API tokens (make, revoke) and the log of
+outgoing webhook deliveries. Thin views over ``api/models.py`` and the delivery runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from dashboard.access import require_perm
+from dashboard.roles import VIEW_RUN
+from durable import codec
+from durable.models import Run
+
+from .models import ApiToken, WebhookSubscription, token_create, token_revoke
+from .scopes import SCOPES
+from .webhooks_out import DELIVERY_WORKFLOW
+
+DELIVERIES_SHOWN = 200
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    scopes = forms.MultipleChoiceField(
+        choices=[(s, f"{s}: {what}") for s, (what, _) in SCOPES.items()],
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm(VIEW_RUN)
+def tokens_page(request: HttpRequest) -> HttpResponse:
+    """List the user's tokens; POST makes one and shows its secret once."""
+    form = TokenForm(request.POST or None)
+    made = ""
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            _, made = token_create(
+                user=request.user,
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+            )
+            form = TokenForm()
+        else:
+            status = 422
+    tokens = ApiToken.objects.filter(user=request.user)[:200]
+    context = {"form": form, "tokens": tokens, "made": made, "nav": "tokens"}
+    return render(request, "api/tokens.html", context, status=status)
+
+
+@require_POST
+@require_perm(VIEW_RUN)
+def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = token_revoke(token_id=token_id, user=request.user)
+    if token is None:
+        messages.error(request, f"You have no token {token_id}.")
+    else:
+        messages.success(request, f"Revoked the token “{token.name}”.")
+    return redirect("api_tokens")
+
+
+def _delivery_row(run: Run, urls: dict[int, str]) -> dict[str, Any]:
+    data = codec.decode_for_display(run.input) or {}
+    event = data.get("event") or {} if isinstance(data, dict) else {}
+    sub = data.get("subscription") if isinstance(data, dict) else None
+    step = next(iter(run.steps.all()), None)
+    return {
+        "run": run,
+        "event_type": event.get("type", "?"),
+        "event_id": event.get("id", ""),
+        "about": (event.get("data") or {}).get("run_id", ""),
+        "url": urls.get(sub, "(deleted)") if isinstance(sub, int) else "?",
+        "attempts": step.attempts if step else 0,
+        "error": (run.error or {}).get("message", "") if isinstance(run.error, dict) else "",
+    }
+
+
+@require_GET
+@require_perm(VIEW_RUN)
+def deliveries_page(request: HttpRequest) -> HttpResponse:
+    """The newest outgoing webhook deliveries: event, subscriber, status, attempts."""
+    runs = (
+        Run.objects.filter(workflow_name=DELIVERY_WORKFLOW)
+        .prefetch_related("steps")
+        .order_by("-created_at", "-id")[:DELIVERIES_SHOWN]
+    )
+    urls = dict(WebhookSubscription.objects.values_list("pk", "url"))
+    rows = [_delivery_row(run, urls) for run in runs]
+    return render(request, "api/deliveries.html", {"rows": rows, "nav": "webhooks"})

@@ -1,0 +1,59 @@
+"""The delivery of one outgoing webhook, as a durable run (``api/webhooks_out.py``).
+
+The POST is an ``idempotent_write`` tool: its idempotency key (``"{run_id}:{step_id}"``,
+the same on every retry) is the ``webhook-id`` header, by which a receiver drops a
+repeat. 429, 5xx and network errors are transient (retried with backoff, up to a day);
+any other 4xx is permanent (the run fails and shows in the delivery log).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+import durable
+from durable import PermanentError, RetryPolicy, TransientError
+
+from .webhooks_in import sign_standard
+
+RETRY = RetryPolicy(max_attempts=12, initial_interval=5, backoff_coefficient=2, max_interval=3600)
+TIMEOUT_SECONDS = 10.0
+
+
+@durable.tool(name="api.webhook.post", safety="idempotent_write", retry=RETRY)
+def post_webhook(subscription: int, event: dict, *, idempotency_key: str) -> dict[str, Any]:
+    """POST ``event`` to the subscription's URL, signed; ``{"status": code}``."""
+    from .models import WebhookSubscription
+
+    sub = WebhookSubscription.objects.filter(pk=subscription).first()
+    if sub is None or not sub.active:
+        raise PermanentError(f"webhook subscription {subscription} is gone or inactive")
+    body = json.dumps(event, separators=(",", ":")).encode()
+    stamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": idempotency_key,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": sign_standard(sub.secret, idempotency_key, stamp, body),
+        "user-agent": "Durable-Webhooks/1",
+    }
+    try:
+        response = httpx.post(sub.url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
+    except httpx.HTTPError as exc:
+        raise TransientError(f"POST {sub.url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code == 429 or response.status_code >= 500:
+        raise TransientError(f"POST {sub.url}: {response.status_code}")
+    if response.status_code >= 400:
+        raise PermanentError(f"POST {sub.url}: {response.status_code} {response.text[:200]}")
+    return {"status": response.status_code}
+
+
+@durable.workflow(name="api.webhook_delivery", version="1")
+def webhook_delivery(ctx, data):
+    """Deliver ``data["event"]`` to subscription ``data["subscription"]``."""
+    return ctx.call_tool(
+        "api.webhook.post", {"subscription": data["subscription"], "event": data["event"]}
+    )

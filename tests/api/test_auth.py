@@ -1,0 +1,137 @@
+"""Authentication of the API: bearer tokens (hashed, scoped, revocable, rate-limited on
+failure) and the browser session with CSRF; the token endpoints and the admin's revoke."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+
+from api.models import ApiToken, digest_of, token_create
+from tests.api.conftest import Api, api_for
+from tests.api.test_runs import PROBLEM, assert_problem
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def test_no_credentials_is_a_401_problem_with_a_challenge():
+    response = Api().get("/runs")
+    assert_problem(response, 401, "Authorization: Bearer")
+    assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_the_token_is_stored_only_as_its_digest(operator):
+    token, text = token_create(user=operator, name="ci", scopes=["runs:read"])
+    assert text.startswith("dur_") and text not in str(ApiToken.objects.values().get())
+    assert token.digest == digest_of(text) and token.prefix in text
+    assert Api(text).get("/runs").status_code == 200
+
+
+def test_a_revoked_or_expired_token_or_inactive_user_is_refused(operator):
+
+    from django.utils import timezone
+
+    token, text = token_create(user=operator, name="ci", scopes=["runs:read"])
+    client = Api(text)
+    assert client.get("/runs").status_code == 200
+    token.revoked_at = timezone.now()
+    token.save()
+    assert_problem(client.get("/runs"), 401, "revoked")
+    old, old_text = token_create(
+        user=operator, name="old", scopes=["runs:read"], expires_at=timezone.now()
+    )
+    assert_problem(Api(old_text).get("/runs"), 401)
+    _, live = token_create(user=operator, name="live", scopes=["runs:read"])
+    operator.is_active = False
+    operator.save()
+    assert_problem(Api(live).get("/runs"), 401)
+    assert old.pk
+
+
+def test_failed_token_authentications_are_rate_limited(operator, settings):
+    settings.API_AUTH_FAILURE_LIMIT = 3
+    _, good = token_create(user=operator, name="ci", scopes=["runs:read"])
+    for _ in range(3):
+        assert_problem(Api("dur_guess_" + "x" * 20).get("/runs"), 401)
+    locked = Api(good).get("/runs")
+    assert_problem(locked, 429, "Too many failed authentications")
+    assert int(locked["Retry-After"]) > 0
+    cache.clear()  # the window passed
+    assert Api(good).get("/runs").status_code == 200
+
+
+def test_session_auth_needs_csrf_on_unsafe_methods(operator):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(operator)
+    assert browser.get("/api/v1/runs").status_code == 200
+    refused = browser.post(
+        "/api/v1/runs", '{"workflow": "dash.echo"}', content_type="application/json"
+    )
+    assert_problem(refused, 403, "CSRF")
+    browser.get("/")  # the dashboard sets the CSRF cookie
+    csrf = browser.cookies["csrftoken"].value
+    ok = browser.post(
+        "/api/v1/runs",
+        '{"workflow": "dash.echo"}',
+        content_type="application/json",
+        headers={"X-CSRFToken": csrf},
+    )
+    assert ok.status_code == 201, ok.content
+
+
+def test_tokens_are_made_from_a_session_and_revoked_by_their_owner(operator, viewer):
+    browser = Client()
+    browser.force_login(operator)
+    api = Api(client=browser)
+    made = api.post("/tokens", {"name": "deploy bot", "scopes": ["runs:start", "runs:read"]})
+    assert made.status_code == 201
+    body = made.json()
+    assert body["token"].startswith("dur_") and body["scopes"] == ["runs:read", "runs:start"]
+    assert [t["name"] for t in api.get("/tokens").json()] == ["deploy bot"]
+    assert "token" not in api.get("/tokens").json()[0]
+    # a token cannot mint tokens
+    assert_problem(Api(body["token"]).post("/tokens", {"name": "x", "scopes": ["runs:read"]}), 403)
+    assert_problem(api.post("/tokens", {"name": "x", "scopes": ["root"]}), 422, "scopes")
+    # nobody else can revoke it
+    assert_problem(api_for(viewer).delete(f"/tokens/{body['id']}"), 404)
+    revoked = api.delete(f"/tokens/{body['id']}")
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    assert_problem(Api(body["token"]).get("/runs"), 401)
+
+
+def test_the_admin_revokes_tokens(admin_user, operator):
+    token, text = token_create(user=operator, name="ci", scopes=["runs:read"])
+    admin = Client()
+    admin.force_login(admin_user)
+    page = admin.get("/admin/api/apitoken/")
+    assert page.status_code == 200 and "ci" in page.content.decode()
+    assert token.digest not in admin.get(f"/admin/api/apitoken/{token.pk}/change/").content.decode()
+    response = admin.post(
+        "/admin/api/apitoken/", {"action": "revoke", "_selected_action": [token.pk]}
+    )
+    assert response.status_code == 302
+    assert_problem(Api(text).get("/runs"), 401)
+
+
+def test_schema_and_docs_are_served_without_credentials():
+    schema = Client().get("/api/v1/schema")
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert "/api/v1/runs/{run_id}/cancel" in paths and "/api/v1/approvals" in paths
+    refusal = paths["/api/v1/runs"]["post"]["responses"]["409"]["content"]
+    assert list(refusal) == [PROBLEM]
+    docs = Client().get("/api/v1/docs")
+    assert docs.status_code == 200
+    html = docs.content.decode()
+    assert "ninja/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
+
+
+def test_an_unknown_api_path_is_a_404_problem():
+    assert_problem(Client().get("/api/v1/nope/nothing"), 404, "/api/v1/schema")

@@ -1,0 +1,164 @@
+"""Outgoing webhooks: a subscribed event starts one delivery run, whose durable step
+POSTs the event signed (Standard Webhooks) with a stable webhook-id, retrying on 5xx."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.utils import timezone
+
+import durable
+from api import workflows as delivery  # noqa: F401  (registers the delivery workflow)
+from api.models import WebhookSubscription
+from api.webhooks_in import sign_standard
+from api.webhooks_out import emit_webhooks
+from approvals.models import ApprovalRequest
+from durable.models import Run
+from durable.testing import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "whsec_" + "b3V0Z29pbmctc2VjcmV0LWZvci10ZXN0cw=="
+LATER = timezone.now() + timedelta(hours=1)
+
+
+class Receiver:
+    """Stands in for the subscriber: records each POST, answers the queued statuses."""
+
+    def __init__(self, *statuses: int):
+        self.statuses = list(statuses)
+        self.calls: list[dict] = []
+
+    def __call__(self, url, *, content, headers, timeout):
+        self.calls.append({"url": url, "body": content, "headers": dict(headers)})
+        status = self.statuses.pop(0) if self.statuses else 200
+        return httpx.Response(status, text="ok")
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    got = Receiver()
+    monkeypatch.setattr(httpx, "post", got)
+    return got
+
+
+def subscribe(*events: str) -> WebhookSubscription:
+    return WebhookSubscription.objects.create(
+        url="https://hooks.example.test/durable", secret=SECRET, events=list(events)
+    )
+
+
+def deliveries() -> list[Run]:
+    return list(Run.objects.filter(workflow_name="api.webhook_delivery").order_by("id"))
+
+
+def test_a_succeeded_run_is_delivered_signed_once(receiver):
+    sub = subscribe("run.succeeded")
+    run = drive(durable.start("dash.echo", 1, run_id="paid-1").id)
+    assert emit_webhooks(now=LATER)["started"] == 1
+    assert emit_webhooks(now=LATER)["started"] == 0  # the cursor moved on
+    (job,) = deliveries()
+    assert job.id.startswith(f"webhook.{sub.pk}.")
+    assert drive(job.id).status == "succeeded"
+    (call,) = receiver.calls
+    event = json.loads(call["body"])
+    assert event["type"] == "run.succeeded" and event["data"]["run_id"] == run.id
+    h = call["headers"]
+    expected = sign_standard(SECRET, h["webhook-id"], int(h["webhook-timestamp"]), call["body"])
+    assert h["webhook-signature"] == expected
+    # the delivery run's own success is not an event
+    assert emit_webhooks(now=LATER)["started"] == 0 and len(deliveries()) == 1
+
+
+def test_reading_an_event_again_starts_no_second_delivery(receiver):
+    subscribe("run.succeeded")
+    drive(durable.start("dash.echo", 1).id)
+    # a young event is read again on the next tick (it may not have settled)
+    assert emit_webhooks(now=timezone.now() - timedelta(hours=1))["started"] == 1
+    assert emit_webhooks(now=LATER)["started"] == 1
+    assert len(deliveries()) == 1
+
+
+def _drive_until_settled(run_id: str) -> Run:
+    """Drive a delivery; a retry that was scheduled for later is made due now."""
+    from durable.models import Step
+
+    for _ in range(5):
+        run = drive(run_id)
+        if run.status != "retrying":
+            return run
+        Run.objects.filter(pk=run_id).update(wake_at=timezone.now())
+        Step.objects.filter(run_id=run_id).update(next_attempt_at=timezone.now())
+    return run
+
+
+def test_a_5xx_is_retried_with_the_same_webhook_id_and_a_4xx_fails(receiver, settings):
+    settings.DURABLE = {**settings.DURABLE, "INPROCESS_RETRY_MAX_SECONDS": 0}
+    subscribe("run.failed")
+    drive(durable.start("dash.fail", {}).id)
+    emit_webhooks(now=LATER)
+    (job,) = deliveries()
+    receiver.statuses = [503, 502]
+    assert _drive_until_settled(job.id).status == "succeeded"
+    ids = {c["headers"]["webhook-id"] for c in receiver.calls}
+    assert len(receiver.calls) == 3 and len(ids) == 1
+    # a permanent refusal by the subscriber fails the delivery, for the log
+    drive(durable.start("dash.fail", {}).id)
+    emit_webhooks(now=LATER)
+    receiver.statuses = [410]
+    assert _drive_until_settled(deliveries()[-1].id).status == "failed"
+
+
+def test_an_approval_request_carries_its_signed_links(receiver):
+    subscribe("approval.requested")
+    run = drive(durable.start("tests.approval", {"amount": 3}).id)
+    emit_webhooks(now=LATER)
+    drive(deliveries()[0].id)
+    event = json.loads(receiver.calls[0]["body"])
+    req = ApprovalRequest.objects.get(run=run)
+    assert event["type"] == "approval.requested"
+    assert event["data"]["approval"]["id"] == req.pk
+    assert "/approvals/link/" in event["data"]["approval"]["links"]["approve"]
+
+
+def test_events_nobody_subscribed_to_start_nothing(receiver):
+    subscribe("run.compensated")
+    drive(durable.start("dash.echo", 1).id)
+    assert emit_webhooks(now=LATER)["started"] == 0 and deliveries() == []
+
+
+def test_subscriptions_through_the_api(admin_api, operator_api):
+    from tests.api.test_runs import assert_problem
+
+    body = {"url": "https://hooks.example.test/a", "secret": "x" * 20, "events": ["run.failed"]}
+    made = admin_api.post("/webhooks/subscriptions", body)
+    assert made.status_code == 201 and made.json()["events"] == ["run.failed"]
+    assert [s["url"] for s in admin_api.get("/webhooks/subscriptions").json()] == [body["url"]]
+    bad = {**body, "events": ["run.exploded"]}
+    assert_problem(admin_api.post("/webhooks/subscriptions", bad), 422, "run.exploded")
+    assert_problem(operator_api.post("/webhooks/subscriptions", body), 403)
+    gone = admin_api.delete(f"/webhooks/subscriptions/{made.json()['id']}")
+    assert gone.status_code == 200 and gone.json()["active"] is False
+
+
+def test_approvers_get_an_email_with_the_signed_links(receiver, settings, mailoutbox):
+    """The reference agents' approval email (examples.approval_email) carries the links."""
+    from examples import workflows as _examples  # noqa: F401  (registers the workflow)
+    from tests.api.conftest import make_user
+
+    settings.DURABLE_APPROVAL_EMAIL_WORKFLOW = "examples.approval_email"
+    make_user("alice", "approver", email="alice@example.test")
+    make_user("vera", "viewer", email="vera@example.test")  # may not decide: no email
+    run = drive(durable.start("tests.approval", {"amount": 3}).id)
+    assert emit_webhooks(now=LATER)["started"] == 1
+    (job,) = Run.objects.filter(workflow_name="examples.approval_email")
+    assert drive(job.id).output_value() == {"sent": ["alice@example.test"]}
+    (mail,) = mailoutbox
+    req = ApprovalRequest.objects.get(run=run)
+    assert mail.to == ["alice@example.test"] and "Approve the budget" in mail.subject
+    assert mail.body.count("/approvals/link/") == 2
+    assert emit_webhooks(now=LATER)["started"] == 0  # once per request
+    assert req.status == "pending"
