@@ -200,7 +200,7 @@ def run_compensate(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     with transaction.atomic():
         run = lock_run(run_id)
         transitions.check("compensate", run)
-        _compensate_txn(run, action="compensate", actor=actor, reason=reason, now=now)
+        run_compensate_txn(run, action="compensate", actor=actor, reason=reason, now=now)
         _compensate_children_txn(run, actor=actor, now=now)
     return run
 
@@ -215,12 +215,14 @@ def _compensate_children_txn(run: Run, *, actor: str, now) -> None:
             _cancel_txn(child, actor=actor, reason=why, now=now)
         wrote = Operation.objects.owned_by(child.id).exists()
         if wrote and transitions.can("compensate_child", child):
-            _compensate_txn(child, action="compensate_child", actor=actor, reason=why, now=now)
+            run_compensate_txn(child, action="compensate_child", actor=actor, reason=why, now=now)
         _compensate_children_txn(child, actor=actor, now=now)
 
 
-def _compensate_txn(run: Run, *, action: str, actor: str, reason: str, now) -> None:
-    """Move ``run`` (locked) to COMPENSATING by ``action`` and dispatch it on commit."""
+def run_compensate_txn(run: Run, *, action: str, actor: str, reason: str, now) -> None:
+    """Move ``run`` (locked by the caller) to COMPENSATING by ``action`` (``compensate``,
+    or ``compensate_child`` for a parent's child) and dispatch it on commit. Raises
+    :class:`~durable.IllegalTransition` (nothing written) from another status."""
     transitions.check(action, run)
     if run.status == RunStatus.COMPENSATION_FAILED:
         # only the failed compensation is retried; the workflow's own failed step

@@ -312,11 +312,14 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
     rows = _step_rows(run, head + tail, start, total, now)
     head_rows, tail_rows = rows[: len(head)], rows[len(head) :]
     # where a fork may start (the fork form's choices): durable.forks.fork_points
-    step_ids = fork_points(
-        Step.objects.filter(run=run).order_by("position").only("step_id", "kind", "status")
+    every = (
+        list(Step.objects.filter(run=run).order_by("position").only("step_id", "kind", "status"))
         if hidden
         else shown
     )
+    step_ids = fork_points(every)
+    # only a run with a start step has children: no query for the others
+    started = any(s.kind == StepKind.CHILD for s in every)
     waits = [
         WaitRow(
             wait=w,
@@ -380,7 +383,7 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         gap=gap,
         tail=tail_rows,
         durability=_workflow_durability(run),
-        children=children_of(run),
+        children=children_of(run) if started else [],
         limit_wait=next(
             (
                 w.wait

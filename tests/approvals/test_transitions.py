@@ -12,6 +12,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 import durable
@@ -40,6 +41,7 @@ from durable.services import (
     operation_reconcile,
     run_cancel,
     run_compensate,
+    run_compensate_txn,
     run_fork,
     run_resume,
     run_signal,
@@ -116,6 +118,13 @@ def _call(action: str, run: Run, req: ApprovalRequest, op: Operation, user):
         return run_cancel(run_id=run.id, by="ops")
     if action == "compensate":
         return run_compensate(run_id=run.id, by="ops")
+    if action == "compensate_child":  # run_compensate takes it for a parent's children
+        with transaction.atomic():
+            locked = Run.objects.select_for_update().get(pk=run.id)
+            now = timezone.now()
+            return run_compensate_txn(
+                locked, action=action, actor="ops", reason="its parent", now=now
+            )
     if action == "resume":
         return run_resume(run_id=run.id, by="ops")
     if action == "fork":
