@@ -1,0 +1,122 @@
+"""Run an async agent framework inside a synchronous workflow, ctx staying on its thread.
+
+Invariant: every ``ctx`` call happens on the workflow thread, in the order the agent
+asks for it. The agent's coroutine runs on an event loop of its own, in a helper thread;
+when it needs a durable call it hands a callable to the workflow thread and awaits the
+answer, so the engine's state, its database connection and its lease checks never leave
+the thread that owns them. A step whose body is async (a model request, an async tool)
+runs that body back on the agent's loop (``run_on_loop``), which is idle meanwhile: the
+loop's clients (an ``httpx.AsyncClient``) are only ever used from that one loop.
+Engine control flow raised by ``ctx`` (a suspension for a wait, a lost lease) cancels
+the agent's coroutine and is raised again on the workflow thread, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class _Aborted(BaseException):
+    """Raised into the agent's coroutine when the engine stopped the execution."""
+
+
+class LoopBridge:
+    """One agent run's event loop thread and the workflow thread serving its ctx calls.
+
+    ``run(factory)`` (workflow thread) starts ``factory()`` on a new loop and serves
+    ``await call(fn)`` requests until it finishes; returns its result or raises its
+    exception. Engine control flow (``BaseException`` that is not an ``Exception``)
+    raised by a served call stops the agent and is re-raised by ``run``.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[
+            tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
+        ] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: BaseException | None = None
+
+    def run(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        main: list[asyncio.Task[T]] = []
+
+        async def wrapper() -> T:
+            main.append(asyncio.current_task())  # type: ignore[arg-type]
+            return await factory()
+
+        def target() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                done.set_result(loop.run_until_complete(wrapper()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread
+                done.set_exception(exc)
+            finally:
+                try:
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                finally:
+                    loop.close()
+                    self._requests.put(None)
+
+        thread = threading.Thread(target=target, name="durable-agent-loop", daemon=True)
+        thread.start()
+        while (item := self._requests.get()) is not None:
+            fn, fut = item
+            if self._stopped is not None:
+                fut.set_exception(_Aborted())
+                continue
+            try:
+                fut.set_result(fn())
+            except Exception as exc:
+                fut.set_exception(exc)
+            except BaseException as exc:  # engine control flow: stop the agent, keep it
+                self._stopped = exc
+                fut.set_exception(_Aborted())
+                if main:
+                    loop.call_soon_threadsafe(main[0].cancel)
+        thread.join()
+        if self._stopped is not None:
+            raise self._stopped
+        try:
+            return done.result()
+        except BaseExceptionGroup as group:  # a task group around a single failure
+            only = _single(group)
+            if only is not None:
+                raise only from None
+            raise
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """From the agent's loop: run ``fn()`` on the workflow thread, return its result."""
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._requests.put((fn, fut))
+        return await asyncio.wrap_future(fut)
+
+    def run_on_loop(self, make: Callable[[], Awaitable[T]]) -> T:
+        """From the workflow thread (inside a step): run ``make()`` on the agent's loop."""
+        assert self._loop is not None
+
+        async def runner() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(runner(), self._loop).result()
+
+
+def _single(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The one exception at the leaves of nested groups, or ``None`` when several."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else None
