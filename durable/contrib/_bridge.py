@@ -1,7 +1,8 @@
 """Run an async agent framework inside a synchronous workflow, ctx staying on its thread.
 
 Invariant: every ``ctx`` call happens on the workflow thread, in the order the agent
-asks for it. The agent's coroutine runs on an event loop of its own, in a helper thread;
+asks for it. The agent's coroutine runs on the process's agent event loop, in a helper
+thread;
 when it needs a durable call it hands a callable to the workflow thread and awaits the
 answer, so the engine's state, its database connection and its lease checks never leave
 the thread that owns them. A step whose body is async (a model request, an async tool)
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -44,30 +46,18 @@ class LoopBridge:
         self._stopped: BaseException | None = None
 
     def run(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        loop = asyncio.new_event_loop()
+        loop = _agent_loop()
         self._loop = loop
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-        main: list[asyncio.Task[T]] = []
+        main: list[asyncio.Task[Any]] = []
 
         async def wrapper() -> T:
-            main.append(asyncio.current_task())  # type: ignore[arg-type]
+            task = asyncio.current_task()
+            if task is not None:
+                main.append(task)
             return await factory()
 
-        def target() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                done.set_result(loop.run_until_complete(wrapper()))
-            except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread
-                done.set_exception(exc)
-            finally:
-                try:
-                    loop.run_until_complete(loop.shutdown_asyncgens())
-                finally:
-                    loop.close()
-                    self._requests.put(None)
-
-        thread = threading.Thread(target=target, name="durable-agent-loop", daemon=True)
-        thread.start()
+        done = asyncio.run_coroutine_threadsafe(wrapper(), loop)
+        done.add_done_callback(lambda _: self._requests.put(None))
         while (item := self._requests.get()) is not None:
             fn, fut = item
             if self._stopped is not None:
@@ -82,7 +72,6 @@ class LoopBridge:
                 fut.set_exception(_Aborted())
                 if main:
                     loop.call_soon_threadsafe(main[0].cancel)
-        thread.join()
         if self._stopped is not None:
             raise self._stopped
         try:
@@ -107,6 +96,25 @@ class LoopBridge:
             return await make()
 
         return asyncio.run_coroutine_threadsafe(runner(), self._loop).result()
+
+
+_shared: tuple[int, asyncio.AbstractEventLoop] | None = None
+_shared_lock = threading.Lock()
+
+
+def _agent_loop() -> asyncio.AbstractEventLoop:
+    """The process's agent loop, running forever in a daemon thread (a new one after a
+    fork). One loop for every execution, because SDKs keep clients bound to the loop
+    they were first used on (the OpenAI Agents SDK shares one ``httpx.AsyncClient``)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid() or _shared[1].is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="durable-agent-loop", daemon=True
+            ).start()
+            _shared = (os.getpid(), loop)
+        return _shared[1]
 
 
 def _single(group: BaseExceptionGroup[Any]) -> BaseException | None:
