@@ -8,8 +8,8 @@ from examples._http import start
 from examples.fake_llm import FakeLLM
 
 
-@pytest.fixture(scope="session")
-def _llm_server():
+@pytest.fixture(scope="session", name="_llm_server")
+def llm_server_fixture():
     llm = FakeLLM()
     server = start(llm.router, "fake-llm")
     try:
@@ -18,8 +18,8 @@ def _llm_server():
         server.shutdown()
 
 
-@pytest.fixture
-def scripted_llm(_llm_server, monkeypatch):
+@pytest.fixture(name="scripted_llm")
+def scripted_llm_fixture(_llm_server, monkeypatch):
     """``FakeLLM`` with an empty log; OPENAI_BASE_URL/OPENAI_API_KEY point at it."""
     llm, url = _llm_server
     monkeypatch.setenv("OPENAI_BASE_URL", url)
