@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import os
 import queue
 import threading
@@ -23,6 +24,27 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: the idempotency key of the tool step running in this context (``None`` outside one)
+_tool_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "durable_tool_idempotency_key", default=None
+)
+
+
+def current_idempotency_key() -> str | None:
+    """Inside a framework tool's body run as a durable step: the step's idempotency key
+    ``"{run_id}:{step_id}"``, the same on every attempt and after a crash (pass it to a
+    service that deduplicates writes, as Stripe's ``Idempotency-Key``); else ``None``."""
+    return _tool_key.get()
+
+
+async def with_key(key: str, make: Callable[[], Awaitable[T]]) -> T:
+    """Await ``make()`` with :func:`current_idempotency_key` answering ``key``."""
+    token = _tool_key.set(key)
+    try:
+        return await make()
+    finally:
+        _tool_key.reset(token)
 
 
 class _Aborted(BaseException):

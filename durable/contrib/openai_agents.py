@@ -40,9 +40,14 @@ from pydantic_core import to_jsonable_python
 
 from .. import registry
 from ..types import Decision
-from ._bridge import LoopBridge
+from ._bridge import LoopBridge, current_idempotency_key, with_key
 
-__all__ = ["DurableRunner", "durable_run", "register"]
+__all__ = [
+    "DurableRunner",
+    "current_idempotency_key",
+    "durable_run",
+    "register",
+]
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 _runners: dict[int, DurableRunner] = {}
@@ -133,9 +138,10 @@ class _Clones:
         invoke = tool.on_invoke_tool
 
         async def durable_invoke(tool_ctx: Any, arguments: str) -> Any:
-            def body() -> Any:
+            def body(*, idempotency_key: str) -> Any:
+                call = lambda: invoke(tool_ctx, arguments)  # noqa: E731
                 return to_jsonable_python(
-                    session.bridge.run_on_loop(lambda: invoke(tool_ctx, arguments))
+                    session.bridge.run_on_loop(lambda: with_key(idempotency_key, call))
                 )
 
             return await session.step(f"tool:{tool.name}", body)

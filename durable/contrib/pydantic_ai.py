@@ -59,9 +59,14 @@ from pydantic_core import to_jsonable_python
 
 from .. import registry
 from ..types import Decision, ModelRecoverable
-from ._bridge import LoopBridge
+from ._bridge import LoopBridge, current_idempotency_key, with_key
 
-__all__ = ["DurableAgent", "DurableAgentResult", "durable_tool"]
+__all__ = [
+    "DurableAgent",
+    "DurableAgentResult",
+    "current_idempotency_key",
+    "durable_tool",
+]
 
 #: the metadata key marking a PydanticAI tool that stands for a registered ``@durable.tool``
 DURABLE_TOOL_KEY = "durable_tool"
@@ -74,7 +79,7 @@ class _Session:
     ctx: Any
     bridge: LoopBridge
 
-    async def step(self, step_id: str, body: Callable[[], Any]) -> Any:
+    async def step(self, step_id: str, body: Callable[..., Any]) -> Any:
         return await self.bridge.call(lambda: self.ctx.step(step_id, body))
 
 
@@ -174,10 +179,12 @@ class DurableToolset(WrapperToolset[Any]):
             return await self._call_durable_tool(session, name, str(durable_name), tool_args)
         wrapped = self.wrapped
 
-        def body() -> Any:
+        def body(*, idempotency_key: str) -> Any:
             async def run() -> Any:
                 try:
-                    result = await wrapped.call_tool(name, tool_args, ctx, tool)
+                    result = await with_key(
+                        idempotency_key, lambda: wrapped.call_tool(name, tool_args, ctx, tool)
+                    )
                 except ApprovalRequired as exc:
                     return {"approval": exc.metadata}
                 except CallDeferred as exc:

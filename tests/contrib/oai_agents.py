@@ -14,7 +14,7 @@ import json
 from agents import Agent, function_tool
 from agents.models.multi_provider import MultiProvider
 
-from durable.contrib.openai_agents import register
+from durable.contrib.openai_agents import current_idempotency_key, register
 from tests.contrib.pai_agents import record
 
 INSTRUCTIONS = "durable-script: refund-desk\n"
@@ -30,7 +30,7 @@ def lookup_order(order_id: str) -> str:
 @function_tool(needs_approval=True)
 def refund_order(order_id: str, amount: int) -> str:
     """Refund an order (needs approval)."""
-    record("tool", "refund_order", amount=amount)
+    record("tool", "refund_order", amount=amount, key=current_idempotency_key())
     return json.dumps({"order_id": order_id, "refunded": amount})
 
 

@@ -29,7 +29,7 @@ from pydantic_ai import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import durable
-from durable.contrib.pydantic_ai import DurableAgent, durable_tool
+from durable.contrib.pydantic_ai import DurableAgent, current_idempotency_key, durable_tool
 from tests.crash_workflows import append_jsonl, read_jsonl
 
 CALLS: list[dict[str, Any]] = []
@@ -113,7 +113,7 @@ def _script(refund_tool: str):
 
 def lookup(order_id: str) -> dict[str, Any]:
     """Look an order up."""
-    record("tool", "lookup")
+    record("tool", "lookup", key=current_idempotency_key())
     return {"order_id": order_id, "amount": 30}
 
 

@@ -63,6 +63,8 @@ def test_model_calls_tools_and_the_handoff_are_steps_each_run_once(scripted_llm,
     # the resume replayed the three recorded model calls and the lookup
     assert model_requests(scripted_llm) == 4
     assert tools_run() == Counter({"lookup_order": 1, "refund_order": 1})
+    refund = next(c for c in pa.CALLS if c["name"] == "refund_order")
+    assert refund["key"] == f"{run.id}:tool:refund_order"
     out = run.output_value()
     assert out["final_output"] == "Refunded 30 for order B-7."
     assert out["last_agent"] == "Refunds"

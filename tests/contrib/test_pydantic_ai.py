@@ -52,6 +52,9 @@ def test_each_model_request_and_tool_call_is_a_step_run_once(alice):
     )
     assert steps[:3] == ["model", "tool:lookup", "model#2"]
     assert counted() == Counter({"model:1": 1, "tool:lookup": 1, "model:2": 1})
+    # a tool's body knows its step's idempotency key (for a service that deduplicates)
+    assert [c["key"] for c in pa.CALLS if c["name"] == "lookup"] == [f"{run.id}:tool:lookup"]
+    assert pa.current_idempotency_key() is None
 
     req = ApprovalRequest.objects.get(run=run)
     assert req.status == ApprovalStatus.PENDING
