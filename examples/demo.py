@@ -12,7 +12,9 @@ to the states an operator should see at once on the dashboard:
   compensate it to void the invoice and email the customer a correction;
 - a support run whose refund was committed by the payments service but whose answer
   was lost while the service's lookup is down: an unknown outcome to reconcile;
-- a support run that finished, labelled as having used the scripted LLM.
+- a support run that finished, labelled as having used the scripted LLM;
+- with the agent-framework extras, a PydanticAI agent and an OpenAI Agents SDK agent
+  (``examples/framework_agents.py``), each waiting for approval of its refund.
 
 Faults are injected per run through the services' admin APIs; the approvals that lead
 to the failed and the unknown-outcome runs are decided by a ``demo-operator`` user, so
@@ -33,12 +35,15 @@ import durable
 
 from . import clients
 from .chaos import APPROVER_GROUPS
+from .workflows import FRAMEWORK_AGENTS
 
 DEMO_OPERATOR = "demo-operator"
 #: who the demo runs are started by: a known requester other than the approving operator
 DEMO_REQUESTER = "os:demo-requester"
 READY_TIMEOUT = 60.0
 SEED_TIMEOUT = 180.0
+#: the demo runs of the agent-framework reference agents (when their extras are installed)
+FRAMEWORK_LABELS = ("pydantic-ai-approval", "openai-agents-approval") if FRAMEWORK_AGENTS else ()
 
 
 def _support(n: int, charge: bool = True, extra: str = "") -> dict[str, Any]:
@@ -140,6 +145,7 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
             "invoice-failed",
             "refund-unknown",
             "support-done",
+            *FRAMEWORK_LABELS,
         )
     }
     payments = clients.payments_url()
@@ -190,6 +196,12 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
         "refund-unknown": ("examples.support", _support(2)),
         "support-done": ("examples.support", _support(3, charge=False)),
     }
+    if FRAMEWORK_AGENTS:  # one waiting approval per agent framework
+        starts["pydantic-ai-approval"] = (
+            "examples.pydantic-refund",
+            {"prompt": "Please refund order A-1", "message_history": None},
+        )
+        starts["openai-agents-approval"] = ("examples.openai-refund", "Please refund order B-7")
     for label, (workflow, data) in starts.items():
         try:
             durable.start(
@@ -232,7 +244,13 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
             states.get(ids[label]) in statuses | set(TERMINAL) for label, statuses in wanted.items()
         )
         asked = [
-            ids[label] for label in ("refund-approval", "invoice-approval", "purchase-approval")
+            ids[label]
+            for label in (
+                "refund-approval",
+                "invoice-approval",
+                "purchase-approval",
+                *FRAMEWORK_LABELS,
+            )
         ]
         waiting = all(
             ApprovalRequest.objects.filter(run_id=run_id).exists() or states.get(run_id) in TERMINAL

@@ -325,7 +325,7 @@ def refund_desk_script(conv: Conversation) -> dict[str, Any]:
         args = {"order_id": order, "amount": amount}
         return {"content": None, "tool_calls": [("refund_order", args)]}
     refund = done.get("refund_order")
-    if isinstance(refund, dict) and refund.get("refunded"):
+    if isinstance(refund, dict) and (refund.get("refunded") or refund.get("status") == "succeeded"):
         return {"content": f"Refunded {amount} for order {order}.", "tool_calls": []}
     reason = refund.get("result", "") if isinstance(refund, dict) else ""
     return {"content": f"No refund for order {order}. {reason}".strip(), "tool_calls": []}

@@ -1,7 +1,9 @@
 """Sample workflows, discovered automatically because ``examples`` is an installed app.
 
 ``examples.support``, ``examples.invoice`` and ``examples.procurement`` are the reference
-agents (below ``examples.hello``); their tools are in ``examples/tools.py``.
+agents (below ``examples.hello``); their tools are in ``examples/tools.py``. With the
+``pydantic-ai`` and ``openai-agents`` extras, ``examples/framework_agents.py`` adds
+``examples.pydantic-refund`` and ``examples.openai-refund``.
 
 ``examples.hello`` is the run that ``make up`` (``manage.py durable_demo``) starts: two
 memoized steps and one read-only tool call, fast and deterministic, so a fresh checkout
@@ -10,6 +12,7 @@ shows a completed run with its steps in the admin and the dashboard.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from typing import Any
@@ -18,6 +21,11 @@ import durable
 from durable import registry
 
 from . import tools as _tools  # noqa: F401 - registers the reference agents' tools
+
+# the agent-framework reference agents need the pydantic-ai and openai-agents extras
+FRAMEWORK_AGENTS = all(importlib.util.find_spec(m) for m in ("pydantic_ai", "agents"))
+if FRAMEWORK_AGENTS:
+    from . import framework_agents as _framework_agents  # noqa: F401 - registers them
 
 GREETINGS = {"en": "Hello", "fr": "Bonjour", "de": "Hallo", "es": "Hola", "it": "Ciao"}
 

@@ -273,7 +273,10 @@ class DurableAgent:
     (input ``{"prompt": str, "message_history": [...] | None}``; output
     ``{"output": <JSON>, "messages": [...]}``, the messages in PydanticAI's JSON form).
     The agent needs its model set (``Agent("openai:...", ...)``, a ``TestModel``...).
-    ``approval_timeout`` (seconds) bounds each approval, ``None``: no limit.
+    ``approval_timeout`` (seconds) bounds each approval, ``None``: no limit. ``model``:
+    the model to use instead of the agent's, or a factory of it called at each execution
+    (so a provider reads its settings, e.g. ``OPENAI_BASE_URL``, when the run executes,
+    not when the module is imported); one of the two is required.
 
     Raises :class:`~durable.DurableConfigurationError` for a bad name or version.
     """
@@ -286,10 +289,12 @@ class DurableAgent:
         version: str = "1",
         durability: str = "sync",
         approval_timeout: float | None = None,
+        model: Model | Callable[[], Model] | None = None,
     ) -> None:
-        if agent.model is None:
-            raise ValueError(f"DurableAgent {name!r}: the agent has no model; set one")
+        if agent.model is None and model is None:
+            raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
         self.agent = agent
+        self.model = model
         self.name = name
         self.version = str(version)
         self.approval_timeout = approval_timeout
@@ -358,10 +363,10 @@ class DurableAgent:
         self, session: _Session, prompt: str | None, history: list[ModelMessage] | None
     ) -> Any:
         agent = self.agent
-        assert agent.model is not None
-        model = DurableModel(
-            agent.model if isinstance(agent.model, Model) else _infer(agent.model), session
-        )
+        chosen = self.model if self.model is not None else agent.model
+        if chosen is not None and not isinstance(chosen, Model | str) and callable(chosen):
+            chosen = chosen()
+        model = DurableModel(chosen if isinstance(chosen, Model) else _infer(chosen), session)
         toolsets: list[AbstractToolset[Any]] = [
             DurableToolset(toolset, session=session) for toolset in agent.toolsets
         ]
