@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import typing
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -233,10 +234,16 @@ def durable_tool(tool: str | Callable[..., Any], *, name: str | None = None) -> 
     spec = registry.get_tool(str(tool_name))
     signature = inspect.signature(spec.fn)
     params = [p for n, p in signature.parameters.items() if n != "idempotency_key"]
+    try:  # resolved in the tool's module: string annotations name its imports
+        hints = typing.get_type_hints(spec.fn)
+    except Exception:  # noqa: BLE001 - an unresolvable hint: the schema falls back to Any
+        hints = {}
     annotations = {
-        k: v for k, v in getattr(spec.fn, "__annotations__", {}).items() if k != "idempotency_key"
+        k: hints.get(k, p.annotation)
+        for k, p in signature.parameters.items()
+        if k != "idempotency_key" and p.annotation is not inspect.Parameter.empty
     }
-    annotations.pop("return", None)
+    params = [p.replace(annotation=annotations.get(p.name, p.annotation)) for p in params]
 
     def call(**kwargs: Any) -> Any:
         raise RuntimeError(

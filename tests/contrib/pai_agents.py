@@ -146,3 +146,9 @@ ledger_agent: Agent[None, Summary] = Agent(
     tools=[lookup, durable_tool("pai.refund")],
 )
 durable_ledger_agent = DurableAgent(ledger_agent, name="pai.ledger-agent", version="1")
+
+
+@durable.tool(name="pai.note", safety="read_only")
+def pai_note(summary: Summary, *, idempotency_key: str) -> str:
+    """Note a summary (its annotation is a model of this module)."""
+    return summary.status

@@ -7,6 +7,7 @@ dashboard does.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -141,6 +142,12 @@ def test_a_durable_tool_outside_a_durable_agent_says_where_it_runs():
         tool.function(order_id="A-1", amount=1)
     with pytest.raises(durable.ToolNotFound):
         pa.durable_tool("pai.no-such-tool")
+
+
+def test_a_durable_tools_schema_resolves_its_modules_annotations():
+    schema = json.dumps(pa.durable_tool("pai.note").function_schema.json_schema)
+    assert "order_id" in schema and "refunded" in schema  # the Summary model's fields
+    assert "idempotency_key" not in schema
 
 
 def test_bad_input_fails_the_run_saying_what_the_input_must_be():
