@@ -12,7 +12,9 @@ to the states an operator should see at once on the dashboard:
   compensate it to void the invoice and email the customer a correction;
 - a support run whose refund was committed by the payments service but whose answer
   was lost while the service's lookup is down: an unknown outcome to reconcile;
-- a support run that finished, labelled as having used the scripted LLM.
+- a support run that finished, labelled as having used the scripted LLM;
+- with the agent-framework extras, a PydanticAI agent and an OpenAI Agents SDK agent
+  (``examples/framework_agents.py``), each waiting for approval of its refund.
 
 Faults are injected per run through the services' admin APIs; the approvals that lead
 to the failed and the unknown-outcome runs are decided by a ``demo-operator`` user, so
@@ -34,6 +36,7 @@ import durable
 
 from . import clients
 from .chaos import APPROVER_GROUPS
+from .workflows import FRAMEWORK_AGENTS
 
 DEMO_OPERATOR = "demo-operator"
 #: who the demo runs are started by: a known requester other than the approving operator
@@ -42,6 +45,8 @@ READY_TIMEOUT = 60.0
 #: whether the LangGraph reference agent (durable[langgraph]) is there to seed
 GRAPH_AGENT = importlib.util.find_spec("langgraph") is not None
 SEED_TIMEOUT = 180.0
+#: the demo runs of the agent-framework reference agents (when their extras are installed)
+FRAMEWORK_LABELS = ("pydantic-ai-approval", "openai-agents-approval") if FRAMEWORK_AGENTS else ()
 
 
 def _support(n: int, charge: bool = True, extra: str = "") -> dict[str, Any]:
@@ -143,6 +148,7 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
             "invoice-failed",
             "refund-unknown",
             "support-done",
+            *FRAMEWORK_LABELS,
         )
     }
     if GRAPH_AGENT:
@@ -197,6 +203,12 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
     }
     if GRAPH_AGENT:  # the LangGraph reference agent, waiting for its refund's approval
         starts["graph-refund-approval"] = ("examples.refund_graph", _support(4))
+    if FRAMEWORK_AGENTS:  # one waiting approval per agent framework
+        starts["pydantic-ai-approval"] = (
+            "examples.pydantic-refund",
+            {"prompt": "Please refund order A-1", "message_history": None},
+        )
+        starts["openai-agents-approval"] = ("examples.openai-refund", "Please refund order B-7")
     for label, (workflow, data) in starts.items():
         try:
             durable.start(
@@ -245,6 +257,7 @@ def seed(log: Callable[[str], None] = print, timeout: float = SEED_TIMEOUT) -> d
                 "invoice-approval",
                 "purchase-approval",
                 "graph-refund-approval",
+                *FRAMEWORK_LABELS,
             )
             if label in ids
         ]

@@ -331,7 +331,41 @@ def refund_graph_script(conv: Conversation) -> dict[str, Any]:
     return {"content": f"Summary for {facts['name']}: {text}.", "tool_calls": []}
 
 
-SCRIPTS = {"support": support_script, "echo": echo_script, "refund_graph": refund_graph_script}
+
+def refund_desk_script(conv: Conversation) -> dict[str, Any]:
+    """The OpenAI Agents SDK reference agents: a triage agent hands the customer over to
+    the refunds agent (``transfer_to_*``), which looks the order up and refunds it (a
+    call that needs approval), then says what happened, a rejection's reason included."""
+    offered = {
+        str((t.get("function") or {}).get("name", ""))
+        for t in conv.body.get("tools") or []
+        if isinstance(t, dict)
+    }
+    done = {call["name"]: result for call, result in conv.tool_results()}
+    transfer = sorted(name for name in offered if name.startswith("transfer_to_"))
+    if transfer and not any(name.startswith("transfer_to_") for name in done):
+        return {"content": None, "tool_calls": [(transfer[0], {})]}
+    order = (re.findall(r"\b[A-Z]-\d+\b", conv.first_user) or ["A-1"])[0]
+    if "lookup_order" in offered and "lookup_order" not in done:
+        return {"content": None, "tool_calls": [("lookup_order", {"order_id": order})]}
+    found = done.get("lookup_order") or {}
+    amount = int(found.get("amount", 0)) if isinstance(found, dict) else 0
+    if "refund_order" in offered and "refund_order" not in done:
+        args = {"order_id": order, "amount": amount}
+        return {"content": None, "tool_calls": [("refund_order", args)]}
+    refund = done.get("refund_order")
+    if isinstance(refund, dict) and (refund.get("refunded") or refund.get("status") == "succeeded"):
+        return {"content": f"Refunded {amount} for order {order}.", "tool_calls": []}
+    reason = refund.get("result", "") if isinstance(refund, dict) else ""
+    return {"content": f"No refund for order {order}. {reason}".strip(), "tool_calls": []}
+
+
+SCRIPTS = {
+    "support": support_script,
+    "echo": echo_script,
+    "refund_graph": refund_graph_script,
+    "refund-desk": refund_desk_script,
+}
 
 
 # ------------------------------------------------------------------------- server

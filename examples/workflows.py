@@ -1,7 +1,9 @@
 """Sample workflows, discovered automatically because ``examples`` is an installed app.
 
 ``examples.support``, ``examples.invoice`` and ``examples.procurement`` are the reference
-agents (below ``examples.hello``); their tools are in ``examples/tools.py``.
+agents (below ``examples.hello``); their tools are in ``examples/tools.py``. With the
+``pydantic-ai`` and ``openai-agents`` extras, ``examples/framework_agents.py`` adds
+``examples.pydantic-refund`` and ``examples.openai-refund``.
 
 ``examples.hello`` is the run that ``make up`` (``manage.py durable_demo``) starts: two
 memoized steps and one read-only tool call, fast and deterministic, so a fresh checkout
@@ -21,6 +23,10 @@ from . import tools as _tools  # noqa: F401 - registers the reference agents' to
 
 if importlib.util.find_spec("langgraph") is not None:  # the durable[langgraph] extra
     from . import langgraph_agent as _langgraph_agent  # noqa: F401 - examples.refund_graph
+# the agent-framework reference agents need the pydantic-ai and openai-agents extras
+FRAMEWORK_AGENTS = all(importlib.util.find_spec(m) for m in ("pydantic_ai", "agents"))
+if FRAMEWORK_AGENTS:
+    from . import framework_agents as _framework_agents  # noqa: F401 - registers them
 
 GREETINGS = {"en": "Hello", "fr": "Bonjour", "de": "Hallo", "es": "Hola", "it": "Ciao"}
 

@@ -1,7 +1,10 @@
-"""The LangGraph contrib's tests run only where LangGraph is importable.
+"""Fixtures of the contrib tests.
 
-Under ``pip install -e '.[test]'`` (``make test``, CI) it always is: the ``test`` extra
-lists the ``langgraph`` extra's packages.
+The LangGraph tests run only where LangGraph is importable; the agent-framework tests
+skip themselves (``pytest.importorskip``) without their packages. Under ``pip install -e
+'.[test]'`` (``make test``, CI) all are: the ``test`` extra lists the extras' packages.
+``scripted_llm`` runs the scripted LLM server (examples/fake_llm.py) in a thread, for the
+OpenAI Agents tests.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ import importlib.util
 
 import pytest
 
+from examples._http import start
+from examples.fake_llm import FakeLLM
+
 collect_ignore_glob: list[str] = []
 if importlib.util.find_spec("langgraph") is None:  # pragma: no cover - lean installs only
-    collect_ignore_glob.append("test_*.py")
+    collect_ignore_glob.append("test_langgraph_*.py")
 
 
 @pytest.fixture
@@ -28,3 +34,25 @@ def lg_workflows(settings):
     lg_workflows.REFUNDS.clear()
     lg_workflows.FAIL_ONCE.clear()
     return lg_workflows
+
+
+@pytest.fixture(scope="session", name="_llm_server")
+def llm_server_fixture():
+    llm = FakeLLM()
+    server = start(llm.router, "fake-llm")
+    try:
+        yield llm, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(name="scripted_llm")
+def scripted_llm_fixture(_llm_server, monkeypatch):
+    """``FakeLLM`` with an empty log; OPENAI_BASE_URL/OPENAI_API_KEY point at it."""
+    llm, url = _llm_server
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted")
+    with llm.lock:
+        llm.log.clear()
+        llm.seen.clear()
+    return llm

@@ -13,6 +13,7 @@ import durable
 from approvals.models import ApprovalRequest, ApprovalStatus
 from durable.models import Operation, OperationStatus, Run, RunStatus
 from durable.services import operation_reconcile
+from examples.demo import FRAMEWORK_LABELS
 from tests.examples.flows import emails, objects
 from tests.harness import wait_for_run
 
@@ -43,6 +44,8 @@ def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, 
         ids["invoice-approval"],
         ids["purchase-approval"],
         ids["graph-refund-approval"],  # the LangGraph agent's refund (examples.refund_graph)
+        # the PydanticAI and OpenAI Agents SDK reference agents, when their extras are in
+        *(ids[label] for label in FRAMEWORK_LABELS),
     }
     assert status[ids["purchase-goods"]] == RunStatus.WAITING
     assert status[ids["support-done"]] == RunStatus.SUCCEEDED

@@ -1,0 +1,54 @@
+"""OpenAI Agents SDK fixture agents for tests/contrib, against the scripted LLM server.
+
+``oai.refund-desk``: a triage agent hands over to a refunds agent, which looks the order
+up (``lookup_order``) and refunds it (``refund_order``, ``needs_approval=True``); the
+``refund-desk`` script of ``examples/fake_llm.py`` plays the model. Tool bodies append
+to ``CALLS`` (or ``$CRASH_TEST_DIR/calls.jsonl``, with ``CRASH_AT=tool:lookup_order``
+killing the worker there once), as in ``pai_agents``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agents import Agent, function_tool
+from agents.models.multi_provider import MultiProvider
+
+from durable.contrib.openai_agents import current_idempotency_key, register
+from tests.contrib.pai_agents import record
+
+INSTRUCTIONS = "durable-script: refund-desk\n"
+
+
+@function_tool
+def lookup_order(order_id: str) -> str:
+    """Look an order up: its amount."""
+    record("tool", "lookup_order")
+    return json.dumps({"order_id": order_id, "amount": 30})
+
+
+@function_tool(needs_approval=True)
+def refund_order(order_id: str, amount: int) -> str:
+    """Refund an order (needs approval)."""
+    record("tool", "refund_order", amount=amount, key=current_idempotency_key())
+    return json.dumps({"order_id": order_id, "refunded": amount})
+
+
+refunds = Agent(
+    name="Refunds",
+    instructions=INSTRUCTIONS + "You refund orders.",
+    model="scripted",
+    tools=[lookup_order, refund_order],
+)
+triage = Agent(
+    name="Triage",
+    instructions=INSTRUCTIONS + "You route customers.",
+    model="scripted",
+    handoffs=[refunds],
+)
+refund_desk = register(
+    triage,
+    name="oai.refund-desk",
+    version="1",
+    model_provider=lambda: MultiProvider(openai_use_responses=False),
+)

@@ -1,0 +1,89 @@
+"""durable_run: the OpenAI Agents SDK on Durable, driven in-process against the scripted
+LLM server (``tests/contrib/oai_agents.py``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from agents import Agent
+from django.contrib.auth.models import Permission, User
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_decide
+from durable.contrib.openai_agents import durable_run
+from durable.models import Run, RunStatus, Step
+from durable.testing import drive
+from tests.contrib import oai_agents as oa
+from tests.contrib import pai_agents as pa
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls(monkeypatch):
+    monkeypatch.delenv("CRASH_TEST_DIR", raising=False)
+    pa.CALLS.clear()
+
+
+@pytest.fixture
+def alice():
+    user = User.objects.create_user("alice", password="x")
+    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    return user
+
+
+def tools_run() -> Counter:
+    return Counter(c["name"] for c in pa.CALLS)
+
+
+def model_requests(llm) -> int:
+    return sum(1 for e in llm.log if e["script"] == "refund-desk" and e["status"] == 200)
+
+
+def waiting() -> Run:
+    run = drive(durable_run(oa.triage, "Please refund order B-7", started_by="os:requester").id)
+    assert run.status == RunStatus.WAITING, run.error
+    return run
+
+
+def test_model_calls_tools_and_the_handoff_are_steps_each_run_once(scripted_llm, alice):
+    run = waiting()
+    steps = list(
+        Step.objects.filter(run=run).order_by("position").values_list("step_id", flat=True)
+    )
+    assert steps[:5] == ["model", "handoff:Refunds", "model#2", "tool:lookup_order", "model#3"]
+    assert model_requests(scripted_llm) == 3 and tools_run() == Counter({"lookup_order": 1})
+    req = ApprovalRequest.objects.get(run=run)
+    assert "refund_order" in req.title
+    assert '"amount": 30' in req.payload_for_display()["payload"]["arguments"]
+    approval_decide(request_id=req.pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    # the resume replayed the three recorded model calls and the lookup
+    assert model_requests(scripted_llm) == 4
+    assert tools_run() == Counter({"lookup_order": 1, "refund_order": 1})
+    refund = next(c for c in pa.CALLS if c["name"] == "refund_order")
+    assert refund["key"] == f"{run.id}:tool:refund_order"
+    out = run.output_value()
+    assert out["final_output"] == "Refunded 30 for order B-7."
+    assert out["last_agent"] == "Refunds"
+
+
+def test_a_rejection_reaches_the_model_through_the_sdks_reject(scripted_llm, alice):
+    run = waiting()
+    req = ApprovalRequest.objects.get(run=run)
+    approval_decide(request_id=req.pk, user=alice, approve=False, comment="not eligible")
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert tools_run() == Counter({"lookup_order": 1})
+    out = run.output_value()
+    message = "The call to refund_order was rejected by alice: not eligible"
+    assert out["final_output"] == f"No refund for order B-7. {message}"
+    outputs = [i for i in out["items"] if i.get("type") == "function_call_output"]
+    assert outputs[-1]["output"] == message
+
+
+def test_an_unregistered_agent_cannot_be_run():
+    with pytest.raises(LookupError, match="not registered"):
+        durable_run(Agent(name="stray"), "hi")
