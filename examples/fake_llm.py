@@ -331,7 +331,6 @@ def refund_graph_script(conv: Conversation) -> dict[str, Any]:
     return {"content": f"Summary for {facts['name']}: {text}.", "tool_calls": []}
 
 
-
 def refund_desk_script(conv: Conversation) -> dict[str, Any]:
     """The OpenAI Agents SDK reference agents: a triage agent hands the customer over to
     the refunds agent (``transfer_to_*``), which looks the order up and refunds it (a
