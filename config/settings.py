@@ -30,6 +30,16 @@ def env_float(name: str, default: float | None) -> float | None:
     return float(value) if value else default  # unset or empty: the default
 
 
+def env_retention(name: str) -> dict[str, float | None]:
+    """``name=seconds,other=none`` -> ``{"name": seconds, "other": None}`` (none: forever)."""
+    out: dict[str, float | None] = {}
+    for item in env_list(name):
+        key, _, value = item.partition("=")
+        value = value.strip().lower()
+        out[key.strip()] = None if value in {"", "none", "forever"} else float(value)
+    return out
+
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DURABLE_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -271,6 +281,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
         "options": {"expires": 30},
     },
+    # retention (durable/retention.py): deletes nothing unless DURABLE_RETENTION_SECONDS
+    # or DURABLE_RETENTION_SECONDS_BY_WORKFLOW is set
+    "durable-prune": {
+        "task": "durable.prune",
+        "schedule": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
+        "options": {"expires": 600},
+    },
 }
 
 # --- Channels ------------------------------------------------------------------------
@@ -312,6 +329,11 @@ DURABLE = {
     "SCHEDULE_TICK_SECONDS": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
     "SCHEDULE_MAX_CATCHUP": int(os.environ.get("DURABLE_SCHEDULE_MAX_CATCHUP") or 100),
     "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
+    "RETENTION_SECONDS": env_float("DURABLE_RETENTION_SECONDS", None),
+    "RETENTION_SECONDS_BY_WORKFLOW": env_retention("DURABLE_RETENTION_SECONDS_BY_WORKFLOW"),
+    "PRUNE_BATCH_RUNS": int(os.environ.get("DURABLE_PRUNE_BATCH_RUNS") or 100),
+    "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
+    "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
 }
 
 LOGGING = {

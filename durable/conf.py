@@ -117,6 +117,14 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE_TICK_SECONDS": 5.0,
     "SCHEDULE_MAX_CATCHUP": 100,
     "SCHEDULE_GRACE_SECONDS": 60.0,
+    # retention (durable/retention.py): seconds a finished run is kept (None: forever),
+    # per workflow name ({name: seconds or None}) over the global value; runs deleted
+    # per transaction, seconds slept between transactions, seconds between beat prunes
+    "RETENTION_SECONDS": None,
+    "RETENTION_SECONDS_BY_WORKFLOW": {},
+    "PRUNE_BATCH_RUNS": 100,
+    "PRUNE_PAUSE_SECONDS": 0.05,
+    "PRUNE_INTERVAL_SECONDS": 3600.0,
 }
 
 
