@@ -1,5 +1,5 @@
 """Retention: delete finished runs (steps, attempts, events, waits, ledger rows, payloads)
-once they are older than the retention of their workflow (docs/operations.md#retention).
+once they are older than the retention of their workflow (docs/retention-and-audit.md#retention).
 
 Invariant: a run is deleted only when nothing can still act on it. It must be finished
 (a terminal status other than ``compensation_failed``, whose undo an operator still
@@ -60,6 +60,10 @@ __all__ = [
 
 #: the statuses a run may be pruned in: finished, and no undo owed
 PRUNABLE_STATUSES = tuple(s for s in TERMINAL if s != RunStatus.COMPENSATION_FAILED)
+#: the bulky tables deleted without Django's collector (which loads a step before
+#: deleting it, since attempts reference steps); waits and operations go through it, so
+#: rows of other apps that hang on them go too
+RAW_DELETE = (TraceEvent, StepAttempt, Signal, Step)
 #: operations whose outcome is not known yet: their run is never pruned
 UNSETTLED = (OperationStatus.STARTED, OperationStatus.UNKNOWN)
 
@@ -174,7 +178,13 @@ def _delete_runs(ids: list[str]) -> dict[str, int]:
         if isinstance(response, dict):
             _add(counts, response)
     for model in (TraceEvent, StepAttempt, Signal, Wait, Operation, Step):
-        deleted, _ = model.objects.filter(run_id__in=ids).delete()
+        qs = model.objects.filter(run_id__in=ids)
+        if model in RAW_DELETE:
+            # one DELETE, no rows loaded: nothing else references these rows once the
+            # attempts are gone (a new reference fails the commit, it is not left dangling)
+            deleted = qs._raw_delete(qs.db)
+        else:
+            deleted, _ = qs.delete()
         counts[model._meta.model_name or model.__name__] = deleted
     deleted, by_model = Run.objects.filter(pk__in=ids).delete()
     for label, n in by_model.items():
