@@ -125,6 +125,9 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_BATCH_RUNS": 100,
     "PRUNE_PAUSE_SECONDS": 0.05,
     "PRUNE_INTERVAL_SECONDS": 3600.0,
+    # the bearer token a Prometheus scraper sends to GET /metrics (empty: only logged-in
+    # users with durable.view_run may read it)
+    "METRICS_TOKEN": "",
 }
 
 
