@@ -6,9 +6,9 @@ event per step, finished two days ago) by bulk insert, then:
 
 1. measures the checkpoint latency of a live run alone: ``bench.noop`` with N steps,
    in-process (``durable.engine.execute``), a few times;
-2. starts ``durable.retention.prune(older_than=1 day)`` in a thread (its own database
-   connection, default batch and pause) and measures the same live runs while it
-   deletes, until it is done;
+2. starts ``manage.py durable prune --older-than 86400`` in a process of its own
+   (default batch and pause, as the beat's task) and measures the same live runs while
+   it deletes, until it is done;
 3. reports runs and steps deleted per second and the live run's ms/step before and
    during the prune (median, p95 of the per-run figures).
 
@@ -19,9 +19,12 @@ figure says whether the prune's batches hold them.
 from __future__ import annotations
 
 import argparse
-import threading
+import json
+import subprocess
+import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from .common import emit, percentile, setup_django, summary
@@ -93,8 +96,6 @@ def main(argv: list[str] | None = None) -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
     import bench.workflows  # noqa: F401  (registers bench.noop)
-    from durable import retention
-
     t = time.perf_counter()
     _seed(a.runs, a.steps)
     seed_seconds = time.perf_counter() - t
@@ -102,22 +103,21 @@ def main(argv: list[str] | None = None) -> None:
         _live_run(a.probe)  # warm-up
     before = [_live_run(a.probe) for _ in range(a.baseline)]
 
-    report: dict[str, Any] = {}
-
-    def prune() -> None:
-        try:
-            report.update(retention.prune(older_than=86_400.0))
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=prune)
+    # the prune in a process of its own, as the beat's task runs in a worker
+    connection.close()
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "durable", "prune", "--older-than", "86400", "--json"],
+        cwd=str(Path(__file__).resolve().parent.parent),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     t = time.perf_counter()
-    thread.start()
     during: list[float] = []
-    while thread.is_alive() or not during:
+    while proc.poll() is None or not during:
         during.append(_live_run(a.probe))
-    thread.join()
+    out, _ = proc.communicate()
     elapsed = time.perf_counter() - t
+    report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     steps = report.get("rows", {}).get("step", 0)
     emit(
         {

@@ -237,6 +237,7 @@ def prune(
             # leaves a run an operator is changing right now for the next prune
             ids = list(
                 prunable(now=now, older_than=older_than, workflow=workflow)
+                .order_by()  # any eligible runs: no sort of every candidate per batch
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)[:take]
             )
