@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
     import bench.workflows  # noqa: F401  (registers bench.noop)
+
     t = time.perf_counter()
     _seed(a.runs, a.steps)
     seed_seconds = time.perf_counter() - t

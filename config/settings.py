@@ -335,13 +335,29 @@ DURABLE = {
     "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
     "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
     "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
+    "OTEL": env_bool("DURABLE_OTEL", False),
 }
 
+# every line carries the run, step and attempt it is about, secrets blanked out
+# (durable/logcontext.py); DURABLE_LOG_FORMAT=json: one JSON object per line
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"durable_context": {"()": "durable.logcontext.ContextFilter"}},
+    "formatters": {
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s "
+            "[run=%(run_id)s step=%(step_id)s attempt=%(attempt)s] %(message)s"
+        },
+        "json": {"()": "durable.logcontext.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if os.environ.get("DURABLE_LOG_FORMAT") == "json" else "plain",
+            "filters": ["durable_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

@@ -128,6 +128,8 @@ DEFAULTS: dict[str, Any] = {
     # the bearer token a Prometheus scraper sends to GET /metrics (empty: only logged-in
     # users with durable.view_run may read it)
     "METRICS_TOKEN": "",
+    # OpenTelemetry tracing (durable/otel.py; the durable[otel] extra): off unless true
+    "OTEL": False,
 }
 
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from . import conf, metrics, registry, run_pg, transitions
+from . import conf, metrics, registry, run_pg, telemetry, transitions
 from .batching import flush_at_stop
 from .compensation import run_compensation
 from .context import Execution
@@ -169,6 +169,7 @@ def release(
     )
 
 
+@telemetry.execution  # logs bound to the run, its span (docs/observability.md)
 def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     """Claim and execute ``run_id`` until it finishes, waits, or is released.
 
@@ -191,6 +192,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         if claimed is None:
             return None
     run, steps = claimed
+    telemetry.run_claimed(run)
     compensating = run.status == RunStatus.COMPENSATING
     try:
         spec = (
