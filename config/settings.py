@@ -346,8 +346,9 @@ LOGGING = {
     "filters": {"durable_context": {"()": "durable.logcontext.ContextFilter"}},
     "formatters": {
         "plain": {
+            "()": "durable.logcontext.RedactingFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s "
-            "[run=%(run_id)s step=%(step_id)s attempt=%(attempt)s] %(message)s"
+            "[run=%(run_id)s step=%(step_id)s attempt=%(attempt)s] %(message)s",
         },
         "json": {"()": "durable.logcontext.JsonFormatter"},
     },

@@ -4,9 +4,10 @@ attempt it is about, and never carries a secret.
 The engine binds ``run_id`` while it executes a run and ``step_id`` / ``attempt`` while
 a step's try runs (:func:`bound`, a context variable, so threads and Celery tasks do not
 mix them up). :class:`ContextFilter`, on the handler, copies them onto every record
-(``-`` when unbound) and blanks secrets out of the message and its traceback with
-:func:`durable.redaction.redact_text`: the same patterns as everything stored. With
-``DURABLE_LOG_FORMAT=json`` the :class:`JsonFormatter` writes one JSON object per line.
+(``-`` when unbound); the formatters (:class:`RedactingFormatter`, and
+:class:`JsonFormatter` with ``DURABLE_LOG_FORMAT=json``: one JSON object per line) blank
+secrets out of the message and its traceback with :func:`durable.redaction.redact_text`,
+the same patterns as everything stored.
 This module imports nothing of the engine at import time: logging is configured before
 the Django apps are.
 """
@@ -21,7 +22,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["FIELDS", "ContextFilter", "JsonFormatter", "bound", "current"]
+__all__ = ["FIELDS", "ContextFilter", "JsonFormatter", "RedactingFormatter", "bound", "current"]
 
 #: the fields bound on log records, in the order they are shown
 FIELDS = ("run_id", "step_id", "attempt")
@@ -56,20 +57,27 @@ def _redact(text: str) -> str:
 
 
 class ContextFilter(logging.Filter):
-    """Puts the bound fields on the record and redacts its message (module docstring)."""
+    """Puts the bound fields on the record (``-`` when unbound). It leaves the message
+    and its arguments alone: other handlers (a test's capture) see the record as made;
+    the formatters redact what they write."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         bound_now = _context.get() or {}
         for name in FIELDS:
-            if not hasattr(record, name) or getattr(record, name) in (None, "-"):
+            if getattr(record, name, None) in (None, "-"):
                 setattr(record, name, bound_now.get(name, "-"))
-        if not getattr(record, "_durable_redacted", False):
-            record.msg = _redact(record.getMessage())
-            record.args = ()
-            if record.exc_info and not record.exc_text:
-                record.exc_text = _redact(logging.Formatter().formatException(record.exc_info))
-            record._durable_redacted = True
         return True
+
+
+class RedactingFormatter(logging.Formatter):
+    """A plain ``logging.Formatter`` whose whole output (message and traceback) goes
+    through :func:`durable.redaction.redact_text`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        for name in FIELDS:  # a handler without the filter: still formattable
+            if not hasattr(record, name):
+                setattr(record, name, "-")
+        return _redact(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):
@@ -86,8 +94,8 @@ class JsonFormatter(logging.Formatter):
         for name in FIELDS:
             value = getattr(record, name, "-")
             doc[name] = None if value == "-" else value
-        if record.exc_text:
-            doc["exc"] = record.exc_text
-        elif record.exc_info:
+        if record.exc_info:
             doc["exc"] = _redact(self.formatException(record.exc_info))
+        elif record.exc_text:
+            doc["exc"] = _redact(record.exc_text)
         return json.dumps(doc, ensure_ascii=False, default=str)
