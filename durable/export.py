@@ -232,7 +232,8 @@ def to_json(document: dict[str, Any]) -> str:
 
 
 def render_html(document: dict[str, Any]) -> str:
-    """The document as a whole, self-contained HTML page with its own styles (every
+    """The document as a whole, self-contained HTML page (no inline style, which the
+    CSP test forbids: tables carry border attributes; every
     value escaped by the template); a page of the dashboard includes
     ``durable/export_body.html`` with :func:`template_context` instead."""
     from django.template.loader import render_to_string
