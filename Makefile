@@ -72,7 +72,11 @@ up: export DURABLE_DEMO_URL ?= http://127.0.0.1:$(PORT)/
 # config/ and examples/ are not in the wheel (nor in the editable install's packages): the
 # processes import them from the checkout, whichever folder their command runs from
 up: export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+# GET /metrics adds up the counters of web, worker and beat processes (prometheus_client's
+# multiprocess mode); the folder is emptied at every start, as that mode requires
+up: export PROMETHEUS_MULTIPROC_DIR ?= $(or $(DURABLE_VAR_DIR),$(CURDIR)/var)/metrics
 up: $(DEMO_STAMP)
+	rm -rf "$$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$$PROMETHEUS_MULTIPROC_DIR"
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py durable_demo
 	@echo
@@ -80,6 +84,7 @@ up: $(DEMO_STAMP)
 	@echo "Starting web (daphne on 127.0.0.1:$(PORT)), worker, beat, the scripted LLM"
 	@echo "(:$(FAKE_LLM_PORT)), the payments service (:$(PAYMENTS_PORT)) and the SMTP sink"
 	@echo "(:$(SMTP_PORT)); the demo runs are seeded once they answer. Ctrl-C stops them all."
+	@echo "Metrics: http://127.0.0.1:$(PORT)/metrics (logged in, or DURABLE_METRICS_TOKEN)."
 	@echo
 	exec $(BIN)/honcho start -p $(PORT) -f Procfile
 

@@ -9,10 +9,10 @@ from django.contrib.auth.models import Group
 
 from durable import codec, requesters
 from durable.models import TraceEvent, Wait, WaitKind, WaitStatus
-from durable.signals import wait_closed, wait_created
+from durable.signals import run_exporting, runs_pruning, wait_closed, wait_created
 from durable.vocabulary import EventKind
 
-from .models import ApprovalArguments, ApprovalRequest, ApprovalStatus
+from .models import ApprovalArguments, ApprovalDecision, ApprovalRequest, ApprovalStatus
 
 
 def _group(name: Any) -> Group | None:
@@ -107,6 +107,65 @@ def on_wait_closed(sender: Any, wait: Wait, reason: str, **kwargs: Any) -> None:
     )
 
 
+def on_runs_pruning(sender: Any, run_ids: list[str], **kwargs: Any) -> dict[str, int]:
+    """Retention deletes these runs: delete their approval requests here, decisions
+    first (a decision protects the argument version it decided on, which Django's
+    cascade from the wait would try to delete before it). Inside the prune's
+    transaction; ``{model_name: rows deleted}``."""
+    decisions, _ = ApprovalDecision.objects.filter(request__run_id__in=run_ids).delete()
+    _, by_model = ApprovalRequest.objects.filter(run_id__in=run_ids).delete()
+    counts = {"approvaldecision": decisions}
+    for label, n in by_model.items():
+        counts[label.rsplit(".", 1)[-1].lower()] = n
+    return counts
+
+
+def on_run_exporting(sender: Any, run: Any, **kwargs: Any) -> dict[str, Any]:
+    """The ``approvals`` section of a run's audit document (``durable.export``): each
+    request with its policy, the arguments it asked about (secrets shown as
+    ``[REDACTED]``) and every decision: who, approved or not, when, on which version."""
+    out = []
+    for req in ApprovalRequest.objects.filter(run=run).order_by("created_at", "id"):
+        versions = {v.pk: v for v in ApprovalArguments.objects.filter(request=req)}
+        decisions = ApprovalDecision.objects.filter(request=req).select_related("user")
+        out.append(
+            {
+                "wait_id": req.wait.wait_id,
+                "key": req.key,
+                "title": req.title,
+                "tool": req.tool_name,
+                "status": req.status,
+                "required_approvals": req.required_approvals,
+                "four_eyes": req.four_eyes,
+                "requesters": req.requesters_label,
+                "created_at": req.created_at.isoformat(),
+                "expires_at": req.expires_at.isoformat() if req.expires_at else None,
+                "decided_at": req.decided_at.isoformat() if req.decided_at else None,
+                "decided_by": req.decided_by,
+                "comment": req.comment,
+                "arguments": [
+                    {"version": v.number, "value": v.value_for_display(), "comment": v.comment}
+                    for v in sorted(versions.values(), key=lambda v: v.number)
+                ],
+                "decisions": [
+                    {
+                        "user": d.user.get_username(),
+                        "approved": d.approved,
+                        "comment": d.comment,
+                        "arguments_version": (
+                            versions[d.arguments_id].number if d.arguments_id in versions else None
+                        ),
+                        "at": d.created_at.isoformat(),
+                    }
+                    for d in decisions
+                ],
+            }
+        )
+    return {"approvals": out}
+
+
 def connect() -> None:
     wait_created.connect(on_wait_created, dispatch_uid="approvals.on_wait_created")
     wait_closed.connect(on_wait_closed, dispatch_uid="approvals.on_wait_closed")
+    runs_pruning.connect(on_runs_pruning, dispatch_uid="approvals.on_runs_pruning")
+    run_exporting.connect(on_run_exporting, dispatch_uid="approvals.on_run_exporting")

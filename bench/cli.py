@@ -47,6 +47,7 @@ PARTS = (
     "recovery",
     "approval",
     "dashboard",
+    "prune",
     "memory",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -362,6 +363,18 @@ def part_shapes(cfg: Config, log_dir: Path) -> dict[str, Any]:
     )[-1]
 
 
+def part_prune(cfg: Config, log_dir: Path) -> dict[str, Any]:
+    """Retention's throughput and the checkpoint latency while it runs (bench/prune.py)."""
+    if problem := pg_available(cfg):
+        return {"skipped": problem}
+    url = recreate_pg_db(cfg, "prune").replace("postgresql://", "postgres://", 1)
+    args = ["--runs", "200" if cfg.quick else "20000", "--steps", "50"]
+    args += ["--probe", "20" if cfg.quick else "50", "--baseline", "3" if cfg.quick else "10"]
+    return run_child(
+        "bench.prune", args, django_env(cfg, database_url=url), timeout=3600, verbose=cfg.verbose
+    )[-1]
+
+
 # --------------------------------------------------------------------------------- main
 
 
@@ -507,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         "recovery": part_recovery,
         "approval": part_approval,
         "dashboard": part_dashboard,
+        "prune": part_prune,
     }
     todo = [p for p in cfg.parts if p != "memory"]
     if "memory" in cfg.parts and "throughput" not in todo:

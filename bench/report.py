@@ -152,6 +152,32 @@ def shapes_section(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def prune_section(s: dict[str, Any]) -> list[str]:
+    title = "## Retention: prune throughput and checkpoint latency while it runs"
+    if "skipped" in s:
+        return [title, "", f"Skipped: {s['skipped']}"]
+    b, d = s["checkpoint_ms_before"], s["checkpoint_ms_during"]
+    return [
+        title,
+        "",
+        (
+            f"{s['pruned_runs']} finished runs of {s['steps_per_run']} steps (a trace event "
+            f"per step) deleted by `durable.retention.prune` in {s['batches']} batches, while "
+            f"a live `bench.noop` run of the same database checkpoints in-process "
+            f"({s['live_runs_during']} live runs during the prune; median (min–max) and p95 "
+            "of their ms/step)."
+        ),
+        "",
+        "| Prune runs/s | Prune steps/s | Checkpoint ms/step alone | p95 alone "
+        "| Checkpoint ms/step during prune | p95 during |",
+        "|---|---|---|---|---|---|",
+        (
+            f"| {s['runs_per_second']} | {s['steps_per_second']} | {mmm(b)} | "
+            f"{fmt(s['checkpoint_p95_before'])} | {mmm(d)} | {fmt(s['checkpoint_p95_during'])} |"
+        ),
+    ]
+
+
 def dispatch_section(d: dict[str, Any]) -> list[str]:
     out = [
         "## 2. Dispatch latency (one-step run, `durable.start` → SUCCEEDED, worker process)",
@@ -397,6 +423,8 @@ def render(results: dict[str, Any]) -> str:
         out += approval_section(parts["approval"]) + [""]
     if "dashboard" in parts:
         out += dashboard_section(parts["dashboard"]) + page_profiles(parts["dashboard"]) + [""]
+    if "prune" in parts:
+        out += prune_section(parts["prune"]) + [""]
     if "throughput" in parts and "memory" in results.get("requested_parts", ["memory"]):
         out += memory_section(parts["throughput"]) + [""]
     if results.get("errors"):

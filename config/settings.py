@@ -44,6 +44,16 @@ def env_json(name: str, default: Any) -> Any:
         raise ImproperlyConfigured(f"{name} must be JSON ({exc}), got {value!r}") from None
 
 
+def env_retention(name: str) -> dict[str, float | None]:
+    """``name=seconds,other=none`` -> ``{"name": seconds, "other": None}`` (none: forever)."""
+    out: dict[str, float | None] = {}
+    for item in env_list(name):
+        key, _, value = item.partition("=")
+        value = value.strip().lower()
+        out[key.strip()] = None if value in {"", "none", "forever"} else float(value)
+    return out
+
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DURABLE_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -296,6 +306,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
         "options": {"expires": 30},
     },
+    # retention (durable/retention.py): deletes nothing unless DURABLE_RETENTION_SECONDS
+    # or DURABLE_RETENTION_SECONDS_BY_WORKFLOW is set
+    "durable-prune": {
+        "task": "durable.prune",
+        "schedule": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
+        "options": {"expires": 600},
+    },
 }
 
 # --- Channels ------------------------------------------------------------------------
@@ -339,6 +356,13 @@ DURABLE = {
     "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
     # {"gpt-4o-mini": {"rate_limit": "500/m", "concurrency": 10}, "*": {...}} as JSON
     "LLM_LIMITS": env_json("DURABLE_LLM_LIMITS", {}),
+    "RETENTION_SECONDS": env_float("DURABLE_RETENTION_SECONDS", None),
+    "RETENTION_SECONDS_BY_WORKFLOW": env_retention("DURABLE_RETENTION_SECONDS_BY_WORKFLOW"),
+    "PRUNE_BATCH_RUNS": int(os.environ.get("DURABLE_PRUNE_BATCH_RUNS") or 100),
+    "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
+    "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
+    "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
+    "OTEL": env_bool("DURABLE_OTEL", False),
 }
 
 # --- the JSON API (api/) ----------------------------------------------------------------
@@ -353,11 +377,28 @@ DURABLE_APPROVAL_LINK_SECONDS = int(os.environ.get("DURABLE_APPROVAL_LINK_SECOND
 # (api/webhooks_out.py); empty: none. The reference agents': examples.approval_email
 DURABLE_APPROVAL_EMAIL_WORKFLOW = os.environ.get("DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
 
+
+# every line carries the run, step and attempt it is about, secrets blanked out
+# (durable/logcontext.py); DURABLE_LOG_FORMAT=json: one JSON object per line
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"durable_context": {"()": "durable.logcontext.ContextFilter"}},
+    "formatters": {
+        "plain": {
+            "()": "durable.logcontext.RedactingFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s "
+            "[run=%(run_id)s step=%(step_id)s attempt=%(attempt)s] %(message)s",
+        },
+        "json": {"()": "durable.logcontext.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if os.environ.get("DURABLE_LOG_FORMAT") == "json" else "plain",
+            "filters": ["durable_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
-from . import actions, schedules, views
+from . import actions, exports, schedules, views
 from .parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
 app_name = "dashboard"
@@ -27,6 +27,9 @@ urlpatterns = [
         name="payload",
     ),
     path("runs/<run_id:run_id>/signal/", actions.run_signal_view, name="run_signal"),
+    # before run_action, whose <slug:action> would take "export"
+    path("runs/<run_id:run_id>/export/", exports.run_export, name="run_export"),
+    path("runs/<run_id:run_id>/export.json", exports.run_export_json, name="run_export_json"),
     path("runs/<run_id:run_id>/<slug:action>/", actions.run_action, name="run_action"),
     path(
         "operations/<id:operation_id>/reconcile/",

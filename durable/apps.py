@@ -13,3 +13,6 @@ class DurableConfig(AppConfig):
         from .registry import autodiscover
 
         autodiscover()
+        from . import otel
+
+        otel.connect()  # OpenTelemetry, when DURABLE['OTEL'] is set

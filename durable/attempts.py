@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from django.utils import timezone
 
-from . import conf, registry
-from .checkpoint import billed_tokens
+from . import conf, registry, telemetry
+from .checkpoint import Checkpoints, billed_tokens
 from .durations import check_retry_after
 from .exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
 from .failures import db_faults_stop_the_execution, safe_str
@@ -198,7 +198,8 @@ class Attempts(LimitGate):
                 self.check_token_budget(call.step_id)  # the failed tries were billed too
             started_at = timezone.now()
             try:
-                value = fn()
+                with telemetry.attempt(call, attempt=attempt, safety=safety, policy=policy):
+                    value = fn()
             except (LeaseLost, RunStopped, Suspend):
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below

@@ -16,13 +16,14 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
-from . import conf
+from . import conf, metrics
 from .exceptions import LeaseLost, RunStopped
 from .failures import db_faults_stop_the_execution
 from .fields import storable_json
@@ -225,6 +226,8 @@ class StepBatch:
             return
         for step in self._saved:
             owner.by_position[step.position] = step
+        executed = [SimpleNamespace(kind=EventKind.STEP_EXECUTED, **e) for e in self.events]
+        metrics.count_events(executed)
         self.pending, self.events, self._saved = [], [], []
         self.tokens, self.tags = 0, None
 

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import checkpoint_pg, child_ends, codec, conf, mailbox, run_pg, transitions
+from . import checkpoint_pg, child_ends, codec, conf, mailbox, metrics, run_pg, transitions
 from .batching import StepBatch
 from .checkpoint_pg import checkpoint_in_one_statement
 from .exceptions import (
@@ -95,7 +95,7 @@ class Checkpoints(ReplayCursor):
         # here would make every checkpoint a non-HOT update of the run row on PostgreSQL
         fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
-        with transaction.atomic():
+        with metrics.checkpoint(events), transaction.atomic():
             parent = child_ends.lock_parent_txn(self.run, fields.get("status"))  # parent first
             updated = Run.objects.filter(
                 pk=self.run_id, lease_token=self.token, status=self.status

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection
 from django.db.models import Field
 
+from . import metrics
 from .fields import storable_json
 from .models import Operation, Run, Step, StepStatus, TraceEvent
 
@@ -92,11 +93,12 @@ def checkpoint_in_one_statement(
         now,
         *op_params,
     ]
-    with connection.cursor() as cursor:
+    with metrics.checkpoint(path="one_statement"), connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
+    metrics.STEPS_EXECUTED.labels(kind=call.kind or "step").inc()
     return Step(
         pk=row[0],
         run_id=run_id,

@@ -102,6 +102,7 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                 id="durable.E007",
             )
         )
+    messages.extend(_retention_errors())
     for module, tb in registry.load_errors.items():
         last = tb.strip().splitlines()[-1] if tb.strip() else "import failed"
         messages.append(
@@ -142,3 +143,44 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     return messages
+
+
+def _retention_errors() -> list:
+    """RETENTION_SECONDS and each value of RETENTION_SECONDS_BY_WORKFLOW: None or >= 0."""
+    errors: list = []
+    values: list[tuple[str, Any]] = [("RETENTION_SECONDS", conf.get("RETENTION_SECONDS"))]
+    by_workflow = conf.get("RETENTION_SECONDS_BY_WORKFLOW")
+    if not isinstance(by_workflow, dict):
+        return [
+            Error(
+                "DURABLE['RETENTION_SECONDS_BY_WORKFLOW'] must be a dict "
+                "{workflow name: seconds or None}",
+                id="durable.E008",
+            )
+        ]
+    values += [(f"RETENTION_SECONDS_BY_WORKFLOW'][{k!r}", v) for k, v in by_workflow.items()]
+    for name, value in values:
+        if value is None:
+            continue
+        try:
+            ok = float(value) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            errors.append(
+                Error(
+                    f"DURABLE['{name}'] must be a number of seconds >= 0 or None (keep forever)",
+                    id="durable.E008",
+                )
+            )
+    try:
+        if int(conf.get("PRUNE_BATCH_RUNS")) < 1 or float(conf.get("PRUNE_PAUSE_SECONDS")) < 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        errors.append(
+            Error(
+                "DURABLE['PRUNE_BATCH_RUNS'] must be 1 or more and PRUNE_PAUSE_SECONDS >= 0",
+                id="durable.E008",
+            )
+        )
+    return errors

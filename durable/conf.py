@@ -120,6 +120,19 @@ DEFAULTS: dict[str, Any] = {
     # rate and concurrency limits of LLM calls (docs/limits.md):
     # {model or "*": {"rate_limit": "500/m", "concurrency": 10}}
     "LLM_LIMITS": {},
+    # retention (durable/retention.py): seconds a finished run is kept (None: forever),
+    # per workflow name ({name: seconds or None}) over the global value; runs deleted
+    # per transaction, seconds slept between transactions, seconds between beat prunes
+    "RETENTION_SECONDS": None,
+    "RETENTION_SECONDS_BY_WORKFLOW": {},
+    "PRUNE_BATCH_RUNS": 100,
+    "PRUNE_PAUSE_SECONDS": 0.05,
+    "PRUNE_INTERVAL_SECONDS": 3600.0,
+    # the bearer token a Prometheus scraper sends to GET /metrics (empty: only logged-in
+    # users with durable.view_run may read it)
+    "METRICS_TOKEN": "",
+    # OpenTelemetry tracing (durable/otel.py; the durable[otel] extra): off unless true
+    "OTEL": False,
 }
 
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from . import conf, registry, run_pg, transitions
+from . import conf, metrics, registry, run_pg, telemetry, transitions
 from .batching import flush_at_stop
 from .compensation import run_compensation
 from .context import Execution
@@ -144,6 +144,7 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
             )
         )
         TraceEvent.objects.bulk_create(events)
+        metrics.count_events(events)  # a recovery
         steps = [] if first_claim else list(Step.objects.filter(run_id=run.id).order_by("position"))
     return run, steps
 
@@ -168,6 +169,7 @@ def release(
     )
 
 
+@telemetry.execution  # logs bound to the run, its span (docs/observability.md)
 def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     """Claim and execute ``run_id`` until it finishes, waits, or is released.
 
@@ -190,6 +192,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         if claimed is None:
             return None
     run, steps = claimed
+    telemetry.run_claimed(run)
     compensating = run.status == RunStatus.COMPENSATING
     try:
         spec = (

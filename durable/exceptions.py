@@ -207,6 +207,16 @@ class RunNotFound(DurableError):
         super().__init__(f"run {run_id} does not exist")
 
 
+class RunNotPrunable(DurableError):
+    """Retention refuses to delete a run that something may still act on
+    (``durable.retention``): not finished, a write of unknown outcome, compensation owed."""
+
+    def __init__(self, run_id: Any, reason: str):
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id} is kept: {reason}")
+
+
 class ScheduleNotFound(DurableError, LookupError):
     """No schedule has that name (``durable.schedules``)."""
 

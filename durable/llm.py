@@ -18,7 +18,7 @@ import json
 import os
 from typing import Any
 
-from . import conf
+from . import conf, telemetry
 from .exceptions import ModelRecoverableError, PermanentError
 
 #: ``system_fingerprint`` the scripted local server answers with (the dashboard labels
@@ -153,4 +153,5 @@ def chat(
         exc.billed_usage = billed_usage(response)  # type: ignore[attr-defined]
         raise
     result["cost_usd"] = cost_usd(result["model"] or model, result["usage"])
+    telemetry.llm_result(result)  # GenAI attributes on the step's span
     return result

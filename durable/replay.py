@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from . import codec, transitions
+from . import codec, telemetry, transitions
 from .exceptions import BudgetExceeded, LeaseLost, NonDeterminismError, RunStopped
 from .failures import error_info
 from .fields import storable_text
@@ -168,6 +168,7 @@ class ReplayCursor:
     def replay(self, rec: Step) -> Any:
         """The recorded value of ``rec`` (counted as replayed)."""
         self.replayed.append(rec.pk)
+        telemetry.replayed(rec)
         value = codec.decode(rec.output)
         if rec.error and rec.error.get("classification") == MODEL_RECOVERABLE:
             return ModelRecoverable(**value)

@@ -52,6 +52,14 @@ def tick_schedules() -> int:
     return len(tick())
 
 
+@shared_task(name="durable.prune", ignore_result=True, max_retries=0)
+def prune() -> int:
+    """Delete finished runs past their retention (durable/retention.py); runs deleted."""
+    from .retention import prune as run_prune
+
+    return int(run_prune()["runs"])
+
+
 @worker_ready.connect
 def _sweep_at_worker_start(sender=None, **kwargs) -> None:  # pragma: no cover - celery hook
     sweep.delay()

@@ -1,6 +1,7 @@
 """``manage.py durable <subcommand>``: inspect and operate Durable from a shell.
 
-Subcommands: ``workflows``, ``start``, ``runs``, ``show``, ``sweep``, ``reconcile``
+Subcommands: ``workflows``, ``start``, ``runs``, ``show``, ``sweep``, ``reconcile``,
+the run actions, ``prune`` and ``export``
 (``manage.py durable <subcommand> --help`` for each). State changes go through
 :mod:`durable.api` and :mod:`durable.services`, as the dashboard's do. Payloads are shown
 through :func:`durable.codec.decode_for_display`, so secrets print as ``[REDACTED]``.
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from durable.cli import actions, inspection
+from durable.cli import actions, inspection, operate
 
 # the names this module held before the subcommands moved to durable.cli, still
 # importable from here (tests import _parse_json)
@@ -58,6 +59,8 @@ SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
     "compensate": actions.do_compensate,
     "fork": actions.do_fork,
     "signal": actions.do_signal,
+    "prune": operate.do_prune,
+    "export": operate.do_export,
 }
 
 
@@ -215,6 +218,53 @@ class Command(BaseCommand):
         p.add_argument("--payload", default="null", help="JSON (default: null)")
         p.add_argument("--dedupe-key", default=None)
         p.add_argument("--by", default=None, metavar="NAME")
+
+        p = sub.add_parser(
+            "prune",
+            help="delete finished runs past their retention (batched; never a run with a "
+            "write of unknown outcome or compensation owed)",
+        )
+        p.add_argument(
+            "--older-than",
+            type=_non_negative_float,
+            default=None,
+            metavar="SECONDS",
+            help="prune runs finished more than SECONDS ago, instead of the configured retention",
+        )
+        p.add_argument("--workflow", default=None, metavar="NAME", help="only this workflow")
+        p.add_argument(
+            "--batch",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="runs deleted per transaction (default DURABLE['PRUNE_BATCH_RUNS'])",
+        )
+        p.add_argument(
+            "--pause",
+            type=_non_negative_float,
+            default=None,
+            metavar="SECONDS",
+            help="sleep between transactions (default DURABLE['PRUNE_PAUSE_SECONDS'])",
+        )
+        p.add_argument("--limit", type=_positive_int, default=None, metavar="N")
+        p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+        p.add_argument(
+            "--run",
+            action="append",
+            default=[],
+            dest="runs",
+            metavar="RUN_ID",
+            help="delete this finished run now, whatever its age (repeatable); exit 2 "
+            "naming each run kept and why",
+        )
+
+        p = sub.add_parser(
+            "export", help="a run's audit document: input, steps, attempts, ledger, waits"
+        )
+        p.add_argument("run_id")
+        p.add_argument("--format", choices=["json", "html"], default="json")
+        p.add_argument("--output", "-o", default=None, metavar="FILE")
 
     def handle(self, *args: Any, **options: Any) -> None:
         SUBCOMMANDS[options["subcommand"]](self, options)
