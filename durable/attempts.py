@@ -20,7 +20,7 @@ from django.db import connections
 from django.utils import timezone
 
 from . import conf, registry, telemetry
-from .checkpoint import Checkpoints, billed_tokens
+from .checkpoint import billed_tokens
 from .durations import check_retry_after
 from .exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
 from .failures import db_faults_stop_the_execution, safe_str
