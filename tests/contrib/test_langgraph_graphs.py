@@ -165,3 +165,22 @@ def test_the_dashboard_shows_super_steps_and_the_interrupt_in_the_inbox(lg_workf
     assert inbox.status_code == 200
     assert "Ship it?" in inbox.content.decode()
     assert waiting.status == RunStatus.WAITING
+
+
+def test_pruning_a_graph_run_deletes_its_threads_checkpoints(lg_workflows):
+    from durable.contrib.langgraph.models import (
+        LangGraphBlob,
+        LangGraphCheckpoint,
+        LangGraphWrite,
+    )
+    from durable.retention import prune_run
+
+    run = drive(durable.start("lg.chain", {"log": ["in"]}).id)
+    other = drive(durable.start("lg.chain", {"log": ["other"]}).id)
+    assert LangGraphCheckpoint.objects.filter(thread_id=run.id).exists()
+    counts = prune_run(run.id)
+    for model in (LangGraphCheckpoint, LangGraphBlob, LangGraphWrite):
+        assert not model.objects.filter(thread_id=run.id).exists(), model.__name__
+    assert counts.get("langgraphcheckpoint", 0) > 0
+    # another run's thread stays
+    assert LangGraphCheckpoint.objects.filter(thread_id=other.id).exists()

@@ -15,3 +15,8 @@ class DurableLangGraphConfig(AppConfig):
     label = "durable_langgraph"
     verbose_name = "Durable: LangGraph checkpoints"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import receivers
+
+        receivers.connect()  # pruning a run deletes its thread's checkpoints
