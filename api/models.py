@@ -19,6 +19,7 @@ from django.db import models
 from django.utils import timezone
 
 from durable.fields import StorableCharField
+from durable.secrets import decrypt, encrypt
 
 TOKEN_PREFIX = "dur_"
 
@@ -136,6 +137,23 @@ class WebhookScheme(models.TextChoices):
     HMAC_HEX = "hmac-sha256", "X-Signature: sha256=<hex HMAC of the body>, X-Event-Id"
 
 
+class EncryptedSecretField(models.TextField):
+    """A shared secret kept encrypted at rest with Durable's key
+    (``DURABLE['ENCRYPTION_KEY']``, rotated as the run payloads are: durable/secrets.py).
+
+    The model attribute is the plain secret (HMAC needs it); the column holds a Fernet
+    token, so a database dump or backup does not give away the webhook secrets. A token
+    no configured key opens raises :class:`~durable.DurableConfigurationError`.
+    """
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        return value if value in (None, "") else decrypt(value)
+
+    def get_prep_value(self, value: Any) -> Any:
+        value = super().get_prep_value(value)
+        return value if value in (None, "") else encrypt(value)
+
+
 class IncomingWebhook(models.Model):
     """A provider allowed to send one signal name to runs, with its secret.
 
@@ -145,7 +163,7 @@ class IncomingWebhook(models.Model):
     """
 
     signal = StorableCharField(max_length=200, unique=True, help_text="the signal name")
-    secret = models.CharField(max_length=200, help_text="shared with the provider")
+    secret = EncryptedSecretField(help_text="shared with the provider (encrypted at rest)")
     scheme = models.CharField(
         max_length=16, choices=WebhookScheme.choices, default=WebhookScheme.STANDARD
     )
@@ -173,7 +191,7 @@ class WebhookSubscription(models.Model):
     """Where to POST which events, signed with ``secret`` (``api/webhooks_out.py``)."""
 
     url = models.URLField(max_length=500)
-    secret = models.CharField(max_length=200, help_text="signs each delivery (HMAC-SHA256)")
+    secret = EncryptedSecretField(help_text="signs each delivery (HMAC-SHA256); encrypted at rest")
     events = models.JSONField(default=list, help_text=f"any of {', '.join(WEBHOOK_EVENTS)}")
     active = models.BooleanField(default=True)
     description = StorableCharField(max_length=200, blank=True, default="")

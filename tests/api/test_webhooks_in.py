@@ -99,3 +99,24 @@ def test_failed_signatures_are_rate_limited(settings):
     for _ in range(2):
         assert_problem(post_standard(run.id, {}, secret="whsec_d3Jvbmc="), 401)
     assert_problem(post_standard(run.id, {}), 429)
+
+
+def test_webhook_secrets_are_encrypted_at_rest_and_still_verify():
+    from django.db import connection
+
+    from api.models import WebhookSubscription
+
+    hook = IncomingWebhook.objects.create(signal="go", secret=SECRET)
+    sub = WebhookSubscription.objects.create(
+        url="https://example.com/hook", secret="sub-secret-42", events=["run.failed"]
+    )
+    with connection.cursor() as cursor:
+        for table, pk in (("api_incomingwebhook", hook.pk), ("api_webhooksubscription", sub.pk)):
+            cursor.execute(f"SELECT secret FROM {table} WHERE id = %s", [pk])  # noqa: S608
+            stored = cursor.fetchone()[0]
+            assert stored.startswith("gAAAAA"), f"{table} keeps its secret in plain text"
+            assert SECRET not in stored and "sub-secret-42" not in stored
+    assert IncomingWebhook.objects.get(pk=hook.pk).secret == SECRET
+    assert WebhookSubscription.objects.get(pk=sub.pk).secret == "sub-secret-42"
+    run = drive(durable.start("tests.signal", {}).id)
+    assert post_standard(run.id, {"paid": True}).status_code == 200  # verified with it
