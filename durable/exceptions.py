@@ -301,8 +301,9 @@ class IllegalTransition(DurableError):
         super().__init__(message)
 
 
-class DurableConfigurationError(ImproperlyConfigured):
-    """Durable is misconfigured (settings, tool or workflow declarations)."""
+class DurableConfigurationError(DurableError, ImproperlyConfigured):
+    """Durable is misconfigured (settings, tool or workflow declarations, a call's
+    options such as ``max_concurrency``). Also Django's ``ImproperlyConfigured``."""
 
 
 # --- engine control flow -------------------------------------------------------------

@@ -70,6 +70,12 @@ class ToolSpec:
     rate_limit: Rate | None = None
     #: calls running at once across every run and worker
     concurrency: int | None = None
+    #: the approval of a call: seconds before ``approval_on_timeout`` applies (None:
+    #: none), approvals needed, and ``"reject"`` or ``"escalate"`` (to ``escalate_to``)
+    approval_timeout: float | None = None
+    approvals_required: int = 1
+    approval_on_timeout: str = "reject"
+    escalate_to: str | None = None
 
     @property
     def limits(self) -> Limits | None:
@@ -169,6 +175,10 @@ def tool(
     durability: str | None = None,
     rate_limit: str | None = None,
     concurrency: int | None = None,
+    approval_timeout: float | None = None,
+    approvals_required: int = 1,
+    approval_on_timeout: str = "reject",
+    escalate_to: str | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(**params[, idempotency_key=...])`` as a tool with a safety class.
 
@@ -188,6 +198,13 @@ def tool(
       calls at once. Both hold across every run and worker; a call over the limit parks
       its run until the limit admits it (docs/limits.md). A bad value raises
       :class:`DurableConfigurationError` naming the tool.
+    - The approval of a call (``requires_approval``, or a Tool row's override) asks
+      ``approver_group`` (or anyone with the permission) for ``approvals_required``
+      approvals (N of M, each by a different person); after ``approval_timeout``
+      seconds (``None``: never) ``approval_on_timeout`` applies: ``"reject"`` (the model
+      gets the rejection) or ``"escalate"`` to the group ``escalate_to``, as
+      ``ctx.wait_for_approval`` does. A bad value raises
+      :class:`DurableConfigurationError` naming the tool.
 
     A Tool row in the database (edited in the admin) overrides retry, timeout,
     requires_approval, allow_edit, safety, rate_limit and concurrency.
@@ -198,6 +215,13 @@ def tool(
         )
     if timeout is not None:
         check_duration(timeout, call=f"durable.tool(name={name!r}, timeout=...)", positive=True)
+    if approval_timeout is not None:
+        check_duration(
+            approval_timeout,
+            call=f"durable.tool(name={name!r}, approval_timeout=...)",
+            positive=True,
+        )
+    _check_approval_policy(name, approvals_required, approval_on_timeout, escalate_to)
 
     def decorator(fn: F) -> F:
         tool_name = name or fn.__name__
@@ -235,11 +259,34 @@ def tool(
             durability=mode,
             rate_limit=rate,
             concurrency=slots,
+            approval_timeout=approval_timeout,
+            approvals_required=approvals_required,
+            approval_on_timeout=approval_on_timeout,
+            escalate_to=escalate_to,
         )
         fn.tool_name = tool_name  # type: ignore[attr-defined]
         return fn
 
     return decorator
+
+
+def _check_approval_policy(
+    name: str | None, required: Any, on_timeout: Any, escalate_to: Any
+) -> None:
+    """The approval options of ``durable.tool``; raises :class:`DurableConfigurationError`."""
+    where = f"durable.tool(name={name!r})"
+    if isinstance(required, bool) or not isinstance(required, int) or required < 1:
+        raise DurableConfigurationError(
+            f"{where}: approvals_required must be an int >= 1, got {required!r}"
+        )
+    if on_timeout not in ("reject", "escalate"):
+        raise DurableConfigurationError(
+            f"{where}: approval_on_timeout must be 'reject' or 'escalate', got {on_timeout!r}"
+        )
+    if on_timeout == "escalate" and not escalate_to:
+        raise DurableConfigurationError(
+            f"{where}: approval_on_timeout='escalate' needs escalate_to (a group name)"
+        )
 
 
 def check_durability(value: Any, *, where: str) -> str | None:

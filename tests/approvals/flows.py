@@ -146,6 +146,27 @@ def approve_flow(ctx, data):
     return decision.to_dict()
 
 
+@durable.tool(
+    name="apf.wire",
+    safety="idempotent_write",
+    requires_approval=True,
+    approvals_required=2,
+    approval_timeout=3600,
+)
+def apf_wire(amount: int, *, idempotency_key: str) -> dict[str, Any]:
+    """A write two people must approve within an hour (else it is rejected)."""
+    record("apf.wire", idempotency_key.split(":")[0], amount)
+    return {"wired": amount}
+
+
+@durable.workflow(name="apf.tool_wire", version="1")
+def tool_wire_flow(ctx, data):
+    result = ctx.call_tool("apf.wire", {"amount": data["amount"]})
+    if isinstance(result, durable.ModelRecoverable):
+        return {"error": result.message, "type": result.error_type, "details": result.details}
+    return {"result": result}
+
+
 @durable.workflow(name="apf.tool_send", version="1")
 def tool_send_flow(ctx, data):
     result = ctx.call_tool("apf.send", {"to": data["to"], "body": "hello"})

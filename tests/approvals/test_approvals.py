@@ -19,7 +19,7 @@ from approvals.services import (
     NotAllowed,
     approval_decide,
 )
-from durable.exceptions import IllegalTransition
+from durable.exceptions import DurableConfigurationError, IllegalTransition, InvalidDuration
 from durable.models import Run, RunStatus, Step, TraceEvent, Wait, WaitStatus
 from durable.sweeper import sweep
 from durable.testing import drive
@@ -529,3 +529,51 @@ def test_s09_a_used_answer_does_not_answer_the_next_wait(make_user):
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED and run.output_value() == "sent"
     assert flows.calls("send_email", run.id) == 1
+
+
+# ------------------------------------------------------ a tool's approval policy
+
+
+def test_a_tools_approval_needs_its_declared_count_and_expires_into_a_rejection(make_user):
+    alice, bob = make_user("alice"), make_user("bob")
+    run = start_waiting("apf.tool_wire", {"amount": 5})
+    req = request_of(run)
+    assert req.required_approvals == 2
+    assert req.expires_at is not None
+    assert abs((req.expires_at - req.created_at).total_seconds() - 3600) < 5
+    approval_decide(request_id=req.pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.WAITING  # one of two approvals is not enough
+    approval_decide(request_id=req.pk, user=bob, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value() == {"result": {"wired": 5}}
+
+
+def test_a_tools_approval_that_times_out_reaches_the_model_as_a_rejection(make_user):
+    run = start_waiting("apf.tool_wire", {"amount": 7})
+    _expire_now(request_of(run))
+    assert sweep()["timers"] == 1
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    out = run.output_value()
+    assert out["type"] == "ApprovalRejected" and out["details"]["expired"] is True
+    assert flows.calls("apf.wire", run.id) == 0  # the write never ran
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"approvals_required": 0}, "approvals_required"),
+        ({"approval_on_timeout": "ignore"}, "approval_on_timeout"),
+        ({"approval_on_timeout": "escalate"}, "escalate_to"),
+    ],
+)
+def test_a_bad_tool_approval_policy_is_refused_at_declaration(options, message):
+    with pytest.raises(DurableConfigurationError, match=message):
+        durable.tool(name="apf.bad_policy", safety="idempotent_write", **options)
+
+
+def test_a_bad_tool_approval_timeout_is_refused_like_its_timeout():
+    with pytest.raises(InvalidDuration, match="approval_timeout"):
+        durable.tool(name="apf.bad_policy", safety="idempotent_write", approval_timeout=-1)

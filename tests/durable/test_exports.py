@@ -11,6 +11,7 @@ EXPECTED = sorted(
         "ChildFailed",
         "ChildHandle",
         "Decision",
+        "DurableConfigurationError",
         "DurableError",
         "IdempotencyConflict",
         "IllegalTransition",
