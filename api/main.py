@@ -9,11 +9,13 @@ same service the dashboard calls (``durable/services.py``, ``approvals/services.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import URLPattern
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -155,3 +157,34 @@ api.add_router("", schedules.router)
 def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Any other path under /api/v1/: a 404 problem, not the dashboard's HTML page."""
     return problem(404, "There is no such API path; see /api/v1/schema.", request=request)
+
+
+def _with_problem_405(view: Any) -> Any:
+    """``view``, answering a wrong method with a 405 problem (and its ``Allow`` header)
+    instead of ninja's plain-text one; ``functools.wraps`` keeps its csrf_exempt mark."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405 or response.get("Content-Type") == CONTENT_TYPE:
+            return response
+        allowed = response.get("Allow", "")
+        answer = problem(
+            405,
+            f"{request.method} is not allowed here; allowed: {allowed or 'none'}.",
+            request=request,
+        )
+        if allowed:
+            answer["Allow"] = allowed
+        return answer
+
+    return wrapped
+
+
+def urls() -> tuple[list[Any], str, str]:
+    """``api.urls`` with every refusal a problem, a wrong method's 405 included."""
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        if isinstance(pattern, URLPattern):
+            pattern.callback = _with_problem_405(pattern.callback)
+    return patterns, app_name, namespace

@@ -5,8 +5,8 @@ from django.views.generic import RedirectView
 
 from api import views as api_views
 from api.links import approval_link_view
-from api.main import api
 from api.main import not_found as api_not_found
+from api.main import urls as api_urls
 from durable.metrics_view import metrics_view
 
 urlpatterns = [
@@ -17,7 +17,7 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("accounts/", include("django.contrib.auth.urls")),
     # the JSON API: api/main.py (schema at /api/v1/schema, docs at /api/v1/docs)
-    path("api/v1/", api.urls),
+    path("api/v1/", api_urls()),
     path("api/v1/<path:rest>", api_not_found),
     # approve or reject from a signed link (api/links.py): a confirmation page, then a POST
     path("approvals/link/<str:token>/", approval_link_view, name="approval_link"),

@@ -233,3 +233,11 @@ def test_reconcile_an_unknown_outcome(operator_api):
     assert_problem(operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "abort"}), 409)
     assert_problem(operator_api.post("/operations/999999/reconcile", {"outcome": "abort"}), 404)
     assert_problem(operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "maybe"}), 422)
+
+
+def test_a_wrong_method_is_a_405_problem_with_its_allow_header(admin_api):
+    response = admin_api.delete("/runs")
+    body = assert_problem(response, 405, "DELETE", "GET")
+    assert body["instance"] == "/api/v1/runs"
+    assert set(response["Allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+    assert_problem(admin_api.get("/runs/some-run/cancel"), 405, "POST")
