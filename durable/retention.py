@@ -254,12 +254,13 @@ def prune(
     return report
 
 
-def prune_run(run_id: str) -> dict[str, int]:
+def prune_run(run_id: str, *, dry_run: bool = False) -> dict[str, int]:
     """Delete one finished run now, whatever its age; ``{model_name: rows deleted}``.
 
     Raises :class:`~durable.exceptions.RunNotFound` for an unknown run and
     :class:`~durable.exceptions.RunNotPrunable` (saying why) for a run the safety rule
-    keeps (module docstring); nothing is deleted then.
+    keeps (module docstring); nothing is deleted then. ``dry_run``: the same checks,
+    nothing deleted (``{}``).
     """
     with transaction.atomic():
         # lock order: the run first, then its rows (as the engine and the services)
@@ -269,18 +270,19 @@ def prune_run(run_id: str) -> dict[str, int]:
         reason = why_kept(run)
         if reason is not None:
             raise RunNotPrunable(run.pk, reason)
-        return _delete_runs([run.pk])
+        return {} if dry_run else _delete_runs([run.pk])
 
 
-def prune_many(run_ids: Iterable[str]) -> dict[str, Any]:
-    """:func:`prune_run` for each id; ``{"pruned": [ids], "kept": {id: reason}}``."""
+def prune_many(run_ids: Iterable[str], *, dry_run: bool = False) -> dict[str, Any]:
+    """:func:`prune_run` for each id; ``{"pruned": [ids], "kept": {id: reason},
+    "dry_run": bool}`` (``dry_run``: ``pruned`` lists what would be pruned)."""
     pruned: list[str] = []
     kept: dict[str, str] = {}
     for run_id in run_ids:
         try:
-            prune_run(run_id)
+            prune_run(run_id, dry_run=dry_run)
         except (RunNotFound, RunNotPrunable) as exc:
             kept[run_id] = str(exc)
         else:
             pruned.append(run_id)
-    return {"pruned": pruned, "kept": kept}
+    return {"pruned": pruned, "kept": kept, "dry_run": dry_run}

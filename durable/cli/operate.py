@@ -21,9 +21,12 @@ from durable.exceptions import RunNotFound
 def do_prune(command: BaseCommand, options: dict[str, Any]) -> None:
     write = command.stdout.write
     if options["runs"]:
-        outcome = retention.prune_many(options["runs"])
-        for run_id in outcome["pruned"]:
-            write(f"pruned run {run_id}")
+        outcome = retention.prune_many(options["runs"], dry_run=options["dry_run"])
+        if options["json"]:
+            write(json.dumps(outcome, sort_keys=True))
+        verb = "would prune" if options["dry_run"] else "pruned"
+        for run_id in [] if options["json"] else outcome["pruned"]:
+            write(f"{verb} run {run_id}")
         if outcome["kept"]:
             raise CommandError(
                 "; ".join(_clean(reason) for reason in outcome["kept"].values()),

@@ -337,6 +337,26 @@ def test_prune_command_reports_and_refuses_kept_runs_with_exit_2(retain):
     assert Run.objects.filter(pk=waiting.pk).exists()
 
 
+def test_prune_run_with_dry_run_deletes_nothing_and_says_what_it_would_do():
+    done = finished("cli.echo", {"x": 3}, days=0)
+    waiting = unknown_outcome_run()
+    out = StringIO()
+    with pytest.raises(CommandError) as info:
+        call_command(
+            "durable", "prune", "--run", done.pk, "--run", waiting.pk, "--dry-run", stdout=out
+        )
+    assert info.value.returncode == 2 and f"run {waiting.pk} is kept" in str(info.value)
+    assert f"would prune run {done.pk}" in out.getvalue()
+    assert "pruned run" not in out.getvalue()
+    assert Run.objects.filter(pk=done.pk).exists()  # a dry run deletes nothing
+    out = StringIO()
+    call_command("durable", "prune", "--run", done.pk, "--dry-run", "--json", stdout=out)
+    assert '"dry_run": true' in out.getvalue() and done.pk in out.getvalue()
+    assert Run.objects.filter(pk=done.pk).exists()
+    assert retention.prune_many([done.pk], dry_run=True)["pruned"] == [done.pk]
+    assert Run.objects.filter(pk=done.pk).exists()
+
+
 def test_the_beat_task_prunes_with_the_configured_retention(retain, settings):
     from durable.tasks import prune
 
