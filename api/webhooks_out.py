@@ -32,7 +32,7 @@ from django.utils import timezone
 
 import durable
 from approvals.models import ApprovalRequest
-from durable.models import TraceEvent, Wait
+from durable.models import Run, TraceEvent, Wait
 from durable.vocabulary import EventKind, WaitKind
 
 from .models import WebhookCursor, WebhookSubscription
@@ -131,12 +131,16 @@ def _email_approvers(trace: TraceEvent, event: dict[str, Any]) -> int:
     to = approvers_emails(event["data"]["approval"]["id"])
     if not to:
         return 0
-    durable.start(
-        workflow,
-        {"event": event, "to": to},
-        run_id=f"approval-email.{trace.pk}",
-        started_by="system:webhooks",
-    )
+    return _start_once(workflow, {"event": event, "to": to}, f"approval-email.{trace.pk}")
+
+
+def _start_once(workflow: str, data: dict[str, Any], run_id: str) -> int:
+    """Start the run ``run_id`` unless it exists (1 if started). An event is read again
+    until it settles (``SETTLE_SECONDS``), and its input is not the same each time (an
+    approval's one-time links are new), so an existing run means: already started."""
+    if Run.objects.filter(pk=run_id).exists():
+        return 0
+    durable.start(workflow, data, run_id=run_id, started_by="system:webhooks")
     return 1
 
 
@@ -166,20 +170,27 @@ def emit_webhooks(now: Any = None) -> dict[str, int]:
             .order_by("id")[:BATCH]
         )
         settled = now - timedelta(seconds=SETTLE_SECONDS)
+        # runs started by an earlier read of the same events: not started (nor their
+        # event, with its one-time links, made) again
+        wanted = [f"approval-email.{t.pk}" for t in events]
+        wanted += [f"webhook.{sub.pk}.{t.pk}" for t in events for sub in subs]
+        done = set(Run.objects.filter(pk__in=wanted).values_list("pk", flat=True))
         for trace in events:
             read += 1
-            event = event_of(trace)
+            mine = [f"webhook.{sub.pk}.{trace.pk}" for sub in subs]
+            if f"approval-email.{trace.pk}" in done and all(r in done for r in mine):
+                event = None
+            else:
+                event = event_of(trace)
             if event is not None:
                 started += _email_approvers(trace, event)
                 for sub in subs:
                     if event["type"] in (sub.events or []):
-                        durable.start(
+                        started += _start_once(
                             DELIVERY_WORKFLOW,
                             {"subscription": sub.pk, "event": event},
-                            run_id=f"webhook.{sub.pk}.{trace.pk}",
-                            started_by="system:webhooks",
+                            f"webhook.{sub.pk}.{trace.pk}",
                         )
-                        started += 1
             if trace.created_at <= settled:
                 cursor.last_event_id = trace.pk
         cursor.save(update_fields=["last_event_id"])

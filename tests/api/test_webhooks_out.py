@@ -78,7 +78,7 @@ def test_reading_an_event_again_starts_no_second_delivery(receiver):
     drive(durable.start("dash.echo", 1).id)
     # a young event is read again on the next tick (it may not have settled)
     assert emit_webhooks(now=timezone.now() - timedelta(hours=1))["started"] == 1
-    assert emit_webhooks(now=LATER)["started"] == 1
+    assert emit_webhooks(now=LATER)["started"] == 0  # its run exists: not started again
     assert len(deliveries()) == 1
 
 
@@ -162,3 +162,25 @@ def test_approvers_get_an_email_with_the_signed_links(receiver, settings, mailou
     assert mail.body.count("/approvals/link/") == 2
     assert emit_webhooks(now=LATER)["started"] == 0  # once per request
     assert req.status == "pending"
+
+
+def test_an_approval_event_read_again_before_it_settles_starts_nothing_twice(
+    receiver, settings, mailoutbox
+):
+    """An approval's event carries new one-time links each time it is made: reading it
+    again (it has not settled) must neither fail the tick nor start a second run."""
+    from examples import workflows as _examples  # noqa: F401  (registers the workflow)
+    from tests.api.conftest import make_user
+
+    settings.DURABLE_APPROVAL_EMAIL_WORKFLOW = "examples.approval_email"
+    make_user("alice", "approver", email="alice@example.test")
+    subscribe("approval.requested")
+    drive(durable.start("tests.approval", {"amount": 3}).id)
+    young = timezone.now() - timedelta(hours=1)  # nothing settles: the cursor stays
+    assert emit_webhooks(now=young)["started"] == 2  # the email and the delivery
+    assert emit_webhooks(now=young)["started"] == 0
+    drive(durable.start("dash.echo", 1).id)  # later events still go out
+    subscribe("run.succeeded")
+    assert emit_webhooks(now=LATER)["started"] == 1
+    assert Run.objects.filter(workflow_name="examples.approval_email").count() == 1
+    assert len(deliveries()) == 2
