@@ -69,6 +69,8 @@ up: export DURABLE_SMTP_SINK_URL ?= http://127.0.0.1:$(SMTP_SINK_HTTP_PORT)
 up: export EMAIL_HOST ?= 127.0.0.1
 up: export EMAIL_PORT ?= $(SMTP_PORT)
 up: export DURABLE_DEMO_URL ?= http://127.0.0.1:$(PORT)/
+# the approval links in emails and webhook payloads point at this server
+up: export DURABLE_BASE_URL ?= http://127.0.0.1:$(PORT)
 # config/ and examples/ are not in the wheel (nor in the editable install's packages): the
 # processes import them from the checkout, whichever folder their command runs from
 up: export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
