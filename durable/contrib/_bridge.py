@@ -99,9 +99,9 @@ class LoopBridge:
         try:
             return done.result()
         except BaseExceptionGroup as group:  # a task group around a single failure
-            only = _single(group)
-            if only is not None:
-                raise only from None
+            single = _single(group)
+            if single is not None:
+                raise single from None
             raise
 
     async def call(self, fn: Callable[[], T]) -> T:

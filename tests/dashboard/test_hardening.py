@@ -137,7 +137,7 @@ def test_every_page_carries_a_strict_content_security_policy(viewer_client):
 def _templates() -> list[Path]:
     found = []
     for base in [Path(d) for d in django_settings.TEMPLATES[0]["DIRS"]] + [
-        ROOT / app / "templates" for app in ("dashboard", "approvals", "durable")
+        ROOT / app / "templates" for app in ("dashboard", "approvals", "durable", "api")
     ]:
         found += sorted(base.rglob("*.html")) if base.exists() else []
     return found
@@ -159,7 +159,7 @@ def test_no_template_has_inline_script_or_style():
     assert len(templates) >= 15
     python = [
         path
-        for app in ("dashboard", "approvals", "durable", "config")
+        for app in ("dashboard", "approvals", "durable", "config", "api")
         for path in sorted((ROOT / app).rglob("*.py"))
         if "migrations" not in path.parts
     ]
