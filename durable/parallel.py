@@ -21,12 +21,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+from django.utils import timezone
 
 from . import tool_calls
 from .attempts import HeldFailure
 from .batching import resolve
 from .exceptions import DurableConfigurationError, LeaseLost
-from .models import StepKind
+from .failures import error_info
+from .models import Step, StepKind, StepStatus
 from .parallel_calls import Call
 from .redaction import check_identifier
 from .replay import StepCall
@@ -246,7 +248,33 @@ def _settle(ex: Execution, slots: list[_Slot], pool: ThreadPoolExecutor | None, 
         ):
             rejected = s.result
     if held:
+        _close_other_failures(ex, held[1:])
         held[0].record()  # raises StepFailed: the run fails
+
+
+def _close_other_failures(ex: Execution, others: list[HeldFailure]) -> None:
+    """The group's later failures for good: a step row left ``retrying`` by an earlier
+    try is marked failed (one fenced write), so a failed run shows no retry that will
+    never come. A call with no row yet stays unrecorded (a resume runs it again)."""
+    positions = {h.position: h for h in others}
+    recorded = [p for p in positions if p in ex.by_position]
+    if not recorded:
+        return
+    now = timezone.now()
+
+    def work() -> None:
+        for pos in recorded:
+            failure = positions[pos].failure
+            error = error_info(
+                failure["exc"],
+                classification=failure["classification"],
+                step_id=failure["call"].step_id,
+            )
+            Step.objects.filter(run_id=ex.run_id, position=pos).update(
+                status=StepStatus.FAILED, next_attempt_at=None, finished_at=now, error=error
+            )
+
+    ex.write({}, work)
 
 
 def _sequential(ex: Execution, s: _Slot) -> Any:

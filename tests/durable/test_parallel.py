@@ -330,3 +330,17 @@ def test_s20_a_rejected_write_skips_the_turns_later_writes_and_a_replay_says_the
     assert ApprovalRequest.objects.filter(run=run).count() == 1  # g2 was never asked for
     skipped_row = Step.objects.get(run=run, step_id="par_write")
     assert skipped_row.error["type"] == "SkippedAfterRejection"
+
+
+def test_a_failing_group_leaves_no_call_retrying_on_the_failed_run():
+    # c fails twice in a row after b failed for good: its row was "retrying" after its
+    # first try; once the group fails, it must say failed, not promise a retry
+    pw.FAILS["b"] = [durable.PermanentError("b is broken")]
+    pw.FAILS["c"] = [durable.TransientError("busy")] * 3
+    run = _run("par.steps", {"labels": ["a", "b", "c"]})
+    assert run.status == RunStatus.FAILED
+    assert run.error["step_id"] == "parallel[1]"
+    rows = dict(_rows(run.id))
+    assert rows["parallel[2]"] == StepStatus.FAILED, rows
+    step = Step.objects.get(run=run, step_id="parallel[2]")
+    assert step.next_attempt_at is None and "busy" in step.error["message"]
