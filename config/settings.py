@@ -363,6 +363,7 @@ DURABLE = {
     "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
     "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
     "OTEL": env_bool("DURABLE_OTEL", False),
+    "TRACE_URL": os.environ.get("DURABLE_TRACE_URL", ""),
 }
 
 # --- the JSON API (api/) ----------------------------------------------------------------

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
-from durable import transitions
+from durable import otel, transitions
 
 from . import selectors
 from .access import require_perm
@@ -130,6 +130,7 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
         "any_action": any(actions.values()),
         "may_operate": may_operate,
         "may_decide": request.user.has_perm(DECIDE_APPROVAL),
+        "trace_url": otel.trace_url(run.trace_id),
         "since": since,
         "nav": "runs",
     }

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import codec, conf, registry, requesters, run_pg
+from . import codec, conf, registry, requesters, run_pg, telemetry
 from .dispatch import dispatch_on_commit
 from .durations import check_duration
 from .exceptions import DurableError, RunInputConflict, RunNotFound
@@ -32,6 +32,7 @@ class RunFailed(DurableError):
         super().__init__(f"run {run.id} ended {run.status}{detail}")
 
 
+@telemetry.starting  # a durable.start span; the run records its trace (docs/observability.md)
 def start(
     workflow_name: str,
     input: Any = None,
@@ -105,6 +106,7 @@ def start(
         started_by_name=principal["name"],
         requesters=[principal],
         dispatched_at=now,
+        trace_context=telemetry.carrier(),
     )
     if run_id is not None:
         existing = Run.objects.filter(pk=run_id).first()

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf, registry
+from . import conf, otel, registry
 from .dispatch import load_dispatcher
 from .exceptions import DurableConfigurationError
 from .limits import check_llm_limits
@@ -103,6 +103,15 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     messages.extend(_retention_errors())
+    template = str(conf.get("TRACE_URL") or "")
+    for problem in otel.trace_url_errors(template):
+        messages.append(
+            Error(
+                f"DURABLE['TRACE_URL'] (DURABLE_TRACE_URL) {template!r}: {problem}",
+                hint="e.g. http://jaeger:16686/trace/{trace_id}",
+                id="durable.E009",
+            )
+        )
     for module, tb in registry.load_errors.items():
         last = tb.strip().splitlines()[-1] if tb.strip() else "import failed"
         messages.append(

@@ -133,6 +133,8 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": "",
     # OpenTelemetry tracing (durable/otel.py; the durable[otel] extra): off unless true
     "OTEL": False,
+    # the run page links its trace id here: a URL with "{trace_id}" (Jaeger, Tempo, ...)
+    "TRACE_URL": "",
 }
 
 

@@ -118,6 +118,8 @@ def _run(run: Run) -> dict[str, Any]:
         "requesters": run.requesters,
         "tags": run.tags,
         "forked_from": run.forked_from_id,
+        "parent_run": run.parent_run_id,
+        "trace_id": run.trace_id or None,
         "created_at": _when(run.created_at),
         "started_at": _when(run.started_at),
         "finished_at": _when(run.finished_at),

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import requesters, transitions
+from . import requesters, telemetry, transitions
 from .dispatch import dispatch_on_commit
 from .models import (
     Operation,
@@ -108,6 +108,7 @@ def run_fork(
             started_by_name=principal["name"],
             requesters=requesters.chain(principal, source.requesters or [requesters.UNKNOWN]),
             forked_from=source,
+            trace_context=telemetry.carrier(),
             created_at=now,
             updated_at=now,
             **kwargs,

@@ -153,5 +153,5 @@ def chat(
         exc.billed_usage = billed_usage(response)  # type: ignore[attr-defined]
         raise
     result["cost_usd"] = cost_usd(result["model"] or model, result["usage"])
-    telemetry.llm_result(result)  # GenAI attributes on the step's span
+    telemetry.llm_result(result, requested=model)  # GenAI attributes on the step's span
     return result

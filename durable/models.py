@@ -115,6 +115,11 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
 
+    #: the W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the span
+    #: that started the run, so every execution of it joins that trace; ``{}``: none
+    #: (docs/observability.md#tracing)
+    trace_context = StorableJSONField(default=dict, blank=True)
+
     objects = RunQuerySet.as_manager()
 
     class Meta:
@@ -154,6 +159,13 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def trace_id(self) -> str:
+        """The 32 hex digits of the OpenTelemetry trace the run's executions join
+        (:attr:`trace_context`), or ``""``."""
+        parts = str((self.trace_context or {}).get("traceparent") or "").split("-")
+        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
 
     @property
     def starter_label(self) -> str:

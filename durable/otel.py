@@ -65,6 +65,25 @@ def configure(exporter: Any = None) -> bool:
     return True
 
 
+def trace_url(trace_id: str) -> str:
+    """``DURABLE['TRACE_URL']`` with ``{trace_id}`` filled in (the run page's link to
+    the tracing system), or ``""`` when either is empty."""
+    template = str(conf.get("TRACE_URL") or "")
+    return template.replace("{trace_id}", trace_id) if template and trace_id else ""
+
+
+def trace_url_errors(template: str) -> list[str]:
+    """What is wrong with a ``TRACE_URL`` template (checked at start, durable.E009)."""
+    if not template:
+        return []
+    problems = []
+    if not template.startswith(("http://", "https://")):
+        problems.append("it must start with http:// or https://")
+    if "{trace_id}" not in template:
+        problems.append("it must contain {trace_id}")
+    return problems
+
+
 def _after_fork(**kwargs: Any) -> None:  # pragma: no cover - a Celery prefork child
     if enabled():
         configure()

@@ -7,9 +7,16 @@ Invariant: telemetry never changes what the engine does. A span per run executio
 call, with the GenAI semantic conventions' attributes), an instant span per replayed
 step; an exception passes through unchanged (recorded on the span). Without the
 ``opentelemetry-api`` package, or without a configured SDK (``DURABLE_OTEL``), the spans
-are the API's no-ops. The trace context travels from ``durable.start`` to the worker in
-the Celery message (the official Celery instrumentation), so a run's spans join the
-trace that started it, and a child started from a step joins its parent's.
+are the API's no-ops.
+
+The trace context is stored with the run: ``durable.start`` (a ``durable.start`` span
+of its own) records the W3C ``traceparent`` of the span it was called in
+(:func:`carrier`), and every execution of the run -- the first, a resume after a wait, a
+recovery after a crash, a retry a sweep re-dispatched days later -- opens its
+``durable.run`` span in that trace. A child started from a step records its parent's
+step span, so it joins its parent's trace. When the message that woke the run came
+from another trace (the Celery instrumentation's span of a sweep, say), the run span
+links to it (``durable.link`` = ``dispatcher``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,15 @@ try:  # the optional extra durable[otel]
 except ImportError:  # pragma: no cover - without the extra: no spans
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["attempt", "execution", "llm_result", "replayed", "run_claimed"]
+__all__ = [
+    "attempt",
+    "carrier",
+    "execution",
+    "llm_result",
+    "replayed",
+    "run_claimed",
+    "starting",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 TRACER_NAME = "durable"
@@ -41,24 +56,86 @@ def _tracer() -> Any:
 
 
 @contextlib.contextmanager
-def _span(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+def _span(name: str, attributes: dict[str, Any], **options: Any) -> Iterator[Any]:
     tracer = _tracer()
     if tracer is None:
         yield None
         return
-    with tracer.start_as_current_span(name, attributes=attributes) as span:
+    with tracer.start_as_current_span(name, attributes=attributes, **options) as span:
         yield span
+
+
+def _recording() -> bool:
+    """Whether an SDK provider is installed (the API's default makes no-op spans)."""
+    return _trace is not None and not isinstance(
+        _trace.get_tracer_provider(), _trace.ProxyTracerProvider | _trace.NoOpTracerProvider
+    )
+
+
+def carrier() -> dict[str, str]:
+    """The current span's W3C trace context as ``{"traceparent": ..., ["tracestate": ...]}``
+    (what :attr:`Run.trace_context` stores), or ``{}`` with no recording span."""
+    if _trace is None or not _trace.get_current_span().get_span_context().is_valid:
+        return {}
+    from opentelemetry import propagate
+
+    found: dict[str, str] = {}
+    propagate.inject(found)
+    return {k: v for k, v in found.items() if k in ("traceparent", "tracestate")}
+
+
+def starting(fn: F) -> F:
+    """Decorates ``durable.start(workflow_name, ...)``: a ``durable.start`` span (kind
+    PRODUCER) around it, in the caller's trace or a new one, so the run it records
+    (:func:`carrier`) has a trace to join."""
+
+    @functools.wraps(fn)
+    def wrapper(workflow_name: str, *args: Any, **kwargs: Any) -> Any:
+        if not _recording():
+            return fn(workflow_name, *args, **kwargs)
+        kind = _trace.SpanKind.PRODUCER
+        with _span("durable.start", {"durable.workflow": str(workflow_name)}, kind=kind) as span:
+            run = fn(workflow_name, *args, **kwargs)
+            span.set_attribute("durable.run.id", str(run.id))
+            return run
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _run_parent(run_id: str) -> dict[str, Any]:
+    """``start_as_current_span`` options of the ``durable.run`` span: the run's stored
+    trace context as parent, unless the current span (the Celery instrumentation's, in
+    the message's trace) is already in it; a link to that current span otherwise."""
+    from opentelemetry import propagate
+
+    from .models import Run
+
+    try:
+        stored = Run.objects.filter(pk=run_id).values_list("trace_context", flat=True).first()
+    except Exception:  # telemetry never changes what the engine does: the claim reports it
+        return {}
+    if not stored:
+        return {}
+    parent = propagate.extract(stored)
+    wanted = _trace.get_current_span(parent).get_span_context()
+    current = _trace.get_current_span().get_span_context()
+    if not wanted.is_valid or (current.is_valid and current.trace_id == wanted.trace_id):
+        return {}
+    links = [_trace.Link(current, {"durable.link": "dispatcher"})] if current.is_valid else []
+    return {"context": parent, "links": links}
 
 
 def execution(fn: F) -> F:
     """Decorates ``engine.execute(run_id, ...)``: binds ``run_id`` to the log lines and
-    opens the ``durable.run`` span around the whole execution."""
+    opens the ``durable.run`` span around the whole execution, in the run's trace (one
+    query for :attr:`Run.trace_context`, made only when tracing is on)."""
 
     @functools.wraps(fn)
     def wrapper(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        options = _run_parent(str(run_id)) if _recording() else {}
         with (
             logcontext.bound(run_id=str(run_id)),
-            _span("durable.run", {"durable.run.id": str(run_id)}) as span,
+            _span("durable.run", {"durable.run.id": str(run_id)}, **options) as span,
         ):
             status = fn(run_id, *args, **kwargs)
             if span is not None:
@@ -93,9 +170,10 @@ def attempt(call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy)
         attributes["durable.tool"] = call.tool_name
     if safety:
         attributes["durable.tool.safety"] = str(safety)
-    if str(call.kind) == "llm":
+    if str(call.kind) == "llm":  # the client speaks OpenAI's chat completions API
         attributes["gen_ai.operation.name"] = "chat"
-        attributes["gen_ai.system"] = "openai"
+        attributes["gen_ai.provider.name"] = "openai"
+        attributes["gen_ai.system"] = "openai"  # the conventions' name before 1.37
     with (
         logcontext.bound(step_id=call.step_id, attempt=attempt),
         _span("durable.step", attributes) as span,
@@ -111,18 +189,24 @@ def attempt(call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy)
             raise
 
 
-def llm_result(result: dict[str, Any]) -> None:
-    """An LLM call answered: its model and token counts on the current step span, named
-    ``chat <model>`` (OpenTelemetry GenAI semantic conventions)."""
+def llm_result(result: dict[str, Any], *, requested: str = "") -> None:
+    """An LLM call answered: the model asked for (``requested``) and the one that
+    answered, why it stopped and the token counts, on the current step span, named
+    ``chat <requested model>`` (OpenTelemetry GenAI semantic conventions,
+    https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/)."""
     if _trace is None:
         return
     span = _trace.get_current_span()
     model = str(result.get("model") or "")
+    requested = requested or model
     usage = result.get("usage") or {}
+    if requested:
+        span.update_name(f"chat {requested}")
+        span.set_attribute("gen_ai.request.model", requested)
     if model:
-        span.update_name(f"chat {model}")
-        span.set_attribute("gen_ai.request.model", model)
         span.set_attribute("gen_ai.response.model", model)
+    if result.get("finish_reason"):
+        span.set_attribute("gen_ai.response.finish_reasons", [str(result["finish_reason"])])
     span.set_attribute("gen_ai.usage.input_tokens", int(usage.get("prompt_tokens") or 0))
     span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("completion_tokens") or 0))
 

@@ -159,3 +159,24 @@ def test_export_of_an_unknown_run_exits_2():
 def test_redactions_lists_every_path_holding_the_marker():
     doc = {"run": {"input": {"a": "[REDACTED]", "b": ["x", "key [REDACTED] here"]}}}
     assert export.redactions(doc) == ["run.input.a", "run.input.b[1]"]
+
+
+def test_export_names_a_childs_parent_and_the_trace_it_joined(tmp_path):
+    from durable.models import Run
+    from tests.durable import child_workflows as chw
+
+    chw.reset()
+    parent = drive(durable.start("tests.children.parent", {"items": [{"n": 1, "id": "a"}]}).id)
+    child = Run.objects.get(parent_run_id=parent.id)
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    Run.objects.filter(pk=child.id).update(
+        trace_context={"traceparent": f"00-{trace}-b7ad6b7169203331-01"}
+    )
+    doc = export_json(child.id)
+    assert doc["run"]["parent_run"] == parent.id and doc["run"]["trace_id"] == trace
+    assert export_json(parent.id)["run"]["parent_run"] is None
+    target = tmp_path / "child.html"
+    call_command("durable", "export", child.id, "--format", "html", "-o", str(target))
+    html = target.read_text()
+    assert f'<dt>Parent run</dt><dd class="mono">{parent.id}</dd>' in html
+    assert f'<dt>Trace</dt><dd class="mono">{trace}</dd>' in html

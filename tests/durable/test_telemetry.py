@@ -9,26 +9,26 @@ import logging
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import durable
-from durable import llm, logcontext, otel
-from durable.models import RunStatus
+from durable import llm, logcontext, telemetry
+from durable.forks import run_fork
+from durable.models import Run, RunStatus
 from durable.testing import drive
+from tests import otel_support
+from tests.durable import child_workflows as chw
 from tests.durable import cli_workflows as cw
 from tests.durable import compensation_workflows as comp
 from tests.durable import engine_workflows as ew
+from tests.otel_support import EXPORTER
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-EXPORTER = InMemorySpanExporter()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _tracing():
-    """The SDK with an in-memory exporter, installed once (a provider is set once)."""
-    otel._configured_pid = 0
-    assert otel.configure(exporter=EXPORTER)
+    """The SDK with the suite's in-memory exporter (a provider is set once a process)."""
+    otel_support.install()
     yield
 
 
@@ -98,6 +98,65 @@ def test_a_run_started_inside_a_span_joins_its_trace():
     assert run_span.context.trace_id == parent.get_span_context().trace_id
 
 
+def test_a_run_started_outside_any_span_has_a_start_span_that_its_executions_join():
+    ew.FLAGS["crash:after_two"] = True
+    run = durable.start("eng.three_steps", {"policy": "fast"})
+    [start] = spans("durable.start")
+    assert start.kind == trace.SpanKind.PRODUCER
+    assert start.attributes["durable.run.id"] == run.id
+    assert start.attributes["durable.workflow"] == "eng.three_steps"
+    stored = Run.objects.get(pk=run.id).trace_context
+    assert stored["traceparent"].split("-")[1] == format(start.context.trace_id, "032x")
+
+    with pytest.raises(ew.Crash):
+        drive(run.id)
+    ew.expire_lease(run.id)
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("sweep") as sweep:  # a re-dispatch, in another trace
+        drive(run.id)
+
+    first, second = sorted(spans("durable.run"), key=lambda s: s.start_time)
+    for execution in (first, second):  # both executions: children of the start span
+        assert execution.context.trace_id == start.context.trace_id
+        assert execution.parent.span_id == start.context.span_id
+    assert not first.links
+    [link] = second.links  # and the second points at what woke it
+    assert link.context.span_id == sweep.get_span_context().span_id
+    assert link.attributes["durable.link"] == "dispatcher"
+
+
+def test_a_child_run_joins_its_parents_trace_wherever_it_executes():
+    chw.reset()
+    parent = durable.start("tests.children.parent", {"items": [{"n": 2, "id": "a"}]})
+    drive(parent.id)  # starts the child and waits for it
+    child = Run.objects.get(parent_run_id=parent.id)
+    EXPORTER.clear()
+    with trace.get_tracer("test").start_as_current_span("elsewhere"):
+        drive(child.id)
+    [child_span] = [s for s in spans("durable.run") if s.attributes["durable.run.id"] == child.id]
+    parent_trace = Run.objects.get(pk=parent.id).trace_context["traceparent"].split("-")[1]
+    assert format(child_span.context.trace_id, "032x") == parent_trace
+    assert drive(parent.id).status == RunStatus.SUCCEEDED
+
+
+def test_a_fork_joins_the_trace_of_whoever_forked_it():
+    run = drive(durable.start("cli.echo", {"x": 2}).id)
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        fork = run_fork(run_id=run.id, from_step="echo")
+    EXPORTER.clear()
+    drive(fork.id)
+    [fork_span] = spans("durable.run")
+    assert fork_span.context.trace_id == request.get_span_context().trace_id
+
+
+def test_the_carrier_is_empty_outside_a_span_and_a_traceparent_inside():
+    assert telemetry.carrier() == {}
+    with trace.get_tracer("test").start_as_current_span("x") as span:
+        found = telemetry.carrier()
+    ctx = span.get_span_context()
+    assert found["traceparent"].startswith(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-")
+
+
 def test_llm_steps_use_the_genai_conventions(monkeypatch):
     monkeypatch.setattr(llm, "client", lambda timeout=60.0: comp.FakeClient())
     comp.LLM["replies"] = [(30, "hello")]
@@ -109,6 +168,10 @@ def test_llm_steps_use_the_genai_conventions(monkeypatch):
     assert chat.attributes["durable.step.kind"] == "llm"
     model = chat.attributes["gen_ai.request.model"]
     assert chat.name == f"chat {model}"
+    assert chat.attributes["gen_ai.provider.name"] == "openai"
+    assert chat.attributes["gen_ai.request.model"] == llm.default_model()
+    assert chat.attributes["gen_ai.response.model"]
+    assert tuple(chat.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
     assert chat.attributes["gen_ai.usage.input_tokens"] == 15
     assert chat.attributes["gen_ai.usage.output_tokens"] == 15
 
