@@ -8,6 +8,7 @@ and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://...``). The code is the same.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 from pathlib import Path
@@ -28,9 +29,29 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-def env_float(name: str, default: float | None) -> float | None:
+def _number(name: str, text: str, kind: type) -> Any:
+    """``text`` (the value of variable ``name``) as ``kind``; a bad value stops the start
+    with an error naming the variable and the value, never a bare ValueError."""
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ImproperlyConfigured(f"{name}={text!r} is not {what}") from None
+    if kind is float and not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name}={text!r} must be a finite number")
+    return value
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer variable; unset or empty: ``default``. Raises ImproperlyConfigured."""
     value = os.environ.get(name)
-    return float(value) if value else default  # unset or empty: the default
+    return _number(name, value, int) if value and value.strip() else default
+
+
+def env_float(name: str, default: float | None) -> float | None:
+    """A number variable; unset or empty: ``default``. Raises ImproperlyConfigured."""
+    value = os.environ.get(name)
+    return _number(name, value, float) if value and value.strip() else default
 
 
 def env_json(name: str, default: Any) -> Any:
@@ -50,7 +71,9 @@ def env_retention(name: str) -> dict[str, float | None]:
     for item in env_list(name):
         key, _, value = item.partition("=")
         value = value.strip().lower()
-        out[key.strip()] = None if value in {"", "none", "forever"} else float(value)
+        out[key.strip()] = (
+            None if value in {"", "none", "forever"} else _number(f"{name} ({key})", value, float)
+        )
     return out
 
 
@@ -88,9 +111,7 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 # (and strip it from client requests): see docs/security.md.
 HTTPS = env_bool("DJANGO_HTTPS", False)
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", HTTPS)
-SECURE_HSTS_SECONDS = int(
-    os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or (31_536_000 if HTTPS else 0)
-)
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE_HSTS_SECONDS > 0
 )
@@ -107,7 +128,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 # a request body over this many bytes is answered 413 before Django reads it
 # (dashboard/bodylimit.py, in front of Django in config/asgi.py)
-MAX_REQUEST_BODY_BYTES = int(os.environ.get("DURABLE_MAX_REQUEST_BYTES") or 4 * 1024 * 1024)
+MAX_REQUEST_BODY_BYTES = env_int("DURABLE_MAX_REQUEST_BYTES", 4 * 1024 * 1024)
 
 INSTALLED_APPS = [
     "daphne",
@@ -176,13 +197,13 @@ AUTHENTICATION_BACKENDS = [
 # after AXES_FAILURE_LIMIT failed logins for one username from one address, that pair is
 # locked out for AXES_COOLOFF_TIME hours (429); a successful login resets the count
 AXES_ENABLED = env_bool("DURABLE_LOGIN_THROTTLING", True)
-AXES_FAILURE_LIMIT = int(os.environ.get("DURABLE_LOGIN_FAILURE_LIMIT") or 5)
+AXES_FAILURE_LIMIT = env_int("DURABLE_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_float("DURABLE_LOGIN_COOLOFF_HOURS", 0.25)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # the client address: REMOTE_ADDR, unless a trusted proxy count is configured, in which
 # case the address the proxy put into X-Forwarded-For (docs/security.md)
-AXES_IPWARE_PROXY_COUNT = int(os.environ.get("DURABLE_TRUSTED_PROXY_COUNT") or 0) or None
+AXES_IPWARE_PROXY_COUNT = env_int("DURABLE_TRUSTED_PROXY_COUNT", 0) or None
 AXES_IPWARE_META_PRECEDENCE_ORDER = (
     ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
 )
@@ -211,7 +232,7 @@ ASGI_APPLICATION = "config.asgi.application"
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{VAR_DIR / 'durable.sqlite3'}",
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
 }
@@ -328,7 +349,7 @@ else:
 
 # --- Email (Django's SMTP backend; `make up` runs a local SMTP sink on 1025) ---------
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "127.0.0.1")
-EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "1025"))
+EMAIL_PORT = env_int("EMAIL_PORT", 1025)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
@@ -346,19 +367,19 @@ DURABLE = {
     "SWEEP_INTERVAL_SECONDS": env_float("DURABLE_SWEEP_INTERVAL_SECONDS", 5.0),
     "REDISPATCH_AFTER_SECONDS": env_float("DURABLE_REDISPATCH_AFTER_SECONDS", 30.0),
     "INPROCESS_RETRY_MAX_SECONDS": env_float("DURABLE_INPROCESS_RETRY_MAX_SECONDS", 5.0),
-    "MAX_WORKER_LOST_ATTEMPTS": int(os.environ.get("DURABLE_MAX_WORKER_LOST_ATTEMPTS") or 3),
-    "MAX_PAYLOAD_BYTES": int(os.environ.get("DURABLE_MAX_PAYLOAD_BYTES", 1_048_576)),
-    "BATCH_MAX_STEPS": int(os.environ.get("DURABLE_BATCH_MAX_STEPS") or 32),
+    "MAX_WORKER_LOST_ATTEMPTS": env_int("DURABLE_MAX_WORKER_LOST_ATTEMPTS", 3),
+    "MAX_PAYLOAD_BYTES": env_int("DURABLE_MAX_PAYLOAD_BYTES", 1_048_576),
+    "BATCH_MAX_STEPS": env_int("DURABLE_BATCH_MAX_STEPS", 32),
     "BATCH_MAX_DELAY_MS": env_float("DURABLE_BATCH_MAX_DELAY_MS", 50.0),
     "ENCRYPTION_KEY": os.environ.get("DURABLE_ENCRYPTION_KEY", ""),
     "SCHEDULE_TICK_SECONDS": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
-    "SCHEDULE_MAX_CATCHUP": int(os.environ.get("DURABLE_SCHEDULE_MAX_CATCHUP") or 100),
+    "SCHEDULE_MAX_CATCHUP": env_int("DURABLE_SCHEDULE_MAX_CATCHUP", 100),
     "SCHEDULE_GRACE_SECONDS": env_float("DURABLE_SCHEDULE_GRACE_SECONDS", 60.0),
     # {"gpt-4o-mini": {"rate_limit": "500/m", "concurrency": 10}, "*": {...}} as JSON
     "LLM_LIMITS": env_json("DURABLE_LLM_LIMITS", {}),
     "RETENTION_SECONDS": env_float("DURABLE_RETENTION_SECONDS", None),
     "RETENTION_SECONDS_BY_WORKFLOW": env_retention("DURABLE_RETENTION_SECONDS_BY_WORKFLOW"),
-    "PRUNE_BATCH_RUNS": int(os.environ.get("DURABLE_PRUNE_BATCH_RUNS") or 100),
+    "PRUNE_BATCH_RUNS": env_int("DURABLE_PRUNE_BATCH_RUNS", 100),
     "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
     "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
     "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
@@ -368,12 +389,12 @@ DURABLE = {
 
 # --- the JSON API (api/) ----------------------------------------------------------------
 # failed token authentications from one address before it gets 429, and the window (s)
-API_AUTH_FAILURE_LIMIT = int(os.environ.get("DURABLE_API_AUTH_FAILURE_LIMIT") or 20)
-API_AUTH_FAILURE_WINDOW = int(os.environ.get("DURABLE_API_AUTH_FAILURE_WINDOW") or 300)
+API_AUTH_FAILURE_LIMIT = env_int("DURABLE_API_AUTH_FAILURE_LIMIT", 20)
+API_AUTH_FAILURE_WINDOW = env_int("DURABLE_API_AUTH_FAILURE_WINDOW", 300)
 # the site's address as people reach it, for links in emails and webhook payloads
 DURABLE_BASE_URL = os.environ.get("DURABLE_BASE_URL", "http://127.0.0.1:8000")
 # how long a signed approval link works (seconds; the request's deadline still applies)
-DURABLE_APPROVAL_LINK_SECONDS = int(os.environ.get("DURABLE_APPROVAL_LINK_SECONDS") or 259_200)
+DURABLE_APPROVAL_LINK_SECONDS = env_int("DURABLE_APPROVAL_LINK_SECONDS", 259_200)
 # a workflow that emails approvers their signed links for each approval request
 # (api/webhooks_out.py); empty: none. The reference agents': examples.approval_email
 DURABLE_APPROVAL_EMAIL_WORKFLOW = os.environ.get("DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
