@@ -33,6 +33,17 @@ def env_float(name: str, default: float | None) -> float | None:
     return float(value) if value else default  # unset or empty: the default
 
 
+def env_int(name: str, default: int) -> int:
+    """An integer; a bad one stops the start with the variable's name."""
+    value = os.environ.get(name)
+    if not value:
+        return default  # unset or empty: the default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
+
+
 def env_json(name: str, default: Any) -> Any:
     """A JSON value; a bad one stops the start with the variable's name."""
     value = os.environ.get(name)
@@ -362,6 +373,9 @@ DURABLE = {
     "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
     "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
     "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
+    # a worker serves its own metrics on this port (0: off; durable/metrics_server.py)
+    "METRICS_PORT": env_int("DURABLE_METRICS_PORT", 0),
+    "METRICS_ADDR": os.environ.get("DURABLE_METRICS_ADDR") or "127.0.0.1",
     "OTEL": env_bool("DURABLE_OTEL", False),
 }
 
