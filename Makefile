@@ -77,6 +77,9 @@ up: export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 # GET /metrics adds up the counters of web, worker and beat processes (prometheus_client's
 # multiprocess mode); the folder is emptied at every start, as that mode requires
 up: export PROMETHEUS_MULTIPROC_DIR ?= $(or $(DURABLE_VAR_DIR),$(CURDIR)/var)/metrics
+# the Procfile's worker serves its own metrics on this port too, unauthenticated, on
+# 127.0.0.1 (durable/metrics_server.py; web and beat ignore it); 0 turns it off
+up: export DURABLE_METRICS_PORT ?= 9808
 up: $(DEMO_STAMP)
 	rm -rf "$$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$$PROMETHEUS_MULTIPROC_DIR"
 	$(BIN)/python manage.py migrate --noinput
@@ -86,7 +89,8 @@ up: $(DEMO_STAMP)
 	@echo "Starting web (daphne on 127.0.0.1:$(PORT)), worker, beat, the scripted LLM"
 	@echo "(:$(FAKE_LLM_PORT)), the payments service (:$(PAYMENTS_PORT)) and the SMTP sink"
 	@echo "(:$(SMTP_PORT)); the demo runs are seeded once they answer. Ctrl-C stops them all."
-	@echo "Metrics: http://127.0.0.1:$(PORT)/metrics (logged in, or DURABLE_METRICS_TOKEN)."
+	@echo "Metrics: http://127.0.0.1:$(PORT)/metrics (logged in, or DURABLE_METRICS_TOKEN);"
+	@echo "the worker's own: http://127.0.0.1:$(DURABLE_METRICS_PORT)/ (0: off)."
 	@echo
 	exec $(BIN)/honcho start -p $(PORT) -f Procfile
 

@@ -383,6 +383,9 @@ DURABLE = {
     "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
     "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
     "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
+    # a worker serves its own metrics on this port (0: off; durable/metrics_server.py)
+    "METRICS_PORT": env_int("DURABLE_METRICS_PORT", 0),
+    "METRICS_ADDR": os.environ.get("DURABLE_METRICS_ADDR") or "127.0.0.1",
     "OTEL": env_bool("DURABLE_OTEL", False),
     "TRACE_URL": os.environ.get("DURABLE_TRACE_URL", ""),
 }

@@ -16,3 +16,6 @@ class DurableConfig(AppConfig):
         from . import otel
 
         otel.connect()  # OpenTelemetry, when DURABLE['OTEL'] is set
+        from . import metrics_server
+
+        metrics_server.connect()  # a worker's metrics port, when DURABLE['METRICS_PORT'] is set

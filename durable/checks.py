@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf, otel, registry
+from . import conf, metrics_server, otel, registry
 from .dispatch import load_dispatcher
 from .exceptions import DurableConfigurationError
 from .limits import check_llm_limits
@@ -110,6 +110,17 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                 f"DURABLE['TRACE_URL'] (DURABLE_TRACE_URL) {template!r}: {problem}",
                 hint="e.g. http://jaeger:16686/trace/{trace_id}",
                 id="durable.E009",
+            )
+        )
+    try:
+        metrics_server.port()
+    except (TypeError, ValueError):
+        messages.append(
+            Error(
+                f"DURABLE['METRICS_PORT'] must be a TCP port 0..65535 (0: no worker metrics "
+                f"port), got {conf.get('METRICS_PORT')!r}",
+                hint="set DURABLE_METRICS_PORT to a free port such as 9808, or 0 for none",
+                id="durable.E010",
             )
         )
     for module, tb in registry.load_errors.items():

@@ -131,6 +131,11 @@ DEFAULTS: dict[str, Any] = {
     # the bearer token a Prometheus scraper sends to GET /metrics (empty: only logged-in
     # users with durable.view_run may read it)
     "METRICS_TOKEN": "",
+    # a Celery worker's own metrics port (durable/metrics_server.py): the TCP port its
+    # main process serves the Prometheus scrape on (0: none) and the address it listens
+    # on (127.0.0.1: this host only; 0.0.0.0 for a Prometheus on another host)
+    "METRICS_PORT": 0,
+    "METRICS_ADDR": "127.0.0.1",
     # OpenTelemetry tracing (durable/otel.py; the durable[otel] extra): off unless true
     "OTEL": False,
     # the run page links its trace id here: a URL with "{trace_id}" (Jaeger, Tempo, ...)

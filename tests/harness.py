@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -193,6 +193,7 @@ class Worker:
         *,
         pool: str = "solo",
         concurrency: int = 1,
+        args: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.log_path = log_path
@@ -213,6 +214,7 @@ class Worker:
                 "-n",
                 f"{name}@%h",
                 "--loglevel=INFO",
+                *args,
             ],
             cwd=REPO,
             env=env,
@@ -303,15 +305,19 @@ class WorkerPool:
         wait: bool = False,
         pool: str = "solo",
         concurrency: int = 1,
+        args: Sequence[str] = (),
         **extra_env: str,
     ) -> Worker:
         """Start a worker; ``crash_at`` arms ``CRASH_AT``; ``wait``: until it is ready;
-        ``pool``/``concurrency``: Celery's (``prefork`` runs tasks in child processes)."""
+        ``pool``/``concurrency``: Celery's (``prefork`` runs tasks in child processes);
+        ``args``: more ``celery worker`` options (``--max-tasks-per-child=1``)."""
         name = f"w{next(_names)}"
         env = worker_env(crash_dir or self.crash_dir, **extra_env)
         if crash_at:
             env["CRASH_AT"] = crash_at
-        worker = Worker(name, env, self.log_dir / f"{name}.log", pool=pool, concurrency=concurrency)
+        worker = Worker(
+            name, env, self.log_dir / f"{name}.log", pool=pool, concurrency=concurrency, args=args
+        )
         self.workers.append(worker)
         if wait:
             worker.wait_ready()
