@@ -192,7 +192,6 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         if claimed is None:
             return None
     run, steps = claimed
-    telemetry.run_claimed(run)
     compensating = run.status == RunStatus.COMPENSATING
     try:
         spec = (

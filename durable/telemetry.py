@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import logcontext, metrics
 
 if TYPE_CHECKING:
-    from .models import Run, Step
+    from .models import Step
     from .retry import RetryPolicy
 
 try:  # the optional extra durable[otel]
@@ -43,7 +43,6 @@ __all__ = [
     "execution",
     "llm_result",
     "replayed",
-    "run_claimed",
     "starting",
 ]
 
@@ -102,40 +101,55 @@ def starting(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _run_parent(run_id: str) -> dict[str, Any]:
-    """``start_as_current_span`` options of the ``durable.run`` span: the run's stored
-    trace context as parent, unless the current span (the Celery instrumentation's, in
-    the message's trace) is already in it; a link to that current span otherwise."""
+def _run_span(run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``durable.run`` span's attributes and ``start_as_current_span`` options, from
+    one query of the run: its workflow and version (also on an execution that finds the
+    run claimed elsewhere and ends at once), and its stored trace context as parent,
+    unless the current span (the Celery instrumentation's, in the message's trace) is
+    already in it; a link to that current span otherwise."""
     from opentelemetry import propagate
 
     from .models import Run
 
+    attributes: dict[str, Any] = {"durable.run.id": run_id}
     try:
-        stored = Run.objects.filter(pk=run_id).values_list("trace_context", flat=True).first()
+        row = (
+            Run.objects.filter(pk=run_id)
+            .values_list("workflow_name", "workflow_version", "trace_context")
+            .first()
+        )
     except Exception:  # telemetry never changes what the engine does: the claim reports it
-        return {}
+        return attributes, {}
+    if row is None:
+        return attributes, {}
+    workflow, version, stored = row
+    attributes["durable.workflow"] = workflow
+    attributes["durable.workflow.version"] = version
     if not stored:
-        return {}
+        return attributes, {}
     parent = propagate.extract(stored)
     wanted = _trace.get_current_span(parent).get_span_context()
     current = _trace.get_current_span().get_span_context()
     if not wanted.is_valid or (current.is_valid and current.trace_id == wanted.trace_id):
-        return {}
+        return attributes, {}
     links = [_trace.Link(current, {"durable.link": "dispatcher"})] if current.is_valid else []
-    return {"context": parent, "links": links}
+    return attributes, {"context": parent, "links": links}
 
 
 def execution(fn: F) -> F:
     """Decorates ``engine.execute(run_id, ...)``: binds ``run_id`` to the log lines and
-    opens the ``durable.run`` span around the whole execution, in the run's trace (one
-    query for :attr:`Run.trace_context`, made only when tracing is on)."""
+    opens the ``durable.run`` span around the whole execution, in the run's trace, with
+    its workflow and version (one query of the run, made only when tracing is on)."""
 
     @functools.wraps(fn)
     def wrapper(run_id: str, *args: Any, **kwargs: Any) -> Any:
-        options = _run_parent(str(run_id)) if _recording() else {}
+        if _recording():
+            attributes, options = _run_span(str(run_id))
+        else:
+            attributes, options = {"durable.run.id": str(run_id)}, {}
         with (
             logcontext.bound(run_id=str(run_id)),
-            _span("durable.run", {"durable.run.id": str(run_id)}, **options) as span,
+            _span("durable.run", attributes, **options) as span,
         ):
             status = fn(run_id, *args, **kwargs)
             if span is not None:
@@ -143,15 +157,6 @@ def execution(fn: F) -> F:
             return status
 
     return wrapper  # type: ignore[return-value]
-
-
-def run_claimed(run: Run) -> None:
-    """The run was claimed: name its workflow and version on the current run span."""
-    if _trace is None:
-        return
-    span = _trace.get_current_span()
-    span.set_attribute("durable.workflow", run.workflow_name)
-    span.set_attribute("durable.workflow.version", run.workflow_version)
 
 
 @contextlib.contextmanager

@@ -74,6 +74,21 @@ def test_a_run_and_each_attempt_have_a_span_with_their_attributes():
     assert "durable.classification" not in second.attributes
 
 
+def test_an_execution_that_claims_nothing_still_names_the_runs_workflow():
+    """A duplicate message (a sweep's re-dispatch beside the redelivered original) finds
+    the run finished or claimed elsewhere: its span still says which workflow it was."""
+    from durable import engine
+
+    run = drive(durable.start("cli.echo", {"x": 1}).id)
+    EXPORTER.clear()
+    assert engine.execute(run.id, worker_id="late-duplicate") is None
+
+    [late] = spans("durable.run")
+    assert late.attributes["durable.run.status"] == "not_claimed"
+    assert late.attributes["durable.workflow"] == "cli.echo"
+    assert late.attributes["durable.workflow.version"] == "1"
+
+
 def test_replayed_steps_have_spans_that_say_so():
     ew.FLAGS["crash:after_two"] = True
     run = durable.start("eng.three_steps", {"policy": "fast"})
