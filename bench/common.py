@@ -230,6 +230,8 @@ def django_env(
             "DJANGO_SECRET_KEY": SECRET_KEY,
             "DURABLE_DISPATCH": dispatch,
             "DURABLE_WORKFLOW_MODULES": "bench.workflows",
+            # bench.workflows only, as the peers' workers load only theirs
+            "DURABLE_AUTODISCOVER": "false",
             "DJANGO_LOG_LEVEL": "WARNING",
         }
     )

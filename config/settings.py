@@ -359,6 +359,7 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Durable <durable@loca
 # --- Durable -------------------------------------------------------------------------
 DURABLE = {
     "WORKFLOW_MODULES": env_list("DURABLE_WORKFLOW_MODULES"),
+    "AUTODISCOVER": env_bool("DURABLE_AUTODISCOVER", True),
     "DISPATCH": os.environ.get("DURABLE_DISPATCH", "celery"),
     "LEASE_SECONDS": env_float("DURABLE_LEASE_SECONDS", 30.0),
     "HEARTBEAT_SECONDS": env_float("DURABLE_HEARTBEAT_SECONDS", None),

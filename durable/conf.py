@@ -71,6 +71,9 @@ DEFAULT_REDACT_KEYS_ALLOW = (
 DEFAULTS: dict[str, Any] = {
     # modules to import workflows from, besides each installed app's workflows.py
     "WORKFLOW_MODULES": [],
+    # import each installed app's workflows.py; False: only WORKFLOW_MODULES (a worker
+    # that serves some workflows boots without importing the others' libraries)
+    "AUTODISCOVER": True,
     # how a run is dispatched: the dotted path of a durable.dispatch.Dispatcher subclass,
     # or an alias: "celery" (a task on commit) or "manual" (nothing sent; tests drive it)
     "DISPATCH": "celery",

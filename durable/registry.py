@@ -395,14 +395,17 @@ def _import(module: str) -> None:
 def autodiscover() -> None:
     """Import ``workflows.py`` of every installed app and ``DURABLE['WORKFLOW_MODULES']``.
 
-    A module that fails to import is recorded in :data:`load_errors` (shown by
-    ``manage.py durable workflows`` and the system checks); the others still load.
+    With ``DURABLE['AUTODISCOVER']`` False only ``WORKFLOW_MODULES`` are imported: a
+    worker that serves some workflows does not pay for importing the others (and their
+    frameworks); a run of a workflow it lacks is released for another worker. A module
+    that fails to import is recorded in :data:`load_errors` (shown by ``manage.py
+    durable workflows`` and the system checks); the others still load.
     """
     from django.apps import apps
 
     from . import conf
 
-    for app_config in apps.get_app_configs():
+    for app_config in apps.get_app_configs() if conf.get("AUTODISCOVER") else ():
         module = f"{app_config.name}.workflows"
         try:
             found = importlib.util.find_spec(module) is not None

@@ -439,6 +439,10 @@ class Chaos:
                 "DURABLE_VAR_DIR": str(broker_var_dir()),
                 "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
                 "DURABLE_DISPATCH": "celery",
+                # the three reference agents only: a worker killed every few seconds
+                # must not spend them importing the framework agents' libraries
+                "DURABLE_AUTODISCOVER": "false",
+                "DURABLE_WORKFLOW_MODULES": "examples.workflows",
                 "DURABLE_LEASE_SECONDS": str(self.lease),
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill

@@ -18,14 +18,20 @@ import re
 from typing import Any
 
 import durable
+from durable import conf as durable_conf
 
 from . import tools as _tools  # noqa: F401 - registers the reference agents' tools
 
-if importlib.util.find_spec("langgraph") is not None:  # the durable[langgraph] extra
+# The framework agents cost seconds of imports (LangGraph, PydanticAI, the OpenAI Agents
+# SDK): they come with autodiscovery; a worker that lists its modules instead
+# (DURABLE_AUTODISCOVER=false) names examples.langgraph_agent or
+# examples.framework_agents when it serves them.
+_WITH_FRAMEWORKS = bool(durable_conf.get("AUTODISCOVER"))
+if _WITH_FRAMEWORKS and importlib.util.find_spec("langgraph") is not None:  # the extra
     from . import langgraph_agent as _langgraph_agent  # noqa: F401 - examples.refund_graph
 # the agent-framework reference agents need the pydantic-ai and openai-agents extras
 FRAMEWORK_AGENTS = all(importlib.util.find_spec(m) for m in ("pydantic_ai", "agents"))
-if FRAMEWORK_AGENTS:
+if _WITH_FRAMEWORKS and FRAMEWORK_AGENTS:
     from . import framework_agents as _framework_agents  # noqa: F401 - registers them
 
 GREETINGS = {"en": "Hello", "fr": "Bonjour", "de": "Hallo", "es": "Hola", "it": "Ciao"}

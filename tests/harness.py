@@ -141,6 +141,10 @@ def worker_env(crash_dir: Path, **extra: str) -> dict[str, str]:
             "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
             "DURABLE_DISPATCH": "celery",
             "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows",
+            # the apps' workflows.py named, not discovered: without autodiscovery the
+            # example agents leave out LangGraph, PydanticAI and the OpenAI Agents SDK,
+            # seconds of CPU at every worker start (tests that need them name them)
+            "DURABLE_AUTODISCOVER": "false",
             "DURABLE_LEASE_SECONDS": str(LEASE_SECONDS),
             "DURABLE_SWEEP_INTERVAL_SECONDS": str(SWEEP_INTERVAL),
             "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
@@ -148,7 +152,26 @@ def worker_env(crash_dir: Path, **extra: str) -> dict[str, str]:
         }
     )
     env.update(extra)
+    modules = env["DURABLE_WORKFLOW_MODULES"].split(",")
+    env["DURABLE_WORKFLOW_MODULES"] = ",".join(
+        modules + [m for m in app_workflow_modules() if m not in modules]
+    )
     return env
+
+
+def app_workflow_modules() -> list[str]:
+    """The ``workflows.py`` modules of the installed apps (what autodiscovery imports)."""
+    import importlib.util
+
+    from django.apps import apps
+
+    found = []
+    for app_config in apps.get_app_configs():
+        module = f"{app_config.name}.workflows"
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec(module) is not None:
+                found.append(module)
+    return found
 
 
 def purge_broker() -> int:

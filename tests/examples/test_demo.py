@@ -25,7 +25,7 @@ pytestmark = [
 
 
 def test_seeded_demo_shows_every_state_and_an_operator_can_finish_it(agent_env, operator, workers):
-    workers.start(wait=True)
+    workers.start(wait=True, DURABLE_AUTODISCOVER="true")  # the framework agents too
     out = StringIO()
     call_command("durable_demo", "--seed", "--url", "http://127.0.0.1:8766/", stdout=out)
     text = out.getvalue()

@@ -66,12 +66,20 @@ def test_a_run_recovered_by_another_worker_after_a_sigkill_stays_in_its_trace(
             if s["trace_id"] == trace_id and s["attributes"].get("durable.step.id") == "after"
         ]
 
-    [after] = wait_until(executed, 20, what="the second worker's spans", sweep=False)
+    def run_spans() -> list[dict]:
+        return [
+            s for s in collector.spans("durable.run") if s["attributes"]["durable.run.id"] == run.id
+        ]
+
+    def recovered_ended() -> bool:  # the run span ends after its last step's: a later batch
+        return bool(executed()) and any(
+            s["attributes"].get("durable.run.status") == "succeeded" for s in run_spans()
+        )
+
+    wait_until(recovered_ended, 20, what="the second worker's spans", sweep=False)
+    [after] = executed()
     assert after["service"] == "durable-test-worker"
-    runs = [
-        s for s in collector.spans("durable.run") if s["attributes"]["durable.run.id"] == run.id
-    ]
-    assert runs, collector.spans()
+    runs = run_spans()
     for execution in runs:  # every execution that ended: in the start's trace
         assert execution["trace_id"] == trace_id
         assert execution["attributes"]["durable.workflow"] == "crash.slow_first"
