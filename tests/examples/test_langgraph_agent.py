@@ -57,6 +57,10 @@ def test_the_graph_agent_refunds_once_after_approval(agent_env, operator):
     assert [r["turn"] for r in llm_requests(agent_env, run.id)] == [0, 1]
 
 
+#: a test worker lists its modules (tests/harness.py): this one serves the graph agent too
+GRAPH_WORKER = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,examples.langgraph_agent"}
+
+
 @pytest.mark.processes
 def test_the_graph_agent_survives_a_sigkill_during_the_refund(agent_env, operator, workers):
     admin(
@@ -65,7 +69,7 @@ def test_the_graph_agent_survives_a_sigkill_during_the_refund(agent_env, operato
         "/_admin/faults",
         {"fault": "slow", "seconds": 3, "path": "^/v1/refunds$", "method": "POST"},
     )
-    first = workers.start(wait=True)
+    first = workers.start(wait=True, **GRAPH_WORKER)
     run = start_example("examples.refund_graph", refund_input(12))
     wait_until(lambda: pending_approval(run.id), 60, what="the refund's approval")
     decide(run.id, operator)
@@ -77,7 +81,7 @@ def test_the_graph_agent_survives_a_sigkill_during_the_refund(agent_env, operato
         what="the refund request to reach the payments service",
     )
     workers.kill(first)  # the refund commits on the service after its caller died
-    workers.start()
+    workers.start(**GRAPH_WORKER)
     done = wait_for_run(run.id, 90)
     assert done.status == RunStatus.SUCCEEDED, done.error
     (refund,) = objects(agent_env, "refund", run.id)  # exactly one refund
