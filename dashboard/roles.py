@@ -61,16 +61,35 @@ def ensure_roles(apps: Any = None) -> None:
     ContentType = apps.get_model("contenttypes", "ContentType")
     Permission = apps.get_model("auth", "Permission")
     Group = apps.get_model("auth", "Group")
+    # a few queries however many roles: read what exists, create only what is missing
+    # (get_or_create, so that two processes migrating at once both succeed)
+    labels = {app_label for app_label, _, _ in PERMISSIONS}
+    types = {
+        (ct.app_label, ct.model): ct for ct in ContentType.objects.filter(app_label__in=labels)
+    }
+    found = {
+        (p.content_type_id, p.codename): p
+        for p in Permission.objects.filter(content_type__in=list(types.values()))
+    }
     perms = {}
     for (app_label, model, codename), name in PERMISSIONS.items():
-        ct, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
-        perm, _ = Permission.objects.get_or_create(
-            content_type=ct, codename=codename, defaults={"name": name}
-        )
+        ct = types.get((app_label, model))
+        if ct is None:
+            ct, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
+            types[(app_label, model)] = ct
+        perm = found.get((ct.pk, codename))
+        if perm is None:
+            perm, _ = Permission.objects.get_or_create(
+                content_type=ct, codename=codename, defaults={"name": name}
+            )
         perms[(app_label, model, codename)] = perm
+    groups = {g.name: g for g in Group.objects.filter(name__in=list(ROLES))}
+    Through = Group.permissions.through
+    links = []
     for group_name, keys in ROLES.items():
-        group, _ = Group.objects.get_or_create(name=group_name)
-        group.permissions.add(*(perms[key] for key in keys))
+        group = groups.get(group_name) or Group.objects.get_or_create(name=group_name)[0]
+        links += [Through(group_id=group.pk, permission_id=perms[key].pk) for key in keys]
+    Through.objects.bulk_create(links, ignore_conflicts=True)  # the pair is unique
 
 
 def ensure_roles_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

@@ -42,22 +42,26 @@ def tool_defaults(spec: registry.ToolSpec) -> dict[str, Any]:
 def sync_tools(*, using: str = DEFAULT_DB_ALIAS, model: Any = None) -> list[str]:
     """Create a Tool row for each registered tool that has none; return the names created.
 
-    Existing rows are never changed. Safe to run concurrently (``get_or_create`` on the
-    unique name). ``model`` is the Tool model to use (the migration state's in
-    ``post_migrate``; default :class:`durable.models.Tool`).
+    Existing rows are never changed. Two queries whatever the number of tools: the
+    names that have a row, then one ``bulk_create`` of the rest. Safe to run
+    concurrently: a row another process created in between is skipped by the unique
+    name (``ignore_conflicts``), and is then still in the returned names. ``model`` is
+    the Tool model to use (the migration state's in ``post_migrate``; default
+    :class:`durable.models.Tool`).
     """
     if model is None:
         from .models import Tool
 
         model = Tool
-    created = []
-    for spec in registry.tools():
-        _, was_created = model._default_manager.using(using).get_or_create(
-            name=spec.name, defaults=tool_defaults(spec)
-        )
-        if was_created:
-            created.append(spec.name)
-    return created
+    manager = model._default_manager.using(using)
+    specs = {spec.name: spec for spec in registry.tools()}
+    existing = set(manager.values_list("name", flat=True))  # one row a tool: small
+    missing = [spec for name, spec in specs.items() if name not in existing]
+    manager.bulk_create(
+        [model(name=spec.name, **tool_defaults(spec)) for spec in missing],
+        ignore_conflicts=True,
+    )
+    return [spec.name for spec in missing]
 
 
 def _on_post_migrate(
