@@ -392,6 +392,21 @@ def _import(module: str) -> None:
         )
 
 
+def app_workflow_modules() -> list[str]:
+    """The ``workflows`` modules of the installed apps, in app order (those that exist)."""
+    from django.apps import apps
+
+    found = []
+    for app_config in apps.get_app_configs():
+        module = f"{app_config.name}.workflows"
+        try:
+            if importlib.util.find_spec(module) is not None:
+                found.append(module)
+        except (ImportError, ValueError):
+            pass
+    return found
+
+
 def autodiscover() -> None:
     """Import ``workflows.py`` of every installed app and ``DURABLE['WORKFLOW_MODULES']``.
 
@@ -401,17 +416,9 @@ def autodiscover() -> None:
     that fails to import is recorded in :data:`load_errors` (shown by ``manage.py
     durable workflows`` and the system checks); the others still load.
     """
-    from django.apps import apps
-
     from . import conf
 
-    for app_config in apps.get_app_configs() if conf.get("AUTODISCOVER") else ():
-        module = f"{app_config.name}.workflows"
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if found:
-            _import(module)
+    for module in app_workflow_modules() if conf.get("AUTODISCOVER") else ():
+        _import(module)
     for module in conf.get("WORKFLOW_MODULES") or []:
         _import(module)

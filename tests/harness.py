@@ -122,6 +122,8 @@ def worker_env(crash_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a worker process for the running test."""
     from django.conf import settings
 
+    from durable.registry import app_workflow_modules
+
     # pass the test process's environment through (DURABLE_ENCRYPTION_KEY,
     # DURABLE_EXTRA_APPS, ...), minus what this harness decides per worker
     env = {
@@ -157,21 +159,6 @@ def worker_env(crash_dir: Path, **extra: str) -> dict[str, str]:
         modules + [m for m in app_workflow_modules() if m not in modules]
     )
     return env
-
-
-def app_workflow_modules() -> list[str]:
-    """The ``workflows.py`` modules of the installed apps (what autodiscovery imports)."""
-    import importlib.util
-
-    from django.apps import apps
-
-    found = []
-    for app_config in apps.get_app_configs():
-        module = f"{app_config.name}.workflows"
-        with contextlib.suppress(ImportError, ValueError):
-            if importlib.util.find_spec(module) is not None:
-                found.append(module)
-    return found
 
 
 def purge_broker() -> int:
