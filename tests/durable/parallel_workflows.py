@@ -4,6 +4,8 @@ Importing this module registers them. Tests steer them through module-level stat
 ``FAILS`` (label -> exceptions raised by the next calls), ``FLAGS``; they read
 ``CALLS`` (label -> bodies entered), ``ORDER`` (labels in the order bodies began),
 ``THREADS`` (label -> thread name) and ``PEAK`` (most bodies running at once).
+``FLAGS["await"]`` (label -> labels) holds a body until those bodies have begun, so a
+test can order calls of one group by a condition rather than by the pool's timing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ FAILS: dict[str, list[BaseException]] = {}
 FLAGS: dict[str, Any] = {}
 ORDER: list[str] = []
 THREADS: dict[str, str] = {}
-_lock = threading.Lock()
+_lock = threading.Condition()
 _running = [0]
 PEAK = [0]
 
@@ -48,6 +50,10 @@ def work(label: str, seconds: float = 0.0, value: Any = None) -> Any:
         THREADS[label] = threading.current_thread().name
         _running[0] += 1
         PEAK[0] = max(PEAK[0], _running[0])
+        _lock.notify_all()
+        awaited = FLAGS.get("await", {}).get(label, ())
+        if not _lock.wait_for(lambda: all(CALLS[a] for a in awaited), timeout=30.0):
+            raise AssertionError(f"{label}: {awaited} never began")
     try:
         if seconds:
             time.sleep(seconds)

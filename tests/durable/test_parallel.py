@@ -108,8 +108,10 @@ def test_a_list_item_that_is_not_a_call_fails_the_run_naming_it():
 def test_a_replay_returns_recorded_calls_and_runs_only_unrecorded_ones():
     """Call c fails and its retry is far off: the run is released with a and b recorded;
     d ran but was not recorded (its turn comes after c). Resumed: a and b are replayed,
-    c and d run again, exactly once more."""
+    c and d run again, exactly once more. c fails only once d has begun: otherwise a
+    loaded machine may let the release cancel d before a pool thread takes it."""
     pw.FAILS["c"] = [durable.TransientError("busy")]
+    pw.FLAGS["await"] = {"c": ["d"]}
     data = {"labels": ["a", "b", "c", "d"], "policy": "slow"}
     run = drive(durable.start("par.steps", data).id, wait_for_retries=False)
     assert run.status == RunStatus.RETRYING
