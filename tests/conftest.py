@@ -8,6 +8,12 @@ from django.contrib.contenttypes.management import create_contenttypes
 from django.core.management.commands import flush as flush_command
 from django.db import connections
 from django.db.models.signals import post_migrate
+from django.test.utils import override_settings
+
+from tests import passwords
+
+#: the suite's own plugins: the time-per-folder table, the backend_free marker
+pytest_plugins = ["tests.timing", "tests.backends"]
 
 #: Rows that ``post_migrate`` would write back identically after every flush: they
 #: follow from the installed models alone, and no test changes them.
@@ -97,6 +103,15 @@ def django_db_setup(django_db_setup, django_db_blocker):
             cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit TO off")
             cursor.execute("SET synchronous_commit TO off")  # this session's, at once
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashing():
+    """Passwords hashed with one PBKDF2 iteration in this process (tests/passwords.py)."""
+    from django.conf import settings
+
+    with override_settings(PASSWORD_HASHERS=passwords.HASHERS + settings.PASSWORD_HASHERS):
+        yield
 
 
 @pytest.fixture(autouse=True)

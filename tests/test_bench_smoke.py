@@ -270,6 +270,7 @@ def _pg_redis() -> tuple[str, str] | None:
 
 
 @pytest.mark.processes
+@pytest.mark.backend
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(_pg_redis() is None, reason="needs DATABASE_URL (PostgreSQL) and Redis")
 def test_quick_throughput_run_has_1_2_and_4_worker_rows(tmp_path: Path) -> None:

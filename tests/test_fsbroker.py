@@ -33,6 +33,7 @@ def _connection(folder, transport):
     )
 
 
+@pytest.mark.backend
 def test_the_embedded_default_uses_the_atomic_transport(settings):
     if not str(settings.CELERY_BROKER_URL).startswith("filesystem://"):
         pytest.skip("the production configuration uses Redis")

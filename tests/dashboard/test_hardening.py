@@ -47,7 +47,12 @@ def _settings_in(tmp_path: Path, extra: dict[str, str]) -> dict:
         " 'SECURE_HSTS_SECONDS', 'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE',"
         " 'SECURE_PROXY_SSL_HEADER', 'MAX_REQUEST_BODY_BYTES')}))"
     )
-    env = _environment(tmp_path, {"DJANGO_SETTINGS_MODULE": "config.settings", **extra})
+    # the settings alone: no workflow discovery, which imports the agent frameworks
+    # (seconds of CPU a process, and four processes here)
+    env = _environment(
+        tmp_path,
+        {"DJANGO_SETTINGS_MODULE": "config.settings", "DURABLE_AUTODISCOVER": "false", **extra},
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,

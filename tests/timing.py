@@ -1,0 +1,88 @@
+"""Where a suite's minutes go: a table per test folder, printed after pytest's slowest
+durations (``--durations=30`` in pyproject's ``addopts``).
+
+Each test's setup, call and teardown are added to its folder (``tests/processes``,
+``tests/durable``...): setup holds the fixtures (a worker start, a live server, the
+database created once per session), teardown the flush of a transactional test. The
+head names the configuration, so the two CI suites' tables can be told apart.
+docs/testing.md reads these tables.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pytest
+
+PHASES = ("setup", "call", "teardown")
+
+
+@dataclass
+class _Folder:
+    tests: int = 0
+    setup: float = 0.0
+    call: float = 0.0
+    teardown: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.setup + self.call + self.teardown
+
+
+_folders: dict[str, _Folder] = defaultdict(_Folder)
+_started = time.monotonic()
+
+
+def folder_of(nodeid: str) -> str:
+    """``tests/durable/test_x.py::test_y[1]`` -> ``tests/durable``; a module at the top
+    of ``tests/`` counts as ``tests``."""
+    path = nodeid.split("::", 1)[0]
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def configuration() -> str:
+    """``postgresql + redis`` or ``sqlite + filesystem``: what this suite runs on."""
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    broker = str(settings.CELERY_BROKER_URL).split("://", 1)[0]
+    return f"{engine} + {broker}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _started
+    _started = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when not in PHASES:
+        return
+    folder = _folders[folder_of(report.nodeid)]
+    setattr(folder, report.when, getattr(folder, report.when) + report.duration)
+    if report.when == "setup":
+        folder.tests += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not _folders:
+        return
+    write = terminalreporter.write_line
+    wall = time.monotonic() - _started
+    terminalreporter.section(f"time per folder ({configuration()}; wall {wall:.0f} s)")
+    write(f"{'folder':<22} {'tests':>6} {'setup s':>9} {'call s':>9} {'teardown s':>11} "
+          f"{'total s':>9} {'share':>6}")  # fmt: skip
+    rows = sorted(_folders.items(), key=lambda kv: -kv[1].total)
+    whole = sum(f.total for _, f in rows) or 1.0
+    for name, f in rows:
+        write(
+            f"{name:<22} {f.tests:>6} {f.setup:>9.1f} {f.call:>9.1f} {f.teardown:>11.1f} "
+            f"{f.total:>9.1f} {f.total / whole:>6.0%}"
+        )
+    tests = sum(f.tests for _, f in rows)
+    write(
+        f"{'all':<22} {tests:>6} {sum(f.setup for _, f in rows):>9.1f} "
+        f"{sum(f.call for _, f in rows):>9.1f} {sum(f.teardown for _, f in rows):>11.1f} "
+        f"{whole:>9.1f}"
+    )
