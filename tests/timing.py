@@ -3,18 +3,23 @@ durations (``--durations=30`` in pyproject's ``addopts``).
 
 Each test's setup, call and teardown are added to its folder (``tests/processes``,
 ``tests/durable``...): setup holds the fixtures (a worker start, a live server, the
-database created once per session), teardown the flush of a transactional test. The
-head names the configuration, so the two CI suites' tables can be told apart.
+database created once per session), teardown the flush of a transactional test; the CPU
+column counts this process and the child processes it reaped meanwhile (a worker's CPU
+lands in the test that killed it). The head names the configuration, so the two CI
+suites' tables can be told apart.
 docs/testing.md reads these tables.
 """
 
 from __future__ import annotations
 
+import resource
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 
 import pytest
+
+from tests.harness import READY_SECONDS
 
 PHASES = ("setup", "call", "teardown")
 
@@ -25,6 +30,7 @@ class _Folder:
     setup: float = 0.0
     call: float = 0.0
     teardown: float = 0.0
+    cpu: float = 0.0
 
     @property
     def total(self) -> float:
@@ -56,6 +62,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _started = time.monotonic()
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has reaped (workers, daphne,
+    subprocesses): a test's share is the difference across it."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    before = _cpu_seconds()
+    yield
+    _folders[folder_of(item.nodeid)].cpu += _cpu_seconds() - before
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when not in PHASES:
         return
@@ -72,17 +95,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     wall = time.monotonic() - _started
     terminalreporter.section(f"time per folder ({configuration()}; wall {wall:.0f} s)")
     write(f"{'folder':<22} {'tests':>6} {'setup s':>9} {'call s':>9} {'teardown s':>11} "
-          f"{'total s':>9} {'share':>6}")  # fmt: skip
+          f"{'total s':>9} {'share':>6} {'cpu s':>8}")  # fmt: skip
     rows = sorted(_folders.items(), key=lambda kv: -kv[1].total)
     whole = sum(f.total for _, f in rows) or 1.0
     for name, f in rows:
         write(
             f"{name:<22} {f.tests:>6} {f.setup:>9.1f} {f.call:>9.1f} {f.teardown:>11.1f} "
-            f"{f.total:>9.1f} {f.total / whole:>6.0%}"
+            f"{f.total:>9.1f} {f.total / whole:>6.0%} {f.cpu:>8.1f}"
         )
     tests = sum(f.tests for _, f in rows)
     write(
         f"{'all':<22} {tests:>6} {sum(f.setup for _, f in rows):>9.1f} "
         f"{sum(f.call for _, f in rows):>9.1f} {sum(f.teardown for _, f in rows):>11.1f} "
-        f"{whole:>9.1f}"
+        f"{whole:>9.1f} {'':>6} {sum(f.cpu for _, f in rows):>8.1f}"
     )
+    if READY_SECONDS:
+        ready = sorted(READY_SECONDS)
+        write(
+            f"worker processes seen ready: {len(ready)}, {sum(ready):.0f} s from spawn to "
+            f"ready in all (median {ready[len(ready) // 2]:.1f} s, slowest {ready[-1]:.1f} s)"
+        )

@@ -4,7 +4,6 @@ decisions bound to a version of the arguments (N-of-M), secrets kept in edits.""
 from __future__ import annotations
 
 import sys
-import time
 from datetime import timedelta
 
 import pytest
@@ -51,10 +50,10 @@ def backdate(req: ApprovalRequest, seconds: float) -> ApprovalRequest:
 def test_s17_late_click_is_refused_and_the_timeout_rejects(make_user):
     buyer = make_user("buyer", groups=("buyers",))
     run, req = waiting(
-        "tests.purchase", {"approvers": "buyers", "timeout": 2, "on_timeout": "reject"}
+        "tests.purchase", {"approvers": "buyers", "timeout": 600, "on_timeout": "reject"}
     )
+    req = backdate(req, 1)  # the deadline passed a second ago; no sweeper ran
     deadline = req.expires_at
-    time.sleep(3)  # three seconds pass; no sweeper runs
     assert Wait.objects.get(pk=req.wait_id).status == WaitStatus.PENDING
     with pytest.raises(ApprovalExpired, match="this request expired at") as err:
         approval_decide(request_id=req.pk, user=buyer, approve=True)
@@ -79,17 +78,18 @@ def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_use
     fin = make_user("fin", groups=("finance",))
     run, req = waiting(
         "tests.purchase",
-        {"approvers": "buyers", "timeout": 2, "on_timeout": "escalate", "escalate_to": "finance"},
+        {"approvers": "buyers", "timeout": 600, "on_timeout": "escalate", "escalate_to": "finance"},
     )
+    # the first deadline passed a second ago, the second is 599 s away; no sweep ran
+    req = backdate(req, 1)
     deadline = req.expires_at
-    time.sleep(2.5)  # past the first deadline (2 s), before the second (4 s); no sweep
     with pytest.raises(ApprovalExpired, match="escalated to the group 'finance'") as err:
         approval_decide(request_id=req.pk, user=buyer, approve=True)
     assert err.value.outcome == "escalated"
     req.refresh_from_db()
     assert req.status == ApprovalStatus.PENDING and req.approver_group.name == "finance"
     assert req.escalated_at == deadline
-    assert req.expires_at == deadline + timedelta(seconds=2)  # as of the deadline
+    assert req.expires_at == deadline + timedelta(seconds=600)  # as of the deadline
     assert Wait.objects.get(pk=req.wait_id).wake_at == req.expires_at
     assert not ApprovalDecision.objects.filter(request=req).exists()
     assert TraceEvent.objects.filter(run=run, kind="approval_escalated").count() == 1
