@@ -250,8 +250,11 @@ def _run_celery(argv: list[str], env: dict[str, str], log_path: str) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(open(1, "wb", closefd=False), write_through=True)  # noqa: E501
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(open(2, "wb", closefd=False), write_through=True)  # noqa: E501
+    # the server's own sys.stdout and sys.stderr are block-buffered objects of its start
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
     os.chdir(REPO)
     os.environ.clear()
     os.environ.update(env)
