@@ -28,7 +28,7 @@ def make_targets() -> set[str]:
 def test_makefile_has_up_test_lint_clean():
     assert {"up", "test", "lint", "clean"} <= make_targets()
     makefile = read("Makefile")
-    assert "-m venv" in makefile and "pip install -e '.[test]'" in makefile
+    assert "-m venv" in makefile and "pip install --python $(BIN)/python -e '.[test]'" in makefile
     assert "honcho start" in makefile
     assert "pytest" in makefile
 
@@ -56,14 +56,16 @@ def test_ci_runs_make_test_on_both_configurations():
     assert "pg_isready" in ci and "redis-cli" in ci
 
 
-def test_make_check_gates_lint_and_types_before_the_tests_in_ci_too():
+def test_make_check_gates_lint_and_types_and_ci_gates_lint_and_checks_types_beside():
     assert {"check", "lint", "format", "typecheck"} <= make_targets()
     makefile = read("Makefile")
     assert re.search(r"^check:\s*lint typecheck test\s*$", makefile, re.MULTILINE)
     assert "ruff format --check" in makefile and "$(BIN)/mypy" in makefile
     ci = read(".ci/run")
-    gates, suites = ci.index("for gate in lint typecheck"), ci.index("run_suite postgres")
-    assert gates < suites  # a lint or type error stops CI before the long suites
+    gates, suites = ci.index("for gate in lint"), ci.index("run_suite postgres")
+    assert gates < suites  # a lint error stops CI before the long suites
+    # the type check runs beside the suites, and its failure fails the run
+    assert ci.index("make typecheck >") < suites and "typecheck_rc != 0" in ci
 
 
 def test_the_tools_are_pinned_to_exact_versions():

@@ -5,13 +5,16 @@ Each test's setup, call and teardown are added to its folder (``tests/processes`
 ``tests/durable``...): setup holds the fixtures (a worker start, a live server, the
 database created once per session), teardown the flush of a transactional test; the CPU
 column counts this process and the child processes it reaped meanwhile (a worker's CPU
-lands in the test that killed it). The head names the configuration, so the two CI
-suites' tables can be told apart.
+lands in the test that killed it). The machine column counts every process of the
+machine (workers forked by the fork server, PostgreSQL, Chromium, and whatever else
+runs beside the suite: read it from a suite run alone). The head names the
+configuration, so the two CI suites' tables can be told apart.
 docs/testing.md reads these tables.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from collections import defaultdict
@@ -31,6 +34,7 @@ class _Folder:
     call: float = 0.0
     teardown: float = 0.0
     cpu: float = 0.0
+    machine: float = 0.0
 
     @property
     def total(self) -> float:
@@ -38,6 +42,7 @@ class _Folder:
 
 
 _folders: dict[str, _Folder] = defaultdict(_Folder)
+_machine_by_test: dict[str, float] = {}
 _started = time.monotonic()
 
 
@@ -72,11 +77,30 @@ def _cpu_seconds() -> float:
     return total
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine since boot (``/proc/stat``: user, nice,
+    system, irq, softirq, steal), 0.0 where there is no ``/proc``."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    before = _cpu_seconds()
+    before, machine_before = _cpu_seconds(), _machine_cpu_seconds()
     yield
-    _folders[folder_of(item.nodeid)].cpu += _cpu_seconds() - before
+    folder = _folders[folder_of(item.nodeid)]
+    folder.cpu += _cpu_seconds() - before
+    machine = _machine_cpu_seconds() - machine_before
+    folder.machine += machine
+    _machine_by_test[item.nodeid] = machine
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -95,19 +119,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     wall = time.monotonic() - _started
     terminalreporter.section(f"time per folder ({configuration()}; wall {wall:.0f} s)")
     write(f"{'folder':<22} {'tests':>6} {'setup s':>9} {'call s':>9} {'teardown s':>11} "
-          f"{'total s':>9} {'share':>6} {'cpu s':>8}")  # fmt: skip
+          f"{'total s':>9} {'share':>6} {'cpu s':>8} {'machine s':>10}")  # fmt: skip
     rows = sorted(_folders.items(), key=lambda kv: -kv[1].total)
     whole = sum(f.total for _, f in rows) or 1.0
     for name, f in rows:
         write(
             f"{name:<22} {f.tests:>6} {f.setup:>9.1f} {f.call:>9.1f} {f.teardown:>11.1f} "
-            f"{f.total:>9.1f} {f.total / whole:>6.0%} {f.cpu:>8.1f}"
+            f"{f.total:>9.1f} {f.total / whole:>6.0%} {f.cpu:>8.1f} {f.machine:>10.1f}"
         )
     tests = sum(f.tests for _, f in rows)
     write(
         f"{'all':<22} {tests:>6} {sum(f.setup for _, f in rows):>9.1f} "
         f"{sum(f.call for _, f in rows):>9.1f} {sum(f.teardown for _, f in rows):>11.1f} "
-        f"{whole:>9.1f} {'':>6} {sum(f.cpu for _, f in rows):>8.1f}"
+        f"{whole:>9.1f} {'':>6} {sum(f.cpu for _, f in rows):>8.1f} "
+        f"{sum(f.machine for _, f in rows):>10.1f}"
     )
     if READY_SECONDS:
         ready = sorted(READY_SECONDS)
@@ -115,3 +140,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             f"worker processes seen ready: {len(ready)}, {sum(ready):.0f} s from spawn to "
             f"ready in all (median {ready[len(ready) // 2]:.1f} s, slowest {ready[-1]:.1f} s)"
         )
+    hungriest = sorted(_machine_by_test.items(), key=lambda kv: -kv[1])[:15]
+    if hungriest and hungriest[0][1] > 0:
+        write("busiest tests by machine CPU (s):")
+        for nodeid, seconds in hungriest:
+            write(f"{seconds:8.1f}  {nodeid}")
