@@ -3,12 +3,12 @@ durations (``--durations=30`` in pyproject's ``addopts``).
 
 Each test's setup, call and teardown are added to its folder (``tests/processes``,
 ``tests/durable``...): setup holds the fixtures (a worker start, a live server, the
-database created once per session), teardown the flush of a transactional test; the CPU
-column counts this process and the child processes it reaped meanwhile (a worker's CPU
-lands in the test that killed it). The machine column counts every process of the
-machine (workers forked by the fork server, PostgreSQL, Chromium, and whatever else
-runs beside the suite: read it from a suite run alone). The head names the
-configuration, so the two CI suites' tables can be told apart.
+database created once per session), teardown the flush of a transactional test. The
+CPU column counts this process, the child processes it reaped meanwhile and the workers
+the fork server reaped (a worker's CPU lands in the test that stopped it); the machine
+column counts every process of the machine (PostgreSQL and Chromium too, and whatever
+runs beside the suite). The head names the configuration, so the two CI suites' tables
+can be told apart.
 docs/testing.md reads these tables.
 """
 
@@ -41,8 +41,9 @@ class _Folder:
         return self.setup + self.call + self.teardown
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
 _folders: dict[str, _Folder] = defaultdict(_Folder)
-_machine_by_test: dict[str, float] = {}
+_cpu_by_test: dict[str, float] = {}
 _started = time.monotonic()
 
 
@@ -67,17 +68,33 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _started = time.monotonic()
 
 
+def _forked_cpu_seconds() -> float:
+    """CPU seconds of the workers that the fork server (tests/harness.py) forked and
+    reaped so far: its ``cutime`` and ``cstime`` (``/proc/PID/stat``), 0.0 before it
+    starts."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if not pid:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # after the name: state is field 3 of proc(5), cutime 16 and cstime 17
+    return (int(fields[13]) + int(fields[14])) / _TICKS
+
+
 def _cpu_seconds() -> float:
-    """CPU seconds of this process and of the children it has reaped (workers, daphne,
-    subprocesses): a test's share is the difference across it."""
-    total = 0.0
+    """CPU seconds of this process, of the children it has reaped (daphne, subprocesses)
+    and of the workers the fork server reaped: a test's share is the difference across
+    it."""
+    total = _forked_cpu_seconds()
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
         total += usage.ru_utime + usage.ru_stime
     return total
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _machine_cpu_seconds() -> float:
@@ -97,10 +114,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     before, machine_before = _cpu_seconds(), _machine_cpu_seconds()
     yield
     folder = _folders[folder_of(item.nodeid)]
-    folder.cpu += _cpu_seconds() - before
-    machine = _machine_cpu_seconds() - machine_before
-    folder.machine += machine
-    _machine_by_test[item.nodeid] = machine
+    cpu = _cpu_seconds() - before
+    folder.cpu += cpu
+    folder.machine += _machine_cpu_seconds() - machine_before
+    _cpu_by_test[item.nodeid] = cpu
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -140,8 +157,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             f"worker processes seen ready: {len(ready)}, {sum(ready):.0f} s from spawn to "
             f"ready in all (median {ready[len(ready) // 2]:.1f} s, slowest {ready[-1]:.1f} s)"
         )
-    hungriest = sorted(_machine_by_test.items(), key=lambda kv: -kv[1])[:15]
-    if hungriest and hungriest[0][1] > 0:
-        write("busiest tests by machine CPU (s):")
+    hungriest = sorted(_cpu_by_test.items(), key=lambda kv: -kv[1])[:15]
+    if hungriest:
+        write("the 15 tests that took the most CPU (s; with their workers and subprocesses):")
         for nodeid, seconds in hungriest:
             write(f"{seconds:8.1f}  {nodeid}")
