@@ -42,21 +42,23 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# uv (pinned) installs the versions pip would choose, in seconds where pip takes a minute
+# uv (pinned) installs the versions pip would choose, in seconds where pip takes a minute;
+# --compile-bytecode as pip does, or every process would compile what it imports again
+# (PYTHONDONTWRITEBYTECODE is set on CI machines): a second of CPU at each worker start
 UV := $(BIN)/uv
 $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install -q 'uv==0.13.9'
 
 # reinstall only when pyproject.toml is newer than the stamp
 $(STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --python $(BIN)/python -e '.[test]'
+	$(UV) pip install --compile-bytecode --python $(BIN)/python -e '.[test]'
 	touch $@
 
 install: $(STAMP)
 
 # `make up` also needs the demo extra: honcho runs the Procfile, aiosmtpd is the SMTP sink
 $(DEMO_STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --python $(BIN)/python -e '.[demo]'
+	$(UV) pip install --compile-bytecode --python $(BIN)/python -e '.[demo]'
 	touch $@
 
 # the demo's agents talk to the local services unless the environment says otherwise
@@ -120,7 +122,7 @@ check: lint typecheck test
 # .venv through the bench extra; needs PostgreSQL and Redis (BENCH_ARGS="--quick" for a
 # short run)
 bench: install
-	$(UV) pip install -q --python $(BIN)/python -e '.[test,bench]'
+	$(UV) pip install -q --compile-bytecode --python $(BIN)/python -e '.[test,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

@@ -28,7 +28,8 @@ def make_targets() -> set[str]:
 def test_makefile_has_up_test_lint_clean():
     assert {"up", "test", "lint", "clean"} <= make_targets()
     makefile = read("Makefile")
-    assert "-m venv" in makefile and "pip install --python $(BIN)/python -e '.[test]'" in makefile
+    assert "-m venv" in makefile
+    assert "pip install --compile-bytecode --python $(BIN)/python -e '.[test]'" in makefile
     assert "honcho start" in makefile
     assert "pytest" in makefile
 
