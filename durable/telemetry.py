@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -60,8 +61,44 @@ def _span(name: str, attributes: dict[str, Any], **options: Any) -> Iterator[Any
     if tracer is None:
         yield None
         return
-    with tracer.start_as_current_span(name, attributes=attributes, **options) as span:
-        yield span
+    with tracer.start_as_current_span(
+        name,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+        **options,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            _record_failure(span, exc)
+            raise
+
+
+def _record_failure(span: Any, exc: Exception) -> None:
+    """What OpenTelemetry's ``use_span`` records for an exception leaving a span (an
+    ``exception`` event with the semantic conventions' attributes, status ERROR), with a
+    message that an exception's broken ``__str__`` cannot turn into a second exception:
+    ``Span.record_exception`` calls ``str(exc)``, and a ``RuntimeError`` from it would
+    replace the step's own failure (S11: the attempt was recorded as ``RuntimeError``)."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not replace the failure
+        message = f"<{type(exc).__name__} with an unprintable message>"
+    kind = type(exc)
+    module = kind.__module__
+    span.add_event(
+        "exception",
+        {
+            "exception.type": f"{module}.{kind.__qualname__}"
+            if module and module != "builtins"
+            else kind.__qualname__,
+            "exception.message": message,
+            "exception.stacktrace": "".join(traceback.format_exception(exc)),
+            "exception.escaped": "False",
+        },
+    )
+    span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{kind.__name__}: {message}"))
 
 
 def _recording() -> bool:

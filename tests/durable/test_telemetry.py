@@ -251,3 +251,31 @@ def test_unbound_lines_show_a_dash_and_redact_tracebacks():
     assert "abcdefghijklmnop" not in logcontext.RedactingFormatter().format(record)
     doc = json.loads(logcontext.JsonFormatter().format(record))
     assert doc["run_id"] is None and "abcdefghijklmnop" not in doc["exc"]
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken")
+
+
+def test_a_failure_whose_str_raises_keeps_its_type_on_the_span_and_in_the_attempt():
+    """S11 with tracing on: OpenTelemetry's ``record_exception`` calls ``str(exc)``; a
+    broken ``__str__`` made the step's span raise a ``RuntimeError`` that replaced the
+    failure, so the attempt was recorded as ``RuntimeError`` (seen when this module ran
+    before the S11 scenario tests in one process)."""
+    from durable.models import StepAttempt
+
+    ew.FAILS["unicode_failure"] = [_UnprintableError()]
+    ew.FAILS["nasty_failure"] = [_UnprintableError()]
+    run = drive(durable.start("eng.s11", None).id)
+
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    attempts = StepAttempt.objects.filter(run=run).order_by("step__step_id")
+    assert [a.error_type for a in attempts] == ["_UnprintableError", "_UnprintableError"]
+    failed = [s for s in spans("durable.step") if s.status.status_code.name == "ERROR"]
+    assert len(failed) == 2
+    for span in failed:
+        assert span.status.description.startswith("_UnprintableError: <_UnprintableError")
+        (event,) = [e for e in span.events if e.name == "exception"]
+        assert event.attributes["exception.type"].endswith("_UnprintableError")
+        assert "_UnprintableError" in event.attributes["exception.stacktrace"]
