@@ -85,7 +85,7 @@ up: export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 # multiprocess mode); the folder is emptied at every start, as that mode requires
 up: export PROMETHEUS_MULTIPROC_DIR ?= $(or $(DURABLE_VAR_DIR),$(CURDIR)/var)/metrics
 # the Procfile's worker serves its own metrics on this port too, unauthenticated, on
-# 127.0.0.1 (durable/metrics_server.py; web and beat ignore it); 0 turns it off
+# 127.0.0.1 (durable/observability/metrics_server.py; web and beat ignore it); 0 turns it off
 up: export DURABLE_METRICS_PORT ?= 9808
 up: $(DEMO_STAMP)
 	rm -rf "$$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$$PROMETHEUS_MULTIPROC_DIR"

@@ -36,7 +36,7 @@ from durable.exceptions import DurableError, IllegalTransition
 
 from .models import ApprovalLinkUse
 
-SALT = "durable.api.approval-link"
+SALT = "durable.client.approval-link"
 DECISIONS = ("approve", "reject")
 
 

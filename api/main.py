@@ -4,7 +4,7 @@ every refusal.
 Built with django-ninja: the request and response shapes are the pydantic models of
 ``api/schemas.py`` (pydantic is already how Durable checks an approver's edits), the
 OpenAPI schema is generated from them, and each endpoint is a function that calls the
-same service the dashboard calls (``durable/services.py``, ``approvals/services.py``).
+same service the dashboard calls (``durable/services/runs.py``, ``approvals/services.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from durable.jsontext import JSONInputError, loads_bounded
+from durable.values.jsontext import JSONInputError, loads_bounded
 
 from . import approvals, runs, schedules, subscriptions, tokens, webhooks_in
 from .auth import SessionAuth, TokenAuth
@@ -29,7 +29,7 @@ from .scopes import Refused
 
 
 class BoundedParser(Parser):
-    """JSON bodies with the size and depth bounds of :func:`durable.jsontext.loads_bounded`
+    """JSON bodies with the size and depth bounds of :func:`durable.values.jsontext.loads_bounded`
     (a body nested thousands deep is a 400, not a ``RecursionError``)."""
 
     def parse_body(self, request: HttpRequest) -> Any:

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from durable.fields import StorableCharField
-from durable.secrets import decrypt, encrypt
+from durable.values.fields import StorableCharField
+from durable.values.secrets import decrypt, encrypt
 
 TOKEN_PREFIX = "dur_"
 
@@ -139,7 +139,7 @@ class WebhookScheme(models.TextChoices):
 
 class EncryptedSecretField(models.TextField):
     """A shared secret kept encrypted at rest with Durable's key
-    (``DURABLE['ENCRYPTION_KEY']``, rotated as the run payloads are: durable/secrets.py).
+    (``DURABLE['ENCRYPTION_KEY']``, rotated as the run payloads are: durable/values/secrets.py).
 
     The model attribute is the plain secret (HMAC needs it); the column holds a Fernet
     token, so a database dump or backup does not give away the webhook secrets. A token

@@ -25,7 +25,7 @@ from durable.exceptions import (
     ScheduleNotFound,
     WorkflowNotFound,
 )
-from durable.reconcile import OperationNotFound
+from durable.services.reconcile import OperationNotFound
 
 CONTENT_TYPE = "application/problem+json"
 

@@ -17,11 +17,10 @@ from ninja import Header, Path, Query, Router, Status
 
 from dashboard.forms import RunFilterForm
 from dashboard.selectors import runs as run_selectors
-from durable import api as sdk
-from durable import codec, transitions
-from durable.forks import fork_points
-from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step
-from durable.services import (
+from durable import client as sdk
+from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, transitions
+from durable.services.forks import fork_points
+from durable.services.runs import (
     OperationNotFound,
     operation_reconcile,
     run_cancel,
@@ -30,6 +29,7 @@ from durable.services import (
     run_resume,
     run_signal,
 )
+from durable.values import codec
 
 from . import scopes
 from .problems import REFUSALS, ApiProblem

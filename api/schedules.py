@@ -1,5 +1,5 @@
 """Schedules: list them, pause, resume, run now -- the Schedules page's actions, through
-the same services (``durable/schedules.py``). Declaring schedules stays in code or the
+the same services (``durable/services/schedules.py``). Declaring schedules stays in code or the
 admin, as on the page."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Literal
 from django.http import HttpRequest
 from ninja import Path, Router
 
-from durable import schedules as service
 from durable.models import RUN_ID_PATTERN, Schedule
+from durable.services import schedules as service
 
 from . import scopes
 from .problems import REFUSALS

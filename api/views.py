@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard.access import require_perm
 from dashboard.roles import VIEW_RUN
-from durable import codec
 from durable.models import Run
+from durable.values import codec
 
 from .models import ApiToken, WebhookSubscription, token_create, token_revoke
 from .scopes import SCOPES

@@ -6,7 +6,7 @@ for ``name``. Two schemes: Standard Webhooks (``webhook-id``, ``webhook-timestam
 ``webhook-signature: v1,<base64>`` over ``"{id}.{timestamp}.{body}"``, the timestamp
 within 5 minutes, so a captured request cannot be replayed later) and the plain
 ``X-Signature: sha256=<hex>`` with ``X-Event-Id``. The event id is the signal's dedupe
-key (:func:`durable.services.run_signal`): a provider's retry is stored and delivered once.
+key (:func:`durable.services.runs.run_signal`): a provider's retry is stored and delivered once.
 Failed signatures count towards the API's failed-authentication limit (``api/auth.py``).
 """
 
@@ -20,8 +20,8 @@ import time
 from django.http import HttpRequest
 from ninja import Path, Router
 
-from durable.jsontext import loads_bounded
-from durable.services import run_signal
+from durable.services.runs import run_signal
+from durable.values.jsontext import loads_bounded
 
 from .auth import count_failure, refuse_if_locked
 from .models import IncomingWebhook, WebhookScheme

@@ -1,7 +1,7 @@
 """Django admin for approvals: read-only. Decisions are made in the dashboard's inbox
 (``/approvals/``), through :func:`approvals.services.approval_decide`; the admin only
 shows requests and their decisions. Payloads are shown with
-:func:`durable.codec.decode_for_display` (escaped, secrets stay ``[REDACTED]``).
+:func:`durable.values.codec.decode_for_display` (escaped, secrets stay ``[REDACTED]``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from durable import codec
+from durable.values import codec
 
 from .models import ApprovalArguments, ApprovalDecision, ApprovalRequest
 

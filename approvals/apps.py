@@ -10,7 +10,7 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         from durable.models import WaitKind
-        from durable.waits import register_expiry_handler
+        from durable.waits.closing import register_expiry_handler
 
         from . import receivers, services
 

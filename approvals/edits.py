@@ -11,7 +11,7 @@ Rules (docs/approvals.md):
   puts the stored real value back. An edit cannot change a locked parameter, and no
   value of an edit may contain the placeholder text.
 - For a tool, the merged arguments are checked against the tool's signature and type
-  annotations (:func:`durable.arguments.validate_arguments`) before anything is recorded.
+  annotations (:func:`durable.values.arguments.validate_arguments`) before anything is recorded.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from durable import codec, registry
-from durable.arguments import validate_arguments
+from durable import registry
 from durable.exceptions import DurableError, PayloadError, ToolNotFound
-from durable.jsontext import JSONInputError, loads_bounded
-from durable.redaction import REDACTED
+from durable.values import codec
+from durable.values.arguments import validate_arguments
+from durable.values.jsontext import JSONInputError, loads_bounded
+from durable.values.redaction import REDACTED
 
 #: largest edit accepted, in bytes of UTF-8 JSON text
 EDIT_MAX_BYTES = 100_000

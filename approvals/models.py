@@ -9,8 +9,8 @@ from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from durable.fields import StorableCharField, StorableTextField
 from durable.models import TERMINAL, Run, Wait
+from durable.values.fields import StorableCharField, StorableTextField
 
 
 class ApprovalStatus(models.TextChoices):
@@ -132,7 +132,7 @@ class ApprovalRequest(models.Model):
         return describe(self.requesters)
 
     def payload_for_display(self) -> Any:
-        from durable import codec
+        from durable.values import codec
 
         return codec.decode_for_display(self.payload) if self.payload else None
 
@@ -174,7 +174,7 @@ class ApprovalArguments(models.Model):
         return f"request {self.request_id} arguments v{self.number}"
 
     def value_for_display(self) -> Any:
-        from durable import codec
+        from durable.values import codec
 
         return codec.decode_for_display(self.value) if self.value else None
 

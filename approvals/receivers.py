@@ -7,9 +7,10 @@ from typing import Any
 
 from django.contrib.auth.models import Group
 
-from durable import codec, requesters
+from durable import requesters
+from durable.hooks import run_exporting, runs_pruning, wait_closed, wait_created
 from durable.models import TraceEvent, Wait, WaitKind, WaitStatus
-from durable.signals import run_exporting, runs_pruning, wait_closed, wait_created
+from durable.values import codec
 from durable.vocabulary import EventKind
 
 from .models import ApprovalArguments, ApprovalDecision, ApprovalRequest, ApprovalStatus
@@ -121,7 +122,7 @@ def on_runs_pruning(sender: Any, run_ids: list[str], **kwargs: Any) -> dict[str,
 
 
 def on_run_exporting(sender: Any, run: Any, **kwargs: Any) -> dict[str, Any]:
-    """The ``approvals`` section of a run's audit document (``durable.export``): each
+    """The ``approvals`` section of a run's audit document (``durable.services.export``): each
     request with its policy, the arguments it asked about (secrets shown as
     ``[REDACTED]``) and every decision: who, approved or not, when, on which version."""
     out = []

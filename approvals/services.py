@@ -25,12 +25,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from durable import codec, requesters, transitions
+from durable import requesters
 from durable.exceptions import DurableError, IllegalTransition
-from durable.models import Run, TraceEvent, Wait, WaitStatus
+from durable.models import Run, TraceEvent, Wait, WaitStatus, transitions
 from durable.types import Decision
+from durable.values import codec
 from durable.vocabulary import EventKind
-from durable.waits import close_wait_txn
+from durable.waits.closing import close_wait_txn
 
 from . import edits
 from .edits import InvalidEdit

@@ -8,7 +8,7 @@ noisy minute of the machine hits them alike. Systems:
 - ``floor``: one single-row INSERT + COMMIT per step (psycopg 3 on PostgreSQL; sqlite3 in
   WAL mode with ``synchronous=NORMAL``, Durable's own SQLite settings, on SQLite).
 - ``durable``: ``durable.start`` with ``DURABLE_DISPATCH=manual``, then
-  ``durable.engine.execute`` in-process (the engine, not Celery).
+  ``durable.worker.engine.execute`` in-process (the engine, not Celery).
 - ``dbos``: DBOS Transact, ``@DBOS.workflow`` calling an ``@DBOS.step`` per step, its
   own system database.
 - ``langgraph``: a one-node loop graph (one super-step per step) with ``PostgresSaver``
@@ -195,7 +195,7 @@ class Durable:
         **_: Any,
     ) -> None:
         import durable
-        from durable.engine import execute
+        from durable.worker.engine import execute
 
         inp: dict[str, Any] = {"steps": steps}
         if sleep:

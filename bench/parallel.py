@@ -41,7 +41,7 @@ def _register() -> None:
 def measure(width: int, sleep_ms: float, reps: int) -> dict[str, Any]:
     """``{"parallel": summary, "sequential": summary, "ratio": float}`` (seconds)."""
     import durable
-    from durable.engine import execute
+    from durable.worker.engine import execute
 
     times: dict[str, list[float]] = {"parallel": [], "sequential": []}
     for _ in range(reps):

@@ -274,7 +274,7 @@ def throughput(quick: bool, log_dir: Path) -> dict[str, Any]:
 
 
 class Sweeper(threading.Thread):
-    """``durable.sweeper.sweep()`` every ``interval`` seconds (what Celery beat does)."""
+    """``durable.worker.sweeper.sweep()`` every ``interval`` seconds (what Celery beat does)."""
 
     def __init__(self, interval: float) -> None:
         super().__init__(daemon=True, name="bench-sweeper")
@@ -284,7 +284,7 @@ class Sweeper(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from durable.sweeper import sweep
+        from durable.worker.sweeper import sweep
 
         try:
             while not self.stop_event.wait(self.interval):

@@ -5,7 +5,7 @@ of a scratch database) migrates, seeds R finished runs of S steps each (with a t
 event per step, finished two days ago) by bulk insert, then:
 
 1. measures the checkpoint latency of a live run alone: ``bench.noop`` with N steps,
-   in-process (``durable.engine.execute``), a few times;
+   in-process (``durable.worker.engine.execute``), a few times;
 2. starts ``manage.py durable prune --older-than 86400`` in a process of its own
    (default batch and pause, as the beat's task) and measures the same live runs while
    it deletes, until it is done;
@@ -75,7 +75,7 @@ def _seed(runs: int, steps: int) -> None:
 def _live_run(steps: int) -> float:
     """ms per step of one ``bench.noop`` run executed in-process."""
     import durable
-    from durable.engine import execute
+    from durable.worker.engine import execute
 
     run = durable.start("bench.noop", {"steps": steps})
     t = time.perf_counter()

@@ -162,7 +162,8 @@ def prune_section(s: dict[str, Any]) -> list[str]:
         "",
         (
             f"{s['pruned_runs']} finished runs of {s['steps_per_run']} steps (a trace event "
-            f"per step) deleted by `durable.retention.prune` in {s['batches']} batches, while "
+            f"per step) deleted by `durable.services.retention.prune` in {s['batches']} batches, "
+            f"while "
             f"a live `bench.noop` run of the same database checkpoints in-process "
             f"({s['live_runs_during']} live runs during the prune; median (min–max) and p95 "
             "of their ms/step)."

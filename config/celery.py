@@ -14,4 +14,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("durable")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["durable", "api"])
+app.autodiscover_tasks(["durable.worker", "api"])

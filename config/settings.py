@@ -327,7 +327,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("DURABLE_SCHEDULE_TICK_SECONDS", 5.0),
         "options": {"expires": 30},
     },
-    # retention (durable/retention.py): deletes nothing unless DURABLE_RETENTION_SECONDS
+    # retention (durable/services/retention.py): deletes nothing unless DURABLE_RETENTION_SECONDS
     # or DURABLE_RETENTION_SECONDS_BY_WORKFLOW is set
     "durable-prune": {
         "task": "durable.prune",
@@ -384,7 +384,7 @@ DURABLE = {
     "PRUNE_PAUSE_SECONDS": env_float("DURABLE_PRUNE_PAUSE_SECONDS", 0.05),
     "PRUNE_INTERVAL_SECONDS": env_float("DURABLE_PRUNE_INTERVAL_SECONDS", 3600.0),
     "METRICS_TOKEN": os.environ.get("DURABLE_METRICS_TOKEN", ""),
-    # a worker serves its own metrics on this port (0: off; durable/metrics_server.py)
+    # a worker serves its own metrics on this port (0: off; durable/observability/metrics_server.py)
     "METRICS_PORT": env_int("DURABLE_METRICS_PORT", 0),
     "METRICS_ADDR": os.environ.get("DURABLE_METRICS_ADDR") or "127.0.0.1",
     "OTEL": env_bool("DURABLE_OTEL", False),
@@ -405,18 +405,18 @@ DURABLE_APPROVAL_EMAIL_WORKFLOW = os.environ.get("DURABLE_APPROVAL_EMAIL_WORKFLO
 
 
 # every line carries the run, step and attempt it is about, secrets blanked out
-# (durable/logcontext.py); DURABLE_LOG_FORMAT=json: one JSON object per line
+# (durable/observability/logcontext.py); DURABLE_LOG_FORMAT=json: one JSON object per line
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"durable_context": {"()": "durable.logcontext.ContextFilter"}},
+    "filters": {"durable_context": {"()": "durable.observability.logcontext.ContextFilter"}},
     "formatters": {
         "plain": {
-            "()": "durable.logcontext.RedactingFormatter",
+            "()": "durable.observability.logcontext.RedactingFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s "
             "[run=%(run_id)s step=%(step_id)s attempt=%(attempt)s] %(message)s",
         },
-        "json": {"()": "durable.logcontext.JsonFormatter"},
+        "json": {"()": "durable.observability.logcontext.JsonFormatter"},
     },
     "handlers": {
         "console": {

@@ -7,13 +7,13 @@ from api import views as api_views
 from api.links import approval_link_view
 from api.main import not_found as api_not_found
 from api.main import urls as api_urls
-from durable.metrics_view import metrics_view
+from durable.observability.metrics_view import metrics_view
 
 urlpatterns = [
     # browsers ask for /favicon.ico whatever the page's <link rel="icon"> says
     path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
-    # Prometheus (durable/metrics.py): a bearer token or a logged-in viewer
+    # Prometheus (durable/observability/metrics.py): a bearer token or a logged-in viewer
     path("metrics", metrics_view, name="metrics"),
     path("accounts/", include("django.contrib.auth.urls")),
     # the JSON API: api/main.py (schema at /api/v1/schema, docs at /api/v1/docs)

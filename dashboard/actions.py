@@ -32,9 +32,9 @@ from approvals.services import (
     approval_decide,
 )
 from durable.exceptions import IllegalTransition, PayloadError, RunNotFound
-from durable.forks import fork_points
 from durable.models import TERMINAL, Operation, Run, RunStatus
-from durable.services import (
+from durable.services.forks import fork_points
+from durable.services.runs import (
     OperationNotFound,
     operation_reconcile,
     run_cancel,

@@ -1,4 +1,4 @@
-"""The run page's audit export (durable/export.py): a JSON download and a readable page.
+"""The run page's audit export (durable/services/export.py): a JSON download and a readable page.
 
 Both read only and need the viewer permission, as the run page does: the document holds
 nothing the run page does not show (secrets stay ``[REDACTED]``). The export names the
@@ -11,8 +11,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from durable import export
 from durable.exceptions import RunNotFound
+from durable.services import export
 
 from .access import require_perm
 from .roles import VIEW_RUN

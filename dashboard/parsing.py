@@ -26,7 +26,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from durable.jsontext import MAX_BYTES, MAX_DEPTH, JSONInputError, loads_bounded
+from durable.values.jsontext import MAX_BYTES, MAX_DEPTH, JSONInputError, loads_bounded
 
 __all__ = [
     "MAX_INT_DIGITS",

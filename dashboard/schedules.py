@@ -14,9 +14,9 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
-from durable import schedules as service
 from durable.exceptions import DurableError
 from durable.models import Run, Schedule
+from durable.services import schedules as service
 
 from . import selectors
 from .access import require_perm

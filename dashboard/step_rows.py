@@ -31,7 +31,7 @@ _STATUS_LABELS = {str(value): str(label) for value, label in StepStatus.choices}
 _PK_MARKER = "918273645546372819"
 
 
-#: the marker of a step whose checkpoint was group-committed (durable/batching.py)
+#: the marker of a step whose checkpoint was group-committed (durable/runtime/batching.py)
 _BATCHED = (
     '<span class="batched" title="Batched checkpoint: committed together with the steps '
     'around it; a crash before that commit runs it again">batched</span>'
@@ -39,7 +39,7 @@ _BATCHED = (
 
 
 def _group(row: Any) -> str:
-    """The marker of a call of a parallel group (durable/parallel.py)."""
+    """The marker of a call of a parallel group (durable/runtime/parallel.py)."""
     size = row.group_size
     return (
         '<span class="group" title="Parallel group: its calls ran concurrently; their '

@@ -16,7 +16,8 @@ from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
-from durable import otel, transitions
+from durable.models import transitions
+from durable.observability import otel
 
 from . import selectors
 from .access import require_perm

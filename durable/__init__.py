@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import (
+from durable.calls import call, tool_call
+from durable.exceptions import (
     AmbiguousOutcomeError,
     BudgetExceeded,
     ChildFailed,
@@ -42,14 +43,20 @@ from .exceptions import (
     TransientError,
     WorkflowNotFound,
 )
-from .parallel_calls import call, tool_call
-from .registry import tool, workflow
-from .retry import RetryPolicy
-from .secrets import Secret
-from .types import NOT_FOUND, ChildHandle, Decision, ModelRecoverable, SignalDelivery, SignalResult
+from durable.registry import tool, workflow
+from durable.retry import RetryPolicy
+from durable.types import (
+    NOT_FOUND,
+    ChildHandle,
+    Decision,
+    ModelRecoverable,
+    SignalDelivery,
+    SignalResult,
+)
+from durable.values.secrets import Secret
 
 if TYPE_CHECKING:  # the models load with the app registry, after this package
-    from .models import Run, Schedule
+    from durable.models import Run, Schedule
 
 __all__ = [
     "NOT_FOUND",
@@ -104,27 +111,27 @@ def start(
     started_by: Any = None,
     **options: Any,
 ) -> Run:
-    """Start a run (see :func:`durable.api.start`); returns the :class:`~durable.models.Run`.
+    """Start a run (see :func:`durable.client.start`); returns the :class:`~durable.models.Run`.
 
     ``started_by``: who asks for it (a user, or a name such as ``"api:billing"``);
     without it the starter is recorded as unknown, and four-eyes approvals of the run
     need two approvers.
     """
-    from .api import start as _start
+    from durable.client import start as _start
 
     return _start(workflow_name, input, run_id, started_by=started_by, **options)
 
 
 def get_run(run_id: str) -> Run:
     """The :class:`~durable.models.Run` with this id; raises :class:`RunNotFound`."""
-    from .api import get_run as _get_run
+    from durable.client import get_run as _get_run
 
     return _get_run(run_id)
 
 
 def result(run_id: str, timeout: float | None = 60.0) -> Any:
-    """Wait (up to ``timeout`` seconds) for the run's output (see :func:`durable.api.result`)."""
-    from .api import result as _result
+    """Wait (up to ``timeout`` seconds) for the run's output (see :func:`durable.client.result`)."""
+    from durable.client import result as _result
 
     return _result(run_id, timeout)
 
@@ -132,41 +139,43 @@ def result(run_id: str, timeout: float | None = 60.0) -> Any:
 def signal(
     run_id: str, name: str, payload: Any = None, dedupe_key: str | None = None, *, by: Any = None
 ) -> SignalResult:
-    """Send signal ``name`` with ``payload`` to a run (see :func:`durable.services.run_signal`).
+    """Send signal ``name`` with ``payload`` to a run
+    (see :func:`durable.services.runs.run_signal`).
 
     Returns a :class:`SignalResult`: ``.delivery`` is ``SignalDelivery.DELIVERED`` (a
     pending wait took it) or ``KEPT`` (in the run's mailbox), ``.message`` says so and,
     for a name the run never waited on, names the ones it waits on.
     """
-    from .services import run_signal
+    from durable.services.runs import run_signal
 
     return run_signal(run_id=run_id, name=name, payload=payload, dedupe_key=dedupe_key, by=by)
 
 
 def cancel(run_id: str, *, by: Any = None, reason: str = "") -> Run:
-    """Cancel a run (see :func:`durable.services.run_cancel`)."""
-    from .services import run_cancel
+    """Cancel a run (see :func:`durable.services.runs.run_cancel`)."""
+    from durable.services.runs import run_cancel
 
     return run_cancel(run_id=run_id, by=by, reason=reason)
 
 
 def compensate(run_id: str, *, by: Any = None, reason: str = "") -> Run:
-    """Undo a failed or cancelled run's writes (see :func:`durable.services.run_compensate`)."""
-    from .services import run_compensate
+    """Undo a failed or cancelled run's writes (:func:`durable.services.runs.run_compensate`)."""
+    from durable.services.runs import run_compensate
 
     return run_compensate(run_id=run_id, by=by, reason=reason)
 
 
 def resume(run_id: str, *, by: Any = None, reason: str = "") -> Run:
-    """Retry a failed run from its failed step (see :func:`durable.services.run_resume`)."""
-    from .services import run_resume
+    """Retry a failed run from its failed step (see :func:`durable.services.runs.run_resume`)."""
+    from durable.services.runs import run_resume
 
     return run_resume(run_id=run_id, by=by, reason=reason)
 
 
 def fork(run_id: str, *, from_step: str, by: Any = None, reason: str = "") -> Run:
-    """Start a new run reusing results before ``from_step`` (:func:`durable.services.run_fork`)."""
-    from .services import run_fork
+    """Start a new run reusing results before ``from_step``
+    (:func:`durable.services.runs.run_fork`)."""
+    from durable.services.runs import run_fork
 
     return run_fork(run_id=run_id, from_step=from_step, by=by, reason=reason)
 
@@ -182,13 +191,13 @@ def schedule(
     by: Any = None,
 ) -> Schedule:
     """Start ``workflow_name`` at every slot of ``cron`` in ``timezone``, once per slot
-    (see :func:`durable.schedules.schedule`); creates or updates the schedule ``name``.
+    (see :func:`durable.services.schedules.schedule`); creates or updates the schedule ``name``.
 
     ``catchup``: what a tick does with slots missed while no beat ran -- ``"one"`` (the
     latest), ``"all"`` or ``"none"``. Pause, resume and run now:
-    :mod:`durable.schedules`, the dashboard's Schedules page, or the admin.
+    :mod:`durable.services.schedules`, the dashboard's Schedules page, or the admin.
     """
-    from .schedules import schedule as _schedule
+    from durable.services.schedules import schedule as _schedule
 
     return _schedule(
         name, workflow_name, input, cron=cron, timezone=timezone, catchup=catchup, by=by
@@ -197,7 +206,7 @@ def schedule(
 
 def __getattr__(name: str) -> Any:
     if name == "RunFailed":
-        from .api import RunFailed
+        from durable.client import RunFailed
 
         return RunFailed
     raise AttributeError(f"module 'durable' has no attribute {name!r}")

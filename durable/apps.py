@@ -9,13 +9,14 @@ class DurableConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, toolsync  # noqa: F401  (system checks; Tool rows on migrate)
-        from .registry import autodiscover
+        from durable import checks  # noqa: F401  (system checks; Tool rows on migrate)
+        from durable.registry import autodiscover
+        from durable.services import toolsync  # noqa: F401  (system checks; Tool rows on migrate)
 
         autodiscover()
-        from . import otel
+        from durable.observability import otel
 
         otel.connect()  # OpenTelemetry, when DURABLE['OTEL'] is set
-        from . import metrics_server
+        from durable.observability import metrics_server
 
         metrics_server.connect()  # a worker's metrics port, when DURABLE['METRICS_PORT'] is set

@@ -9,11 +9,12 @@ from typing import Any
 
 from django.core.checks import Error, Tags, Warning, register
 
-from . import conf, metrics_server, otel, registry
-from .dispatch import load_dispatcher
-from .exceptions import DurableConfigurationError
-from .limits import check_llm_limits
-from .vocabulary import Safety
+from durable import conf, registry
+from durable.dispatch import load_dispatcher
+from durable.exceptions import DurableConfigurationError
+from durable.limits import check_llm_limits
+from durable.observability import metrics_server, otel
+from durable.vocabulary import Safety
 
 
 @register(Tags.compatibility, "durable")

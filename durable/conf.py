@@ -114,7 +114,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_TOKENS": None,
     # {model: [input, output]} in US dollars per million tokens, for the trace's cost
     "LLM_PRICES": {},
-    # schedules (durable/schedules.py): seconds between ticks (Celery beat), slots a
+    # schedules (durable/services/schedules.py): seconds between ticks (Celery beat), slots a
     # catchup="all" schedule starts per tick, how late (seconds) a catchup="none" slot
     # may still start
     "SCHEDULE_TICK_SECONDS": 5.0,
@@ -123,7 +123,7 @@ DEFAULTS: dict[str, Any] = {
     # rate and concurrency limits of LLM calls (docs/limits.md):
     # {model or "*": {"rate_limit": "500/m", "concurrency": 10}}
     "LLM_LIMITS": {},
-    # retention (durable/retention.py): seconds a finished run is kept (None: forever),
+    # retention (durable/services/retention.py): seconds a finished run is kept (None: forever),
     # per workflow name ({name: seconds or None}) over the global value; runs deleted
     # per transaction, seconds slept between transactions, seconds between beat prunes
     "RETENTION_SECONDS": None,
@@ -134,12 +134,12 @@ DEFAULTS: dict[str, Any] = {
     # the bearer token a Prometheus scraper sends to GET /metrics (empty: only logged-in
     # users with durable.view_run may read it)
     "METRICS_TOKEN": "",
-    # a Celery worker's own metrics port (durable/metrics_server.py): the TCP port its
+    # a Celery worker's own metrics port (durable/observability/metrics_server.py): the TCP port its
     # main process serves the Prometheus scrape on (0: none) and the address it listens
     # on (127.0.0.1: this host only; 0.0.0.0 for a Prometheus on another host)
     "METRICS_PORT": 0,
     "METRICS_ADDR": "127.0.0.1",
-    # OpenTelemetry tracing (durable/otel.py; the durable[otel] extra): off unless true
+    # OpenTelemetry tracing (durable/observability/otel.py; durable[otel] extra): off unless true
     "OTEL": False,
     # the run page links its trace id here: a URL with "{trace_id}" (Jaeger, Tempo, ...)
     "TRACE_URL": "",

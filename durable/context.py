@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from . import tool_calls
-from .attempts import LLM_POLICY, Attempts
-from .batching import StepBatch, resolve
-from .children import ChildRuns
-from .exceptions import InvalidDuration
-from .failures import db_faults_stop_the_execution
-from .limits import llm_limits
-from .models import StepKind, WaitKind
-from .redaction import redact_text
-from .retry import RetryPolicy
-from .types import ChildHandle, Decision, ModelRecoverable
-from .vocabulary import Durability
+from durable.exceptions import InvalidDuration
+from durable.limits import llm_limits
+from durable.models import StepKind, WaitKind
+from durable.retry import RetryPolicy
+from durable.runtime import steps as tool_calls
+from durable.runtime.attempts import LLM_POLICY, Attempts
+from durable.runtime.batching import StepBatch, resolve
+from durable.runtime.children import ChildRuns
+from durable.runtime.failures import db_faults_stop_the_execution
+from durable.types import ChildHandle, Decision, ModelRecoverable
+from durable.values.redaction import redact_text
+from durable.vocabulary import Durability
 
 if TYPE_CHECKING:
-    from .parallel_calls import Call
+    from durable.calls import Call
 
 
 class Execution(Attempts, ChildRuns):
@@ -164,7 +164,7 @@ class WorkflowContext:
         that is not a call, raises :class:`~durable.DurableConfigurationError`. See
         docs/parallel.md.
         """
-        from .parallel import run_group
+        from durable.runtime.parallel import run_group
 
         return run_group(self._execution, calls, max_concurrency, group="parallel")
 
@@ -192,7 +192,7 @@ class WorkflowContext:
         names cannot hold dots); with it, any other name is an error result, so the
         model reaches only the tools it was given. See docs/parallel.md.
         """
-        from .turns import run_turn
+        from durable.runtime.turns import run_turn
 
         return run_turn(self._execution, tool_calls, max_concurrency, names)
 
@@ -209,7 +209,7 @@ class WorkflowContext:
         durability: str | None = None,
         **options: Any,
     ) -> Any:
-        """One LLM chat completion as a durable step (see :mod:`durable.llm`).
+        """One LLM chat completion as a durable step (see :mod:`durable.runtime.llm`).
 
         ``durability``: ``"sync"`` or ``"batched"`` for this call; ``None``: the
         workflow's default (docs/architecture.md#batched-checkpoints).
@@ -223,7 +223,7 @@ class WorkflowContext:
         "usage", "model", "finish_reason", "cost_usd", "scripted"}``, or a
         :class:`~durable.ModelRecoverable` for malformed tool-call JSON or a 400/422.
         """
-        from . import llm as llm_module
+        from durable.runtime import llm as llm_module
 
         ex = self._execution
         where = f"ctx.llm({step_id or 'llm'!r}, durability=...)"

@@ -3,7 +3,7 @@
 The transport is a backend, chosen by dotted path in ``DURABLE['DISPATCH']`` as
 ``django.tasks`` chooses its backend: the engine calls :func:`dispatch_on_commit` and
 :func:`dispatch_now` and never imports a transport, so no engine module depends on Celery
-(``durable.tasks.CeleryDispatcher`` depends on the engine, not the other way round).
+(``durable.worker.tasks.CeleryDispatcher`` depends on the engine, not the other way round).
 A send that fails is logged, never raised: the sweeper dispatches the run again.
 """
 
@@ -18,8 +18,8 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import conf
-from .exceptions import DurableConfigurationError
+from durable import conf
+from durable.exceptions import DurableConfigurationError
 
 logger = logging.getLogger("durable.dispatch")
 
@@ -29,7 +29,7 @@ MAX_COUNTDOWN_SECONDS = 300.0
 
 #: short names for the built-in backends, accepted in ``DURABLE['DISPATCH']``
 ALIASES = {
-    "celery": "durable.tasks.CeleryDispatcher",
+    "celery": "durable.worker.tasks.CeleryDispatcher",
     "manual": "durable.dispatch.ManualDispatcher",
 }
 
@@ -133,7 +133,7 @@ def dispatch_on_commit(run_id: str, *, countdown: float | None = None, mark: boo
     if countdown is not None and countdown > MAX_COUNTDOWN_SECONDS:
         return
     if mark:
-        from .models import Run
+        from durable.models import Run
 
         Run.objects.filter(pk=run_id).update(dispatched_at=timezone.now())
     transaction.on_commit(lambda: _send(backend, run_id, countdown))

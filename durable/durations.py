@@ -26,7 +26,7 @@ from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from .exceptions import InvalidDuration
+from durable.exceptions import InvalidDuration
 
 __all__ = [
     "MAX_DURATION_SECONDS",

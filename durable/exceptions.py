@@ -29,7 +29,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .vocabulary import Classification
+from durable.vocabulary import Classification
 
 
 class DurableError(Exception):
@@ -209,7 +209,8 @@ class RunNotFound(DurableError):
 
 class RunNotPrunable(DurableError):
     """Retention refuses to delete a run that something may still act on
-    (``durable.retention``): not finished, a write of unknown outcome, compensation owed."""
+    (``durable.services.retention``): not finished, a write of unknown outcome, compensation
+    owed."""
 
     def __init__(self, run_id: Any, reason: str):
         self.run_id = run_id
@@ -218,7 +219,7 @@ class RunNotPrunable(DurableError):
 
 
 class ScheduleNotFound(DurableError, LookupError):
-    """No schedule has that name (``durable.schedules``)."""
+    """No schedule has that name (``durable.services.schedules``)."""
 
     def __init__(self, name: Any):
         self.name = name

@@ -5,8 +5,8 @@ tool's ``rate_limit`` / ``concurrency``, ``llm:<model>`` for ``DURABLE['LLM_LIMI
 and ``workflow:<name>`` for ``max_concurrent_runs``. This module only parses and checks
 what the code and the settings declare, so a bad value is refused at declaration (or by
 the system check), never at the first call; the shared state lives in the database
-(:mod:`durable.limit_store`) and a call that must wait parks its run
-(:mod:`durable.limit_gate`).
+(:mod:`durable.runtime.limit_store`) and a call that must wait parks its run
+(:mod:`durable.runtime.limit_gate`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import DurableConfigurationError
+from durable.exceptions import DurableConfigurationError
 
 #: the period units a rate may name, in seconds
 _UNITS = {
@@ -152,7 +152,7 @@ def check_llm_limits(value: Any) -> dict[str, tuple[Rate | None, int | None]]:
 def llm_limits(model: str) -> Limits | None:
     """The limits of an LLM call to ``model``: its ``DURABLE['LLM_LIMITS']`` entry, else
     the ``"*"`` entry (each model its own key ``llm:<model>``), else ``None``."""
-    from . import conf
+    from durable import conf
 
     table = conf.get("LLM_LIMITS") or {}
     if not table:

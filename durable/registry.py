@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from .durations import check_duration
-from .exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
-from .limits import Limits, Rate, check_concurrency, limits_for, parse_rate
-from .retry import RetryPolicy
-from .vocabulary import Durability, Safety
+from durable.durations import check_duration
+from durable.exceptions import DurableConfigurationError, ToolNotFound, WorkflowNotFound
+from durable.limits import Limits, Rate, check_concurrency, limits_for, parse_rate
+from durable.retry import RetryPolicy
+from durable.vocabulary import Durability, Safety
 
 logger = logging.getLogger("durable.registry")
 
@@ -416,7 +416,7 @@ def autodiscover() -> None:
     that fails to import is recorded in :data:`load_errors` (shown by ``manage.py
     durable workflows`` and the system checks); the others still load.
     """
-    from . import conf
+    from durable import conf
 
     for module in app_workflow_modules() if conf.get("AUTODISCOVER") else ():
         _import(module)

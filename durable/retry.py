@@ -6,8 +6,8 @@ import random
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .durations import check_duration, parse_retry_after
-from .exceptions import (
+from durable.durations import check_duration, parse_retry_after
+from durable.exceptions import (
     AmbiguousOutcomeError,
     BudgetExceeded,
     DurableError,
@@ -18,7 +18,7 @@ from .exceptions import (
     PermanentError,
     TransientError,
 )
-from .vocabulary import Classification, Safety
+from durable.vocabulary import Classification, Safety
 
 #: the classifications as plain strings, for the error dicts (JSON) they are written to
 TRANSIENT = Classification.TRANSIENT.value

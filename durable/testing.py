@@ -10,8 +10,8 @@ import time
 
 from django.utils import timezone
 
-from .engine import execute
-from .models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
+from durable.models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
+from durable.worker.engine import execute
 
 
 def drive(

@@ -169,7 +169,7 @@ CANCELLED_ERROR_TYPE = "Cancelled"
 
 
 class Catchup(TextChoices):
-    """What a schedule does with slots missed while no beat ran (durable/schedules.py)."""
+    """What a schedule does with slots missed while no beat ran (durable/services/schedules.py)."""
 
     LATEST = "one", "Start the latest missed slot"
     ALL = "all", "Start every missed slot"

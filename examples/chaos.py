@@ -483,7 +483,7 @@ class Chaos:
         self.log(f"started {self.n_runs} runs; killing a worker every ~{self.kill_every:g} s")
 
     def _loop(self, env: dict[str, str], started: float) -> None:
-        from durable.sweeper import sweep
+        from durable.worker.sweeper import sweep
 
         deadline = started + self.timeout
         next_kill = time.monotonic() + self._jitter()

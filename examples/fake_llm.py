@@ -53,7 +53,7 @@ from typing import Any
 
 from examples._http import Request, Response, Router, arg_parser, error, run_forever, start
 
-SCRIPTED_FINGERPRINT = "durable-scripted"  # == durable.llm.SCRIPTED_FINGERPRINT
+SCRIPTED_FINGERPRINT = "durable-scripted"  # == durable.runtime.llm.SCRIPTED_FINGERPRINT
 FAULT_RE = re.compile(r"\[fault:([a-z_]*[a-z]|\d{3})(?:x(\d+))?(?:=([0-9.]+))?\]", re.IGNORECASE)
 SCRIPT_RE = re.compile(r"durable-script:\s*([\w.\-]+)")
 RUN_RE = re.compile(r"\brun:\s*([\w.\-]+)")

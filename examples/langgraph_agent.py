@@ -29,8 +29,8 @@ from typing import Annotated, Any, TypedDict
 from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 
-from durable import llm
 from durable.contrib.langgraph import call_tool, graph_workflow
+from durable.runtime import llm
 
 SYSTEM_PROMPT = (
     "You are a support agent who can refund duplicate charges with payments_refund.\n"

@@ -463,11 +463,11 @@ def wait_until(
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; return that.
 
-    Runs ``durable.sweeper.sweep()`` every ``SWEEP_INTERVAL`` seconds (as Celery beat
+    Runs ``durable.worker.sweeper.sweep()`` every ``SWEEP_INTERVAL`` seconds (as Celery beat
     would), so expired leases and due retries are dispatched. Raises ``AssertionError``
     after ``timeout`` seconds.
     """
-    from durable.sweeper import sweep as run_sweep
+    from durable.worker.sweeper import sweep as run_sweep
 
     deadline = time.monotonic() + timeout
     next_sweep = 0.0

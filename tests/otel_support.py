@@ -10,7 +10,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durable import otel
+from durable.observability import otel
 
 #: the spans this test process made (every test module that traces shares it)
 EXPORTER = InMemorySpanExporter()

@@ -3,7 +3,7 @@
 from django.db import migrations
 
 import api.models
-from durable.secrets import encrypt
+from durable.values.secrets import encrypt
 
 #: a Fernet token (what the field stores) starts with this (version byte 0x80, base64)
 FERNET_PREFIX = "gAAAAA"

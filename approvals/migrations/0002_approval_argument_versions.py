@@ -11,7 +11,7 @@ def first_versions(apps, schema_editor):
     to it, so that pending requests keep working after the upgrade."""
     import hashlib
 
-    from durable import codec
+    from durable.values import codec
 
     Request = apps.get_model("approvals", "ApprovalRequest")
     Arguments = apps.get_model("approvals", "ApprovalArguments")

@@ -1,6 +1,6 @@
 """Stored payloads prepared for humans, and the "show all" endpoint's lookup.
 
-A payload is shown with :func:`durable.codec.decode_for_display`, never ``decode``: the
+A payload is shown with :func:`durable.values.codec.decode_for_display`, never ``decode``: the
 dashboard must not decrypt secrets, so they read as [REDACTED]. Long payloads are cut to
 a preview; the whole text is fetched by kind and id, and only from the run named in the
 URL (:data:`PAYLOAD_FIELDS` is the closed list of what may be fetched).
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from approvals.models import ApprovalRequest
-from durable import codec
 from durable.models import Operation, Run, Signal, Step, Wait
+from durable.values import codec
 
 from ..parsing import BadParameter, parse_int
 
@@ -35,7 +35,7 @@ class Payload:
 
 
 def display_value(text: str | None) -> str:
-    """Pretty-print codec text with :func:`durable.codec.decode_for_display` (never
+    """Pretty-print codec text with :func:`durable.values.codec.decode_for_display` (never
     ``decode``: that would decrypt secrets). Text that is not JSON is shown as it is."""
     if text is None:
         return ""

@@ -17,9 +17,8 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from durable import codec, mailbox, registry
+from durable import registry
 from durable.exceptions import ToolNotFound, WorkflowNotFound
-from durable.forks import fork_points
 from durable.models import (
     Operation,
     OperationStatus,
@@ -37,6 +36,9 @@ from durable.models import (
     WaitStatus,
     run_lineage,
 )
+from durable.services.forks import fork_points
+from durable.values import codec
+from durable.waits import mailbox
 
 from .payloads import Payload, json_payload, payload
 from .runs import run_duration
@@ -223,7 +225,7 @@ _GROUP_MEMBER = re.compile(r"^((?:parallel|tool_calls)(?:#[0-9]+)?)\[[0-9]+\]$")
 
 
 def group_of(step_id: str) -> str:
-    """The parallel group a step id names (durable/parallel.py), or ""."""
+    """The parallel group a step id names (durable/runtime/parallel.py), or ""."""
     match = _GROUP_MEMBER.match(step_id)
     return match.group(1) if match else ""
 
@@ -311,7 +313,7 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
     start, total = _timeline_span(run, now)
     rows = _step_rows(run, head + tail, start, total, now)
     head_rows, tail_rows = rows[: len(head)], rows[len(head) :]
-    # where a fork may start (the fork form's choices): durable.forks.fork_points
+    # where a fork may start (the fork form's choices): durable.services.forks.fork_points
     every = (
         list(Step.objects.filter(run=run).order_by("position").only("step_id", "kind", "status"))
         if hidden

@@ -1,16 +1,16 @@
 """Django admin for Durable.
 
 Tools are editable (their operational settings override the code's declaration), and
-schedules (saved through :func:`durable.schedules.schedule`). Runs, steps, attempts,
+schedules (saved through :func:`durable.services.schedules.schedule`). Runs, steps, attempts,
 operations, waits, signals and trace events are read-only: the history is append-only,
-and every change goes through :mod:`durable.services` (docs/conventions.md#models).
-Payloads are shown through :func:`durable.codec.decode_for_display`, escaped and never
+and every change goes through :mod:`durable.services.runs` (docs/conventions.md#models).
+Payloads are shown through :func:`durable.values.codec.decode_for_display`, escaped and never
 decrypted: a redacted value reads ``[REDACTED]``.
 """
 
 from __future__ import annotations
 
-from .base import (
+from durable.admin.base import (
     PAYLOAD_DISPLAY_CHARS,
     ReadOnlyAdmin,
     ReadOnlyInline,
@@ -18,11 +18,11 @@ from .base import (
     payload_html,
     shown,
 )
-from .history import SignalAdmin, TraceEventAdmin, WaitAdmin, WorkerProcessAdmin
-from .operations import OperationAdmin
-from .runs import INLINE_STEPS, RunAdmin, StepAdmin, StepAttemptAdmin, StepInline
-from .schedules import ScheduleAdmin, ScheduleAdminForm
-from .tools import ToolAdmin, ToolAdminForm
+from durable.admin.history import SignalAdmin, TraceEventAdmin, WaitAdmin, WorkerProcessAdmin
+from durable.admin.operations import OperationAdmin
+from durable.admin.runs import INLINE_STEPS, RunAdmin, StepAdmin, StepAttemptAdmin, StepInline
+from durable.admin.schedules import ScheduleAdmin, ScheduleAdminForm
+from durable.admin.tools import ToolAdmin, ToolAdminForm
 
 __all__ = [
     "INLINE_STEPS",

@@ -1,8 +1,8 @@
 """The admin's shared pieces: the read-only base classes and payload rendering.
 
 Every history admin derives from :class:`ReadOnlyAdmin` (no add, change or delete: the
-history changes through :mod:`durable.services`) and shows payload columns through
-:func:`shown`, which decodes with :func:`durable.codec.decode_for_display`, escapes and
+history changes through :mod:`durable.services.runs`) and shows payload columns through
+:func:`shown`, which decodes with :func:`durable.values.codec.decode_for_display`, escapes and
 never decrypts. Apart so each admin module imports these without importing the others.
 """
 
@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import codec
+from durable.values import codec
 
 #: characters of a pretty-printed payload shown before it is cut
 PAYLOAD_DISPLAY_CHARS = 100_000

@@ -2,7 +2,7 @@
 
 Each row belongs to a run (the worker processes aside) and links to it; the lists
 filtered to one run (``?run__id__exact=``) are in the run's own order. Nothing here
-changes state: a signal is sent through :func:`durable.services.run_signal`, and the
+changes state: a signal is sent through :func:`durable.services.runs.run_signal`, and the
 engine closes the waits.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Signal, TraceEvent, Wait, WorkerProcess
-from .base import ReadOnlyAdmin, first_line, shown
+from durable.admin.base import ReadOnlyAdmin, first_line, shown
+from durable.models import Signal, TraceEvent, Wait, WorkerProcess
 
 
 @admin.register(Wait)
@@ -83,7 +83,7 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
 
         from django.utils import timezone
 
-        from .. import conf
+        from durable import conf
 
         silent = timezone.now() - obj.beat_at
         if silent <= timedelta(seconds=conf.worker_dead_after_seconds()):

@@ -2,7 +2,7 @@
 
 An operation whose outcome is unknown is settled here by an action (it did not happen:
 retry the write with the same key; or abort the run), each through
-:func:`durable.services.operation_reconcile` and only with the ``change_operation``
+:func:`durable.services.runs.operation_reconcile` and only with the ``change_operation``
 permission. Apart because it is the one history admin that changes state.
 """
 
@@ -12,10 +12,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .. import services
-from ..exceptions import IllegalTransition
-from ..models import Operation
-from .base import ReadOnlyAdmin, shown
+from durable.admin.base import ReadOnlyAdmin, shown
+from durable.exceptions import IllegalTransition
+from durable.models import Operation
+from durable.services import runs as services
 
 
 @admin.register(Operation)

@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from ..models import Run, Step, StepAttempt
-from .base import ReadOnlyAdmin, ReadOnlyInline, first_line, pre_html, shown
+from durable.admin.base import ReadOnlyAdmin, ReadOnlyInline, first_line, pre_html, shown
+from durable.models import Run, Step, StepAttempt
 
 #: steps shown inline on a run's page (the Steps list has them all)
 INLINE_STEPS = 200

@@ -1,6 +1,6 @@
 """The admin of schedules: declare, edit, pause, resume and run now.
 
-Saving goes through :func:`durable.schedules.schedule` (the same checks as the code:
+Saving goes through :func:`durable.services.schedules.schedule` (the same checks as the code:
 the cron expression, the zone, the workflow, the input), so the admin cannot store a
 schedule that a tick could not start. The slot fields are the tick's, read-only here.
 """
@@ -16,10 +16,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from .. import codec, registry
-from .. import schedules as service
-from ..exceptions import DurableError
-from ..models import Schedule
+from durable import registry
+from durable.exceptions import DurableError
+from durable.models import Schedule
+from durable.services import schedules as service
+from durable.values import codec
 
 
 def _local(when: datetime | None, zone: str) -> str:

@@ -1,6 +1,6 @@
 """The editable admin of tools: an operator's settings override the code's declaration.
 
-A ``Tool`` row (one per registered tool, :mod:`durable.toolsync`) carries the safety
+A ``Tool`` row (one per registered tool, :mod:`durable.services.toolsync`) carries the safety
 class, retry policy, timeout, approval settings and limits (empty: the code's); the form
 checks a retry policy against :class:`~durable.retry.RetryPolicy` and a timeout against
 the duration rules before it is saved, so a bad value never reaches a worker. The page
@@ -17,13 +17,13 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from .. import registry
-from ..durations import check_duration
-from ..exceptions import DurableConfigurationError, InvalidDuration, ToolNotFound
-from ..models import Tool
-from ..retry import RetryPolicy
-from ..toolsync import tool_defaults
-from .base import json_html
+from durable import registry
+from durable.admin.base import json_html
+from durable.durations import check_duration
+from durable.exceptions import DurableConfigurationError, InvalidDuration, ToolNotFound
+from durable.models import Tool
+from durable.retry import RetryPolicy
+from durable.services.toolsync import tool_defaults
 
 _POLICY_NUMBERS = ("initial_interval", "backoff_coefficient", "max_interval")
 

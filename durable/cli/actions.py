@@ -1,7 +1,7 @@
 """What ``manage.py durable`` changes: ``start``, the run transitions, ``sweep``, ``reconcile``.
 
-Every state change goes through :mod:`durable.api`, :mod:`durable.services` or
-:mod:`durable.sweeper`, the same functions the dashboard and the admin call, and each
+Every state change goes through :mod:`durable.client`, :mod:`durable.services.runs` or
+:mod:`durable.worker.sweeper`, the same functions the dashboard and the admin call, and each
 refusal they raise (unknown run or operation, illegal transition, bad payload) becomes a
 ``CommandError`` with exit code 2 and a message saying what to do next. Separate from
 :mod:`durable.cli.inspection`, which only reads.
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
 
-from durable import api, services, sweeper
+from durable import client as api
 from durable.cli.text import (
     RUN_DID_NOT_SUCCEED,
     USER_ERROR,
@@ -33,6 +33,8 @@ from durable.exceptions import (
     WorkflowNotFound,
 )
 from durable.models import TERMINAL, Run, RunStatus
+from durable.services import runs as services
+from durable.worker import sweeper
 
 T = TypeVar("T")
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from durable import api, registry, requesters
+from durable import client as api
+from durable import registry, requesters
 from durable.cli.text import (
     TEXT_COLUMN_CHARS,
     USER_ERROR,

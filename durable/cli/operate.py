@@ -1,9 +1,9 @@
 """What ``manage.py durable`` does to keep a deployment for a year: ``prune`` and ``export``.
 
-``prune`` deletes finished runs past their retention through :mod:`durable.retention`
+``prune`` deletes finished runs past their retention through :mod:`durable.services.retention`
 (batched, never a run that something may still act on); ``prune --run ID`` deletes the
 named runs now and exits 2 naming each run it kept and why. ``export`` writes a run's
-audit document (:mod:`durable.export`) as JSON or as a readable HTML page.
+audit document (:mod:`durable.services.export`) as JSON or as a readable HTML page.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from durable import retention
 from durable.cli.text import USER_ERROR, _clean
 from durable.exceptions import RunNotFound
+from durable.services import retention
 
 
 def do_prune(command: BaseCommand, options: dict[str, Any]) -> None:
@@ -69,7 +69,7 @@ def _configured() -> bool:
 
 
 def do_export(command: BaseCommand, options: dict[str, Any]) -> None:
-    from durable import export
+    from durable.services import export
 
     try:
         document = export.export_run(options["run_id"])

@@ -2,7 +2,7 @@
 
 Every cell the CLI prints goes through :func:`_clean`, so a run's input, an error
 message or a title cannot move the cursor or recolour the terminal (ANSI escapes come out
-escaped), and payloads go through :func:`durable.codec.decode_for_display`, so secrets
+escaped), and payloads go through :func:`durable.values.codec.decode_for_display`, so secrets
 print as ``[REDACTED]``. Separate from the subcommands so that reading (``.inspection``)
 and acting (``.actions``) share one formatting and one set of exit codes.
 """
@@ -19,8 +19,9 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from durable import codec, requesters
-from durable.jsontext import JSONInputError, loads_bounded
+from durable import requesters
+from durable.values import codec
+from durable.values.jsontext import JSONInputError, loads_bounded
 
 USER_ERROR = 2
 RUN_DID_NOT_SUCCEED = 1
@@ -104,7 +105,7 @@ MAX_INPUT_BYTES = 16 * 1_048_576
 
 def _parse_json(text: str, option: str) -> Any:
     """Strict JSON (no NaN/Infinity; size and depth bounded before parsing,
-    :func:`durable.jsontext.loads_bounded`) or a user error naming the option."""
+    :func:`durable.values.jsontext.loads_bounded`) or a user error naming the option."""
     try:
         return loads_bounded(text, what=option, max_bytes=MAX_INPUT_BYTES)
     except JSONInputError as exc:

@@ -38,9 +38,9 @@ from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from .. import registry
-from ..types import Decision
-from ._bridge import LoopBridge, current_idempotency_key, with_key
+from durable import registry
+from durable.contrib._bridge import LoopBridge, current_idempotency_key, with_key
+from durable.types import Decision
 
 __all__ = [
     "DurableRunner",
@@ -205,7 +205,7 @@ class DurableRunner:
 
     def start(self, input: Any, *, run_id: str | None = None, **options: Any) -> Any:
         """Start a run (``durable.start``, idempotent on ``run_id``); returns the Run."""
-        from .. import start
+        from durable import start
 
         return start(self.name, to_jsonable_python(input), run_id, **options)
 

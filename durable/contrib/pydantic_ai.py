@@ -58,9 +58,9 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import to_jsonable_python
 
-from .. import registry
-from ..types import Decision, ModelRecoverable
-from ._bridge import LoopBridge, current_idempotency_key, with_key
+from durable import registry
+from durable.contrib._bridge import LoopBridge, current_idempotency_key, with_key
+from durable.types import Decision, ModelRecoverable
 
 __all__ = [
     "DurableAgent",
@@ -327,7 +327,7 @@ class DurableAgent:
         **options: Any,
     ) -> Any:
         """Start a run (``durable.start``; idempotent on ``run_id``); returns the Run."""
-        from .. import start
+        from durable import start
 
         history = (
             ModelMessagesTypeAdapter.dump_python(list(message_history), mode="json")
@@ -339,7 +339,7 @@ class DurableAgent:
     def result(self, run_id: str, timeout: float | None = 60.0) -> DurableAgentResult:
         """Wait up to ``timeout`` seconds for the run; its output validated into the
         agent's output type. Raises :class:`durable.RunFailed` as ``durable.result``."""
-        from .. import result
+        from durable import result
 
         return self.decode(result(run_id, timeout))
 

@@ -21,8 +21,8 @@ from approvals.services import (
 )
 from durable.exceptions import DurableConfigurationError, IllegalTransition, InvalidDuration
 from durable.models import Run, RunStatus, Step, TraceEvent, Wait, WaitStatus
-from durable.sweeper import sweep
 from durable.testing import drive
+from durable.worker.sweeper import sweep
 from tests.approvals import flows
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,8 +15,8 @@ from approvals.models import ApprovalArguments, ApprovalDecision, ApprovalReques
 from approvals.selectors import pending_for
 from approvals.services import ApprovalExpired, ArgumentsChanged, InvalidEdit, approval_decide
 from durable.models import Run, RunStatus, TraceEvent, Wait, WaitStatus
-from durable.sweeper import sweep
 from durable.testing import drive
+from durable.worker.sweeper import sweep
 from tests import waits_workflows as ww
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,7 +20,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from approvals.services import AlreadyDecided, approval_decide
 from durable.exceptions import IllegalTransition
 from durable.models import Run, RunStatus, Step, TraceEvent, Wait, WaitStatus
-from durable.services import run_cancel
+from durable.services.runs import run_cancel
 from durable.testing import drive
 from tests.approvals import flows
 
@@ -164,7 +164,7 @@ def test_expiry_and_decision_at_once_end_in_one_outcome(make_user):
 
     from django.utils import timezone
 
-    from durable.sweeper import sweep
+    from durable.worker.sweeper import sweep
 
     alice = make_user("alice")
     outcomes = set()
@@ -201,7 +201,7 @@ def test_expiry_and_cancel_at_once_end_in_one_outcome():
 
     from django.utils import timezone
 
-    from durable.sweeper import sweep
+    from durable.worker.sweeper import sweep
 
     for trial in range(8):
         run, req = waiting_request(data={"timeout": 3600})
@@ -243,13 +243,17 @@ def test_expiry_and_cancel_at_once_end_in_one_outcome():
 # Every body that ran is recorded.
 
 _FENCES = {
-    "claim": ("durable.engine", "claim", lambda result: result is not None),
+    "claim": ("durable.worker.engine", "claim", lambda result: result is not None),
     "checkpoint": (
-        "durable.checkpoint",
+        "durable.postgres.checkpoints",
         "checkpoint_in_one_statement",
         lambda result: result is not None,
     ),
-    "ledger": ("durable.ledger", "started_in_one_statement", lambda result: result is not None),
+    "ledger": (
+        "durable.runtime.ledger",
+        "started_in_one_statement",
+        lambda result: result is not None,
+    ),
 }
 
 
@@ -428,7 +432,7 @@ def test_decision_racing_the_deadline_has_one_outcome_that_agrees_with_it(make_u
     from django.utils import timezone
 
     from approvals.services import ApprovalExpired
-    from durable.sweeper import sweep
+    from durable.worker.sweeper import sweep
 
     alice = make_user("alice")
     rng = random.Random(17)

@@ -14,7 +14,7 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import NotAllowed, approval_decide
 from durable import requesters
 from durable.models import Run, RunStatus, TraceEvent
-from durable.services import run_fork
+from durable.services.runs import run_fork
 from durable.testing import drive
 from tests.approvals import flows
 

@@ -11,8 +11,8 @@ from django.core.management import call_command
 import durable
 from durable import SignalDelivery, SignalResult
 from durable.models import RunStatus, Signal, TraceEvent, Wait, WaitStatus
-from durable.sweeper import sweep
 from durable.testing import drive
+from durable.worker.sweeper import sweep
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,12 +8,12 @@ import pytest
 from django.utils import timezone
 
 import durable
-from durable import codec
-from durable.engine import execute
 from durable.exceptions import IllegalTransition, RunNotFound
 from durable.models import Run, RunStatus, Signal, Step, StepStatus, TraceEvent, Wait, WaitStatus
-from durable.sweeper import sweep
 from durable.testing import drive
+from durable.values import codec
+from durable.worker.engine import execute
+from durable.worker.sweeper import sweep
 from tests.approvals import flows
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,8 +18,6 @@ from django.utils import timezone
 import durable
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
-from durable import codec
-from durable.engine import claim, execute
 from durable.exceptions import IllegalTransition
 from durable.models import (
     AttemptOutcome,
@@ -37,7 +35,7 @@ from durable.models import (
     WaitKind,
     WaitStatus,
 )
-from durable.services import (
+from durable.services.runs import (
     operation_reconcile,
     run_cancel,
     run_compensate,
@@ -46,8 +44,10 @@ from durable.services import (
     run_resume,
     run_signal,
 )
-from durable.sweeper import sweep
 from durable.testing import drive
+from durable.values import codec
+from durable.worker.engine import claim, execute
+from durable.worker.sweeper import sweep
 from tests.approvals import flows
 from tests.durable.test_transitions import EXPECTED as TABLE
 from tests.durable.test_transitions import OPERATOR, expected_target

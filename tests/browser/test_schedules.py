@@ -61,7 +61,7 @@ def test_the_schedules_page_fits_a_phone_and_shows_a_new_slot_run_live(context, 
     width = page.evaluate("document.documentElement.scrollWidth")
     snap(page, "schedules-small-screen")
     assert width <= 390, f"the schedules page is {width}px wide on a 390px screen"
-    run = durable.schedules.run_now("nightly-report")  # e.g. another operator, or a tick
+    run = durable.services.schedules.run_now("nightly-report")  # e.g. another operator, or a tick
     assert run.id.startswith("schedule.nightly-report.manual.")
     # no reload: the live feed refreshes the table
     expect(row).to_contain_text("schedule.nightly-report", timeout=10_000)

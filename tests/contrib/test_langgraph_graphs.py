@@ -173,7 +173,7 @@ def test_pruning_a_graph_run_deletes_its_threads_checkpoints(lg_workflows):
         LangGraphCheckpoint,
         LangGraphWrite,
     )
-    from durable.retention import prune_run
+    from durable.services.retention import prune_run
 
     run = drive(durable.start("lg.chain", {"log": ["in"]}).id)
     other = drive(durable.start("lg.chain", {"log": ["other"]}).id)

@@ -103,7 +103,7 @@ def test_bad_result_json_is_422_and_changes_nothing(operator_client):
 
 def test_second_decision_is_a_409(operator_client):
     _run, op = unknown_outcome_run()
-    durable_services = __import__("durable.services", fromlist=["operation_reconcile"])
+    durable_services = __import__("durable.services.runs", fromlist=["operation_reconcile"])
     durable_services.operation_reconcile(operation_id=op.pk, outcome="not_happened", by="ops")
     response = operator_client.post(f"/operations/{op.pk}/reconcile/", {"outcome": "abort"}, **HTMX)
     assert response.status_code == 409 and "Nothing changed" in response.content.decode()

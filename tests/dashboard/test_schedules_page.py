@@ -96,7 +96,7 @@ def test_the_admin_adds_a_schedule_through_the_same_checks(admin_client):
     assert admin_client.post(url, _form(paused="on")).status_code == 302
     row = Schedule.objects.get(name="nightly")
     assert row.paused and row.next_slot_at is not None and row.updated_by == "admin"
-    assert durable.codec.decode(row.input) == {"team": "ops"}
+    assert durable.values.codec.decode(row.input) == {"team": "ops"}
 
 
 def test_the_admin_actions_pause_resume_and_run_now(admin_client):

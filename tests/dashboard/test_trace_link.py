@@ -8,8 +8,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 import durable
-from durable import otel
 from durable.models import Run
+from durable.observability import otel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -108,7 +108,7 @@ def idem(label: str, position: int, *, idempotency_key: str) -> dict[str, Any]:
 
 
 def fake_chat(messages, *, model=None, tools=None, timeout=None, **options) -> dict[str, Any]:
-    """Stands in for ``durable.llm.chat`` (tests patch it in): 10 tokens, scripted."""
+    """Stands in for ``durable.runtime.llm.chat`` (tests patch it in): 10 tokens, scripted."""
     label = messages[0]["content"]
     CALLS[label] += 1
     return {

@@ -1,4 +1,4 @@
-"""The Django admin of Durable, and the Tool rows that ``durable.toolsync`` creates."""
+"""The Django admin of Durable, and the Tool rows that ``durable.services.toolsync`` creates."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db.models.signals import post_migrate
 from django.urls import reverse
 
 import durable
-from durable import codec, registry, toolsync
+from durable import registry
 from durable.models import (
     Operation,
     OperationStatus,
@@ -25,7 +25,9 @@ from durable.models import (
     TraceEvent,
     Wait,
 )
+from durable.services import toolsync
 from durable.testing import drive
+from durable.values import codec
 from tests.durable import cli_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -402,7 +404,7 @@ def test_tools_are_not_added_in_the_admin_and_an_empty_group_says_it_means_the_c
     """A tool is declared in code (its row comes from the registry); an empty approver
     group falls back to the code's, and the form says so."""
     from durable.models import Tool
-    from durable.toolsync import sync_tools
+    from durable.services.toolsync import sync_tools
 
     sync_tools()
     tool = Tool.objects.order_by("name").first()

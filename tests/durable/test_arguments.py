@@ -1,10 +1,10 @@
-"""Checking a tool's arguments against its signature (durable/arguments.py)."""
+"""Checking a tool's arguments against its signature (durable/values/arguments.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from durable.arguments import validate_arguments
+from durable.values.arguments import validate_arguments
 
 
 def refund(charge_id: str, amount: int, *, idempotency_key: str) -> None: ...

@@ -16,13 +16,13 @@ import pytest
 from django.utils import timezone
 
 import durable
-from durable import llm as llm_module
 from durable.checks import check_durable
-from durable.engine import execute
 from durable.exceptions import DurableConfigurationError
 from durable.models import RunStatus, Step, StepAttempt, StepStatus, TraceEvent, Wait
+from durable.runtime import llm as llm_module
 from durable.testing import drive
-from durable.waits import wake_due
+from durable.waits.closing import wake_due
+from durable.worker.engine import execute
 from tests.durable import batching_workflows as bw
 from tests.durable import engine_workflows as ew
 

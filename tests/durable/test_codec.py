@@ -1,4 +1,4 @@
-"""Tests of durable.codec, durable.redaction and durable.secrets (no database)."""
+"""Tests of durable.values.codec, .redaction and .secrets (no database)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 from cryptography.fernet import Fernet
 from django.test import override_settings
 
-from durable import codec
 from durable.exceptions import DurableConfigurationError, PayloadError
-from durable.redaction import REDACTED, is_secret_key, matches_secret_pattern, redact_text
-from durable.secrets import Secret, decrypt, derive_key, encrypt
+from durable.values import codec
+from durable.values.redaction import REDACTED, is_secret_key, matches_secret_pattern, redact_text
+from durable.values.secrets import Secret, decrypt, derive_key, encrypt
 
 KEY_A = Fernet.generate_key().decode()
 KEY_B = Fernet.generate_key().decode()

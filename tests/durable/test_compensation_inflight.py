@@ -15,11 +15,11 @@ from django.db import connection
 from django.utils import timezone
 
 import durable
-from durable.engine import execute
 from durable.exceptions import IllegalTransition
 from durable.models import Operation, OperationStatus, Run, RunStatus, Wait, WaitStatus
-from durable.services import operation_reconcile, run_compensate
+from durable.services.runs import operation_reconcile, run_compensate
 from durable.testing import drive
+from durable.worker.engine import execute
 from tests.durable import compensation_workflows as cw
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]

@@ -15,8 +15,8 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 import durable
-from durable.engine import execute
 from durable.models import Operation, OperationStatus, Run, RunStatus, TraceEvent
+from durable.worker.engine import execute
 from tests import dbfault_workflows as dw
 from tests.crash_workflows import read_jsonl
 
@@ -187,8 +187,8 @@ def test_a_sweep_after_the_connection_was_terminated_runs_on_a_new_connection():
         pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
     from celery.signals import task_postrun, task_prerun
 
-    from durable.sweeper import sweep
-    from durable.tasks import _drop_broken_connections
+    from durable.worker.sweeper import sweep
+    from durable.worker.tasks import _drop_broken_connections
 
     sweep()  # a first task used the connection
     _drop_broken_connections(task=_Task, signal=task_postrun)
@@ -204,7 +204,7 @@ def test_without_the_hook_the_dead_connection_fails_the_next_sweep():
     CELERY_DB_REUSE_MAX): the first query after the termination fails."""
     if connection.vendor != "postgresql":
         pytest.skip("terminates a PostgreSQL backend; SQLite has no server connection")
-    from durable.sweeper import sweep
+    from durable.worker.sweeper import sweep
 
     sweep()
     terminate_my_backend()

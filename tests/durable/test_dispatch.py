@@ -22,8 +22,8 @@ from durable.dispatch import (
 )
 from durable.exceptions import DurableConfigurationError
 from durable.models import Run
-from durable.sweeper import sweep
-from durable.tasks import CeleryDispatcher
+from durable.worker.sweeper import sweep
+from durable.worker.tasks import CeleryDispatcher
 from tests import workflows  # noqa: F401  (registers tests.add_twice)
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +68,7 @@ def test_aliases_and_dotted_paths_name_a_backend_loaded_once(settings):
     assert get_dispatcher() is get_dispatcher()
     use(settings, "celery")
     assert type(get_dispatcher()) is CeleryDispatcher
-    use(settings, "durable.tasks.CeleryDispatcher")
+    use(settings, "durable.worker.tasks.CeleryDispatcher")
     assert type(get_dispatcher()) is CeleryDispatcher
     use(settings, f"{__name__}.Recording")
     assert type(get_dispatcher()) is Recording

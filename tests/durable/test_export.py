@@ -1,4 +1,4 @@
-"""Audit export (durable/export.py, ``manage.py durable export``): one run as a JSON
+"""Audit export (durable/services/export.py, ``manage.py durable export``): one run as a JSON
 document and a readable page, with steps, attempts, ledger, waits, decisions,
 compensation and the places where a value was redacted."""
 
@@ -15,9 +15,10 @@ from django.core.management import CommandError, call_command
 import durable
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from durable import export, services
 from durable.models import Operation, RunStatus
-from durable.reconcile import operation_reconcile
+from durable.services import export
+from durable.services import runs as services
+from durable.services.reconcile import operation_reconcile
 from durable.testing import drive
 from tests import waits_workflows as ww
 from tests.durable import cli_workflows as cw

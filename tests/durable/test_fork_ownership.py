@@ -109,9 +109,9 @@ def test_a_compensated_write_cannot_be_reused_by_a_fork():
     """A compensated run's writes were undone: a fork may start at the first undone
     write (which it makes again) or before, never after it, and never at a
     compensation step. The dashboard's fork form offers the same points."""
-    from durable.forks import fork_points
     from durable.models import Step
-    from durable.services import run_fork
+    from durable.services.forks import fork_points
+    from durable.services.runs import run_fork
 
     a = failed_at_email("ch_7")
     durable.compensate(a.id)

@@ -1,6 +1,6 @@
 """The PostgreSQL hot path: one statement each for a run's start, its claim, a step's
-checkpoint, a write's ``started`` ledger row and the completion (``durable/run_pg.py``,
-``durable/checkpoint_pg.py``), writing exactly what the transactional path writes.
+checkpoint, a write's ``started`` ledger row and the completion (``durable/postgres/runs.py``,
+``durable/postgres/checkpoints.py``), writing exactly what the transactional path writes.
 
 The one-statement paths apply outside a transaction, so these tests commit
 (``transaction=True``); each also runs the transactional path (the one-statement
@@ -15,9 +15,11 @@ import pytest
 from django.db import connection
 
 import durable
-from durable import checkpoint_pg, codec, run_pg
-from durable.engine import execute
 from durable.models import Operation, OperationStatus, Run, RunStatus, Step, TraceEvent
+from durable.postgres import checkpoints as checkpoint_pg
+from durable.postgres import runs as run_pg
+from durable.values import codec
+from durable.worker.engine import execute
 from tests.durable import hot_path_workflows as flows
 
 pytestmark = pytest.mark.django_db(transaction=True)

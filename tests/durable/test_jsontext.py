@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable.jsontext import JSONInputError, loads_bounded, nesting_exceeds
+from durable.values.jsontext import JSONInputError, loads_bounded, nesting_exceeds
 
 
 def test_deep_nesting_is_refused_before_parsing():

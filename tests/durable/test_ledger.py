@@ -8,7 +8,6 @@ import pytest
 from django.utils import timezone
 
 import durable
-from durable import codec, services
 from durable.models import (
     Operation,
     OperationStatus,
@@ -22,7 +21,9 @@ from durable.models import (
     WaitKind,
     WaitStatus,
 )
+from durable.services import runs as services
 from durable.testing import drive
+from durable.values import codec
 from tests.durable import engine_workflows as ew
 
 pytestmark = pytest.mark.django_db(transaction=True)

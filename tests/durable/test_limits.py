@@ -12,8 +12,6 @@ import pytest
 from django.utils import timezone
 
 import durable
-from durable import limit_store
-from durable import llm as llm_module
 from durable.checks import check_durable
 from durable.exceptions import DurableConfigurationError
 from durable.limits import Limits, Rate, check_llm_limits, llm_limits, parse_rate
@@ -28,8 +26,10 @@ from durable.models import (
     WaitKind,
     WaitStatus,
 )
+from durable.runtime import limit_store
+from durable.runtime import llm as llm_module
 from durable.testing import drive
-from durable.waits import wake_due
+from durable.waits.closing import wake_due
 from tests import limit_workflows as lw
 
 pytestmark = pytest.mark.django_db(transaction=True)

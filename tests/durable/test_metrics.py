@@ -1,4 +1,4 @@
-"""Metrics (durable/metrics.py, GET /metrics): counted where the engine commits, the
+"""Metrics (durable/observability/metrics.py, GET /metrics): counted where the engine commits, the
 state read at scrape time, and the endpoint closed to anyone without a token or a
 viewer's login."""
 
@@ -10,9 +10,9 @@ from django.test import Client
 from prometheus_client import REGISTRY
 
 import durable
-from durable import metrics
 from durable.exceptions import LeaseLost
 from durable.models import Run, RunStatus
+from durable.observability import metrics
 from durable.testing import drive
 from tests import waits_workflows  # noqa: F401  (registers tests.approval)
 from tests.durable import cli_workflows as cw

@@ -1,4 +1,4 @@
-"""A worker's metrics port (durable/metrics_server.py) in this process: start, serve,
+"""A worker's metrics port (durable/observability/metrics_server.py) in this process: start, serve,
 stop, a taken port, the fork hook, the Celery signal handlers, the system check and the
 setting read from the environment. Real worker processes: tests/processes/
 test_metrics_processes.py."""
@@ -14,8 +14,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings import env_int
-from durable import metrics, metrics_server
 from durable.checks import check_durable
+from durable.observability import metrics, metrics_server
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +66,7 @@ def test_a_port_in_use_logs_an_error_naming_it_and_does_not_raise(caplog):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with caplog.at_level(logging.ERROR, logger="durable.metrics"):
+        with caplog.at_level(logging.ERROR, logger="durable.observability.metrics"):
             assert metrics_server.start(port, "127.0.0.1") is False
     assert metrics_server.serving_address() is None
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -75,7 +75,7 @@ def test_a_port_in_use_logs_an_error_naming_it_and_does_not_raise(caplog):
 
 def test_a_missing_multiprocess_folder_logs_an_error(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "absent"))
-    with caplog.at_level(logging.ERROR, logger="durable.metrics"):
+    with caplog.at_level(logging.ERROR, logger="durable.observability.metrics"):
         assert metrics_server.start(0, "127.0.0.1") is False
     assert "PROMETHEUS_MULTIPROC_DIR" in caplog.text
 
@@ -128,7 +128,7 @@ def test_worker_ready_starts_only_when_a_port_is_set(settings, caplog):
     assert metrics_server.serving_address() is None
 
     settings.DURABLE = {**settings.DURABLE, "METRICS_PORT": 70000}
-    with caplog.at_level(logging.ERROR, logger="durable.metrics"):
+    with caplog.at_level(logging.ERROR, logger="durable.observability.metrics"):
         metrics_server._on_worker_ready(sender=None)
     assert metrics_server.serving_address() is None
     assert "0..65535" in caplog.text
@@ -145,7 +145,7 @@ def test_a_prefork_worker_without_the_folder_is_warned(settings, caplog):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     settings.DURABLE = {**settings.DURABLE, "METRICS_PORT": port, "METRICS_ADDR": "127.0.0.1"}
-    with caplog.at_level(logging.WARNING, logger="durable.metrics"):
+    with caplog.at_level(logging.WARNING, logger="durable.observability.metrics"):
         metrics_server._on_worker_ready(sender=Consumer())
     assert "PROMETHEUS_MULTIPROC_DIR" in caplog.text
     assert metrics_server.serving_address() == ("127.0.0.1", port)

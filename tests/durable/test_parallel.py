@@ -179,8 +179,8 @@ def test_a_model_recoverable_error_is_a_result():
 def test_a_lost_lease_stops_the_group_while_it_waits_for_a_body(monkeypatch):
     """The slow first call is still running when the lease is lost: the workflow thread
     stops waiting (LeaseLost) and records nothing, the slow body's result is dropped."""
-    from durable import heartbeat
-    from durable.engine import execute
+    from durable.worker import heartbeat
+    from durable.worker.engine import execute
 
     started = heartbeat.Heartbeat.start
 

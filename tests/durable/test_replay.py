@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import durable
-from durable.engine import execute
 from durable.models import Run, RunStatus, Step, StepStatus, TraceEvent
 from durable.testing import drive
+from durable.worker.engine import execute
 from tests.durable import engine_workflows as ew
 
 pytestmark = pytest.mark.django_db(transaction=True)

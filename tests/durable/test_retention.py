@@ -1,4 +1,4 @@
-"""Retention (durable/retention.py): finished runs past their retention are deleted with
+"""Retention (durable/services/retention.py): finished runs past their retention are deleted with
 every row of theirs, in batches; a run something may still act on is never deleted."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from django.utils import timezone
 import durable
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.services import approval_decide
-from durable import retention, services
 from durable.checks import check_durable
 from durable.exceptions import RunNotFound, RunNotPrunable
 from durable.models import (
@@ -31,6 +30,8 @@ from durable.models import (
     TraceEvent,
     Wait,
 )
+from durable.services import retention
+from durable.services import runs as services
 from durable.testing import drive
 from tests import waits_workflows as ww
 from tests.durable import cli_workflows as cw
@@ -358,7 +359,7 @@ def test_prune_run_with_dry_run_deletes_nothing_and_says_what_it_would_do():
 
 
 def test_the_beat_task_prunes_with_the_configured_retention(retain, settings):
-    from durable.tasks import prune
+    from durable.worker.tasks import prune
 
     retain(RETENTION_SECONDS=DAY)
     finished(days=2)

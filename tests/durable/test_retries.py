@@ -11,10 +11,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 import durable
-from durable.engine import execute
 from durable.models import Run, RunStatus, Step, StepAttempt, StepStatus, TraceEvent
 from durable.retry import classify
 from durable.testing import drive
+from durable.worker.engine import execute
 from tests.durable import engine_workflows as ew
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -195,7 +195,7 @@ def test_s14_a_stale_lease_is_not_taken_over_before_it_expires():
     with pytest.raises(ew.Crash):
         drive(run.id)
 
-    from durable.engine import execute
+    from durable.worker.engine import execute
 
     assert execute(run.id, worker_id="other") is None  # the lease is still live
     assert Run.objects.get(pk=run.id).status == RunStatus.RUNNING

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import durable
-from durable import schedules
 from durable.models import Run, Schedule
-from durable.schedules import ScheduleNotFound, slot_run_id, tick
+from durable.services import schedules
+from durable.services.schedules import ScheduleNotFound, slot_run_id, tick
 from tests import schedule_workflows  # noqa: F401  (registers sched.report)
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ import pytest
 from django.apps import apps
 from django.db import models
 
-from durable.fields import StorableCharField, StorableJSONField, StorableTextField
+from durable.values.fields import StorableCharField, StorableJSONField, StorableTextField
 
 #: (app_label, model, field) -> why the engine alone writes it
 ENGINE_WRITTEN = {
@@ -82,7 +82,7 @@ def test_every_plain_text_column_is_engine_written():
     plain = sorted(key for key, field in _text_columns() if not isinstance(field, STORABLE))
     unexplained = [key for key in plain if key not in ENGINE_WRITTEN]
     assert not unexplained, (
-        "plain text columns that may carry a user's text (use durable.fields' storable "
+        "plain text columns that may carry a user's text (use durable.values.fields' storable "
         f"fields, or list them in ENGINE_WRITTEN with the reason): {unexplained}"
     )
 

@@ -1,5 +1,5 @@
-"""Tracing and structured logs (durable/telemetry.py, durable/otel.py,
-durable/logcontext.py): spans asserted with the SDK's in-memory exporter, log lines
+"""Tracing and structured logs (durable/observability/telemetry.py, durable/observability/otel.py,
+durable/observability/logcontext.py): spans asserted with the SDK's in-memory exporter, log lines
 with the run, step and attempt bound and secrets blanked."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 from opentelemetry import trace
 
 import durable
-from durable import llm, logcontext, telemetry
-from durable.forks import run_fork
 from durable.models import Run, RunStatus
+from durable.observability import logcontext, telemetry
+from durable.runtime import llm
+from durable.services.forks import run_fork
 from durable.testing import drive
 from tests import otel_support
 from tests.durable import child_workflows as chw
@@ -77,7 +78,7 @@ def test_a_run_and_each_attempt_have_a_span_with_their_attributes():
 def test_an_execution_that_claims_nothing_still_names_the_runs_workflow():
     """A duplicate message (a sweep's re-dispatch beside the redelivered original) finds
     the run finished or claimed elsewhere: its span still says which workflow it was."""
-    from durable import engine
+    from durable.worker import engine
 
     run = drive(durable.start("cli.echo", {"x": 1}).id)
     EXPORTER.clear()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import durable
-from durable import llm
 from durable.models import Run, RunStatus, Step, StepStatus
+from durable.runtime import llm
 from durable.testing import drive
 from tests.durable import compensation_workflows as cw
 

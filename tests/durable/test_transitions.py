@@ -5,7 +5,7 @@ The table is pinned against an independent copy of the rules (legal transitions 
 declared once), for the operator's actions and the engine's own. ``apply`` and
 ``update`` are checked against that copy for every action and source status, and a
 static test fails when a module moves a run's status or spells out the lease release
-outside ``durable/transitions.py``. How each service obeys the table is tested in
+outside ``durable/models/transitions.py``. How each service obeys the table is tested in
 ``tests/approvals/test_transitions.py`` (it needs the approval flows).
 """
 
@@ -18,16 +18,15 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from durable import transitions
 from durable.exceptions import IllegalTransition
-from durable.models import Run, RunStatus
+from durable.models import Run, RunStatus, transitions
 
 S = RunStatus
 ACTIVE = {S.PENDING, S.RUNNING, S.RETRYING, S.WAITING}
 FINISHED = {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.COMPENSATED, S.COMPENSATION_FAILED}
 LEASE = {"lease_token": "", "lease_owner": "", "lease_expires_at": None}
 
-#: the rules, written out independently of durable/transitions.py:
+#: the rules, written out independently of durable/models/transitions.py:
 #: action -> (sources, target, {source: other target}, releases the lease)
 EXPECTED: dict[str, tuple[set[str], str | None, dict[str, str | None], bool]] = {
     # the operator's
@@ -187,7 +186,7 @@ def _modules():
     for package in ("durable", "approvals"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if "/migrations/" in rel or rel == "durable/transitions.py":
+            if "/migrations/" in rel or rel == "durable/models/transitions.py":
                 continue
             yield rel, ast.parse(path.read_text(), filename=rel)
 
@@ -272,13 +271,13 @@ def _lease_releases(tree: ast.AST) -> list[int]:
 def test_no_module_moves_a_run_status_outside_the_table():
     found = {rel: lines for rel, tree in _modules() if (lines := _status_writes(tree))}
     assert found == {}, (
-        "write the status through durable.transitions.apply() or update(), not by hand"
+        "write the status through durable.models.transitions.apply() or update(), not by hand"
     )
 
 
 def test_no_module_spells_out_the_lease_release():
     found = {rel: lines for rel, tree in _modules() if (lines := _lease_releases(tree))}
-    assert found == {}, "give the lease back with durable.transitions.LEASE_RELEASED"
+    assert found == {}, "give the lease back with durable.models.transitions.LEASE_RELEASED"
 
 
 def test_the_static_checks_see_a_hand_written_move():

@@ -125,8 +125,8 @@ def test_model_recoverable_details_over_the_payload_limit_stay_model_recoverable
 
 
 def test_unsafe_write_with_an_unstorable_result_waits_for_an_operator_who_records_it():
-    from durable import services
     from durable.models import Operation, OperationStatus, Wait, WaitKind, WaitStatus
+    from durable.services import runs as services
 
     vw.RETURN["refund"] = Unstorable()
     run = drive(durable.start("values.refund").id)
@@ -194,8 +194,8 @@ def test_unstorable_step_result_fails_the_step_naming_the_path():
 
 def test_a_write_recorded_succeeded_without_a_result_asks_an_operator_on_resume():
     """Rows written before results were checked: 'succeeded' with no result is not None."""
-    from durable import services
     from durable.models import Operation, OperationStatus
+    from durable.services import runs as services
 
     vw.RETURN["refund"] = Unstorable()
     run = drive(durable.start("values.refund").id)
@@ -222,7 +222,7 @@ def test_enum_members_in_json_columns_are_stored_as_their_plain_values():
     data, an error dict) is stored as its value, never as its repr."""
     import enum
 
-    from durable.fields import storable_json
+    from durable.values.fields import storable_json
     from durable.vocabulary import Classification, EventKind, StepKind
 
     class Level(enum.IntEnum):

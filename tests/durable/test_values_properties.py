@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import durable
-from durable import codec
 from durable.exceptions import PayloadError
-from durable.fields import storable_json, storable_text
 from durable.models import RunStatus, Step, StepAttempt
-from durable.redaction import redact_text
 from durable.testing import drive
+from durable.values import codec
+from durable.values.fields import storable_json, storable_text
+from durable.values.redaction import redact_text
 from tests.durable import values_workflows as vw
 
 _COMMON = dict(
@@ -103,7 +103,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def readable(text: str) -> str:
-    """What a free-text column holds for ``text`` (durable/fields.py)."""
+    """What a free-text column holds for ``text`` (durable/values/fields.py)."""
     return storable_text(text)
 
 
@@ -333,7 +333,7 @@ def test_tags_are_stored_readably(tags):
 
 
 def _signal(value: Any) -> None:
-    from durable import services
+    from durable.services import runs as services
 
     run = drive(durable.start("values.signal").id)
     assert run.status == RunStatus.WAITING

@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from durable import conf
-from durable.heartbeat import beat_process, process_key
 from durable.models import Run, RunStatus, TraceEvent, WorkerProcess
-from durable.sweeper import sweep
+from durable.worker.heartbeat import beat_process, process_key
+from durable.worker.sweeper import sweep
 
 pytestmark = pytest.mark.django_db
 

@@ -79,7 +79,7 @@ def test_procurement_escalates_then_waits_for_goods(agent_env, operator):
     assert drive(run.id).status == RunStatus.WAITING
     import time
 
-    from durable.sweeper import sweep
+    from durable.worker.sweeper import sweep
     from tests.examples.flows import pending_approval
 
     time.sleep(1.2)

@@ -12,7 +12,7 @@ from django.core.management import call_command
 import durable
 from approvals.models import ApprovalRequest, ApprovalStatus
 from durable.models import Operation, OperationStatus, Run, RunStatus
-from durable.services import operation_reconcile
+from durable.services.runs import operation_reconcile
 from examples.demo import FRAMEWORK_LABELS
 from tests.examples.flows import emails, objects
 from tests.harness import wait_for_run

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from durable.exceptions import ModelRecoverableError
-from durable.llm import SCRIPTED_FINGERPRINT, parse_response
+from durable.runtime.llm import SCRIPTED_FINGERPRINT, parse_response
 from examples.procs import admin
 
 pytestmark = pytest.mark.timeout(60)

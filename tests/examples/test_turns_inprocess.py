@@ -7,9 +7,9 @@ import json
 import pytest
 
 import durable
-from durable import codec
 from durable.models import RunStatus, Step
 from durable.testing import drive
+from durable.values import codec
 from tests.examples.flows import decide, emails, llm_requests, objects
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]

@@ -22,7 +22,7 @@ from django.db import connection
 
 import durable
 from durable.models import TERMINAL, Operation, OperationStatus, Run, RunStatus, TraceEvent
-from durable.tasks import sweep as sweep_task
+from durable.worker.tasks import sweep as sweep_task
 from tests import dbfault_workflows as dw
 from tests.harness import wait_until
 

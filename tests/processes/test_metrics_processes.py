@@ -1,4 +1,4 @@
-"""A real Celery worker serves its own metrics port (durable/metrics_server.py).
+"""A real Celery worker serves its own metrics port (durable/observability/metrics_server.py).
 
 - A prefork worker with ``PROMETHEUS_MULTIPROC_DIR``: the steps a child executed are
   counted in the child and scraped from the main process's port; with

@@ -22,7 +22,6 @@ from django.db.models import Count
 import durable
 from durable import registry
 from durable.context import Execution
-from durable.engine import claim, execute
 from durable.exceptions import LeaseLost
 from durable.models import (
     TERMINAL,
@@ -35,7 +34,8 @@ from durable.models import (
     StepStatus,
     TraceEvent,
 )
-from durable.tasks import execute_run
+from durable.worker.engine import claim, execute
+from durable.worker.tasks import execute_run
 from tests import crash_workflows as cw
 from tests.harness import LEASE_SECONDS, SWEEP_INTERVAL, wait_for_run, wait_until
 

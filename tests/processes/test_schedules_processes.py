@@ -1,7 +1,7 @@
 """Schedules across processes: two beats with skewed clocks start each slot once; a tick
 SIGKILLed half-way leaves nothing half-written, and the next tick starts the same slots.
 
-Each "beat" is a real Python process calling ``durable.schedules.tick()`` on the test's
+Each "beat" is a real Python process calling ``durable.services.schedules.tick()`` on the test's
 database; its clock is skewed by patching ``django.utils.timezone.now`` before Django
 loads (what a machine whose clock is off looks like to the code).
 """
@@ -18,7 +18,7 @@ import pytest
 
 import durable
 from durable.models import Run, Schedule
-from durable.schedules import tick
+from durable.services.schedules import tick
 from tests import schedule_workflows  # noqa: F401  (registers sched.report)
 from tests.harness import REPO, worker_env
 
@@ -34,18 +34,18 @@ BEAT = textwrap.dedent(
         timezone.now = lambda: real_now() + datetime.timedelta(seconds=skew)
     import django
     django.setup()
-    import durable.api
-    from durable import schedules
+    import durable.client
+    from durable.services import schedules
     kill_after = int(os.environ.get("KILL_AFTER_STARTS", "0"))
     if kill_after:
-        original, count = durable.api.start, [0]
+        original, count = durable.client.start, [0]
         def start(*args, **kwargs):
             run = original(*args, **kwargs)
             count[0] += 1
             if count[0] >= kill_after:  # inside the tick's transaction, before it commits
                 os.kill(os.getpid(), signal.SIGKILL)
             return run
-        durable.api.start = start
+        durable.client.start = start
     for _ in range(int(os.environ.get("TICKS", "5"))):
         schedules.tick()
     """

@@ -3,7 +3,7 @@
 Subcommands: ``pending`` (what a user may decide), ``approve`` and ``reject``. They call
 :func:`approvals.services.approval_decide`, as the dashboard does, acting as the user
 named by ``--as`` (whose permission, group and four-eyes rule apply). Payloads print
-through :func:`durable.codec.decode_for_display`: secrets show as ``[REDACTED]``.
+through :func:`durable.values.codec.decode_for_display`: secrets show as ``[REDACTED]``.
 
 Exit codes: 0 done; 2 refused (expired, already decided, changed arguments, not allowed,
 an invalid edit), with a message on stderr saying what happened and what to do next.

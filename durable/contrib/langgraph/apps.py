@@ -17,6 +17,6 @@ class DurableLangGraphConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import receivers
+        from durable.contrib.langgraph import receivers
 
         receivers.connect()  # pruning a run deletes its thread's checkpoints

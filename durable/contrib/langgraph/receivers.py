@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.signals import runs_pruning
-
-from .models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
+from durable.contrib.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
+from durable.hooks import runs_pruning
 
 
 def on_runs_pruning(sender: Any, run_ids: list[str], **kwargs: Any) -> dict[str, int]:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from durable import redaction, secrets
+from durable.values import redaction, secrets
 
 __all__ = ["CIPHER", "DurableSerializer"]
 

@@ -3,8 +3,8 @@
 Subcommands: ``workflows``, ``start``, ``runs``, ``show``, ``sweep``, ``reconcile``,
 the run actions, ``prune`` and ``export``
 (``manage.py durable <subcommand> --help`` for each). State changes go through
-:mod:`durable.api` and :mod:`durable.services`, as the dashboard's do. Payloads are shown
-through :func:`durable.codec.decode_for_display`, so secrets print as ``[REDACTED]``.
+:mod:`durable.client` and :mod:`durable.services.runs`, as the dashboard's do. Payloads are shown
+through :func:`durable.values.codec.decode_for_display`, so secrets print as ``[REDACTED]``.
 
 Exit codes: 0 done; 1 ``start --wait`` saw the run end without succeeding, or gave up
 waiting; 2 a user error (bad JSON, unknown workflow, run or operation, illegal

@@ -1,0 +1,194 @@
+"""Starting runs and reading their results: the SDK's entry points outside a workflow."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from durable import conf, registry, requesters
+from durable.dispatch import dispatch_on_commit
+from durable.durations import check_duration
+from durable.exceptions import DurableError, RunInputConflict, RunNotFound
+from durable.models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
+from durable.observability import telemetry
+from durable.postgres import runs as run_pg
+from durable.values import codec
+from durable.values.redaction import check_identifier
+from durable.vocabulary import EventKind
+
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+
+
+class RunFailed(DurableError):
+    """``result()`` was asked for a run that ended without an output."""
+
+    def __init__(self, run: Run):
+        self.run_id = run.id
+        self.status = run.status
+        self.error = run.error or {}
+        detail = f": {self.error.get('type')}: {self.error.get('message')}" if self.error else ""
+        super().__init__(f"run {run.id} ended {run.status}{detail}")
+
+
+@telemetry.starting  # a durable.start span; the run records its trace (docs/observability.md)
+def start(
+    workflow_name: str,
+    input: Any = None,
+    run_id: str | None = None,
+    *,
+    version: str | None = None,
+    tags: list[str] | None = None,
+    started_by: Any = None,
+    max_steps: int | None = None,
+    deadline_seconds: float | None = None,
+    max_tokens: int | None = None,
+) -> Run:
+    """Start a run of ``workflow_name`` with ``input`` and dispatch it on commit.
+
+    Idempotent on ``run_id``: the same id with the same workflow and input returns the
+    existing run; with a different workflow or input it raises
+    :class:`~durable.RunInputConflict`. ``run_id`` is 1-128 characters of letters,
+    digits, ``.``, ``_`` and ``-`` (default: a random UUID).
+
+    ``started_by`` says who asked for the run: a user object (a dashboard account), or a
+    name -- ``"os:<login>"`` from ``manage.py durable start``, ``"api:<client>"`` from an
+    API client, or any name of a person or program. A name that is a dashboard username
+    (with or without such a prefix) is recorded with that account. ``None`` records the
+    starter as unknown: its four-eyes approvals then need two approvers
+    (``durable/requesters.py``, ``docs/requesters-and-signals.md``).
+
+    Raises :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
+    storable or over ``DURABLE['MAX_PAYLOAD_BYTES']``), ``ValueError`` (bad run id or
+    budget), :class:`~durable.exceptions.SecretInIdentifier` (a ``ValueError``: a tag
+    or the run id matches ``DURABLE['REDACT_PATTERNS']``).
+    """
+    spec = registry.get_workflow(workflow_name, version)
+    if run_id is not None and not _RUN_ID_RE.fullmatch(str(run_id)):  # '$' allows a '\n'
+        raise ValueError(
+            f"run id {run_id!r} is not valid: use 1-128 characters of letters, "
+            "digits, '.', '_' and '-', starting with a letter or digit"
+        )
+    if tags is not None and (
+        not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags)
+    ):
+        raise ValueError("tags must be a list of strings")
+    for tag in tags or ():
+        check_identifier(tag, "tag")
+    if run_id is not None:
+        check_identifier(str(run_id), "run id")
+    input_text = codec.dumps_checked(input, what="run input")
+    input_hash = codec.fingerprint(input)
+    if max_steps is not None and max_steps < 1:  # 0 must not silently mean "the default"
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if deadline_seconds is not None:  # finite, > 0, at most 10 years (InvalidDuration)
+        check_duration(deadline_seconds, call="durable.start(deadline_seconds=...)", positive=True)
+    steps_budget = max_steps or spec.max_steps or int(conf.get("MAX_STEPS"))
+    if steps_budget < 1:
+        raise ValueError("max_steps must be >= 1")
+    deadline = deadline_seconds or spec.deadline_seconds or conf.get("DEADLINE_SECONDS")
+    starter, principal = requesters.resolve(started_by)
+    now = timezone.now()
+    fields = dict(
+        workflow_name=spec.name,
+        workflow_version=spec.version,
+        input=input_text,
+        input_hash=input_hash,
+        status=RunStatus.PENDING,
+        created_at=now,
+        updated_at=now,
+        max_steps=steps_budget,
+        deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
+        tags=list(tags or []),
+        max_tokens=max_tokens if max_tokens is not None else conf.get("MAX_TOKENS"),
+        started_by=starter,
+        started_by_name=principal["name"],
+        requesters=[principal],
+        dispatched_at=now,
+        trace_context=telemetry.carrier(),
+    )
+    if run_id is not None:
+        existing = Run.objects.filter(pk=run_id).first()
+        if existing is not None:
+            return _same_run(existing, spec.name, input_hash)
+    message = f"started {spec.name} version {spec.version} by {requesters.label(principal)}"
+    try:
+        if run_pg.available():  # the run and its event in one statement (autocommit)
+            run = Run(id=run_id, **fields) if run_id else Run(**fields)
+            event = TraceEvent(run=run, kind=EventKind.CREATED, actor=principal["name"])
+            event.message = message
+            run_pg.start_in_one_statement(run, event)
+            run._state.adding, run._state.db = False, "default"  # as if saved by the ORM
+            dispatch_on_commit(run.id, mark=False)
+            return run
+        with transaction.atomic():
+            run = (
+                Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
+            )
+            TraceEvent.objects.create(
+                run=run, kind=EventKind.CREATED, actor=principal["name"], message=message
+            )
+            dispatch_on_commit(run.id, mark=False)
+    except IntegrityError:
+        existing = Run.objects.filter(pk=run_id).first() if run_id else None
+        if existing is None:
+            raise
+        return _same_run(existing, spec.name, input_hash)
+    return run
+
+
+def _same_run(existing: Run, workflow_name: str, input_hash: str) -> Run:
+    if existing.workflow_name != workflow_name:
+        raise RunInputConflict(existing.id, "workflow")
+    if existing.input_hash != input_hash:
+        raise RunInputConflict(existing.id, "input")
+    return existing
+
+
+def _why_not_running(run: Run) -> str:
+    """A hint for a run that never got going: no worker had its workflow version."""
+    if run.status != RunStatus.PENDING:
+        return ""
+    event = run.events.order_by("-id").first()
+    if event is not None and event.kind == EventKind.VERSION_UNAVAILABLE:
+        return (
+            f"; {event.message} -- the worker must load the module that registers "
+            f"{run.workflow_name} version {run.workflow_version} "
+            "(an installed app's workflows.py or DURABLE_WORKFLOW_MODULES)"
+        )
+    return ""
+
+
+def get_run(run_id: str) -> Run:
+    """The run with this id. Raises :class:`~durable.RunNotFound`."""
+    run: Run | None = Run.objects.filter(pk=str(run_id)).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def result(run_id: str, timeout: float | None = 60.0, *, poll: float = 0.05) -> Any:
+    """Wait until the run ends and return its output.
+
+    ``timeout``: seconds to wait (``None``: forever); raises ``TimeoutError`` when it
+    passes. Raises :class:`RunFailed` when the run ended without succeeding, and
+    :class:`~durable.RunNotFound` for an unknown id.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = poll
+    while True:
+        run = get_run(run_id)
+        if run.status in TERMINAL:
+            if run.status == RunStatus.SUCCEEDED:
+                return run.output_value()
+            raise RunFailed(run)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"run {run_id} is still {run.status} after {timeout} s" + _why_not_running(run)
+            )
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)

@@ -1,0 +1,1 @@
+"""The one-statement PostgreSQL paths."""

@@ -1,0 +1,207 @@
+"""PostgreSQL: the hot path's fenced writes, each one statement (one round trip, one commit).
+
+A step's checkpoint -- a first success with no lost tries and no tag to add, and for a
+write its operation's result -- is one data-modifying CTE: it updates the run only while
+the lease token and status hold, and writes the step, its trace event (and the
+operation's result) from that update's row. A write's ``started`` ledger row is one
+statement fenced the same way, so no write starts after a cancel committed. When a fence
+does not hold, nothing is written and the caller's transactional path (``checkpoint.py``,
+``ledger.py``) tells which case it is and acts. The SQL text is built once per process;
+values are passed through the model fields (their storable forms), no model instance is
+saved through the ORM.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+from django.db.models import Field
+
+from durable.models import Operation, Run, Step, StepStatus, TraceEvent
+from durable.observability import metrics
+from durable.values.fields import storable_json
+
+if TYPE_CHECKING:
+    from durable.runtime.replay import StepCall
+
+_SQL: dict[str, str] = {}
+
+
+def available() -> bool:
+    """Whether the one-statement paths apply: PostgreSQL, outside a caller's transaction
+    (inside one, the transactional path keeps its savepoint semantics)."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def checkpoint_in_one_statement(
+    *,
+    run_id: str,
+    token: str,
+    status: str,
+    worker_id: str,
+    call: StepCall,
+    output: str,
+    error: dict[str, Any] | None,
+    attempt: int,
+    budget_base: int,
+    started_at: datetime,
+    now: datetime,
+    tokens: int,
+    event_data: dict[str, Any],
+    operation: tuple[int, dict[str, Any]] | None = None,
+) -> Step | None:
+    """The fenced run update, the step and its event in one statement.
+
+    ``operation``: ``(pk, {column: value})`` of a write's operation row, updated in the
+    same statement (its result). One round trip and one commit, no ORM work. Returns
+    the step written, or None -- having written nothing -- when the fence does not hold
+    (lease lost, run cancelled).
+    """
+    sid, pos = call.step_id, call.position
+    sql = _checkpoint_sql()
+    op_params: list[Any] = []
+    if operation is not None:
+        pk, fields = operation
+        names = sorted(fields)
+        sql = _SQL.get(f"op:{names}") or _SQL.setdefault(f"op:{names}", _with_operation(sql, names))
+        op_params = [_prep(Operation, n, fields[n]) for n in names] + [pk]
+    params: list[Any] = [
+        now,
+        pos + 1,
+        tokens,
+        run_id,
+        token,
+        status,
+        sid,
+        pos,
+        call.kind,
+        call.tool_name,
+        StepStatus.SUCCEEDED,
+        call.input_text,
+        output,
+        json.dumps(storable_json(error)) if error is not None else None,
+        attempt,
+        budget_base,
+        started_at,
+        now,
+        sid,
+        json.dumps(storable_json(event_data)),
+        worker_id,
+        now,
+        *op_params,
+    ]
+    with metrics.checkpoint(path="one_statement"), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    metrics.STEPS_EXECUTED.labels(kind=call.kind or "step").inc()
+    return Step(
+        pk=row[0],
+        run_id=run_id,
+        step_id=sid,
+        position=pos,
+        kind=call.kind,
+        tool_name=call.tool_name,
+        status=StepStatus.SUCCEEDED,
+        input=call.input_text,
+        output=output,
+        error=error,
+        attempts=attempt,
+        budget_base=budget_base,
+        started_at=started_at,
+        finished_at=now,
+    )
+
+
+def _checkpoint_sql() -> str:
+    if "checkpoint" not in _SQL:
+        run_table = Run._meta.db_table
+        step_table = Step._meta.db_table
+        event_table = TraceEvent._meta.db_table
+        _SQL["checkpoint"] = f"""
+        WITH r AS (
+            UPDATE {run_table}
+               SET updated_at = %s, cursor_position = %s, cursor_lost = 0,
+                   steps_executed = steps_executed + 1, tokens_used = tokens_used + %s
+             WHERE id = %s AND lease_token = %s AND status = %s
+         RETURNING id),
+        s AS (
+            INSERT INTO {step_table} (run_id, step_id, position, kind, tool_name, status,
+                   input, output, error, attempts, budget_base, next_attempt_at,
+                   started_at, finished_at, replay_count)
+            SELECT r.id, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, NULL, %s, %s, 0
+              FROM r
+         RETURNING id),
+        e AS (
+            INSERT INTO {event_table} (run_id, kind, step_id, message, data, actor,
+                   created_at)
+            SELECT r.id, 'step_executed', %s, '', %s::jsonb, %s, %s FROM r)
+        SELECT id FROM s"""  # noqa: S608 - table names come from the models
+    return _SQL["checkpoint"]
+
+
+def _with_operation(sql: str, names: list[str]) -> str:
+    """``sql`` with one more CTE: the operation's update, only if the fence held."""
+    table = Operation._meta.db_table
+    sets = ", ".join(f"{_column(Operation, n)} = %s" for n in names)
+    extra = f"""
+        o AS (
+            UPDATE {table} SET {sets} FROM r WHERE {table}.id = %s)"""  # noqa: S608
+    head, tail = sql.rsplit("SELECT id FROM s", 1)
+    return head.rstrip() + "," + extra + "\n        SELECT id FROM s" + tail
+
+
+def _column(model: Any, name: str) -> str:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field.column
+
+
+def _prep(model: Any, name: str, value: Any) -> Any:
+    """``value`` as the model field ``name`` stores it (storable text, JSON...)."""
+    return model._meta.get_field(name).get_db_prep_save(value, connection)
+
+
+def started_in_one_statement(
+    *, run_id: str, token: str, status: str, position: int, op: Operation, now: datetime
+) -> int | None:
+    """A write's ``started`` operation row, fenced on the run, in one statement.
+
+    Updates the run (``cursor_position``: ``position``) only while ``token`` and
+    ``status`` hold, and inserts ``op`` only then, unless its idempotency key is taken.
+    Returns the new row's pk (``op.pk`` is set), ``0`` when the fence held but the key
+    was taken (the operation row is left as it was), or ``None`` -- nothing written --
+    when the fence does not hold (lease lost, run cancelled or stopped).
+    """
+    # every column but the id, as Operation.objects.create would write them
+    fields = [f for f in Operation._meta.concrete_fields if not f.primary_key]
+    if "started" not in _SQL:
+        run_table = Run._meta.db_table
+        table = Operation._meta.db_table
+        columns = ", ".join(f.column for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        _SQL["started"] = f"""
+        WITH r AS (
+            UPDATE {run_table} SET updated_at = %s, cursor_position = %s
+             WHERE id = %s AND lease_token = %s AND status = %s
+         RETURNING id),
+        o AS (
+            INSERT INTO {table} ({columns}) SELECT {marks} FROM r
+            ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING id)
+        SELECT (SELECT id FROM r), (SELECT id FROM o)"""  # noqa: S608
+    params: list[Any] = [now, position, run_id, token, status]
+    params += [f.get_db_prep_save(getattr(op, f.attname), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(_SQL["started"], params)
+        fenced, pk = cursor.fetchone()
+    if fenced is None:
+        return None
+    if pk is None:
+        return 0
+    op.pk = pk
+    return int(pk)

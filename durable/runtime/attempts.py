@@ -1,0 +1,308 @@
+"""The attempts of one durable call: call, classify the failure, retry or give up.
+
+A try that fails is classified (:func:`durable.retry.classify`) and recorded before the
+next one starts; short delays are slept in-process, longer ones release the run until
+the retry is due. Tries interrupted by a lost worker are recorded as such and do not use
+up the retry budget, but a step that keeps killing its worker fails after
+``MAX_WORKER_LOST_ATTEMPTS``. A write goes through its operation ledger
+(:class:`~durable.runtime.ledger.OperationLedger`) before every try.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+from django.utils import timezone
+
+from durable import conf, registry
+from durable.durations import check_retry_after
+from durable.exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
+from durable.models import AttemptOutcome, RunStatus, StepAttempt, StepKind, StepStatus
+from durable.observability import telemetry
+from durable.retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
+from durable.runtime.failures import db_faults_stop_the_execution, safe_str
+from durable.runtime.ledger import AGAIN, PROCEED, OperationLedger
+from durable.runtime.limit_gate import LimitGate
+from durable.runtime.llm import billed_tokens
+from durable.types import ModelRecoverable
+from durable.vocabulary import Durability
+
+if TYPE_CHECKING:
+    from durable.limits import Limits
+    from durable.registry import ToolSpec
+    from durable.runtime.replay import StepCall
+
+#: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
+LLM_POLICY = RetryPolicy(
+    max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0, max_interval=30.0
+)
+
+
+def call_with_timeout(
+    fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout: float | None, label: str
+) -> Any:
+    """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped."""
+    if not timeout:
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name=f"durable-step-{label}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise StepTimeout(
+            f"attempt did not finish within {timeout:g} s; it is abandoned "
+            "and its late result will be discarded"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class Attempts(LimitGate):
+    """The attempt loop of an execution, and the tools' effective specs."""
+
+    def tool_spec(self, name: str) -> ToolSpec:
+        """The tool's spec with its admin settings (raises :class:`ToolNotFound`)."""
+        spec = registry.get_tool(name)
+        if name not in self.tool_rows:  # one query per tool and execution, row or None
+            from durable.models import Tool
+
+            self.tool_rows[name] = (
+                Tool.objects.select_related("approver_group").filter(name=name).first()
+            )
+        return registry.effective_tool(spec, self.tool_rows[name])
+
+    def _lost_attempts(self, call: StepCall) -> int:
+        """Record tries interrupted by a lost worker (cursor bookkeeping, no extra commit)."""
+        if call.position != self.run.cursor_position or not self.run.cursor_lost:
+            return 0
+        lost = self.run.cursor_lost
+        prior = call.recorded.attempts if call.recorded is not None else 0
+        now = timezone.now()
+        for i in range(lost):
+            self.pending_lost.append(
+                StepAttempt(
+                    run_id=self.run_id,
+                    attempt=prior + i + 1,
+                    outcome=AttemptOutcome.WORKER_LOST,
+                    error_type="WorkerLost",
+                    message="the worker stopped (killed, crashed or lost its lease) during this "
+                    "step, or between the previous checkpoint and this step, before it "
+                    "recorded a result",
+                    classification=AMBIGUOUS,
+                    started_at=None,
+                    finished_at=now,
+                )
+            )
+        self.run.cursor_lost = 0
+        return lost
+
+    @db_faults_stop_the_execution
+    def compensation_step(
+        self, step_id: str, fn: Callable[..., Any], tool_name: str, policy: RetryPolicy
+    ) -> Any:
+        """Run a compensation hook ``fn(idempotency_key=...)`` as the durable step
+        ``step_id``, at the cursor's position (see :meth:`ReplayCursor.move_to`)."""
+        call = self.next_call(step_id, kind=StepKind.COMPENSATION, tool_name=tool_name)
+        if call.succeeded:
+            assert call.recorded is not None
+            return self.replay(call.recorded)
+        key = f"{self.run_id}:{call.step_id}"
+        return self.execute(call, fn=lambda: fn(idempotency_key=key), policy=policy, safety=None)
+
+    def execute(
+        self,
+        call: StepCall,
+        *,
+        fn: Callable[[], Any],
+        policy: RetryPolicy,
+        safety: str | None,
+        ledger: OperationLedger | None = None,
+        hold_failure: bool = False,
+        limits: Limits | None = None,
+    ) -> Any:
+        """Try ``fn`` until it succeeds or fails for good; returns the recorded value.
+
+        ``hold_failure``: a failure for good is not recorded but raised as
+        :class:`HeldFailure`, whose :meth:`~HeldFailure.record` records it later (a
+        parallel group records its calls' successes first: durable/runtime/parallel.py).
+        ``limits``: each try is first admitted by them, before a write's ledger row (a
+        try that must wait parks the run: docs/limits.md).
+        """
+        pos, kind = call.position, call.kind
+        rec = call.recorded
+        if rec is not None and rec.status == StepStatus.FAILED:
+            # resumed runs reset their failed step; seeing one here means it failed for good
+            self.stopped = RunStatus.FAILED
+            raise RunStopped(RunStatus.FAILED)
+        lost_count = self._lost_attempts(call)
+        attempt = (rec.attempts if rec is not None else 0) + lost_count
+        # a lost worker is not the step's failure (the worker may have died before the
+        # step began): lost tries do not use up the retry budget, but a step that keeps
+        # killing its worker (a poison step) fails after MAX_WORKER_LOST_ATTEMPTS
+        self.budget_base[pos] = (rec.budget_base if rec is not None else 0) + lost_count
+        if (
+            lost_count
+            and lost_count >= int(conf.get("MAX_WORKER_LOST_ATTEMPTS"))
+            and (ledger is None)
+        ):
+            exc = StepTimeout(
+                f"the worker was lost {lost_count} time(s) at this step (during "
+                "it, or just before it began): a poison step or workflow code "
+                "that kills its worker"
+            )
+            self.record_failure(
+                call,
+                attempt=attempt,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=timezone.now(),
+                outcome=AttemptOutcome.FAILED,
+                reason="max attempts exceeded",
+                skip_attempt_row=True,
+            )
+        if limits is not None:
+            fn = self.limited(limits, fn)
+        while True:
+            attempt += 1
+            if limits is not None:  # may park the run: before a write's `started` row
+                self.admit(limits, wait_id=f"limit:{call.step_id}", position=pos)
+            if ledger is not None:
+                done = ledger.before_attempt(call, attempt=attempt)
+                if done is not PROCEED:
+                    if limits is not None:  # settled without a call: its slot goes back
+                        self.release_slot(limits.key)
+                    return done
+                call = replace(call, recorded=self.by_position.get(pos, call.recorded))
+            elif call.durability == Durability.BATCHED:
+                self.batch.flush_if_due(self)  # a stop is seen at the flush
+            # no status read before a step that writes nothing outside: the claim or the
+            # previous checkpoint was fenced on the run being live when it committed, and a
+            # cancel that lands during this try is seen at its checkpoint (the result is
+            # recorded, then RunStopped): see "Replay" in docs/architecture.md
+            if kind == StepKind.LLM and attempt > 1:
+                self.check_token_budget(call.step_id)  # the failed tries were billed too
+            started_at = timezone.now()
+            try:
+                with telemetry.attempt(call, attempt=attempt, safety=safety, policy=policy):
+                    value = fn()
+            except (LeaseLost, RunStopped, Suspend):
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified below
+                # a BaseException that is not an Exception (KeyboardInterrupt, SystemExit,
+                # GeneratorExit, a cancelled task, a dying worker) is not the step's failure:
+                # it propagates, and the lease expires into the worker-lost recovery path
+                classification, retry_after = classify(exc, safety=safety, policy=policy)
+                if isinstance(exc, StepTimeout) and safety == "unsafe_write":
+                    classification = AMBIGUOUS
+                if classification == MODEL_RECOVERABLE:
+                    value = ModelRecoverable(
+                        safe_str(exc), type(exc).__name__, getattr(exc, "details", None)
+                    )
+                    if ledger is not None:
+                        ledger.failed_known()
+                    return self.record_success(
+                        call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
+                    )
+                if classification == AMBIGUOUS and ledger is not None and safety == "unsafe_write":
+                    settled = ledger.unknown_outcome(
+                        call, attempt=attempt, exc=exc, started_at=started_at
+                    )
+                    if settled is not AGAIN:
+                        return settled
+                    classification = "transient"  # reconciled: it did not happen
+                retryable = classification in ("transient", AMBIGUOUS)
+                if ledger is not None:
+                    ledger.after_failure(ambiguous=classification == AMBIGUOUS)
+                reason = "max attempts exceeded" if retryable else f"{classification} error"
+                if retryable and retry_after is not None:
+                    try:
+                        retry_after = check_retry_after(
+                            retry_after, call=_call_name(call), source=_retry_after_source(exc)
+                        )
+                    except InvalidDuration as bad:  # recorded as this attempt's end, for good
+                        retryable = False
+                        classification = PERMANENT
+                        reason = str(bad)
+                delay = None
+                if retryable and attempt - self.budget_base[pos] < policy.max_attempts:
+                    delay = policy.next_delay(attempt, retry_after)
+                failure: dict[str, Any] = {
+                    "call": call,
+                    "attempt": attempt,
+                    "exc": exc,
+                    "classification": classification,
+                    "delay": delay,
+                    "started_at": started_at,
+                    "outcome": (
+                        AttemptOutcome.TIMED_OUT
+                        if isinstance(exc, StepTimeout)
+                        else AttemptOutcome.FAILED
+                    ),
+                    "reason": reason,
+                    "ledger": ledger,
+                    "tokens": billed_tokens(getattr(exc, "billed_usage", None))
+                    if kind == StepKind.LLM
+                    else 0,
+                }
+                if delay is None and hold_failure:
+                    raise HeldFailure(self, failure) from exc
+                delay = self.record_failure(**failure)
+                call = replace(call, recorded=self.by_position.get(pos, call.recorded))
+                time.sleep(delay)
+                continue
+            return self.record_success(
+                call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
+            )
+
+
+class HeldFailure(Exception):
+    """A call's failure for good, not recorded yet (``execute(..., hold_failure=True)``)."""
+
+    def __init__(self, owner: Attempts, failure: dict[str, Any]) -> None:
+        super().__init__(str(failure["exc"]))
+        self.owner = owner
+        self.failure = failure
+
+    @property
+    def position(self) -> int:
+        """The failed call's position."""
+        return int(self.failure["call"].position)
+
+    def record(self) -> None:
+        """Record the failure: the run fails; raises :class:`~durable.StepFailed`."""
+        self.owner.record_failure(**self.failure)
+        raise AssertionError("unreachable")  # record_failure raised StepFailed
+
+
+def _call_name(call: StepCall) -> str:
+    """How a durable call reads in messages: ``ctx.call_tool('refund')``."""
+    if call.kind == StepKind.TOOL:
+        return f"ctx.call_tool({call.tool_name!r})"
+    if call.kind == StepKind.LLM:
+        return f"ctx.llm({call.step_id!r})"
+    if call.kind == StepKind.COMPENSATION:
+        return f"compensation {call.step_id!r}"
+    return f"ctx.step({call.step_id!r})"
+
+
+def _retry_after_source(exc: BaseException) -> str:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return f"the Retry-After of HTTP {status}"
+    return f"{type(exc).__name__}.retry_after"

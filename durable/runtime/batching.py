@@ -1,0 +1,317 @@
+"""Batched checkpoints: steps that may safely run again are group-committed.
+
+Invariant: whenever a write's ledger row, a wait, a failure record, the run's end or any
+other fenced write of an execution commits, every step before it is committed in the
+same transaction, in step order. So a crash can lose only a suffix of *batched* steps --
+read-only tool calls, LLM calls, and plain steps whose author said running them again is
+harmless -- and the next execution's replay runs them again at the same positions and
+ids. Why: one commit for up to ``BATCH_MAX_STEPS`` steps instead of one per step, where
+losing a checkpoint costs a repeat and never a second effect. Writes are always
+synchronous. See docs/architecture.md#batched-checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from durable import conf
+from durable.exceptions import LeaseLost, RunStopped
+from durable.models import Run, Step, StepStatus, TraceEvent
+from durable.observability import metrics
+from durable.registry import check_durability
+from durable.runtime.failures import db_faults_stop_the_execution
+from durable.values.fields import storable_json
+from durable.vocabulary import Durability, EventKind
+
+if TYPE_CHECKING:
+    from durable.runtime.replay import StepCall
+
+
+class BatchOwner(Protocol):
+    """What a batch needs from its execution (:class:`durable.runtime.checkpoint.Checkpoints`,
+    which imports this module, not the other way round)."""
+
+    run: Run
+    run_id: str
+    token: str
+    status: str
+    worker_id: str
+    by_position: dict[int, Step]
+    positions_by_id: dict[str, int]
+    budget_base: dict[int, int]
+
+    def write(
+        self,
+        run_fields: dict[str, Any],
+        work: Callable[[], None],
+        *,
+        record_if_stopped: bool = True,
+        events: Sequence[TraceEvent] = (),
+    ) -> None: ...
+
+
+def resolve(explicit: str | None, default: str | None, *, where: str) -> str:
+    """The durability of one call: its own ``explicit`` value, else ``default``.
+
+    Raises :class:`~durable.DurableConfigurationError` naming ``where`` for a value
+    that is not ``None``, ``"sync"`` or ``"batched"``.
+    """
+    return check_durability(explicit, where=where) or default or Durability.SYNC
+
+
+class StepBatch:
+    """The pending (succeeded, not yet committed) batched steps of one execution.
+
+    Pending steps are in the execution's ``by_position`` at once, so the replay cursor
+    sees them as recorded; they reach the database with the next fenced write
+    (:meth:`merge` and :meth:`insert_txn`, called by ``Checkpoints.write``), or by
+    :meth:`flush` when ``BATCH_MAX_STEPS`` are pending or the oldest has waited
+    ``BATCH_MAX_DELAY_MS``.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.tokens = 0
+        self.tags: list[str] | None = None
+        self.first_at = 0.0
+        self._saved: list[Step] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    @staticmethod
+    def takes(call: StepCall, recorded: Step | None, ledger: Any, lost: list[Any]) -> bool:
+        """Whether a success may be batched: a batched call's first record, with no
+        ledger write and no tries lost with a worker to record along with it."""
+        return (
+            call.durability == Durability.BATCHED
+            and recorded is None
+            and ledger is None
+            and not lost
+        )
+
+    def add(
+        self,
+        owner: BatchOwner,
+        call: StepCall,
+        row: dict[str, Any],
+        tokens: int,
+        event_data: dict[str, Any],
+        tags: list[str] | None,
+    ) -> None:
+        """Hold the call's success for the next flush (flushing now when due).
+
+        ``row``: the step's ``output``, ``error``, ``attempts`` and ``started_at``;
+        ``tokens``: billed by an LLM call (counted in memory now, stored at the flush);
+        ``tags``: the run's new tags, if the step changed them.
+        """
+        sid, pos = call.step_id, call.position
+        fields = {
+            "run_id": owner.run_id,
+            "step_id": sid,
+            "position": pos,
+            "kind": call.kind,
+            "tool_name": call.tool_name,
+            "status": StepStatus.SUCCEEDED,
+            "input": call.input_text,
+            **row,
+            "budget_base": owner.budget_base.get(pos, 0),
+            "next_attempt_at": None,
+            "finished_at": timezone.now(),
+            "durability": Durability.BATCHED,
+        }
+        if not self.pending:
+            self.first_at = time.monotonic()
+        self.pending.append(fields)
+        self.events.append({"step_id": sid, "data": {**event_data, "batched": True}})
+        self.tokens += tokens
+        owner.run.tokens_used += tokens
+        if tags is not None:
+            self.tags = list(tags)
+        owner.by_position[pos] = Step(**fields)
+        owner.positions_by_id[sid] = pos
+        if self.due():
+            self.flush(owner)
+
+    def due(self) -> bool:
+        """``BATCH_MAX_STEPS`` pending, or the oldest waited ``BATCH_MAX_DELAY_MS``."""
+        if not self.pending:
+            return False
+        if len(self.pending) >= int(conf.get("BATCH_MAX_STEPS")):
+            return True
+        waited_ms = (time.monotonic() - self.first_at) * 1000.0
+        return waited_ms >= float(conf.get("BATCH_MAX_DELAY_MS"))
+
+    def flush_if_due(self, owner: BatchOwner) -> None:
+        """Flush when due (before a batched step starts: its wait counts too)."""
+        if self.due():
+            self.flush(owner)
+
+    def flush(self, owner: BatchOwner) -> None:
+        """Commit the pending steps in one fenced write; nothing pending: nothing.
+
+        On PostgreSQL one statement (:func:`_flush_in_one_statement`); elsewhere, or when
+        that statement finds the fence broken, ``owner.write``, which tells the cases
+        apart: :class:`LeaseLost` (nothing written) or, after recording the pending
+        steps, :class:`RunStopped`.
+        """
+        if not self.pending:
+            return
+        if (
+            connection.vendor == "postgresql"
+            and not connection.in_atomic_block
+            and self.tags is None
+        ):
+            saved = _flush_in_one_statement(owner, self)
+            if saved is not None:
+                self._saved = saved
+                self.committed(owner)
+                return
+        owner.write({}, lambda: None)
+
+    def merge(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The fenced run update's ``fields`` with the pending steps' cursor and counts."""
+        if not self.pending:
+            return fields
+        merged = dict(fields)
+        cursor = self.pending[-1]["position"] + 1
+        given = merged.get("cursor_position")
+        merged["cursor_position"] = max(cursor, given) if isinstance(given, int) else cursor
+        merged["steps_executed"] = merged.get("steps_executed", F("steps_executed")) + len(
+            self.pending
+        )
+        if self.tokens:
+            merged["tokens_used"] = merged.get("tokens_used", F("tokens_used")) + self.tokens
+        if self.tags is not None and "tags" not in merged:
+            merged["tags"] = self.tags
+        return merged
+
+    def insert_txn(self, owner: BatchOwner) -> None:
+        """Write the pending steps and their events, inside the fenced transaction.
+
+        New instances each time: a transaction rolled back (a wait answered meanwhile)
+        leaves nothing behind, and the next write inserts them again.
+        """
+        if not self.pending:
+            return
+        self._saved = Step.objects.bulk_create([Step(**fields) for fields in self.pending])
+        TraceEvent.objects.bulk_create(
+            [
+                TraceEvent(
+                    run_id=owner.run_id,
+                    kind=EventKind.STEP_EXECUTED,
+                    step_id=event["step_id"],
+                    data=event["data"],
+                    actor=owner.worker_id,
+                )
+                for event in self.events
+            ]
+        )
+
+    def committed(self, owner: BatchOwner) -> None:
+        """The transaction that wrote the pending steps committed: they are recorded."""
+        if not self._saved:
+            return
+        for step in self._saved:
+            owner.by_position[step.position] = step
+        executed = [SimpleNamespace(kind=EventKind.STEP_EXECUTED, **e) for e in self.events]
+        metrics.count_events(executed)
+        self.pending, self.events, self._saved = [], [], []
+        self.tokens, self.tags = 0, None
+
+
+@db_faults_stop_the_execution
+def flush_at_stop(owner: BatchOwner, batch: StepBatch) -> None:
+    """The execution ends (a stop, a suspension, a failure): commit what is pending.
+
+    A run stopped meanwhile still gets its pending steps recorded (they ran); a lost
+    lease writes nothing. Either way the execution was ending, so neither is raised; a
+    database fault is (:class:`~durable.exceptions.DatabaseUnavailable`).
+    """
+    with contextlib.suppress(RunStopped, LeaseLost):
+        batch.flush(owner)
+
+
+def _flush_in_one_statement(owner: BatchOwner, batch: StepBatch) -> list[Step] | None:
+    """PostgreSQL: the fenced run update, every pending step and its event in one
+    statement (one round trip, one commit). Returns the steps written, or None --
+    having written nothing -- when the fence does not hold."""
+    pending = batch.pending
+    now = timezone.now()
+    rows: list[str] = []
+    params: list[Any] = [
+        now,
+        pending[-1]["position"] + 1,
+        len(pending),
+        batch.tokens,
+        owner.run_id,
+        owner.token,
+        owner.status,
+    ]
+    for fields, event in zip(pending, batch.events, strict=True):
+        rows.append(
+            "(%s::varchar, %s::int, %s::varchar, %s::varchar, %s::text, %s::text, "
+            "%s::jsonb, %s::int, %s::int, %s::timestamptz, %s::timestamptz, %s::jsonb)"
+        )
+        error = fields["error"]
+        params += [
+            fields["step_id"],
+            fields["position"],
+            fields["kind"],
+            fields["tool_name"],
+            fields["input"],
+            fields["output"],
+            json.dumps(storable_json(error)) if error is not None else None,
+            fields["attempts"],
+            fields["budget_base"],
+            fields["started_at"],
+            fields["finished_at"],
+            json.dumps(storable_json(event["data"])),
+        ]
+    params += [StepStatus.SUCCEEDED, Durability.BATCHED, EventKind.STEP_EXECUTED.value]
+    params.append(owner.worker_id)
+    sql = f"""
+        WITH r AS (
+            UPDATE {Run._meta.db_table}
+               SET updated_at = %s, cursor_position = %s,
+                   steps_executed = steps_executed + %s, tokens_used = tokens_used + %s
+             WHERE id = %s AND lease_token = %s AND status = %s
+         RETURNING id),
+        v (step_id, position, kind, tool_name, input, output, error, attempts, budget_base,
+           started_at, finished_at, data) AS (VALUES {", ".join(rows)}),
+        p AS (SELECT %s::varchar AS status, %s::varchar AS durability,
+                     %s::varchar AS event_kind, %s::varchar AS actor),
+        s AS (
+            INSERT INTO {Step._meta.db_table} (run_id, step_id, position, kind, tool_name,
+                   status, input, output, error, attempts, budget_base, next_attempt_at,
+                   started_at, finished_at, replay_count, durability)
+            SELECT r.id, v.step_id, v.position, v.kind, v.tool_name, p.status, v.input,
+                   v.output, v.error, v.attempts, v.budget_base, NULL, v.started_at,
+                   v.finished_at, 0, p.durability
+              FROM r, v, p ORDER BY v.position
+         RETURNING id, position),
+        e AS (
+            INSERT INTO {TraceEvent._meta.db_table} (run_id, kind, step_id, message, data,
+                   actor, created_at)
+            SELECT r.id, p.event_kind, v.step_id, '', v.data, p.actor, v.finished_at
+              FROM r, v, p ORDER BY v.position)
+        SELECT id, position FROM s"""  # noqa: S608 - table names come from the models
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = dict((position, pk) for pk, position in cursor.fetchall())
+    if not ids:
+        return None
+    return [Step(pk=ids[fields["position"]], **fields) for fields in pending]

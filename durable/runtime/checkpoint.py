@@ -1,0 +1,600 @@
+"""Checkpoints: every write of an execution is one transaction fenced by its lease.
+
+The fence (:meth:`Checkpoints.write`) updates the run row only while this execution's
+lease token and the run's status still hold; a worker that lost its lease writes nothing
+(:class:`~durable.exceptions.LeaseLost`), and a run stopped meanwhile raises
+:class:`~durable.exceptions.RunStopped` after the write. A step's success or failure,
+the run's failure and its completion are all written through it, so the cursor, the
+step row and its trace events commit together. See "Checkpoints" in
+``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from durable import conf
+from durable.exceptions import (
+    DurableError,
+    LeaseLost,
+    NonDeterminismError,
+    PayloadError,
+    RunStopped,
+    StepFailed,
+    Suspend,
+)
+from durable.models import (
+    AttemptOutcome,
+    Run,
+    RunStatus,
+    Step,
+    StepAttempt,
+    StepKind,
+    StepStatus,
+    TraceEvent,
+    transitions,
+)
+from durable.observability import metrics
+from durable.postgres import checkpoints as checkpoint_pg
+from durable.postgres import runs as run_pg
+from durable.retry import MODEL_RECOVERABLE, PERMANENT
+from durable.runtime.batching import StepBatch
+from durable.runtime.failures import (
+    db_faults_stop_the_execution,
+    error_info,
+    safe_str,
+    safe_traceback,
+)
+from durable.runtime.llm import billed_tokens
+from durable.runtime.replay import ReplayCursor, StepCall
+from durable.types import ModelRecoverable
+from durable.values import codec
+from durable.values.fields import storable_text
+from durable.values.redaction import redact_text
+from durable.values.rendering import render
+from durable.vocabulary import EventKind
+from durable.waits import child_ends, mailbox
+
+
+class LedgerEntry(Protocol):
+    """What a checkpoint needs from the operation ledger's side of a write
+    (:class:`durable.runtime.ledger.OperationLedger`, which imports this module, not the other
+    way round)."""
+
+    def result_unstorable(
+        self, call: StepCall, *, attempt: int, exc: Any, started_at: datetime
+    ) -> Any: ...
+
+    def succeeded_txn(self, value: Any, output: str) -> None: ...
+
+    def record_late_result(self, value: Any, output: str) -> None: ...
+
+    def failure_txn(self, info: dict[str, Any]) -> None: ...
+
+    def success_update(self, value: Any, output: str) -> tuple[int, dict[str, Any]] | None: ...
+
+    def succeeded(self) -> None: ...
+
+
+class Checkpoints(ReplayCursor):
+    """The writes of one execution: the fence, step rows, the run's failure and end."""
+
+    batch: StepBatch  #: pending batched steps (durable/runtime/batching.py), set by the execution
+
+    def write(
+        self,
+        run_fields: dict[str, Any],
+        work: Callable[[], None],
+        *,
+        record_if_stopped: bool = True,
+        events: Sequence[TraceEvent] = (),
+    ) -> None:
+        """One fenced transaction: update the run (if our lease holds), then ``work``.
+
+        Raises :class:`LeaseLost` (nothing written) when another worker holds the lease;
+        :class:`RunStopped` after committing ``work`` (when ``record_if_stopped``) if the
+        run was cancelled or stopped by an operator meanwhile.
+        """
+        # the lease is the heartbeat's (durable/worker/heartbeat.py): rewriting its indexed column
+        # here would make every checkpoint a non-HOT update of the run row on PostgreSQL
+        fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
+        stopped: str | None = None
+        with metrics.checkpoint(events), transaction.atomic():
+            parent = child_ends.lock_parent_txn(self.run, fields.get("status"))  # parent first
+            updated = Run.objects.filter(
+                pk=self.run_id, lease_token=self.token, status=self.status
+            ).update(**fields)
+            if not updated:
+                row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
+                if row is None or row["lease_token"] != self.token:
+                    raise LeaseLost()
+                stopped = row["status"]
+                self.batch.insert_txn(self)  # they ran: recorded even when stopped
+                if record_if_stopped:
+                    work()
+                    TraceEvent.objects.bulk_create(events)
+            else:
+                self.batch.insert_txn(self)  # pending batched steps first, in step order
+                work()
+                TraceEvent.objects.bulk_create(events)
+                if fields.get("status") in mailbox.WORKFLOW_ENDS:
+                    mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
+                child_ends.child_ended_txn(parent, self.run_id, actor=self.worker_id)
+        self.batch.committed(self)
+        if stopped:
+            self.stopped = stopped
+            raise RunStopped(stopped)
+
+    def event(
+        self, kind: str, step_id: str = "", message: str = "", data: dict[str, Any] | None = None
+    ) -> TraceEvent:
+        """An unsaved trace event of this run, by this worker (written by :meth:`write`)."""
+        return TraceEvent(
+            run_id=self.run_id,
+            kind=kind,
+            step_id=step_id,
+            message=message,
+            data=data,
+            actor=self.worker_id,
+        )
+
+    def save_step_txn(self, rec: Step | None, pos: int, **fields: Any) -> Step:
+        """Create or update the step row at ``pos`` (inside :meth:`write`'s ``work``)."""
+        if pos in self.budget_base:
+            fields["budget_base"] = self.budget_base[pos]
+        if rec is None:
+            rec = Step.objects.create(run_id=self.run_id, position=pos, **fields)
+            self.by_position[pos] = rec
+            self.positions_by_id[rec.step_id] = pos
+        else:
+            for name, value in fields.items():
+                setattr(rec, name, value)
+            rec.save(update_fields=list(fields))
+        return rec
+
+    def flush_lost_txn(self, rec: Step) -> None:
+        """Write the tries lost with a worker (see ``attempts.py``) as ``rec``'s attempts."""
+        if self.pending_lost:
+            for row in self.pending_lost:
+                row.step = rec
+            StepAttempt.objects.bulk_create(self.pending_lost)
+            self.pending_lost = []
+
+    def encode_step_input(
+        self, call: StepCall, args: tuple, kwargs: dict[str, Any], *, tool: bool = False
+    ) -> str | None:
+        """The stored input of a step: ``{"args", "kwargs"}``; a tool's parameters as passed."""
+        value: Any = {}
+        if tool:
+            value = kwargs
+        else:
+            if args:
+                value["args"] = list(args)
+            if kwargs:
+                value["kwargs"] = kwargs
+        if not value:
+            return None
+        try:
+            return codec.dumps_checked(value, what="step input", step_id=call.step_id)
+        except PayloadError as exc:
+            pos = call.position
+            self.record_failure(
+                StepCall(step_id=call.step_id, position=pos, recorded=self.by_position.get(pos)),
+                attempt=1,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=timezone.now(),
+                outcome=AttemptOutcome.FAILED,
+                reason="cannot store the step's input",
+            )
+            raise AssertionError("unreachable") from None  # record_failure raised
+
+    def fail_call_now(self, call: StepCall, exc: DurableError) -> None:
+        """Fail this call for good before it runs (e.g. a duration that cannot be
+        scheduled); raises :class:`StepFailed` with the run marked failed."""
+        self.record_failure(
+            call,
+            attempt=call.next_attempt,
+            exc=exc,
+            classification=PERMANENT,
+            delay=None,
+            started_at=timezone.now(),
+            outcome=AttemptOutcome.FAILED,
+            reason="invalid duration",
+        )
+        raise AssertionError("unreachable")  # record_failure raised StepFailed
+
+    def record_model_error(self, call: StepCall, value: ModelRecoverable) -> ModelRecoverable:
+        """Record ``value`` (a mistake the model can fix) as the call's result, untried."""
+        return self.record_success(
+            call, attempt=call.next_attempt, value=value, started_at=timezone.now(), ledger=None
+        )
+
+    def record_success(
+        self,
+        call: StepCall,
+        *,
+        attempt: int,
+        value: Any,
+        started_at: datetime,
+        ledger: LedgerEntry | None,
+    ) -> Any:
+        """Checkpoint the call's result (the cursor moves past it); returns ``value``."""
+        sid, pos, rec, kind = call.step_id, call.position, call.recorded, call.kind
+        error = None
+        stored = value
+        if isinstance(value, ModelRecoverable):
+            stored = value.to_dict()
+            error = {
+                "classification": MODEL_RECOVERABLE,
+                "type": value.error_type,
+                "message": redact_text(value.message)[:4000],
+                "step_id": sid,
+            }
+        # a reply is paid for whether or not it can be stored: a malformed one carries
+        # its usage in the error's details, an oversized one is counted with its failure
+        reply = (
+            value.details
+            if isinstance(value, ModelRecoverable) and isinstance(value.details, dict)
+            else value
+        )
+        tokens = (
+            billed_tokens(reply.get("usage"))
+            if kind == StepKind.LLM and isinstance(reply, dict)
+            else 0
+        )
+        try:
+            try:
+                output = codec.dumps_checked(stored, what="step output", step_id=sid)
+            except PayloadError as exc:
+                if not isinstance(value, ModelRecoverable):
+                    raise
+                # a fixable mistake stays fixable: store a rendering of what cannot be stored
+                value, output = _storable_model_error(value, exc, sid)
+                assert error is not None
+                error["details_note"] = redact_text(str(exc))[:1000]
+        except PayloadError as exc:
+            if ledger is not None:
+                # the write happened; only its result cannot be stored: an operator (or
+                # the reconcile hook) says what it was -- never a success without a result
+                return ledger.result_unstorable(
+                    call, attempt=attempt, exc=exc, started_at=started_at
+                )
+            self.record_failure(
+                call,
+                attempt=attempt,
+                exc=exc,
+                classification=PERMANENT,
+                delay=None,
+                started_at=started_at,
+                outcome=AttemptOutcome.FAILED,
+                reason="cannot store the step's output",
+                tokens=tokens,
+            )
+            raise AssertionError("unreachable") from None
+        now = timezone.now()
+
+        def work() -> None:
+            step = self.save_step_txn(
+                rec,
+                pos,
+                step_id=sid,
+                kind=kind,
+                tool_name=call.tool_name,
+                status=StepStatus.SUCCEEDED,
+                input=call.input_text,
+                output=output,
+                error=error,
+                attempts=attempt,
+                next_attempt_at=None,
+                started_at=started_at,
+                finished_at=now,
+            )
+            self.flush_lost_txn(step)
+            if ledger is not None:
+                ledger.succeeded_txn(value, output)
+
+        run_fields: dict[str, Any] = {
+            "cursor_position": pos + 1,
+            "cursor_lost": 0,
+            "steps_executed": F("steps_executed") + 1,
+        }
+        if kind == StepKind.LLM and isinstance(reply, dict):
+            if tokens:
+                run_fields["tokens_used"] = F("tokens_used") + tokens
+            if reply.get("scripted") and "scripted-llm" not in (self.run.tags or []):
+                self.run.tags = [*(self.run.tags or []), "scripted-llm"]
+                run_fields["tags"] = self.run.tags
+        event_data = {
+            "attempt": attempt,
+            "kind": kind,
+            "tool": call.tool_name,
+            "seconds": round((now - started_at).total_seconds(), 6),
+            "model_recoverable": error is not None,
+            **(
+                {"tokens": tokens, "cost_usd": reply.get("cost_usd")}
+                if kind == StepKind.LLM and isinstance(reply, dict)
+                else {}
+            ),
+        }
+        if StepBatch.takes(call, rec, ledger, self.pending_lost):  # durable/runtime/batching.py
+            row = {"output": output, "error": error, "attempts": attempt, "started_at": started_at}
+            self.batch.add(self, call, row, tokens, event_data, run_fields.get("tags"))
+            return value
+        # with batched steps pending, the transactional write flushes them first
+        fast = rec is None and not self.pending_lost and "tags" not in run_fields and not self.batch
+        step = None
+        if fast and checkpoint_pg.available():  # a write's result goes in the same statement
+            step = checkpoint_pg.checkpoint_in_one_statement(
+                run_id=self.run_id,
+                token=self.token,
+                status=self.status,
+                worker_id=self.worker_id,
+                call=call,
+                output=output,
+                error=error,
+                attempt=attempt,
+                budget_base=self.budget_base.get(pos, 0),
+                started_at=started_at,
+                now=now,
+                tokens=tokens,
+                event_data=event_data,
+                operation=ledger.success_update(value, output) if ledger is not None else None,
+            )
+        if step is not None:
+            self.by_position[pos] = step
+            self.positions_by_id[sid] = pos
+            if ledger is not None:
+                ledger.succeeded()
+        else:
+            try:
+                self.write(
+                    run_fields,
+                    work,
+                    events=[self.event(EventKind.STEP_EXECUTED, sid, data=event_data)],
+                )
+            except LeaseLost:
+                if ledger is not None:  # the write happened: the ledger keeps its result
+                    ledger.record_late_result(value, output)
+                raise
+        self.run.tokens_used += tokens
+        return value
+
+    def record_failure(
+        self,
+        call: StepCall,
+        *,
+        attempt: int,
+        exc: BaseException,
+        classification: str,
+        delay: float | None,
+        started_at: datetime,
+        outcome: str,
+        reason: str,
+        ledger: LedgerEntry | None = None,
+        skip_attempt_row: bool = False,
+        tokens: int = 0,
+    ) -> float:
+        """Record a failed try. Returns the in-process delay (seconds) before the next try.
+
+        ``tokens``: what a failed LLM attempt was billed; counted in the same commit.
+
+        Raises :class:`Suspend` when the retry is far enough to release the run, and
+        :class:`StepFailed` (run marked FAILED) when there is no next try.
+        """
+        sid, pos, rec = call.step_id, call.position, call.recorded
+        now = timezone.now()
+        info = error_info(exc, classification=classification, step_id=sid)
+        inprocess = delay is not None and delay <= float(conf.get("INPROCESS_RETRY_MAX_SECONDS"))
+        next_at = now + timedelta(seconds=delay) if delay is not None else None
+        if delay is None:
+            step_status = StepStatus.FAILED
+            run_fields: dict[str, Any] = {
+                **transitions.changes("fail", self.status),
+                "error": {**info, "reason": reason},
+                "error_type": info["type"],
+                "finished_at": now,
+                "cursor_lost": 0,
+            }
+            events = [
+                self.event(
+                    EventKind.ATTEMPT_FAILED,
+                    sid,
+                    info["message"],
+                    {"attempt": attempt, "classification": classification},
+                ),
+                self.event(EventKind.FAILED, sid, f"{reason}: {info['type']}: {info['message']}"),
+            ]
+        else:
+            step_status = StepStatus.RETRYING
+            run_fields = {"cursor_position": pos, "cursor_lost": 0}
+            events = [
+                self.event(
+                    EventKind.ATTEMPT_FAILED,
+                    sid,
+                    info["message"],
+                    {"attempt": attempt, "classification": classification},
+                ),
+                self.event(
+                    EventKind.RETRY_SCHEDULED,
+                    sid,
+                    f"retry in {delay:.3f} s",
+                    {"attempt": attempt + 1, "delay": delay, "in_process": inprocess},
+                ),
+            ]
+            if not inprocess:  # a compensation stays COMPENSATING, due at wake_at
+                run_fields.update(
+                    transitions.changes("schedule_retry", self.status), wake_at=next_at
+                )
+
+        if tokens:
+            run_fields["tokens_used"] = F("tokens_used") + tokens
+            events[0].data = {**events[0].data, "tokens": tokens}
+
+        def work() -> None:
+            step = self.save_step_txn(
+                rec,
+                pos,
+                step_id=sid,
+                kind=call.kind,
+                tool_name=call.tool_name,
+                status=step_status,
+                input=call.input_text,
+                error=info,
+                attempts=attempt,
+                next_attempt_at=next_at,
+                started_at=rec.started_at if rec is not None else started_at,
+                finished_at=now if delay is None else None,
+            )
+            self.flush_lost_txn(step)
+            if not skip_attempt_row:
+                StepAttempt.objects.create(
+                    run_id=self.run_id,
+                    step=step,
+                    attempt=attempt,
+                    outcome=outcome,
+                    error_type=info["type"],
+                    message=info["message"],
+                    traceback=safe_traceback(exc),
+                    classification=classification,
+                    retry_delay=delay,
+                    started_at=started_at,
+                    finished_at=now,
+                )
+            if ledger is not None:
+                ledger.failure_txn(info)
+            if delay is not None and not inprocess:
+                from durable.dispatch import dispatch_on_commit
+
+                dispatch_on_commit(self.run_id, countdown=delay)
+
+        self.write(run_fields, work, events=events)
+        self.run.tokens_used += tokens
+        if delay is None:
+            self.stopped = self.fail_status
+            raise StepFailed(
+                step_id=sid,
+                error_type=info["type"],
+                message=info["message"],
+                attempts=attempt,
+                reason=reason,
+            )
+        if not inprocess:
+            self.stopped = transitions.target("schedule_retry", self.status) or self.status
+            assert next_at is not None
+            raise Suspend(f"retry of {sid} scheduled at {next_at.isoformat()}")
+        return delay
+
+    def fail_run(self, error: dict[str, Any], *, event: str) -> None:
+        """Mark the run failed (or its compensation failed) with ``error``; release it."""
+        now = timezone.now()
+        self.write(
+            {
+                **transitions.changes("fail", self.status),
+                "error": error,
+                "error_type": error["type"],
+                "finished_at": now,
+            },
+            lambda: None,
+            events=[self.event(event, error.get("step_id", ""), error["message"])],
+        )
+        self.stopped = self.fail_status
+
+    def suspend_waiting(self, work: Callable[[], None], events: list[TraceEvent]) -> None:
+        """Commit ``work`` and make the run WAITING without a lease."""
+        self.write(transitions.changes("park", self.status), work, events=events)
+        self.stopped = transitions.target("park", self.status)
+
+    def stop(self, status: str) -> None:
+        """Note that this execution stopped with the run in ``status`` (it records nothing
+        more); the engine then releases or hands the run over."""
+        self.stopped = status
+
+    @db_faults_stop_the_execution
+    def complete(self, result: Any) -> None:
+        """Record the workflow's return value and mark the run SUCCEEDED (engine use)."""
+        self.ensure_live()
+        if self.status != RunStatus.COMPENSATING:
+            step = self.unreached_step()
+            if step is not None:
+                exc = NonDeterminismError(
+                    run_id=self.run_id,
+                    position=step.position,
+                    recorded_step_id=step.step_id,
+                    requested_step_id="(the workflow returned)",
+                )
+                self.fail_run(
+                    error_info(exc, classification=PERMANENT, step_id=step.step_id),
+                    event=EventKind.NONDETERMINISM,
+                )
+                return
+        try:
+            output = codec.dumps_checked(result, what="workflow output")
+        except PayloadError as exc:
+            self.fail_run(error_info(exc, classification=PERMANENT), event=EventKind.FAILED)
+            return
+        now = timezone.now()
+        replayed = self.replayed
+        done = self.event(
+            EventKind.COMPLETED, message=f"run {self.done_status}", data={"replayed": len(replayed)}
+        )
+        ends = {**transitions.changes("complete", self.status), "output": output}
+        # with batched steps pending, the transactional write flushes them first
+        if (
+            not (self.batch or self.run.parent_run_id)  # a child's end wakes its parent
+            and run_pg.available()
+            and run_pg.complete_in_one_statement(
+                run_id=self.run_id,
+                token=self.token,
+                status=self.status,
+                fields={**ends, "finished_at": now, "updated_at": now},
+                replayed=replayed,
+                event=done,
+            )
+        ):
+            self.stopped = self.done_status
+            return
+
+        def work() -> None:
+            if replayed:
+                Step.objects.filter(pk__in=replayed).update(replay_count=F("replay_count") + 1)
+
+        self.write(
+            {**ends, "finished_at": now, "steps_replayed": F("steps_replayed") + len(replayed)},
+            work,
+            events=[done],
+            record_if_stopped=False,
+        )
+        self.stopped = self.done_status
+
+
+def _storable_model_error(
+    value: ModelRecoverable, exc: PayloadError, sid: str
+) -> tuple[ModelRecoverable, str]:
+    """``value`` with details the codec can store (durable/values/rendering.py), and its text.
+
+    Falls back to a note in place of the details, then to a shortened message, so a
+    model-recoverable error is always stored as one (never a permanent failure).
+    """
+    candidates = [
+        replace(value, details=render(value.details)),
+        replace(value, details=f"<details not stored: {exc}>"[:2000]),
+        replace(value, message=value.message[:4000], details=f"<details not stored: {exc}>"[:2000]),
+    ]
+    for candidate in candidates:
+        try:
+            return candidate, codec.dumps_checked(
+                candidate.to_dict(), what="step output", step_id=sid
+            )
+        except PayloadError:
+            continue
+    plain = ModelRecoverable(storable_text(safe_str(exc))[:4000], value.error_type[:200])
+    return plain, codec.encode(plain.to_dict())

@@ -1,0 +1,156 @@
+"""Child runs: a workflow starts another run and waits durably for its end.
+
+Invariant: a child run exists if and only if the parent's step that starts it is recorded.
+The child is created (``durable.start``, idempotent on its run id) and the step is
+recorded in the same fenced transaction of the parent, with every pending batched step
+before it, so a crash can lose neither half and never makes a second child. The child's
+run id is deterministic -- ``{parent_run_id}.{child_id}``, or
+``{parent_run_id}.{workflow_name}.{n}`` for the n-th unnamed child of that workflow --
+so a replay names the same child. The wait is a ``child`` wait row keyed on the child's
+run id: the parent frees its worker and the child's end wakes it
+(:mod:`durable.waits.child_ends`). See docs/children.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from durable import client as api
+from durable import registry
+from durable.exceptions import ChildFailed
+from durable.models import RUN_ID_PATTERN, Run, RunStatus, StepKind, StepStatus, WaitKind
+from durable.types import ChildHandle
+from durable.values import codec
+from durable.values.fields import storable_text
+from durable.values.redaction import check_identifier
+from durable.vocabulary import EventKind
+from durable.waits.closing import WaitParking
+
+#: the characters of a ``child_id`` (no ``.``: that separates the parent's id from it)
+CHILD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+#: characters of a run id (``Run.id``)
+RUN_ID_MAX_LENGTH = 128
+
+
+class ChildRuns(WaitParking):
+    """Starting a child run and waiting for it, for one execution (engine use only)."""
+
+    def start_child(self, workflow_name: str, input: Any, child_id: str | None) -> ChildHandle:
+        """Start (or, on replay, find) the child; see ``WorkflowContext.start_child``."""
+        if not isinstance(workflow_name, str) or not workflow_name:
+            raise ValueError("ctx.start_child: workflow_name must be a non-empty string")
+        if child_id is not None:
+            if not isinstance(child_id, str) or not CHILD_ID_RE.fullmatch(child_id):
+                raise ValueError(
+                    f"ctx.start_child: child_id {child_id!r} is not valid: use 1-100 "
+                    "letters, digits, '_' and '-' (it becomes part of the child's run id)"
+                )
+            check_identifier(child_id, "child id")
+        base = f"child:{child_id or workflow_name}"
+        call = self.next_call(base, kind=StepKind.CHILD, tool_name=workflow_name)
+        if call.succeeded:
+            assert call.recorded is not None
+            return self._handle(self.replay(call.recorded), call.step_id)
+        sid, pos = call.step_id, call.position
+        if child_id is not None and sid != base:
+            raise ValueError(
+                f"ctx.start_child: child_id {child_id!r} is used twice in run {self.run_id}; "
+                "each child of a run needs its own child_id"
+            )
+        suffix = child_id or f"{workflow_name}.{self.occurrences[storable_text(base)]}"
+        run_id = f"{self.run_id}.{suffix}"
+        if len(run_id) > RUN_ID_MAX_LENGTH:
+            raise ValueError(
+                f"ctx.start_child: the child's run id {run_id[:60]!r}... would be "
+                f"{len(run_id)} characters, over {RUN_ID_MAX_LENGTH} (the parent's id, a "
+                "'.' and the child_id or workflow name); pass a shorter child_id"
+            )
+        if not _RUN_ID_RE.fullmatch(run_id):
+            raise ValueError(
+                f"ctx.start_child: the child's run id {run_id!r} is not a valid run id; "
+                "pass a child_id of letters, digits, '_' and '-'"
+            )
+        spec = registry.get_workflow(workflow_name)  # WorkflowNotFound before anything is written
+        codec.dumps_checked(input, what="child run input", step_id=sid)  # PayloadError, likewise
+        value = {"run_id": run_id, "workflow_name": spec.name}
+        output = codec.dumps_checked(value, what="step output", step_id=sid)
+        step_input = codec.encode({"workflow": spec.name, "child_id": child_id})
+        starter: Any = self.run.started_by if self.run.started_by_id else None
+        starter = starter or self.run.started_by_name or None
+        now = timezone.now()
+
+        def work() -> None:
+            taken = Run.objects.filter(pk=run_id).values_list("parent_run_id", flat=True)
+            if taken and taken[0] != self.run_id:
+                raise ValueError(
+                    f"ctx.start_child: run id {run_id} is taken by a run that is not a child "
+                    f"of run {self.run_id}; pass another child_id"
+                )
+            api.start(spec.name, input, run_id=run_id, version=spec.version, started_by=starter)
+            Run.objects.filter(pk=run_id).update(parent_run_id=self.run_id)
+            step = self.save_step_txn(
+                call.recorded,
+                pos,
+                step_id=sid,
+                kind=StepKind.CHILD,
+                tool_name=spec.name,
+                status=StepStatus.SUCCEEDED,
+                input=step_input,
+                output=output,
+                error=None,
+                attempts=call.next_attempt,
+                next_attempt_at=None,
+                started_at=now,
+                finished_at=timezone.now(),
+            )
+            self.flush_lost_txn(step)
+
+        # pending batched steps commit first, in this transaction: the child never exists
+        # for a parent step that a crash could lose; a parent stopped meanwhile starts none
+        self.write(
+            {
+                "cursor_position": pos + 1,
+                "cursor_lost": 0,
+                "steps_executed": F("steps_executed") + 1,
+            },
+            work,
+            record_if_stopped=False,
+            events=[
+                self.event(
+                    EventKind.STEP_EXECUTED,
+                    sid,
+                    f"started child run {run_id} ({spec.name})",
+                    {"attempt": call.next_attempt, "kind": StepKind.CHILD.value, "child": run_id},
+                )
+            ],
+        )
+        return self._handle(value, sid)
+
+    def _handle(self, value: dict[str, Any], step_id: str) -> ChildHandle:
+        context = getattr(self, "context", None)
+        return ChildHandle(value["run_id"], value["workflow_name"], step_id, context)
+
+    def wait_child(self, handle: ChildHandle) -> Any:
+        """The child's output once it has ended (recorded: a replay returns it at once);
+        raises :class:`~durable.ChildFailed` when it ended otherwise."""
+        if not isinstance(handle, ChildHandle):
+            raise TypeError("ctx.wait_child: pass the handle that ctx.start_child returned")
+        outcome = self.wait(
+            f"wait:{handle.step_id}",
+            kind=WaitKind.CHILD,
+            key=handle.run_id,
+            title=f"child run {handle.run_id}"[:300],
+        )
+        if outcome.get("status") == RunStatus.SUCCEEDED:
+            return outcome.get("output")
+        raise ChildFailed(
+            run_id=handle.run_id, status=str(outcome.get("status")), error=outcome.get("error")
+        )
+
+
+__all__ = ["ChildRuns", "RUN_ID_MAX_LENGTH"]

@@ -1,0 +1,74 @@
+"""How a failure is written down: redacted, bounded, and never lost to a broken ``__str__``.
+
+Every ``error`` column and attempt row is built here. Turning an exception into text
+must not raise (a failure that cannot be described would be a failure lost), so each
+helper falls back to ``repr`` and then to the type's name. A database fault in the
+engine's own work stops the execution (:func:`db_faults_stop_the_execution`) instead of
+reaching workflow code as an ordinary exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback as tb_module
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from durable.exceptions import DatabaseUnavailable
+from durable.values.redaction import redact_text
+from durable.worker.dbconn import is_db_fault
+
+
+def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:
+    """A JSON-able, redacted description of an exception (for ``error`` columns)."""
+    return {
+        "type": type(exc).__name__[:200],
+        "message": redact_text(safe_str(exc))[:4000],
+        "classification": classification,
+        "step_id": step_id,
+    }
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)`` that never raises and is always valid text (covered by
+    ``tests/durable/test_scenarios_inprocess.py::test_s11_*``)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the failure
+        try:
+            text = repr(exc)
+        except Exception:  # noqa: BLE001
+            text = f"<{type(exc).__name__} with an unprintable message>"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def safe_traceback(exc: BaseException) -> str:
+    """The redacted traceback of ``exc`` (its last 20,000 characters); never raises."""
+    try:
+        text = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001
+        text = f"{type(exc).__name__}: {safe_str(exc)}"
+    return redact_text(text.encode("utf-8", "backslashreplace").decode("utf-8"))[-20000:]
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def db_faults_stop_the_execution(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A database fault in the engine's own work (a checkpoint, the ledger, a status
+    read) becomes :class:`DatabaseUnavailable`, a ``BaseException`` like ``LeaseLost``,
+    so workflow code cannot swallow it with ``except Exception`` and go on without its
+    checkpoints. A step body's own errors never reach here (they are classified and
+    retried inside the call)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            if is_db_fault(exc):
+                raise DatabaseUnavailable(exc) from exc
+            raise
+
+    return wrapper

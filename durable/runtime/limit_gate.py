@@ -1,0 +1,135 @@
+"""The limits of an execution: admit a call, or park its run until the limit admits it.
+
+Before each try of a limited call (a tool with ``rate_limit`` / ``concurrency``, an LLM
+model in ``DURABLE['LLM_LIMITS']``) and before a workflow with ``max_concurrent_runs``
+starts executing, the execution asks the key's shared state
+(:mod:`durable.runtime.limit_store`). A wait of up to :data:`INPLACE_MAX_SECONDS` is slept in
+the worker; a longer one parks the run like a durable timer: a ``limit`` wait with the
+wake time, the run WAITING and its lease (so its worker) given back, in one fenced
+transaction. The wake replays the workflow to the same call, which asks again. A try
+that fails with a ``Retry-After`` slows the key for every run (docs/limits.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from durable.dispatch import dispatch_on_commit
+from durable.exceptions import Suspend
+from durable.limits import Limits
+from durable.models import Run, RunStatus, TraceEvent, Wait, WaitKind, WaitStatus, transitions
+from durable.retry import classify
+from durable.runtime import limit_store
+from durable.runtime.checkpoint import Checkpoints
+from durable.vocabulary import EventKind
+
+#: a limit that admits the call within this many seconds is waited for in the worker
+INPLACE_MAX_SECONDS = 1.0
+#: the longest slow-down a Retry-After sets (seconds), as durable.durations caps it
+MAX_SLOW_SECONDS = 86_400.0
+
+_REASONS = {"rate": "rate limit", "slowed": "rate limit", "concurrency": "concurrency limit"}
+
+
+class LimitGate(Checkpoints):
+    """Admission of an execution's limited calls (engine use only)."""
+
+    def _held(self) -> dict[str, int]:
+        """The concurrency slots this execution holds: key -> slot id."""
+        held: dict[str, int] | None = getattr(self, "_limit_slots", None)
+        if held is None:
+            held = {}
+            self._limit_slots: dict[str, int] = held
+        return held
+
+    def admit(self, limits: Limits, *, wait_id: str, position: int) -> None:
+        """Return once ``limits`` admit one call (a slot, if any, is then held), after
+        at most :data:`INPLACE_MAX_SECONDS` of sleeping; else park the run on the
+        ``limit`` wait ``wait_id`` and raise :class:`Suspend`."""
+        if limits.key in self._held():
+            return  # this execution holds the slot already (the workflow's own)
+        deadline = time.monotonic() + INPLACE_MAX_SECONDS
+        while True:
+            verdict, slot = limit_store.acquire(limits, run_id=self.run_id, token=self.token)
+            if verdict.admitted:
+                if slot is not None:
+                    self._held()[limits.key] = slot
+                return
+            if time.monotonic() + verdict.delay <= deadline:
+                time.sleep(max(verdict.delay, 0.005))
+                continue
+            self._park_for_limit(limits, verdict, wait_id[:255], position)
+
+    def limited(self, limits: Limits, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """``fn`` that frees its slot when it returns or raises, and slows the key for
+        everyone when it fails with a ``Retry-After`` (a provider's 429)."""
+
+        def call() -> Any:
+            try:
+                return fn()
+            except Exception as exc:
+                _, retry_after = classify(exc)
+                if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+                    limit_store.slow(limits.key, min(retry_after, MAX_SLOW_SECONDS))
+                raise
+            finally:
+                self.release_slot(limits.key)
+
+        return call
+
+    def release_slot(self, key: str) -> None:
+        """Free this execution's slot of ``key``, if it holds one."""
+        slot = self._held().pop(key, None)
+        if slot is not None:
+            limit_store.release(key, slot)
+
+    def release_slots(self) -> None:
+        """Free every slot this execution holds (at its end)."""
+        for key in list(self._held()):
+            self.release_slot(key)
+
+    def _park_for_limit(self, limits: Limits, verdict: Any, wait_id: str, position: int) -> None:
+        what = _REASONS.get(verdict.reason, "limit")
+        wake_at = timezone.now() + timedelta(seconds=verdict.delay)
+        title = f"waiting for {what} of {limits.key}"
+        if verdict.reason == "slowed":
+            title += " (slowed down by a 429)"
+
+        def work() -> None:
+            now = timezone.now()
+            Wait.objects.update_or_create(
+                run_id=self.run_id,
+                wait_id=wait_id,
+                defaults={
+                    "position": position,
+                    "kind": WaitKind.LIMIT,
+                    "key": limits.key[:255],
+                    "status": WaitStatus.PENDING,
+                    "title": title[:300],
+                    "wake_at": wake_at,
+                    "created_at": now,
+                    "payload": None,
+                    "result": None,
+                    "resolved_at": None,
+                    "resolved_by": "",
+                },
+            )
+            transitions.update("park", Run.objects.filter(pk=self.run_id), source=self.status)
+            TraceEvent.objects.create(
+                run_id=self.run_id,
+                kind=EventKind.WAITING,
+                step_id=wait_id,
+                actor=self.worker_id,
+                message=f"{title} ({limits.describe()}) until {wake_at.isoformat()}",
+            )
+            dispatch_on_commit(self.run_id, countdown=verdict.delay)
+
+        self.write({}, work, record_if_stopped=False)
+        self.stopped = RunStatus.WAITING
+        raise Suspend(f"{title} until {wake_at.isoformat()}")

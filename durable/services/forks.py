@@ -1,0 +1,242 @@
+"""Forking a run: a new run of the same workflow and input that reuses the recorded
+results before a chosen step, and adopts the reused writes of a run that gave up.
+
+Which run answers for (compensates) a reused write is decided here, once, when the fork
+is made; :mod:`durable.runtime.compensation` only reads it
+(docs/architecture.md#cancellation-and-compensation). The adoption rule is the fork's
+own, so it lives with the fork, apart from the other operator services.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from durable import requesters
+from durable.dispatch import dispatch_on_commit
+from durable.models import (
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+    run_lineage,
+    transitions,
+)
+from durable.observability import telemetry
+from durable.services.base import actor_of, lock_run, record_event
+from durable.vocabulary import EventKind
+
+#: the step id of the compensation of the write recorded as step ``<step_id>``
+COMPENSATION_PREFIX = "compensate:"
+
+
+def fork_points(steps: Iterable[Step]) -> list[str]:
+    """The step ids a fork may start from, of a run's ``steps`` in position order.
+
+    The workflow's own steps (a compensation step is not one), up to and including the
+    first write whose compensation ran: that write was undone, so a fork cannot reuse
+    its result and must make it again (and everything after it).
+    """
+    steps = list(steps)
+    undone = {
+        s.step_id.removeprefix(COMPENSATION_PREFIX)
+        for s in steps
+        if s.kind == StepKind.COMPENSATION and s.status == StepStatus.SUCCEEDED
+    }
+    points = []
+    for s in steps:
+        if s.kind == StepKind.COMPENSATION:
+            continue
+        points.append(s.step_id)
+        if s.step_id in undone:
+            break
+    return points
+
+
+def run_fork(
+    *, run_id: str, from_step: str, by: Any = None, reason: str = "", new_run_id: str | None = None
+) -> Run:
+    """Start a new run of the same workflow and input that reuses the recorded results
+    of every step before ``from_step`` (which, and everything after it, executes anew).
+
+    The fork is started by ``by`` (the forker); its four-eyes requesters are the forker
+    followed by the source run's requesters (its starter, and so on up the fork chain),
+    so nobody who asked for the source run can approve the fork's writes either.
+
+    Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
+    (``from_step`` is not one of :func:`fork_points`: not a step of the run, a
+    compensation step, or a step after a write that was compensated).
+    """
+    actor = actor_of(by)
+    forker, principal = requesters.resolve(by)
+    now = timezone.now()
+    with transaction.atomic():
+        source = lock_run(run_id)
+        transitions.check("fork", source)
+        steps = list(Step.objects.filter(run=source).order_by("position"))
+        points = fork_points(steps)
+        pivot = next((s for s in steps if s.step_id == from_step), None)
+        if pivot is None:
+            known = ", ".join(s.step_id for s in steps[:20]) or "none"
+            raise ValueError(f"run {source.id} has no step {from_step!r}; its steps: {known}")
+        if from_step not in points:
+            listed = ", ".join(points[:20]) or "none"
+            if pivot.kind == StepKind.COMPENSATION:
+                why = f"{from_step!r} is a compensation step, not a step of the workflow"
+            else:
+                why = (
+                    f"the write of step {points[-1]!r} was compensated (undone), so a fork "
+                    f"cannot reuse it or anything after it"
+                )
+            raise ValueError(f"{why}; a fork of run {source.id} can start from: {listed}")
+        kwargs: dict[str, Any] = {}
+        if new_run_id:
+            kwargs["id"] = new_run_id
+        fork = Run.objects.create(
+            workflow_name=source.workflow_name,
+            workflow_version=source.workflow_version,
+            input=source.input,
+            input_hash=source.input_hash,
+            status=RunStatus.PENDING,
+            max_steps=source.max_steps,
+            tags=list(source.tags or []),
+            started_by=forker,
+            started_by_name=principal["name"],
+            requesters=requesters.chain(principal, source.requesters or [requesters.UNKNOWN]),
+            forked_from=source,
+            trace_context=telemetry.carrier(),
+            created_at=now,
+            updated_at=now,
+            **kwargs,
+        )
+        copied = [
+            Step(
+                run=fork,
+                step_id=s.step_id,
+                position=s.position,
+                kind=s.kind,
+                tool_name=s.tool_name,
+                status=StepStatus.SUCCEEDED,
+                input=s.input,
+                output=s.output,
+                error=s.error,
+                attempts=s.attempts,
+                started_at=s.started_at,
+                finished_at=s.finished_at,
+            )
+            for s in Step.objects.filter(
+                run=source, position__lt=pivot.position, status=StepStatus.SUCCEEDED
+            ).order_by("position")
+        ]
+        Step.objects.bulk_create(copied)
+        fork.cursor_position = len(copied)
+        fork.save(update_fields=["cursor_position"])
+        record_event(
+            fork,
+            EventKind.CREATED,
+            actor,
+            f"forked from {source.id} at step {from_step!r} by "
+            f"{actor}" + (f": {reason}" if reason else ""),
+            forked_from=source.id,
+            reused_steps=len(copied),
+            requesters=[requesters.label(p) for p in fork.requesters],
+        )
+        _adopt_writes_txn(source, fork, [s.step_id for s in copied], actor, now)
+        record_event(
+            source,
+            EventKind.FORKED,
+            actor,
+            f"forked into {fork.id} at step {from_step!r}",
+            fork=fork.id,
+        )
+        dispatch_on_commit(fork.id)
+    return fork
+
+
+#: an owner in one of these statuses has given up its result: a fork may adopt its writes
+GAVE_UP = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPENSATION_FAILED)
+
+
+def _adopt_writes_txn(source: Run, fork: Run, step_ids: list[str], actor: str, now) -> None:
+    """The fork adopts the writes it reuses, when their owner gave its result up.
+
+    Rule (docs/compensation.md, "Forks own what they reuse"): ownership passes only from
+    a run that failed, was cancelled or failed to compensate, and only for a write that
+    was not undone yet. A succeeded or live owner keeps it (so of two forks, the first
+    that is live or succeeded keeps a write; a later fork reuses it without owning it),
+    and a compensated owner has undone it already.
+    """
+    if not step_ids:
+        return
+    ops = list(
+        Operation.objects.select_for_update()
+        .filter(
+            run_id__in=run_lineage(source.id),
+            step_id__in=step_ids,
+            status=OperationStatus.SUCCEEDED,
+        )
+        .exclude(step_id__startswith="compensate:")
+        .order_by("created_at", "id")
+    )
+    owners = {r.id: r for r in Run.objects.filter(pk__in={op.owner_id for op in ops})}
+    undone = set(
+        Step.objects.filter(
+            run_id__in=list(owners),
+            status=StepStatus.SUCCEEDED,
+            step_id__in=[f"compensate:{op.step_id}" for op in ops],
+        ).values_list("run_id", "step_id")
+    )
+    for op in ops:
+        owner = owners.get(op.owner_id)
+        if (
+            owner is not None
+            and owner.status in GAVE_UP
+            and (owner.id, f"compensate:{op.step_id}") not in undone
+        ):
+            op.owners = [
+                *(op.owners or []),
+                {"run": fork.id, "from": owner.id, "at": now.isoformat(), "by": actor},
+            ]
+            op.owner_run = fork
+            op.updated_at = now
+            op.save(update_fields=["owner_run", "owners", "updated_at"])
+            record_event(
+                fork,
+                EventKind.OPERATION_ADOPTED,
+                actor,
+                f"adopted {op.tool_name} ({op.idempotency_key}) from run {owner.id}: "
+                "compensating this run undoes it",
+                operation=op.pk,
+                owner_was=owner.id,
+            )
+            if owner.id != fork.id:
+                record_event(
+                    owner,
+                    EventKind.OPERATION_HANDED_OVER,
+                    actor,
+                    f"{op.tool_name} ({op.idempotency_key}) now belongs to fork {fork.id}: "
+                    "compensating this run leaves it",
+                    operation=op.pk,
+                    owner=fork.id,
+                )
+        else:
+            why = (
+                "it was undone already"
+                if owner is not None and (owner.id, f"compensate:{op.step_id}") in undone
+                else f"that run is {owner.status if owner is not None else 'gone'}"
+            )
+            record_event(
+                fork,
+                EventKind.OPERATION_REUSED,
+                actor,
+                f"reuses {op.tool_name} ({op.idempotency_key}) owned by run {op.owner_id} "
+                f"({why}): compensating this run leaves it",
+                operation=op.pk,
+                owner=op.owner_id,
+            )

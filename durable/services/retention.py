@@ -1,0 +1,288 @@
+"""Retention: delete finished runs (steps, attempts, events, waits, ledger rows, payloads)
+once they are older than the retention of their workflow (docs/retention-and-audit.md#retention).
+
+Invariant: a run is deleted only when nothing can still act on it. It must be finished
+(a terminal status other than ``compensation_failed``, whose undo an operator still
+owes), every write it made or answers for must have a known outcome (no ``started`` or
+``unknown`` operation), no wait of it may be pending, no write of it may be adopted by
+another run (or adopted by it from another run: the row lives on one run, the duty on
+the other), and no fork of it may still be active. Each batch re-reads its runs under
+``SELECT ... FOR UPDATE SKIP LOCKED`` with the whole rule in the query, so a run that an
+operator resumes or compensates while the prune runs is either locked and skipped, or
+re-checked after the operator's commit and kept.
+
+Batched: each transaction deletes at most ``PRUNE_BATCH_RUNS`` runs with all their rows
+(a run is bounded by its ``max_steps``), then commits and pauses, so the locks it holds
+are the deleted rows' own and last one short transaction; the workers' tables are never
+locked as a whole. A run is deleted with all its rows in one transaction or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from durable import conf
+from durable.exceptions import RunNotFound, RunNotPrunable
+from durable.hooks import runs_pruning
+from durable.models import (
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+    Signal,
+    Step,
+    StepAttempt,
+    TraceEvent,
+    Wait,
+    WaitStatus,
+)
+from durable.vocabulary import TERMINAL
+
+logger = logging.getLogger("durable.services.retention")
+
+__all__ = [
+    "PRUNABLE_STATUSES",
+    "prunable",
+    "prune",
+    "prune_run",
+    "retention_for",
+    "why_kept",
+]
+
+#: the statuses a run may be pruned in: finished, and no undo owed
+PRUNABLE_STATUSES = tuple(s for s in TERMINAL if s != RunStatus.COMPENSATION_FAILED)
+#: the bulky tables deleted without Django's collector (which loads a step before
+#: deleting it, since attempts reference steps); waits and operations go through it, so
+#: rows of other apps that hang on them go too
+RAW_DELETE = (TraceEvent, StepAttempt, Signal, Step)
+#: operations whose outcome is not known yet: their run is never pruned
+UNSETTLED = (OperationStatus.STARTED, OperationStatus.UNKNOWN)
+
+
+def retention_for(workflow_name: str) -> float | None:
+    """Seconds a finished run of ``workflow_name`` is kept, or ``None`` (kept forever).
+
+    ``DURABLE['RETENTION_SECONDS_BY_WORKFLOW'][workflow_name]`` when the workflow is
+    listed there (``None`` there keeps that workflow's runs forever), else the global
+    ``DURABLE['RETENTION_SECONDS']``.
+    """
+    per_workflow = conf.get("RETENTION_SECONDS_BY_WORKFLOW") or {}
+    if workflow_name in per_workflow:
+        value = per_workflow[workflow_name]
+    else:
+        value = conf.get("RETENTION_SECONDS")
+    return None if value is None else float(value)
+
+
+def _blockers() -> Q:
+    """What keeps a finished run: the rule of the module docstring, as one condition."""
+    unsettled = Operation.objects.filter(status__in=UNSETTLED).filter(
+        Q(run_id=OuterRef("pk")) | Q(owner_run_id=OuterRef("pk"))
+    )
+    pending_wait = Wait.objects.filter(run_id=OuterRef("pk"), status=WaitStatus.PENDING)
+    # a write whose row lives on one run and whose duty (compensation) lies with another
+    adopted = Operation.objects.filter(
+        Q(run_id=OuterRef("pk"), owner_run__isnull=False) & ~Q(owner_run_id=OuterRef("pk"))
+        | Q(owner_run_id=OuterRef("pk")) & ~Q(run_id=OuterRef("pk"))
+    )
+    active_fork = Run.objects.filter(forked_from_id=OuterRef("pk")).exclude(status__in=TERMINAL)
+    return Exists(unsettled) | Exists(pending_wait) | Exists(adopted) | Exists(active_fork)
+
+
+def _expired(now: datetime, older_than: float | None, workflow: str | None) -> Q:
+    """Runs finished before their retention ran out (``older_than`` overrides it)."""
+    if older_than is not None:
+        cut = Q(done_at__lt=now - timedelta(seconds=older_than))
+        return cut & (Q(workflow_name=workflow) if workflow else Q())
+    per_workflow = dict(conf.get("RETENTION_SECONDS_BY_WORKFLOW") or {})
+    names = [workflow] if workflow else list(per_workflow)
+    condition = Q(pk__in=[])
+    for name in names:
+        seconds = retention_for(name)
+        if seconds is not None:
+            condition |= Q(workflow_name=name, done_at__lt=now - timedelta(seconds=seconds))
+    if not workflow:
+        default = conf.get("RETENTION_SECONDS")
+        if default is not None:
+            condition |= ~Q(workflow_name__in=list(per_workflow)) & Q(
+                done_at__lt=now - timedelta(seconds=float(default))
+            )
+    return condition
+
+
+def prunable(
+    *, now: datetime | None = None, older_than: float | None = None, workflow: str | None = None
+) -> QuerySet[Run]:
+    """The runs a prune would delete now, oldest finished first.
+
+    ``older_than`` (seconds) replaces the configured retention; ``workflow`` limits the
+    prune to one workflow name. A run's age counts from ``finished_at`` (its
+    ``updated_at`` when that is missing).
+    """
+    now = now or timezone.now()
+    return (
+        Run.objects.annotate(done_at=Coalesce("finished_at", "updated_at"))
+        .filter(status__in=PRUNABLE_STATUSES)
+        .filter(_expired(now, older_than, workflow))
+        .exclude(_blockers())
+        .order_by("done_at", "id")
+    )
+
+
+def why_kept(run: Run) -> str | None:
+    """Why ``run`` may not be pruned (a sentence), or ``None`` when it may be.
+
+    Ignores age: this is the safety rule only.
+    """
+    if run.status not in PRUNABLE_STATUSES:
+        if run.status == RunStatus.COMPENSATION_FAILED:
+            return "its compensation failed and is still owed (compensate it again)"
+        return f"it is {run.status}, not finished"
+    ops = Operation.objects.filter(Q(run_id=run.pk) | Q(owner_run_id=run.pk))
+    unsettled = ops.filter(status__in=UNSETTLED).first()
+    if unsettled is not None:
+        return (
+            f"its write {unsettled.idempotency_key!r} is {unsettled.status}: reconcile it "
+            "first (manage.py durable reconcile)"
+        )
+    if Wait.objects.filter(run_id=run.pk, status=WaitStatus.PENDING).exists():
+        return "it has a pending wait"
+    if ops.filter(
+        Q(run_id=run.pk, owner_run__isnull=False) & ~Q(owner_run_id=run.pk)
+        | Q(owner_run_id=run.pk) & ~Q(run_id=run.pk)
+    ).exists():
+        return "a fork answers for one of its writes, or it answers for a write of another run"
+    if Run.objects.filter(forked_from_id=run.pk).exclude(status__in=TERMINAL).exists():
+        return "a fork of it is still active"
+    return None
+
+
+def _delete_runs(ids: list[str]) -> dict[str, int]:
+    """Delete the runs ``ids`` and every row of theirs; inside the caller's transaction.
+
+    The big tables first, each as one ``DELETE ... WHERE run_id IN (...)``; the run rows
+    last, through Django's collector, so that rows of other apps that hang on a run or
+    a wait (approval requests, their decisions) go with them.
+    """
+    counts: dict[str, int] = {}
+    for _receiver, response in runs_pruning.send(sender=Run, run_ids=ids):
+        if isinstance(response, dict):
+            _add(counts, response)
+    for model in (TraceEvent, StepAttempt, Signal, Wait, Operation, Step):
+        qs = model.objects.filter(run_id__in=ids)
+        if model in RAW_DELETE:
+            # one DELETE, no rows loaded: nothing else references these rows once the
+            # attempts are gone (a new reference fails the commit, it is not left dangling)
+            deleted = qs._raw_delete(qs.db)
+        else:
+            deleted, _ = qs.delete()
+        counts[model._meta.model_name or model.__name__] = deleted
+    deleted, by_model = Run.objects.filter(pk__in=ids).delete()
+    for label, n in by_model.items():
+        name = label.rsplit(".", 1)[-1].lower()
+        counts[name] = counts.get(name, 0) + n
+    return counts
+
+
+def _add(total: dict[str, int], counts: dict[str, int]) -> None:
+    for name, n in counts.items():
+        total[name] = total.get(name, 0) + n
+
+
+def prune(
+    *,
+    now: datetime | None = None,
+    older_than: float | None = None,
+    workflow: str | None = None,
+    batch_runs: int | None = None,
+    pause: float | None = None,
+    limit: int | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Delete the finished runs whose retention ran out, in batches.
+
+    ``older_than`` (seconds) replaces the configured retention, ``workflow`` limits the
+    prune to one workflow, ``batch_runs`` (default ``DURABLE['PRUNE_BATCH_RUNS']``)
+    runs are deleted per transaction, ``pause`` seconds (default
+    ``DURABLE['PRUNE_PAUSE_SECONDS']``) are slept between transactions, ``limit`` stops
+    after that many runs. ``dry_run`` deletes nothing and counts what would go.
+
+    Returns ``{"runs": n, "batches": n, "rows": {model_name: n}, "seconds": s,
+    "dry_run": bool}``; ``rows`` counts every row deleted, the runs included. Runs
+    that the safety rule keeps (module docstring) are never counted or touched.
+    """
+    now = now or timezone.now()
+    size = int(batch_runs or conf.get("PRUNE_BATCH_RUNS"))
+    wait = float(conf.get("PRUNE_PAUSE_SECONDS") if pause is None else pause)
+    started = time.monotonic()
+    report: dict[str, Any] = {"runs": 0, "batches": 0, "rows": {}, "dry_run": dry_run}
+    if dry_run:
+        qs = prunable(now=now, older_than=older_than, workflow=workflow)
+        report["runs"] = qs.count() if limit is None else min(qs.count(), limit)
+        report["seconds"] = time.monotonic() - started
+        return report
+    while limit is None or report["runs"] < limit:
+        take = size if limit is None else min(size, limit - report["runs"])
+        with transaction.atomic():
+            # lock order: the runs first (their rows are deleted after); SKIP LOCKED
+            # leaves a run an operator is changing right now for the next prune
+            ids = list(
+                prunable(now=now, older_than=older_than, workflow=workflow)
+                .order_by()  # any eligible runs: no sort of every candidate per batch
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)[:take]
+            )
+            if not ids:
+                break
+            counts = _delete_runs(ids)
+        _add(report["rows"], counts)
+        report["runs"] += len(ids)
+        report["batches"] += 1
+        logger.info("pruned %d runs (%s)", len(ids), counts)
+        if wait > 0:
+            time.sleep(wait)
+    report["seconds"] = time.monotonic() - started
+    return report
+
+
+def prune_run(run_id: str, *, dry_run: bool = False) -> dict[str, int]:
+    """Delete one finished run now, whatever its age; ``{model_name: rows deleted}``.
+
+    Raises :class:`~durable.exceptions.RunNotFound` for an unknown run and
+    :class:`~durable.exceptions.RunNotPrunable` (saying why) for a run the safety rule
+    keeps (module docstring); nothing is deleted then. ``dry_run``: the same checks,
+    nothing deleted (``{}``).
+    """
+    with transaction.atomic():
+        # lock order: the run first, then its rows (as the engine and the services)
+        run = Run.objects.select_for_update().filter(pk=str(run_id)).first()
+        if run is None:
+            raise RunNotFound(run_id)
+        reason = why_kept(run)
+        if reason is not None:
+            raise RunNotPrunable(run.pk, reason)
+        return {} if dry_run else _delete_runs([run.pk])
+
+
+def prune_many(run_ids: Iterable[str], *, dry_run: bool = False) -> dict[str, Any]:
+    """:func:`prune_run` for each id; ``{"pruned": [ids], "kept": {id: reason},
+    "dry_run": bool}`` (``dry_run``: ``pruned`` lists what would be pruned)."""
+    pruned: list[str] = []
+    kept: dict[str, str] = {}
+    for run_id in run_ids:
+        try:
+            prune_run(run_id, dry_run=dry_run)
+        except (RunNotFound, RunNotPrunable) as exc:
+            kept[run_id] = str(exc)
+        else:
+            pruned.append(run_id)
+    return {"pruned": pruned, "kept": kept, "dry_run": dry_run}

@@ -1,0 +1,160 @@
+"""The sweeper: finds runs that need a worker and dispatches them, idempotently.
+
+It runs every ``DURABLE['SWEEP_INTERVAL_SECONDS']`` from Celery beat and once at each
+worker's start. Running it on many processes at once is safe: a dispatch is only a hint,
+and a claim is a fenced, conditional update. ``dispatched_at`` keeps it from sending a
+message every sweep for a run whose message is still queued.
+
+**Dead workers.** A run whose lease belongs to a worker process that stopped beating
+(``WorkerProcess.beat_at`` older than ``DURABLE['WORKER_DEAD_AFTER_SECONDS']``, 6 s by
+default; see ``durable.worker.heartbeat``) has its lease expired at once and is recovered like
+any expired lease, instead of waiting for the lease to run out (30 s by default). Only
+runs whose lease was written (claimed or extended) before that same cutoff qualify: a
+live process beats within ``WORKER_BEAT_SECONDS`` of claiming a run. The run keeps its
+fencing token until another worker claims it, so if the process was only slow, its
+next lease extension wins the race and nothing changes hands.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from durable import conf
+from durable.dispatch import dispatch_on_commit
+from durable.models import Run, RunStatus, TraceEvent, WorkerProcess
+from durable.vocabulary import EventKind
+from durable.waits.closing import wake_due
+
+logger = logging.getLogger("durable.sweeper")
+
+BATCH = 500
+
+
+def _pick(qs, limit: int = BATCH) -> list[str]:
+    return list(qs.order_by().values_list("id", flat=True)[:limit])
+
+
+def sweep(now=None) -> dict[str, Any]:
+    """Dispatch runs whose lease expired, whose retry or timer is due, or whose dispatch
+    was lost. Returns ``{"expired": n, "due": n, "timers": n, "pending": n, "run_ids": [...]}``.
+    """
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=float(conf.get("REDISPATCH_AFTER_SECONDS")))
+    not_recently = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
+
+    orphaned = _expire_leases_of_dead_processes(now)
+    expired = _pick(
+        Run.objects.expired_leases(now).filter(
+            not_recently | Q(dispatched_at__lt=F("lease_expires_at"))
+        )
+    )
+    due = _pick(Run.objects.due(now).filter(not_recently | Q(dispatched_at__lt=F("wake_at"))))
+    timers = _wake_due_timers(now)
+    pending = _pick(Run.objects.undispatched(stale))
+
+    run_ids = list(dict.fromkeys(expired + due + pending))  # woken timers dispatch themselves
+    if run_ids:
+        with transaction.atomic():
+            Run.objects.filter(pk__in=run_ids).update(dispatched_at=now)
+            if expired:
+                TraceEvent.objects.bulk_create(
+                    [
+                        TraceEvent(
+                            run_id=rid,
+                            kind=EventKind.LEASE_EXPIRED,
+                            actor="sweeper",
+                            message="lease expired without a heartbeat: the worker is "
+                            "presumed lost; dispatched for recovery",
+                        )
+                        for rid in expired
+                        if rid not in orphaned
+                    ]
+                )
+            for rid in run_ids:
+                dispatch_on_commit(rid, mark=False)  # marked above, with the others
+    result = {
+        "expired": len(expired),
+        "orphaned": len(orphaned),
+        "due": len(due),
+        "timers": len(timers),
+        "pending": len(pending),
+        "run_ids": run_ids,
+    }
+    if run_ids:
+        logger.info("durable sweep: %s", {k: v for k, v in result.items() if k != "run_ids"})
+    return result
+
+
+def _wake_due_timers(now) -> list[str]:
+    """Fire due timers and expire timed-out waits; return the runs to dispatch."""
+    return wake_due(now)
+
+
+#: liveness rows silent for longer than this (seconds) are deleted
+FORGET_PROCESSES_AFTER_SECONDS = 3600.0
+
+
+def _expire_leases_of_dead_processes(now) -> set[str]:
+    """Expire the leases held by worker processes presumed dead; return those runs.
+
+    Each gets an ``owner_dead`` trace event naming the process and its last beat.
+    """
+    cutoff = now - timedelta(seconds=conf.worker_dead_after_seconds())
+    dead = dict(
+        WorkerProcess.objects.silent_since(cutoff)
+        .order_by("beat_at")
+        .values_list("id", "beat_at")[:100]
+    )
+    if not dead:
+        return set()
+    owners = Q()
+    for key in dead:
+        owners |= Q(lease_owner__startswith=f"{key}:")
+    # written before the cutoff: lease_expires_at = written + LEASE_SECONDS
+    qs = Run.objects.filter(
+        owners,
+        status__in=(RunStatus.RUNNING, RunStatus.COMPENSATING),
+        lease_expires_at__gte=now,
+        lease_expires_at__lt=cutoff + timedelta(seconds=conf.lease_seconds()),
+    ).exclude(lease_token="")
+    rows = list(qs.order_by().values_list("id", "lease_owner")[:BATCH])
+    orphaned: set[str] = set()
+    if rows:
+        with transaction.atomic():
+            # the same conditions again, in the UPDATE: a run claimed meanwhile is kept
+            qs.filter(pk__in=[rid for rid, _ in rows]).update(
+                lease_expires_at=now - timedelta(microseconds=1)
+            )
+            orphaned = set(
+                qs.model.objects.filter(pk__in=[rid for rid, _ in rows], lease_expires_at__lt=now)
+                .exclude(lease_token="")
+                .values_list("id", flat=True)
+            )
+            events = []
+            for rid, owner in rows:
+                if rid not in orphaned:
+                    continue
+                key = owner.rsplit(":", 1)[0]
+                beat = dead.get(key)
+                events.append(
+                    TraceEvent(
+                        run_id=rid,
+                        kind=EventKind.OWNER_DEAD,
+                        actor="sweeper",
+                        message=f"worker process {key} has not beaten since "
+                        f"{beat.isoformat() if beat else '?'} (presumed dead after "
+                        f"{conf.worker_dead_after_seconds():g} s): its lease is released "
+                        "for recovery",
+                    )
+                )
+            TraceEvent.objects.bulk_create(events)
+    WorkerProcess.objects.silent_since(
+        now - timedelta(seconds=FORGET_PROCESSES_AFTER_SECONDS)
+    ).delete()
+    return orphaned
