@@ -207,7 +207,7 @@ class ReplayCursor:
         """Refuse an LLM call once the billed tokens reached ``max_tokens``.
 
         Checked before every attempt (a retry is a new billed call); ``tokens_used``
-        counts every billed reply, stored or not (tests/durable/test_token_budget.py).
+        counts every billed reply, stored or not (tests/durable/runtime/test_token_budget.py).
         """
         run = self.run
         if run.max_tokens is not None and run.tokens_used >= run.max_tokens:

@@ -16,10 +16,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def _approval_flows(_manual_dispatch, settings):
-    from tests.approvals import flows  # noqa: F401  (registers apf.*)
+    from tests.approvals import approval_workflows as flows  # noqa: F401  (registers apf.*)
 
     modules = list(settings.DURABLE.get("WORKFLOW_MODULES") or [])
-    settings.DURABLE = {**settings.DURABLE, "WORKFLOW_MODULES": [*modules, "tests.approvals.flows"]}
+    modules.append("tests.approvals.approval_workflows")
+    settings.DURABLE = {**settings.DURABLE, "WORKFLOW_MODULES": modules}
 
 
 def waiting_approval(data=None) -> ApprovalRequest:

@@ -1,19 +1,19 @@
-"""Registers the fixture workflows of ``tests/approvals/flows.py`` and gives helpers."""
+"""Registers the fixture workflows of ``approval_workflows.py`` and gives helpers."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from tests.approvals import flows
+from tests.approvals import approval_workflows as flows
 
 
 @pytest.fixture(autouse=True)
 def _approvals_flows(_manual_dispatch, settings):
     """Extend the suite's DURABLE override with this package's workflow module."""
     modules = list(settings.DURABLE.get("WORKFLOW_MODULES") or [])
-    if "tests.approvals.flows" not in modules:
-        modules.append("tests.approvals.flows")
+    if "tests.approvals.approval_workflows" not in modules:
+        modules.append("tests.approvals.approval_workflows")
     settings.DURABLE = {**settings.DURABLE, "WORKFLOW_MODULES": modules}
     flows.reset()
     yield

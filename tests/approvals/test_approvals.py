@@ -23,7 +23,7 @@ from durable.exceptions import DurableConfigurationError, IllegalTransition, Inv
 from durable.models import Run, RunStatus, Step, TraceEvent, Wait, WaitStatus
 from durable.testing import drive
 from durable.worker.sweeper import sweep
-from tests.approvals import flows
+from tests.approvals import approval_workflows as flows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

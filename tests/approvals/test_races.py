@@ -22,7 +22,7 @@ from durable.exceptions import IllegalTransition
 from durable.models import Run, RunStatus, Step, TraceEvent, Wait, WaitStatus
 from durable.services.runs import run_cancel
 from durable.testing import drive
-from tests.approvals import flows
+from tests.approvals import approval_workflows as flows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from durable import requesters
 from durable.models import Run, RunStatus, TraceEvent
 from durable.services.runs import run_fork
 from durable.testing import drive
-from tests.approvals import flows
+from tests.approvals import approval_workflows as flows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from durable.testing import drive
 from durable.values import codec
 from durable.worker.engine import execute
 from durable.worker.sweeper import sweep
-from tests.approvals import flows
+from tests.approvals import approval_workflows as flows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,7 +1,7 @@
 """Run transitions: every service obeys the table, and cancel / compensate / resume /
 fork behaviour.
 
-The table itself is pinned in ``tests/durable/test_transitions.py``; here every
+The table itself is pinned in ``tests/durable/models/test_transitions.py``; here every
 operator's service is called from every status: it refuses an illegal source with
 ``IllegalTransition`` and changes nothing, or moves the run to the row's target.
 """
@@ -48,14 +48,14 @@ from durable.testing import drive
 from durable.values import codec
 from durable.worker.engine import claim, execute
 from durable.worker.sweeper import sweep
-from tests.approvals import flows
-from tests.durable.test_transitions import EXPECTED as TABLE
-from tests.durable.test_transitions import OPERATOR, expected_target
+from tests.approvals import approval_workflows as flows
+from tests.durable.models.test_transitions import EXPECTED as TABLE
+from tests.durable.models.test_transitions import OPERATOR, expected_target
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 S = RunStatus
-#: the operator's rows of the independent copy in tests/durable/test_transitions.py
+#: the operator's rows of the independent copy in tests/durable/models/test_transitions.py
 EXPECTED = {action: row for action, row in TABLE.items() if action in OPERATOR}
 #: operation_reconcile serves these rows: it applies the one that allows the run's status
 SAME_SERVICE = {"reconcile": "settle", "settle": "reconcile"}

@@ -13,7 +13,7 @@ import durable
 from durable.models import Operation, OperationStatus, RunStatus
 from durable.testing import drive
 from tests.dashboard.conftest import HTMX
-from tests.durable import compensation_workflows as cw
+from tests.durable.runtime import compensation_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

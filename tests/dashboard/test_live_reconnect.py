@@ -8,7 +8,7 @@ from django.db import connection
 
 from dashboard.live import Follower
 from durable.models import Run, TraceEvent
-from tests.durable.test_db_faults import terminate_my_backend
+from tests.durable.worker.test_db_faults import terminate_my_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

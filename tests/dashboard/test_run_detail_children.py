@@ -13,7 +13,7 @@ from dashboard.step_rows import step_rows
 from durable.models import Run, RunStatus
 from durable.testing import drive
 from tests.dashboard.test_rows import step_reference
-from tests.durable import child_workflows as cwf
+from tests.durable.runtime import child_workflows as cwf
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

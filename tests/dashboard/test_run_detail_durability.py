@@ -11,7 +11,7 @@ import pytest
 import durable
 from durable.models import Step
 from durable.testing import drive
-from tests.durable import batching_workflows as bw
+from tests.durable.runtime import batching_workflows as bw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -570,7 +570,7 @@ def test_workflows_lists_tools_with_their_safety_class():
 
 
 def test_show_prints_a_runs_parent_and_children():
-    from tests.durable import child_workflows as cwf
+    from tests.durable.runtime import child_workflows as cwf
 
     cwf.reset()
     run = durable.start("tests.children.parent", {"items": [{"n": 1, "id": "kid"}]}, "family-1")

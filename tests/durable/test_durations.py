@@ -22,7 +22,7 @@ from durable.exceptions import InvalidDuration
 from durable.models import RunStatus, Step, StepAttempt, StepStatus, TraceEvent, Wait
 from durable.retry import classify
 from durable.testing import drive
-from tests.durable import values_workflows as vw
+from tests.durable.values import values_workflows as vw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,6 +1,6 @@
 """Child runs across real worker processes: SIGKILL a worker while a child runs a step.
 
-``tests.children.slow_parent`` (``tests/durable/child_workflows.py``) records a step,
+``tests.children.slow_parent`` (``tests/durable/runtime/child_workflows.py``) records a step,
 starts ``tests.children.slow_leaf`` and waits for it; the child records a quick step and
 then sleeps in a slow one. The step bodies append one line per call to
 ``$CRASH_TEST_DIR/children_effects.jsonl``, so "ran once" is counted across processes.
@@ -18,7 +18,7 @@ import pytest
 import durable
 from durable.models import AttemptOutcome, Run, RunStatus, StepAttempt
 from tests import crash_workflows as cw
-from tests.durable import child_workflows  # noqa: F401  (registers the workflows here too)
+from tests.durable.runtime import child_workflows  # noqa: F401  (registers the workflows here too)
 from tests.harness import wait_for_run, wait_until
 
 pytestmark = [
@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.timeout(120),
 ]
 
-ENV = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.durable.child_workflows"}
+ENV = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.durable.runtime.child_workflows"}
 
 
 def effects(proc_env) -> Counter:

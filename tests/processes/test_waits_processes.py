@@ -2,7 +2,7 @@
 up (S07), and an approval across a SIGKILL.
 
 Workers are ``celery worker --pool=solo`` processes (``tests/harness.py``) that import
-``tests.approvals.flows``; the step bodies of the ``apf.proc_*`` workflows append one
+``tests.approvals.approval_workflows``; the step bodies of the ``apf.proc_*`` workflows append one
 line per invocation to ``$CRASH_TEST_DIR/waits_invocations.jsonl``, so "ran exactly
 once" is counted across processes.
 """
@@ -21,7 +21,7 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
 from durable.models import Run, RunStatus, TraceEvent, Wait, WaitStatus
 from tests import crash_workflows as cw
-from tests.approvals import flows  # noqa: F401  (registers apf.* in the test process)
+from tests.approvals import approval_workflows as flows  # noqa: F401  (registers apf.* in the test process)
 from tests.harness import wait_for_run, wait_until
 
 pytestmark = [
@@ -31,7 +31,7 @@ pytestmark = [
 ]
 
 WORKER_ENV = {
-    "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.approvals.flows",
+    "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.approvals.approval_workflows",
     "APF_RECORD_FILE": "1",
 }
 

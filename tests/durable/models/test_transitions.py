@@ -179,7 +179,7 @@ def test_update_limited_to_one_source():
 
 # ------------------------------------------------- the table is the only writer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _modules():

@@ -8,7 +8,7 @@ import durable
 from durable.models import Run, RunStatus, Step, StepStatus
 from durable.runtime import llm
 from durable.testing import drive
-from tests.durable import compensation_workflows as cw
+from tests.durable.runtime import compensation_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -164,7 +164,7 @@ def test_redactions_lists_every_path_holding_the_marker():
 
 def test_export_names_a_childs_parent_and_the_trace_it_joined(tmp_path):
     from durable.models import Run
-    from tests.durable import child_workflows as chw
+    from tests.durable.runtime import child_workflows as chw
 
     chw.reset()
     parent = drive(durable.start("tests.children.parent", {"items": [{"n": 1, "id": "a"}]}).id)

@@ -1,4 +1,4 @@
-"""Fixture workflows for tests/durable/test_redaction_everywhere.py: identifiers and
+"""Fixture workflows for tests/durable/values/test_redaction_everywhere.py: identifiers and
 titles that come from the input, so a test can put a secret into them."""
 
 from __future__ import annotations

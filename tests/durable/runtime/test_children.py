@@ -15,7 +15,7 @@ from durable.context import Execution
 from durable.models import Run, RunStatus, Step, StepKind, TraceEvent, Wait, WaitKind, WaitStatus
 from durable.testing import drive
 from durable.vocabulary import EventKind
-from tests.durable import child_workflows as cwf
+from tests.durable.runtime import child_workflows as cwf
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 

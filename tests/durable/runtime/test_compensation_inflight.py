@@ -20,7 +20,7 @@ from durable.models import Operation, OperationStatus, Run, RunStatus, Wait, Wai
 from durable.services.runs import operation_reconcile, run_compensate
 from durable.testing import drive
 from durable.worker.engine import execute
-from tests.durable import compensation_workflows as cw
+from tests.durable.runtime import compensation_workflows as cw
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 

@@ -1,7 +1,7 @@
 """Batched checkpoints, in-process: what is durable when, and what a crash can lose.
 
 The guarantees (docs/architecture.md#batched-checkpoints), checked from inside the step
-bodies (``tests/durable/batching_workflows.py`` logs the committed positions each body
+bodies (``tests/durable/runtime/batching_workflows.py`` logs the committed positions each body
 sees): a write runs only after every earlier step is committed; a batch is flushed at
 ``BATCH_MAX_STEPS`` or after ``BATCH_MAX_DELAY_MS``; waits, failures, stops and the
 run's end commit what is pending; a crash loses only a suffix of batched steps, which
@@ -23,8 +23,8 @@ from durable.runtime import llm as llm_module
 from durable.testing import drive
 from durable.waits.closing import wake_due
 from durable.worker.engine import execute
-from tests.durable import batching_workflows as bw
 from tests.durable import engine_workflows as ew
+from tests.durable.runtime import batching_workflows as bw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

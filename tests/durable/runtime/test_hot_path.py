@@ -20,7 +20,7 @@ from durable.postgres import checkpoints as checkpoint_pg
 from durable.postgres import runs as run_pg
 from durable.values import codec
 from durable.worker.engine import execute
-from tests.durable import hot_path_workflows as flows
+from tests.durable.runtime import hot_path_workflows as flows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

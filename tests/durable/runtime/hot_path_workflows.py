@@ -1,4 +1,4 @@
-"""Fixture workflows of the hot-path tests (tests/durable/test_hot_path.py)."""
+"""Fixture workflows of the hot-path tests (tests/durable/runtime/test_hot_path.py)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from durable.testing import drive
 from durable.values import codec
 from durable.values.fields import storable_json, storable_text
 from durable.values.redaction import redact_text
-from tests.durable import values_workflows as vw
+from tests.durable.values import values_workflows as vw
 
 _COMMON = dict(
     deadline=None,

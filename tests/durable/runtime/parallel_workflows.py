@@ -1,4 +1,4 @@
-"""Workflows and tools of the parallel-group tests (tests/durable/test_parallel.py).
+"""Workflows and tools of the parallel-group tests (tests/durable/runtime/test_parallel.py).
 
 Importing this module registers them. Tests steer them through module-level state:
 ``FAILS`` (label -> exceptions raised by the next calls), ``FLAGS``; they read

@@ -1,4 +1,4 @@
-"""Fixture workflows of the child-run tests (tests/durable/test_children.py, the run page's
+"""Fixture workflows of the child-run tests (tests/durable/runtime/test_children.py, the run page's
 tree and the crash test). Importing this module registers them.
 
 ``EFFECTS`` counts each side effect by name (a step's body, a write), so a test can

@@ -16,7 +16,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable.models import Operation, Run, RunStatus, Step, StepStatus, TraceEvent
 from durable.testing import drive
-from tests.durable import parallel_workflows as pw
+from tests.durable.runtime import parallel_workflows as pw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import pytest
 import durable
 from durable.models import Run, RunStatus, Step, StepAttempt, StepStatus, TraceEvent
 from durable.testing import drive
-from tests.durable import values_workflows as vw
+from tests.durable.values import values_workflows as vw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

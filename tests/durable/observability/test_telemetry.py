@@ -17,10 +17,10 @@ from durable.runtime import llm
 from durable.services.forks import run_fork
 from durable.testing import drive
 from tests import otel_support
-from tests.durable import child_workflows as chw
 from tests.durable import cli_workflows as cw
-from tests.durable import compensation_workflows as comp
 from tests.durable import engine_workflows as ew
+from tests.durable.runtime import child_workflows as chw
+from tests.durable.runtime import compensation_workflows as comp
 from tests.otel_support import EXPORTER
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ import pytest
 import durable
 from durable.models import Operation, RunStatus, TraceEvent
 from durable.testing import drive
-from tests.durable import compensation_workflows as cw
+from tests.durable.runtime import compensation_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

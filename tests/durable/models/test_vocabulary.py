@@ -13,7 +13,7 @@ from pathlib import Path
 from durable import exceptions, models, registry, retry
 from durable.vocabulary import Classification, Safety
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_one_definition_of_safety_and_classification():

@@ -12,8 +12,8 @@ from approvals.models import ApprovalRequest
 from durable.exceptions import SecretInIdentifier
 from durable.models import Run, RunStatus, Step, Wait
 from durable.testing import drive
-from tests.durable import secret_workflows as sw
-from tests.durable.test_redaction_engine import raw_database_text
+from tests.durable.values import secret_workflows as sw
+from tests.durable.values.test_redaction_engine import raw_database_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

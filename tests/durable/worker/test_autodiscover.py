@@ -18,7 +18,7 @@ import pytest
 
 from durable import registry
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
