@@ -10,7 +10,6 @@ from django.utils import timezone
 from durable.models.querysets import (
     TraceEventQuerySet,
 )
-from durable.models.runs import Run
 from durable.values.fields import StorableCharField, StorableJSONField, StorableTextField
 from durable.vocabulary import (
     CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
@@ -21,7 +20,9 @@ class TraceEvent(models.Model):
     """Append-only log of what happened to a run; also the dashboard's change feed."""
 
     # no index of its own: event_run_idx (run, id) leads with the run
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
+    run = models.ForeignKey(
+        "durable.Run", on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     kind = models.CharField(max_length=40)
     step_id = StorableCharField(max_length=255, blank=True, default="")
     message = StorableTextField(blank=True, default="")

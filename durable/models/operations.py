@@ -9,7 +9,6 @@ from django.utils import timezone
 from durable.models.querysets import (
     OperationQuerySet,
 )
-from durable.models.runs import Run
 from durable.values.fields import StorableCharField, StorableJSONField, StorableTextField
 from durable.vocabulary import (
     CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
@@ -26,7 +25,7 @@ class Operation(models.Model):
     """
 
     idempotency_key = models.CharField(max_length=400, unique=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
+    run = models.ForeignKey("durable.Run", on_delete=models.CASCADE, related_name="operations")
     step_id = StorableCharField(max_length=255)
     tool_name = StorableCharField(max_length=200)
     safety = models.CharField(max_length=24)
@@ -48,7 +47,7 @@ class Operation(models.Model):
     resolved_by = StorableCharField(max_length=200, blank=True, default="")
     resolution = StorableCharField(max_length=200, blank=True, default="")
     owner_run = models.ForeignKey(
-        Run,
+        "durable.Run",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,

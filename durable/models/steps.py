@@ -8,7 +8,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from durable.models.runs import Run
 from durable.values.fields import StorableCharField, StorableJSONField, StorableTextField
 from durable.vocabulary import (
     CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
@@ -25,7 +24,9 @@ class Step(models.Model):
 
     # no index of its own: the unique (run, position) and (run, step_id) indexes lead with
     # the run, and each index is written by every checkpoint
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    run = models.ForeignKey(
+        "durable.Run", on_delete=models.CASCADE, related_name="steps", db_index=False
+    )
     step_id = StorableCharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=StepKind.choices, default=StepKind.STEP)
@@ -82,7 +83,7 @@ class StepAttempt(models.Model):
     The successful try is the :class:`Step` row itself (its ``attempts`` counts all tries).
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    run = models.ForeignKey("durable.Run", on_delete=models.CASCADE, related_name="attempts")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_rows")
     attempt = models.PositiveIntegerField()
     outcome = models.CharField(

@@ -6,11 +6,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from durable.models.operations import Operation
 from durable.models.querysets import (
     WaitQuerySet,
 )
-from durable.models.runs import Run
 from durable.values.fields import StorableCharField, StorableTextField
 from durable.vocabulary import (
     CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
@@ -22,7 +20,7 @@ from durable.vocabulary import (
 class Wait(models.Model):
     """A persisted wait state of a run: an approval, a timer, a signal, an operator decision."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="waits")
+    run = models.ForeignKey("durable.Run", on_delete=models.CASCADE, related_name="waits")
     wait_id = StorableCharField(max_length=255)
     position = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=WaitKind.choices)
@@ -40,7 +38,7 @@ class Wait(models.Model):
         null=True, blank=True, help_text="timer due time, or the wait's timeout"
     )
     operation = models.ForeignKey(
-        Operation, null=True, blank=True, on_delete=models.CASCADE, related_name="waits"
+        "durable.Operation", null=True, blank=True, on_delete=models.CASCADE, related_name="waits"
     )
     created_at = models.DateTimeField(default=timezone.now)
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -81,7 +79,7 @@ class Signal(models.Model):
     (docs/architecture.md#waits); a repeated ``dedupe_key`` is stored once.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="signals")
+    run = models.ForeignKey("durable.Run", on_delete=models.CASCADE, related_name="signals")
     name = StorableCharField(max_length=200)
     payload = StorableTextField(null=True, blank=True)
     dedupe_key = StorableCharField(max_length=255, blank=True, default="")

@@ -23,12 +23,12 @@ from durable import client as api
 from durable import registry
 from durable.exceptions import ChildFailed
 from durable.models import RUN_ID_PATTERN, Run, RunStatus, StepKind, StepStatus, WaitKind
+from durable.runtime.parking import WaitParking
 from durable.types import ChildHandle
 from durable.values import codec
 from durable.values.fields import storable_text
 from durable.values.redaction import check_identifier
 from durable.vocabulary import EventKind
-from durable.waits.closing import WaitParking
 
 #: the characters of a ``child_id`` (no ``.``: that separates the parent's id from it)
 CHILD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from durable.exceptions import DatabaseUnavailable
+from durable.runtime.dbconn import is_db_fault
 from durable.values.redaction import redact_text
-from durable.worker.dbconn import is_db_fault
 
 
 def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:

@@ -35,11 +35,11 @@ from durable.postgres import runs as run_pg
 from durable.retry import PERMANENT
 from durable.runtime.batching import flush_at_stop
 from durable.runtime.compensation import run_compensation
+from durable.runtime.dbconn import drop_connection, is_db_fault, retry_db
 from durable.runtime.failures import error_info, safe_traceback
 from durable.values.redaction import secrets_in, secrets_scope
 from durable.vocabulary import EventKind
 from durable.waits.closing import wake_due_for_run
-from durable.worker.dbconn import drop_connection, is_db_fault, retry_db
 from durable.worker.heartbeat import Heartbeat, process_key
 
 logger = logging.getLogger("durable.engine")

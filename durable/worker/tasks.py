@@ -96,7 +96,7 @@ def _announce_process() -> None:
     global _announced_pid
     import os
 
-    from durable.worker.dbconn import is_db_fault
+    from durable.runtime.dbconn import is_db_fault
     from durable.worker.heartbeat import beat_process
 
     if _announced_pid == os.getpid():
