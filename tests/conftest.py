@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+from unittest.mock import patch
 
 import pytest
 from django.contrib.auth.management import create_permissions
@@ -111,6 +112,22 @@ def _quick_password_hashing():
     from django.conf import settings
 
     with override_settings(PASSWORD_HASHERS=passwords.HASHERS + settings.PASSWORD_HASHERS):
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tracing_only_where_asked():
+    """The engine traces only inside ``otel_support.tracing()`` (see ``ACTIVE`` there): a
+    module that installed the OpenTelemetry SDK would otherwise trace every later test of
+    the process, whose outcome would then depend on the order the tests ran in."""
+    from durable.observability import telemetry
+    from tests import otel_support
+
+    recording, tracer = telemetry._recording, telemetry._tracer
+    with (
+        patch.object(telemetry, "_recording", lambda: otel_support.ACTIVE and recording()),
+        patch.object(telemetry, "_tracer", lambda: tracer() if otel_support.ACTIVE else None),
+    ):
         yield
 
 

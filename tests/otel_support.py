@@ -4,8 +4,10 @@ processes export to, so tests read the spans that real workers made."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -14,6 +16,24 @@ from durable.observability import otel
 
 #: the spans this test process made (every test module that traces shares it)
 EXPORTER = InMemorySpanExporter()
+
+#: whether the engine traces now: only inside :func:`tracing` (tests/conftest.py turns the
+#: engine's tracing off elsewhere, since the SDK provider, once installed, stays for the
+#: process: with it, every later execution would read its run once more for its span and
+#: a test counting the hot path's statements would count that read too)
+ACTIVE = False
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[InMemorySpanExporter]:
+    """The engine traces into :data:`EXPORTER` inside this block (the SDK installed once)."""
+    global ACTIVE
+    install()
+    ACTIVE, before = True, ACTIVE
+    try:
+        yield EXPORTER
+    finally:
+        ACTIVE = before
 
 
 def install() -> None:

@@ -19,6 +19,12 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _tracing():
+    with otel_support.tracing():
+        yield
+
+
 @pytest.fixture
 def collector():
     found = otel_support.Collector()
@@ -38,7 +44,6 @@ def traced_env(collector) -> dict[str, str]:
 def test_a_run_recovered_by_another_worker_after_a_sigkill_stays_in_its_trace(
     workers, proc_env, collector
 ):
-    otel_support.install()
     env = traced_env(collector)
     first = workers.start(**env, wait=True)
     otel_support.EXPORTER.clear()
@@ -101,7 +106,6 @@ def test_a_run_recovered_by_another_worker_after_a_sigkill_stays_in_its_trace(
 def test_a_run_a_worker_executes_joins_the_trace_of_the_span_that_started_it(
     workers, proc_env, collector
 ):
-    otel_support.install()
     workers.start(**traced_env(collector), wait=True)
     from opentelemetry import trace
 

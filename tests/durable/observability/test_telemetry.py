@@ -29,8 +29,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(scope="module", autouse=True)
 def _tracing():
     """The SDK with the suite's in-memory exporter (a provider is set once a process)."""
-    otel_support.install()
-    yield
+    with otel_support.tracing():
+        yield
 
 
 @pytest.fixture(autouse=True)
