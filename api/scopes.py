@@ -2,15 +2,15 @@
 
 A scope narrows a token, it never widens its user: a request needs the scope in the
 token *and* the permission on the user (the same permissions as the dashboard,
-``dashboard/roles.py``). A browser session has every scope; its permissions decide.
+``approvals/roles.py``). A browser session has every scope; its permissions decide.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dashboard.access import missing_message
-from dashboard.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
+from approvals.access import missing_message
+from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 
 #: scope -> (what it allows, the permission the user must also hold)
 SCOPES: dict[str, tuple[str, str]] = {

@@ -11,8 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.access import require_perm
-from dashboard.roles import VIEW_RUN
+from approvals.access import require_perm
+from approvals.roles import VIEW_RUN
 from durable.models import Run
 from durable.values import codec
 

@@ -22,6 +22,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from approvals.access import require_perm
+from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN
 from approvals.services import (
     AlreadyDecided,
     ApprovalExpired,
@@ -45,9 +47,7 @@ from durable.services.runs import (
 )
 
 from . import views
-from .access import require_perm
 from .forms import DecisionForm, ForkForm, ReasonForm, ReconcileForm, ResumeForm, SignalForm
-from .roles import DECIDE_APPROVAL, OPERATE_RUN
 
 SUCCESS, WARNING, ERROR = "success", "warning", "error"
 _LEVELS = {SUCCESS: messages.SUCCESS, WARNING: messages.WARNING, ERROR: messages.ERROR}

@@ -10,7 +10,7 @@ class DashboardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .roles import ensure_roles_after_migrate
+        from approvals.roles import ensure_roles_after_migrate
 
         post_migrate.connect(
             ensure_roles_after_migrate, sender=self, dispatch_uid="dashboard.ensure_roles"

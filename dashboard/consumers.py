@@ -25,9 +25,10 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from approvals.roles import VIEW_RUN
+
 from . import live
 from .parsing import BadParameter, parse_int
-from .roles import VIEW_RUN
 
 FORBIDDEN = 4403
 #: frames longer than this are ignored unread (clients only ever send a ping)

@@ -11,11 +11,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
+from approvals.access import require_perm
+from approvals.roles import VIEW_RUN
 from durable.exceptions import RunNotFound
 from durable.services import export
-
-from .access import require_perm
-from .roles import VIEW_RUN
 
 
 def _document(request: HttpRequest, run_id: str) -> dict:

@@ -14,13 +14,13 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from approvals.access import require_perm
+from approvals.roles import OPERATE_RUN, VIEW_RUN
 from durable.exceptions import DurableError
 from durable.models import Run, Schedule
 from durable.services import schedules as service
 
 from . import selectors
-from .access import require_perm
-from .roles import OPERATE_RUN, VIEW_RUN
 from .views import page_or_fragment
 
 ACTIONS = ("pause", "resume", "run-now")

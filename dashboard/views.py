@@ -16,14 +16,14 @@ from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
+from approvals.access import require_perm
+from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 from durable.models import transitions
 from durable.observability import otel
 
 from . import selectors
-from .access import require_perm
 from .forms import RunFilterForm
 from .parsing import BadParameter, clean_text, parse_int
-from .roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 
 
 class HtmxHttpRequest(HttpRequest):

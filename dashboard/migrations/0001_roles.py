@@ -1,5 +1,5 @@
 """Create the dashboard's groups (viewer, operator, approver, admin) and the
-``durable.operate_run`` permission. See :mod:`dashboard.roles`."""
+``durable.operate_run`` permission. See :mod:`approvals.roles`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.db import migrations
 
 
 def create_roles(apps, schema_editor):
-    from dashboard.roles import ensure_roles
+    from approvals.roles import ensure_roles
 
     ensure_roles(apps)
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from django import template
 
+from approvals.roles import DECIDE_APPROVAL
+
 from .. import selectors
-from ..roles import DECIDE_APPROVAL
 
 register = template.Library()
 

@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 import durable
-from dashboard import roles
+from approvals import roles
 from durable.testing import drive
 from tests.dashboard.conftest import HTMX, login, make_user
 

@@ -1,4 +1,5 @@
-"""Who may do what: login for every page, a named permission for every action.
+"""Who may do what: login for every page, a named permission for every action, for the
+dashboard's pages and the API's (both web apps reach it here, neither imports the other).
 
 A refusal is a 403 whose page names the missing permission (``403.html`` shows the
 ``PermissionDenied`` message), so the user knows what to ask an administrator for.
@@ -18,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
-from .roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
+from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 
 #: permission -> (what it allows, the group that grants it)
 DESCRIPTIONS = {

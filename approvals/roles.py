@@ -1,11 +1,13 @@
-"""The dashboard's roles: four groups and the permissions they hold.
+"""The roles: four groups and the permissions they hold, for the dashboard and the API.
 
-``durable`` declares no permission for operating runs and the dashboard does not edit
-its models, so ``durable.operate_run`` is created here as a Permission row on the
-content type of :class:`durable.models.Run` (like the default ``durable.view_run``).
+They live here, below both web apps, because both check them and neither may import the
+other (docs/architecture.md#layers); approving is one of the four. ``durable`` declares
+no permission for operating runs and no web app edits its models, so
+``durable.operate_run`` is created here as a Permission row on the content type of
+:class:`durable.models.Run` (like the default ``durable.view_run``).
 
 :func:`ensure_roles` creates what is missing and never removes anything an administrator
-added. It runs from the data migration ``0001_roles`` and again after every ``migrate``
+added. It runs from the dashboard's data migration ``0001_roles`` and again after every ``migrate``
 or ``flush`` (a ``post_migrate`` receiver), because ``flush`` -- which transactional
 tests run between tests -- deletes the rows a data migration made.
 """
