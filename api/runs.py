@@ -16,9 +16,9 @@ from django.http import HttpRequest
 from ninja import Header, Path, Query, Router, Status
 
 from dashboard.forms import RunFilterForm
-from dashboard.selectors import runs as run_selectors
 from durable import client as sdk
 from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, transitions
+from durable.queries import runs as run_selectors
 from durable.services.forks import fork_points
 from durable.services.runs import (
     OperationNotFound,

@@ -26,9 +26,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals.roles import VIEW_RUN
+from durable.queries.parsing import BadParameter, parse_int
 
 from . import live
-from .parsing import BadParameter, parse_int
 
 FORBIDDEN = 4403
 #: frames longer than this are ignored unread (clients only ever send a ping)

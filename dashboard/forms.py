@@ -8,9 +8,9 @@ from django import forms
 
 from approvals.edits import EDIT_MAX_BYTES, InvalidEdit, parse_edit
 from durable.models import RunStatus
+from durable.queries.parsing import BadParameter, bounded_datetime, load_json
 
 from . import selectors
-from .parsing import BadParameter, bounded_datetime, load_json
 
 STATUS_CHOICES = (
     [("", "Any status")]
@@ -117,7 +117,7 @@ class ForkForm(ReasonForm):
 
 
 def _json_object(text: str, what: str) -> Any:
-    """Parse a JSON form field: bounded size and depth (:func:`dashboard.parsing.load_json`)."""
+    """A JSON form field, bounded in size and depth (:func:`durable.queries.parsing.load_json`)."""
     return load_json(text, what=what)
 
 

@@ -24,8 +24,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from durable.models import RunStatus, WaitKind
+from durable.queries.parsing import RunIdConverter
 
-from .parsing import RunIdConverter
 from .templatetags.dashboard_tags import ago, compact_json, duration, short_id, since
 
 __all__ = ["event_rows", "failed_rows", "options", "runs_rows"]

@@ -1,6 +1,6 @@
 """URLs of the dashboard (mounted at the site root by ``config/urls.py``).
 
-Path parameters use the strict converters of :mod:`dashboard.parsing`: a run id outside
+Path parameters use the strict converters of :mod:`durable.queries.parsing`: a run id outside
 the run-id alphabet or a number that is not 1-18 ASCII digits does not match (404).
 """
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
+from durable.queries.parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
+
 from . import actions, exports, schedules, views
-from .parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
 app_name = "dashboard"
 

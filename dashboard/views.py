@@ -20,10 +20,10 @@ from approvals.access import require_perm
 from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 from durable.models import transitions
 from durable.observability import otel
+from durable.queries.parsing import BadParameter, clean_text, parse_int
 
 from . import selectors
 from .forms import RunFilterForm
-from .parsing import BadParameter, clean_text, parse_int
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -245,6 +245,6 @@ def attention(request: HtmxHttpRequest) -> HttpResponse:
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """``handler400``: the 400 page, with the parser's message (Django's default shows
-    none). Messages come from :mod:`dashboard.parsing` and never echo the input."""
+    none). Messages come from :mod:`durable.queries.parsing` and never echo the input."""
     message = str(exception) if isinstance(exception, BadRequest | BadParameter) else ""
     return render(request, "400.html", {"exception": message}, status=400)

@@ -9,6 +9,29 @@ names below are its whole surface.
 
 from __future__ import annotations
 
+from durable.queries.runs import (
+    COUNTS_CACHE_SECONDS,
+    MAX_CURSOR_MICROSECONDS,
+    PAGE_SIZE,
+    SORTS,
+    STATUS_APPROVAL,
+    STATUS_ATTENTION,
+    STATUS_LIMIT,
+    RunFilters,
+    RunRow,
+    RunsPage,
+    attention_q,
+    decode_cursor,
+    encode_cursor,
+    filter_runs,
+    get_run,
+    last_event_id,
+    run_duration,
+    runs_page,
+    status_counts,
+    workflow_names,
+)
+
 from .attention import (
     ATTENTION_LIMIT,
     FAILED_SHOWN,
@@ -41,28 +64,6 @@ from .run_detail import (
     WaitRow,
     run_detail,
     step_page,
-)
-from .runs import (
-    COUNTS_CACHE_SECONDS,
-    MAX_CURSOR_MICROSECONDS,
-    PAGE_SIZE,
-    SORTS,
-    STATUS_APPROVAL,
-    STATUS_ATTENTION,
-    STATUS_LIMIT,
-    RunFilters,
-    RunRow,
-    RunsPage,
-    attention_q,
-    decode_cursor,
-    encode_cursor,
-    filter_runs,
-    get_run,
-    last_event_id,
-    run_duration,
-    runs_page,
-    status_counts,
-    workflow_names,
 )
 
 __all__ = [

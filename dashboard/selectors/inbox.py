@@ -25,9 +25,9 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import pending_count_for, pending_for
 from approvals.services import own_request
 from durable.models import Step
+from durable.queries.runs import COUNTS_CACHE_SECONDS, last_event_id
 
 from .payloads import Payload, json_payload
-from .runs import COUNTS_CACHE_SECONDS, last_event_id
 
 #: steps of each run shown in the approvals inbox
 INBOX_LAST_STEPS = 3

@@ -14,9 +14,8 @@ from typing import Any
 
 from approvals.models import ApprovalRequest
 from durable.models import Operation, Run, Signal, Step, Wait
+from durable.queries.parsing import BadParameter, parse_int
 from durable.values import codec
-
-from ..parsing import BadParameter, parse_int
 
 #: characters of a payload shown before "show all"
 PAYLOAD_PREVIEW_CHARS = 2000

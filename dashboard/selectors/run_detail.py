@@ -36,12 +36,12 @@ from durable.models import (
     WaitStatus,
     run_lineage,
 )
+from durable.queries.runs import run_duration
 from durable.services.forks import fork_points
 from durable.values import codec
 from durable.waits import mailbox
 
 from .payloads import Payload, json_payload, payload
-from .runs import run_duration
 
 #: steps shown on a run's page before "load more": the first and the last
 STEPS_HEAD = 50

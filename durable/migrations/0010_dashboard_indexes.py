@@ -12,7 +12,7 @@ nothing, and the same queries run as before, unindexed.
   ``finished_at - COALESCE(started_at, created_at)``: an expression index over finished
   runs. An unfinished run's duration is ``now - COALESCE(started_at, created_at)``, so
   longest first is oldest start first: a second, partial index over unfinished runs.
-  :func:`dashboard.selectors.runs.runs_page` reads one page from each and merges them.
+  :func:`durable.queries.runs.runs_page` reads one page from each and merges them.
   Expression indexes need no upkeep (no stored column to keep right); the columns they
   name change once per run (start, finish), never on a checkpoint, so checkpoint updates
   stay heap-only (see 0004).

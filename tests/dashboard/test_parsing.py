@@ -1,4 +1,4 @@
-"""Strict parsing (dashboard/parsing.py) and the malformed inputs that used to be 500s."""
+"""Strict parsing (durable/queries/parsing.py) and the malformed inputs that used to be 500s."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 import durable
-from dashboard.parsing import BadParameter, load_json, parse_int
 from dashboard.selectors import decode_cursor
 from durable.models import Operation, Step
+from durable.queries.parsing import BadParameter, load_json, parse_int
 from durable.testing import drive
 from tests.dashboard import dash_workflows as dw
 from tests.dashboard.conftest import HTMX

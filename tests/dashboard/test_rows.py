@@ -15,9 +15,9 @@ from django.utils import timezone
 import durable
 from dashboard import selectors
 from dashboard.rows import runs_rows
-from dashboard.selectors.runs import RunFilters, runs_page
 from dashboard.step_rows import step_rows
 from durable.models import Operation, Run, RunStatus, TraceEvent, Wait
+from durable.queries.runs import RunFilters, runs_page
 from durable.testing import drive
 from tests.dashboard import dash_workflows as dw
 

@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dashboard import selectors
-from dashboard.selectors.runs import RunFilters, runs_page
 from durable.models import Run, RunStatus
+from durable.queries.runs import RunFilters, runs_page
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -44,8 +44,7 @@ from durable.models import (
     WaitKind,
     WaitStatus,
 )
-
-from ..parsing import bounded_datetime, clean_text
+from durable.queries.parsing import bounded_datetime, clean_text
 
 PAGE_SIZE = 50
 #: the longest run duration a "duration" cursor may name (100 years, in microseconds)
@@ -228,7 +227,8 @@ def decode_cursor(cursor: str, kind: str) -> tuple[Any, str] | None:
         return None
 
 
-def _cursor_for(run: Run, kind: str) -> str:
+def _cursor_for(run: Any, kind: str) -> str:
+    """``run``: a Run, with ``sort_duration`` annotated for the duration sort."""
     if kind == "created":
         return encode_cursor(run.created_at.isoformat(), run.id)
     dur = run.sort_duration or timedelta(0)
@@ -246,7 +246,7 @@ def _after_key(field: str, cmp: str, key: Any, id_cmp: str, run_id: str) -> Q:
 
 def _by_created(
     qs: QuerySet[Run], cursor: tuple[Any, str] | None, desc: bool, limit: int
-) -> list[Run]:
+) -> list[Any]:
     """Up to ``limit`` runs in (created_at, id) order (descending if ``desc``), past the
     cursor: the (created_at, id) index."""
     cmp = "lt" if desc else "gt"
@@ -258,7 +258,7 @@ def _by_created(
 
 def _by_duration(
     qs: QuerySet[Run], cursor: tuple[Any, str] | None, desc: bool, limit: int, now: datetime
-) -> list[Run]:
+) -> list[Any]:
     """Up to ``limit`` runs in (duration, id) order (descending if ``desc``) past the
     cursor, each with ``sort_duration`` set (a timedelta, may be negative for a clock
     that went back).
@@ -284,9 +284,9 @@ def _by_duration(
             _after_key("sort_start", "gt" if desc else "lt", now - key, cmp, run_id)
         )
     prefix, start_prefix = ("-", "") if desc else ("", "-")
-    runs = list(finished.order_by(f"{prefix}sort_duration", f"{prefix}id")[:limit])
+    runs: list[Any] = list(finished.order_by(f"{prefix}sort_duration", f"{prefix}id")[:limit])
     for run in unfinished.order_by(f"{start_prefix}sort_start", f"{prefix}id")[:limit]:
-        run.sort_duration = now - run.sort_start
+        run.sort_duration = now - run.sort_start  # type: ignore[attr-defined]
         runs.append(run)
     runs.sort(key=lambda r: (r.sort_duration, r.id), reverse=desc)
     return runs[:limit]
@@ -317,6 +317,7 @@ def runs_page(
     cursor = decode_cursor(before if backwards else after, kind)
     # walking backwards is walking forwards in the opposite order
     desc = descending != backwards
+    runs: list[Any]  # Runs, with the annotations and prefetches below
     if kind == "duration":
         runs = _by_duration(qs, cursor, desc, page_size + 1, now)
     else:
