@@ -15,10 +15,10 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Header, Path, Query, Router, Status
 
-from dashboard.forms import RunFilterForm
 from durable import client as sdk
 from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, transitions
 from durable.queries import runs as run_selectors
+from durable.queries.filters import parse_filters
 from durable.services.forks import fork_points
 from durable.services.runs import (
     OperationNotFound,
@@ -181,7 +181,7 @@ def list_runs(
     before: str = Query("", max_length=600, description="prev_cursor of the next page"),
     limit: int = Query(run_selectors.PAGE_SIZE, ge=1, le=200),
 ) -> dict:
-    """The dashboard's runs list as JSON: the same filters (``dashboard/forms.py``) and
+    """The dashboard's runs list as JSON: the same filters (``durable/queries/filters.py``) and
     keyset pagination on (created_at, id) or (duration, id)."""
     scopes.check(request, "runs:read")
     params = {
@@ -196,15 +196,13 @@ def list_runs(
         "q": q,
         "sort": sort,
     }
-    form = RunFilterForm(params, workflows=run_selectors.workflow_names(workflow))
-    if not form.is_valid():
+    filters, invalid = parse_filters(params)
+    if invalid:
         errors = [
-            {"loc": ["query", name], "msg": " ".join(map(str, msgs)), "type": "invalid"}
-            for name, msgs in form.errors.items()
+            {"loc": ["query", name], "msg": msg, "type": "invalid"} for name, msg in invalid.items()
         ]
         where = "; ".join(f"{e['loc'][1]}: {e['msg']}" for e in errors)
         raise ApiProblem(422, f"The filters are not valid: {where}", errors=errors)
-    filters = form.filters()
     kind = run_selectors.SORTS[filters.sort][0]
     for name, cursor in (("after", after), ("before", before)):
         if cursor and run_selectors.decode_cursor(cursor, kind) is None:

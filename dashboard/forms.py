@@ -5,91 +5,96 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.forms.utils import ErrorDict
 
 from approvals.edits import EDIT_MAX_BYTES, InvalidEdit, parse_edit
-from durable.models import RunStatus
-from durable.queries.parsing import BadParameter, bounded_datetime, load_json
-
-from . import selectors
-
-STATUS_CHOICES = (
-    [("", "Any status")]
-    + [(value, label) for value, label in RunStatus.choices]
-    + [
-        (selectors.STATUS_APPROVAL, "Waiting for approval"),
-        (selectors.STATUS_ATTENTION, "Needs attention"),
-        (selectors.STATUS_LIMIT, "Waiting for a limit"),
-    ]
+from durable.queries.filters import (
+    FIELDS,
+    NUMBER_RANGE,
+    SORT_CHOICES,
+    STATUS_CHOICES,
+    TEXT_MAX,
+    RunFilters,
+    parse_filters,
 )
+from durable.queries.parsing import load_json
 
-SORT_CHOICES = [
-    ("-created", "Newest first"),
-    ("created", "Oldest first"),
-    ("-duration", "Longest first"),
-    ("duration", "Shortest first"),
-]
+
+def _number_attrs(name: str) -> dict[str, int]:
+    least, most = NUMBER_RANGE[name]
+    return {"min": least, "max": most}
 
 
 class RunFilterForm(forms.Form):
-    """The runs list's filters (a GET form; invalid fields are reported and ignored)."""
+    """The runs list's filters as an HTML GET form. It only renders: the rules are
+    :func:`durable.queries.filters.parse_filters`, which the API applies too; an invalid
+    filter is reported beside its field and left out."""
 
     q = forms.CharField(
         required=False,
-        max_length=200,
         label="Search",
         widget=forms.TextInput(
-            attrs={"type": "search", "placeholder": "Run id, tag or input text"}
+            attrs={
+                "type": "search",
+                "placeholder": "Run id, tag or input text",
+                "maxlength": TEXT_MAX["q"],
+            }
         ),
     )
-    status = forms.ChoiceField(required=False, choices=STATUS_CHOICES)
-    workflow = forms.ChoiceField(required=False, choices=[("", "Any workflow")])
+    status = forms.CharField(required=False, widget=forms.Select(choices=STATUS_CHOICES))
+    workflow = forms.CharField(required=False)
     version = forms.CharField(
-        required=False, max_length=64, widget=forms.TextInput(attrs={"placeholder": "any"})
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "any", "maxlength": TEXT_MAX["version"]}),
     )
     started_by = forms.CharField(
         required=False,
-        max_length=150,
         label="Started by",
-        widget=forms.TextInput(attrs={"placeholder": "username"}),
+        widget=forms.TextInput(
+            attrs={"placeholder": "username", "maxlength": TEXT_MAX["started_by"]}
+        ),
     )
-    created_from = forms.DateField(
+    created_from = forms.CharField(
         required=False, label="Created from", widget=forms.DateInput(attrs={"type": "date"})
     )
-    created_to = forms.DateField(
+    created_to = forms.CharField(
         required=False, label="Created to", widget=forms.DateInput(attrs={"type": "date"})
     )
-    waiting_minutes = forms.IntegerField(
-        required=False, min_value=1, max_value=10_000_000, label="Waiting longer than (min)"
+    waiting_minutes = forms.CharField(
+        required=False,
+        label="Waiting longer than (min)",
+        widget=forms.NumberInput(attrs=_number_attrs("waiting_minutes")),
     )
-    retries = forms.IntegerField(
-        required=False, min_value=1, max_value=1_000_000, label="Min. retries of a step"
+    retries = forms.CharField(
+        required=False,
+        label="Min. retries of a step",
+        widget=forms.NumberInput(attrs=_number_attrs("retries")),
     )
-    sort = forms.ChoiceField(required=False, choices=SORT_CHOICES, label="Sort")
+    sort = forms.CharField(required=False, label="Sort", widget=forms.Select(choices=SORT_CHOICES))
 
     def __init__(self, *args: Any, workflows: list[str] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["workflow"].choices = [("", "Any workflow")] + [
-            (name, name) for name in (workflows or [])
-        ]
+        self.fields["workflow"].widget = forms.Select(
+            choices=[("", "Any workflow")] + [(name, name) for name in (workflows or [])]
+        )
+        self._filters = RunFilters()
 
-    def _bounded_day(self, name: str) -> Any:
-        day = self.cleaned_data.get(name)
-        if day is None:
-            return None
-        try:
-            return bounded_datetime(day, "The date")
-        except BadParameter as exc:
-            raise forms.ValidationError(str(exc)) from None
+    def full_clean(self) -> None:
+        """Validation is :func:`parse_filters`'s: its messages go beside the fields."""
+        self._errors = ErrorDict()
+        self.cleaned_data = {}
+        if not self.is_bound:
+            return
+        self._filters, errors = parse_filters(self.data)
+        self.cleaned_data = {
+            name: getattr(self._filters, name) for name in FIELDS if name not in errors
+        }
+        for name, message in errors.items():
+            self._errors[name] = self.error_class([message])
 
-    def clean_created_from(self) -> Any:
-        return self._bounded_day("created_from")
-
-    def clean_created_to(self) -> Any:
-        return self._bounded_day("created_to")
-
-    def filters(self) -> selectors.RunFilters:
-        self.is_valid()  # populate cleaned_data with the valid fields
-        return selectors.RunFilters.from_cleaned(getattr(self, "cleaned_data", {}) or {})
+    def filters(self) -> RunFilters:
+        self.is_valid()  # parse the filters, noting the invalid ones
+        return self._filters
 
 
 class ReasonForm(forms.Form):

@@ -44,6 +44,13 @@ from durable.models import (
     WaitKind,
     WaitStatus,
 )
+from durable.queries.filters import (
+    SORTS,
+    STATUS_APPROVAL,
+    STATUS_ATTENTION,
+    STATUS_LIMIT,
+    RunFilters,
+)
 from durable.queries.parsing import bounded_datetime, clean_text
 
 PAGE_SIZE = 50
@@ -51,20 +58,6 @@ PAGE_SIZE = 50
 MAX_CURSOR_MICROSECONDS = 100 * 366 * 86_400 * 1_000_000
 #: seconds the runs list's status counts are reused (see status_counts)
 COUNTS_CACHE_SECONDS = 5
-
-#: pseudo statuses of the runs filter, besides the RunStatus values
-STATUS_APPROVAL = "approval"
-STATUS_ATTENTION = "attention"
-#: runs parked until a rate or concurrency limit admits their call (docs/limits.md)
-STATUS_LIMIT = "limit"
-
-SORTS = {
-    "-created": ("created", True),
-    "created": ("created", False),
-    "-duration": ("duration", True),
-    "duration": ("duration", False),
-}
-
 
 # --- expressions over runs -----------------------------------------------------------
 
@@ -103,27 +96,6 @@ def run_duration(run: Run, now: datetime | None = None) -> timedelta | None:
 
 
 # --- runs list -----------------------------------------------------------------------
-
-
-@dataclass
-class RunFilters:
-    status: str = ""
-    workflow: str = ""
-    version: str = ""
-    started_by: str = ""
-    created_from: Any = None  # date
-    created_to: Any = None  # date
-    waiting_minutes: int | None = None
-    retries: int | None = None
-    q: str = ""
-    sort: str = "-created"
-
-    @classmethod
-    def from_cleaned(cls, data: dict[str, Any]) -> RunFilters:
-        known = {
-            k: v for k, v in data.items() if k in cls.__dataclass_fields__ and v not in (None, "")
-        }
-        return cls(**known)
 
 
 def _day_start(day: Any) -> datetime:
