@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from durable import conf, registry, requesters
+from durable import conf, postgres, registry, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.durations import check_duration
 from durable.exceptions import DurableError, RunInputConflict, RunNotFound
@@ -117,7 +117,7 @@ def start(
             return _same_run(existing, spec.name, input_hash)
     message = f"started {spec.name} version {spec.version} by {requesters.label(principal)}"
     try:
-        if run_pg.available():  # the run and its event in one statement (autocommit)
+        if postgres.available():  # the run and its event in one statement (autocommit)
             run = Run(id=run_id, **fields) if run_id else Run(**fields)
             event = TraceEvent(run=run, kind=EventKind.CREATED, actor=principal["name"])
             event.message = message

@@ -1,1 +1,36 @@
-"""The one-statement PostgreSQL paths."""
+"""The one-statement PostgreSQL paths, and the one place that decides when they apply.
+
+Each path here does in one statement (a data-modifying CTE, autocommitted) what the ORM
+path beside its caller does in a transaction of several: a run's start, claim and
+completion (``runs.py``); a step's checkpoint and a write's fenced ``started`` row
+(``checkpoints.py``). :func:`available` is the only test of the database vendor in the
+engine (``tests/durable/test_postgres_paths.py`` holds it to that), and
+:func:`database_now` the only read of the database's clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+
+
+def available() -> bool:
+    """Whether a one-statement path may run now: the database is PostgreSQL and no
+    transaction is open. Inside a caller's transaction the ORM paths run instead, since
+    they keep its atomicity and savepoints; a one-statement path commits on its own."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def database_now(*, wall_clock: bool = False) -> datetime | None:
+    """Now by PostgreSQL's clock, one clock for every machine (``statement_timestamp()``,
+    or ``clock_timestamp()`` with ``wall_clock``: the time while a transaction goes on),
+    or ``None`` on another database: SQLite is a file on this machine, whose clock the
+    caller reads."""
+    if connection.vendor != "postgresql":
+        return None
+    function = "clock_timestamp" if wall_clock else "statement_timestamp"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}()")
+        (now,) = cursor.fetchone()
+    return now

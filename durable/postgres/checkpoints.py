@@ -30,12 +30,6 @@ if TYPE_CHECKING:
 _SQL: dict[str, str] = {}
 
 
-def available() -> bool:
-    """Whether the one-statement paths apply: PostgreSQL, outside a caller's transaction
-    (inside one, the transactional path keeps its savepoint semantics)."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
-
-
 def checkpoint_in_one_statement(
     *,
     run_id: str,

@@ -25,12 +25,6 @@ from durable.vocabulary import EventKind
 _SQL: dict[str, str] = {}
 
 
-def available() -> bool:
-    """PostgreSQL, outside a caller's transaction (inside one, the transactional paths
-    keep their savepoint semantics)."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
-
-
 def _fields(model: type[Model], *, skip_pk: bool = False) -> list[Field]:
     return [
         f

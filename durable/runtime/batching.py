@@ -13,23 +13,21 @@ synchronous. See docs/architecture.md#batched-checkpoints.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
-from durable import conf
+from durable import conf, postgres
 from durable.exceptions import LeaseLost, RunStopped
 from durable.models import Run, Step, StepStatus, TraceEvent
 from durable.observability import metrics
+from durable.postgres import batches
 from durable.registry import check_durability
 from durable.runtime.failures import db_faults_stop_the_execution
-from durable.values.fields import storable_json
 from durable.vocabulary import Durability, EventKind
 
 if TYPE_CHECKING:
@@ -163,19 +161,16 @@ class StepBatch:
     def flush(self, owner: BatchOwner) -> None:
         """Commit the pending steps in one fenced write; nothing pending: nothing.
 
-        On PostgreSQL one statement (:func:`_flush_in_one_statement`); elsewhere, or when
+        On PostgreSQL one statement
+        (:func:`durable.postgres.batches.flush_in_one_statement`); elsewhere, or when
         that statement finds the fence broken, ``owner.write``, which tells the cases
         apart: :class:`LeaseLost` (nothing written) or, after recording the pending
         steps, :class:`RunStopped`.
         """
         if not self.pending:
             return
-        if (
-            connection.vendor == "postgresql"
-            and not connection.in_atomic_block
-            and self.tags is None
-        ):
-            saved = _flush_in_one_statement(owner, self)
+        if postgres.available() and self.tags is None:
+            saved = batches.flush_in_one_statement(owner, self)
             if saved is not None:
                 self._saved = saved
                 self.committed(owner)
@@ -243,75 +238,3 @@ def flush_at_stop(owner: BatchOwner, batch: StepBatch) -> None:
     """
     with contextlib.suppress(RunStopped, LeaseLost):
         batch.flush(owner)
-
-
-def _flush_in_one_statement(owner: BatchOwner, batch: StepBatch) -> list[Step] | None:
-    """PostgreSQL: the fenced run update, every pending step and its event in one
-    statement (one round trip, one commit). Returns the steps written, or None --
-    having written nothing -- when the fence does not hold."""
-    pending = batch.pending
-    now = timezone.now()
-    rows: list[str] = []
-    params: list[Any] = [
-        now,
-        pending[-1]["position"] + 1,
-        len(pending),
-        batch.tokens,
-        owner.run_id,
-        owner.token,
-        owner.status,
-    ]
-    for fields, event in zip(pending, batch.events, strict=True):
-        rows.append(
-            "(%s::varchar, %s::int, %s::varchar, %s::varchar, %s::text, %s::text, "
-            "%s::jsonb, %s::int, %s::int, %s::timestamptz, %s::timestamptz, %s::jsonb)"
-        )
-        error = fields["error"]
-        params += [
-            fields["step_id"],
-            fields["position"],
-            fields["kind"],
-            fields["tool_name"],
-            fields["input"],
-            fields["output"],
-            json.dumps(storable_json(error)) if error is not None else None,
-            fields["attempts"],
-            fields["budget_base"],
-            fields["started_at"],
-            fields["finished_at"],
-            json.dumps(storable_json(event["data"])),
-        ]
-    params += [StepStatus.SUCCEEDED, Durability.BATCHED, EventKind.STEP_EXECUTED.value]
-    params.append(owner.worker_id)
-    sql = f"""
-        WITH r AS (
-            UPDATE {Run._meta.db_table}
-               SET updated_at = %s, cursor_position = %s,
-                   steps_executed = steps_executed + %s, tokens_used = tokens_used + %s
-             WHERE id = %s AND lease_token = %s AND status = %s
-         RETURNING id),
-        v (step_id, position, kind, tool_name, input, output, error, attempts, budget_base,
-           started_at, finished_at, data) AS (VALUES {", ".join(rows)}),
-        p AS (SELECT %s::varchar AS status, %s::varchar AS durability,
-                     %s::varchar AS event_kind, %s::varchar AS actor),
-        s AS (
-            INSERT INTO {Step._meta.db_table} (run_id, step_id, position, kind, tool_name,
-                   status, input, output, error, attempts, budget_base, next_attempt_at,
-                   started_at, finished_at, replay_count, durability)
-            SELECT r.id, v.step_id, v.position, v.kind, v.tool_name, p.status, v.input,
-                   v.output, v.error, v.attempts, v.budget_base, NULL, v.started_at,
-                   v.finished_at, 0, p.durability
-              FROM r, v, p ORDER BY v.position
-         RETURNING id, position),
-        e AS (
-            INSERT INTO {TraceEvent._meta.db_table} (run_id, kind, step_id, message, data,
-                   actor, created_at)
-            SELECT r.id, p.event_kind, v.step_id, '', v.data, p.actor, v.finished_at
-              FROM r, v, p ORDER BY v.position)
-        SELECT id, position FROM s"""  # noqa: S608 - table names come from the models
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        ids = dict((position, pk) for pk, position in cursor.fetchall())
-    if not ids:
-        return None
-    return [Step(pk=ids[fields["position"]], **fields) for fields in pending]

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from durable import conf
+from durable import conf, postgres
 from durable.exceptions import (
     DurableError,
     LeaseLost,
@@ -332,7 +332,7 @@ class Checkpoints(ReplayCursor):
         # with batched steps pending, the transactional write flushes them first
         fast = rec is None and not self.pending_lost and "tags" not in run_fields and not self.batch
         step = None
-        if fast and checkpoint_pg.available():  # a write's result goes in the same statement
+        if fast and postgres.available():  # a write's result goes in the same statement
             step = checkpoint_pg.checkpoint_in_one_statement(
                 run_id=self.run_id,
                 token=self.token,
@@ -550,7 +550,7 @@ class Checkpoints(ReplayCursor):
         # with batched steps pending, the transactional write flushes them first
         if (
             not (self.batch or self.run.parent_run_id)  # a child's end wakes its parent
-            and run_pg.available()
+            and postgres.available()
             and run_pg.complete_in_one_statement(
                 run_id=self.run_id,
                 token=self.token,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
+from durable import postgres
 from durable.exceptions import IdempotencyConflict, PayloadError, Suspend
 from durable.models import (
     AttemptOutcome,
@@ -30,7 +31,6 @@ from durable.models import (
     WaitKind,
     WaitStatus,
 )
-from durable.postgres import checkpoints as checkpoint_pg
 from durable.postgres.checkpoints import started_in_one_statement
 from durable.retry import AMBIGUOUS, PERMANENT
 from durable.runtime.failures import error_info, safe_str, safe_traceback
@@ -102,7 +102,7 @@ class OperationLedger:
         """
         ex = self.execution
         decision: dict[str, Any] = {}
-        if checkpoint_pg.available() and not ex.batch:
+        if postgres.available() and not ex.batch:
             # the common case in one fenced statement: no row yet for this key, run live
             # (with batched steps pending, the transaction below flushes them first)
             now = timezone.now()

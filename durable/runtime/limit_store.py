@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from durable import postgres
 from durable.dispatch import dispatch_now
 from durable.limits import Limits
 from durable.models import Limit, LimitSlot, Run, Wait
@@ -52,11 +53,7 @@ ADMITTED = Verdict(True)
 def db_now() -> datetime:
     """Now by the database's clock on PostgreSQL (shared by every machine), else by
     this machine's (SQLite is one machine's database)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp()")
-            return cursor.fetchone()[0]
-    return timezone.now()
+    return postgres.database_now(wall_clock=True) or timezone.now()
 
 
 def _locked(key: str) -> Limit:

@@ -38,10 +38,10 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone as dj_timezone
 
-from durable import conf, registry
+from durable import conf, postgres, registry
 from durable.exceptions import RunInputConflict, ScheduleNotFound, WorkflowNotFound
 from durable.models import Run, Schedule
 from durable.services.base import actor_of
@@ -111,12 +111,8 @@ def slot_run_id(name: str, slot: datetime) -> str:
 
 def db_now() -> datetime:
     """Now, by the database's clock (one clock for every beat process)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT statement_timestamp()")
-            (now,) = cursor.fetchone()
-        return now.astimezone(UTC)
-    return dj_timezone.now()  # SQLite: the database is a file on this machine
+    now = postgres.database_now()
+    return now.astimezone(UTC) if now is not None else dj_timezone.now()
 
 
 # --- declaring and operating ------------------------------------------------------------

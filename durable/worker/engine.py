@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from durable import conf, registry
+from durable import conf, postgres, registry
 from durable.context import Execution
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import (
@@ -77,7 +77,7 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
     fault left the first call's commit unknown: a run that this token holds is claimed.
     """
     now = timezone.now()
-    if run_pg.available():  # the common claim of a pending run: one statement
+    if postgres.available():  # the common claim of a pending run: one statement
         fast = run_pg.claim_in_one_statement(
             run_id,
             token=token,

@@ -15,9 +15,8 @@ import pytest
 from django.db import connection
 
 import durable
+from durable import postgres
 from durable.models import Operation, OperationStatus, Run, RunStatus, Step, TraceEvent
-from durable.postgres import checkpoints as checkpoint_pg
-from durable.postgres import runs as run_pg
 from durable.values import codec
 from durable.worker.engine import execute
 from tests.durable.runtime import hot_path_workflows as flows
@@ -86,8 +85,7 @@ def _untimed(data: Any) -> Any:
 
 
 def _without_one_statement_paths(monkeypatch) -> None:
-    monkeypatch.setattr(run_pg, "available", lambda: False)
-    monkeypatch.setattr(checkpoint_pg, "available", lambda: False)
+    monkeypatch.setattr(postgres, "available", lambda: False)
 
 
 def _normalised(written: dict[str, Any], run_id: str) -> dict[str, str]:
