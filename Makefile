@@ -14,6 +14,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
+DOCS_STAMP := $(VENV)/.installed-docs
 PORT   ?= 8000
 # extra arguments for pytest, e.g. `make test PYTEST_ARGS="-x -k ledger"`
 PYTEST_ARGS ?=
@@ -26,7 +27,7 @@ SMTP_SINK_HTTP_PORT ?= 1080
 # the Procfile's commands (daphne, celery) come from the virtualenv
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install up test lint format typecheck check bench clean
+.PHONY: help install up test lint format typecheck docs check bench clean
 
 help:
 	@echo "make up         install, migrate, start web, worker, beat and the example services"
@@ -35,7 +36,8 @@ help:
 	@echo "make lint       ruff check and ruff format --check (version, rules: pyproject.toml)"
 	@echo "make format     apply ruff's safe fixes and ruff format"
 	@echo "make typecheck  mypy with django-stubs on durable/ and approvals/"
-	@echo "make check      lint, typecheck and test: what CI runs, in that order"
+	@echo "make docs       build the docs site into site/ (mkdocs --strict: a broken link fails)"
+	@echo "make check      lint, docs, typecheck and test: what CI runs"
 	@echo "make bench      side-by-side benchmarks against DBOS, LangGraph and the commit floor"
 	@echo "make clean      remove var/ (or DURABLE_VAR_DIR: the embedded database, broker, secret key)"
 
@@ -116,7 +118,16 @@ format: install
 typecheck: install
 	$(BIN)/mypy
 
-check: lint typecheck test
+# the docs site (mkdocs.yml): its tools come with the docs extra
+$(DOCS_STAMP): pyproject.toml | $(UV)
+	$(UV) pip install --compile-bytecode --python $(BIN)/python -e '.[docs]'
+	touch $@
+
+# not --quiet: it hides the warnings that --strict counts, and the build then passes
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+check: lint docs typecheck test
 
 # side-by-side benchmarks (bench/README.md): installs the peers (DBOS, LangGraph) into
 # .venv through the bench extra; needs PostgreSQL and Redis (BENCH_ARGS="--quick" for a

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SELF = Path(__file__).resolve()
 
 #: folders that are not the project's files
-SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "var", "build", "dist"}
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "var", "build", "dist", "site"}
 SUFFIXES = {".py", ".md", ".html"}
 
 

@@ -57,13 +57,14 @@ def test_ci_runs_make_test_on_both_configurations():
     assert "pg_isready" in ci and "redis-cli" in ci
 
 
-def test_make_check_gates_lint_and_types_and_ci_gates_lint_and_checks_types_beside():
-    assert {"check", "lint", "format", "typecheck"} <= make_targets()
+def test_make_check_gates_lint_docs_and_types_and_ci_gates_lint_docs_and_checks_types_beside():
+    assert {"check", "lint", "format", "typecheck", "docs"} <= make_targets()
     makefile = read("Makefile")
-    assert re.search(r"^check:\s*lint typecheck test\s*$", makefile, re.MULTILINE)
+    assert re.search(r"^check:\s*lint docs typecheck test\s*$", makefile, re.MULTILINE)
     assert "ruff format --check" in makefile and "$(BIN)/mypy" in makefile
+    assert "mkdocs build --strict" in makefile
     ci = read(".ci/run")
-    gates, suites = ci.index("for gate in lint"), ci.index("run_suite postgres")
+    gates, suites = ci.index("for gate in lint docs"), ci.index("run_suite postgres")
     assert gates < suites  # a lint error stops CI before the long suites
     # the type check runs beside the suites, and its failure fails the run
     assert ci.index("make typecheck >") < suites and "typecheck_rc != 0" in ci
