@@ -3,7 +3,7 @@
 # Both create .venv (python3 -m venv) and install the project into it when pyproject.toml
 # changed since the last install. `make up` uses the embedded default: SQLite and the
 # Celery filesystem:// broker under var/ (or $DURABLE_VAR_DIR). Set DATABASE_URL and
-# CELERY_BROKER_URL to use PostgreSQL and Redis instead (see README.md, "Settings").
+# CELERY_BROKER_URL to use PostgreSQL and Redis instead (see docs/settings.md).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -76,22 +76,26 @@ def test_the_tools_are_pinned_to_exact_versions():
         assert re.search(rf'"{tool}==[0-9][\w.]*"', pyproject), tool
 
 
-def test_readme_quick_start_has_both_commands():
+def test_readme_quick_start_has_both_commands_and_the_readme_stays_short():
     readme = read("README.md")
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert "make up" in quick and "make test" in quick
-    for section in (
-        "## Settings",
-        "## Running in production",
-        "## Management commands",
-        "## Architecture map",
-        "## Waits and approvals",
-        "## Dashboard",
+    assert "## The SDK in ten lines" in readme and "## Architecture map" in readme
+    # what it is, the two commands, the SDK, a picture, links: the rest is in docs/
+    assert len(readme.splitlines()) <= 300, "README.md is over 300 lines: move it to docs/"
+    for page, heading in (
+        ("docs/settings.md", "# Settings"),
+        ("docs/production.md", "# Running in production"),
+        ("docs/production.md", "## Management commands"),
+        ("docs/waits-and-approvals.md", "# Waits and approvals"),
+        ("docs/dashboard.md", "# Dashboard"),
+        ("docs/sdk.md", "# The SDK"),
     ):
-        assert section in readme
+        assert heading in read(page).splitlines(), (page, heading)
+        assert page in readme, f"README.md does not link {page}"
 
 
-def test_readme_lists_every_environment_variable_of_the_settings():
+def test_the_settings_page_lists_every_environment_variable_of_the_settings():
     names = set(
         re.findall(
             r"""environ(?:\.get)?\(\s*["']([A-Z_]+)["']|"""
@@ -102,8 +106,8 @@ def test_readme_lists_every_environment_variable_of_the_settings():
     names = {a or b for a, b in names}
     assert "DATABASE_URL" not in names  # read by dj-database-url
     names |= {"DATABASE_URL"}
-    missing = sorted(n for n in names if f"`{n}`" not in read("README.md"))
-    assert not missing, f"README.md's settings table misses {missing}"
+    missing = sorted(n for n in names if f"`{n}`" not in read("docs/settings.md"))
+    assert not missing, f"docs/settings.md's table misses {missing}"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -20,7 +20,7 @@ from dashboard.bodylimit import BodySizeLimitMiddleware
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: the README's production configuration ("Running in production"), minus the services
+#: the production configuration of docs/production.md, minus the services
 PRODUCTION_ENV = {
     "DJANGO_HTTPS": "true",
     "DJANGO_SECRET_KEY": "x7Jq9-k2Lp3Vw8Zr4Nt6Yb1Hc5Fd0Gs_Em-Ua7Qo2Ri9Xe3Wn6Tv8Kj4Pl1Mz5By0C",
