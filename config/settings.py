@@ -223,7 +223,15 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ]
         },
-    }
+    },
+    {
+        # the dashboard's hot partials (its jinja2/ folder: the tables that grow with the
+        # data), called from its pages by the {% load dashboard_rows %} tags
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "NAME": "jinja2",
+        "APP_DIRS": True,
+        "OPTIONS": {"environment": "dashboard.jinja_env.environment"},
+    },
 ]
 WSGI_APPLICATION = "config.wsgi.application"
 ASGI_APPLICATION = "config.asgi.application"

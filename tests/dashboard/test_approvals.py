@@ -194,6 +194,6 @@ def test_a_refused_form_keeps_what_was_typed(approver_client):
     assert response.status_code == 422
     card = response.content.decode().split(f'id="approval-{req.pk}"', 1)[1].split("</article>")[0]
     assert ">my &lt;note&gt;</textarea>" in card
-    assert "{&quot;to&quot;: &quot;x@example.com&quot;,</textarea>" in card
+    assert "{&#34;to&#34;: &#34;x@example.com&#34;,</textarea>" in card  # Jinja2 escapes " as &#34;
     assert 'aria-invalid="true"' in card and "not valid JSON" in card
     assert '<details class="edit-params" id="edit-' in card and " open>" in card

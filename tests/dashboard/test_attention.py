@@ -30,7 +30,7 @@ def test_page_lists_unknown_outcomes_and_failed_runs(operator_client):
     assert "dash.send_money" in card and op.idempotency_key in card and "unsafe write" in card
     assert "timed out after the request was sent" in card
     assert "It happened</button>" in card and "It did not happen — retry</button>" in card
-    assert "Abort the run</button>" in card and "&quot;amount&quot;: 5" in card
+    assert "Abort the run</button>" in card and "&#34;amount&#34;: 5" in card
     failed_row = page.split(f"/runs/{failed.id}/", 1)[1].split("</tr>", 1)[0]
     assert "cannot do it: nope" in failed_row
     assert "Resume</button>" in failed_row and "Compensate</button>" in failed_row

@@ -1,21 +1,28 @@
-# ruff: noqa: E501  (the reference template keeps its long lines)
-"""The runs table's rows rendered in Python (dashboard.rows) are the HTML the template
-rendered, byte for byte, for every kind of row."""
+"""The dashboard's hot partials (dashboard/jinja2/dashboard/rows/, rendered by the
+``{% load dashboard_rows %}`` tags): every kind of row shows what it holds, in the
+current time zone, with every value that comes from a run escaped."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.template import engines
+from django.urls import reverse
 from django.utils import timezone
 
 import durable
 from dashboard import selectors
-from dashboard.rows import runs_rows
-from dashboard.step_rows import step_rows
+from dashboard.templatetags.dashboard_rows import (
+    approval_items,
+    event_rows,
+    failed_rows,
+    options,
+    payload,
+    runs_rows,
+    step_rows,
+)
 from durable.models import Operation, Run, RunStatus, TraceEvent, Wait
 from durable.queries.runs import RunFilters, runs_page
 from durable.testing import drive
@@ -23,47 +30,14 @@ from tests.dashboard import dash_workflows as dw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-#: the runs table's rows as templates/dashboard/runs.html had them (the reference)
-TEMPLATE_ROWS = """{% load dashboard_tags %}
-        {% for row in page.rows %}{% with run=row.run %}
-        <tr{% if row.needs_attention %} class="needs-attention"{% endif %}>
-          <td data-label="Status">
-            <span class="badge status-{{ run.status }}">{{ run.get_status_display }}</span>
-            {% if run.attention %}<span class="badge badge-warn" title="A write's outcome is unknown">unknown outcome</span>{% endif %}
-          </td>
-          <td data-label="Run">
-            <a class="mono run-link" href="{% url 'dashboard:run' run.id %}" title="{{ run.id }}">{{ run.id|short_id }}</a>
-            {% for tag in run.tags %}<span class="tag">{{ tag }}</span>{% endfor %}
-          </td>
-          <td data-label="Workflow">{{ run.workflow_name }}<span class="muted">@{{ run.workflow_version }}</span></td>
-          <td data-label="Started">
-            {% with when=run.started_at|default:run.created_at %}
-            <time datetime="{{ when|date:'c' }}" title="{{ when|date:'Y-m-d H:i:s T' }}">{{ when|ago }}</time>
-            {% endwith %}
-            {% if run.started_by_name or run.started_by %}<span class="muted">by {{ run.starter_label }}</span>{% endif %}
-          </td>
-          <td data-label="Duration">{{ row.duration|duration }}</td>
-          <td data-label="Steps" class="num">{{ run.steps_executed }}</td>
-          <td data-label="Waiting on">
-            {% if row.current_wait %}
-              <span class="wait-kind">{{ row.current_wait.get_kind_display }}</span>
-              {{ row.current_wait.title|default:row.current_wait.key|truncatechars:60 }}
-              <span class="muted">for {{ row.current_wait.created_at|since }}</span>
-            {% else %}<span class="muted">—</span>{% endif %}
-          </td>
-        </tr>
-        {% endwith %}{% empty %}
-        <tr><td colspan="7" class="empty">No runs match these filters.</td></tr>
-        {% endfor %}
-"""
+
+def no_raw_markup(html: str, *texts: str) -> None:
+    """None of ``texts`` (hostile values the test stored) reaches the HTML unescaped."""
+    for text in texts:
+        assert text not in html, text
 
 
-def reference(rows) -> str:
-    template = engines["django"].from_string(TEMPLATE_ROWS)
-    return template.render({"page": {"rows": rows}})
-
-
-def test_rows_are_the_templates_html():
+def test_runs_rows_show_every_kind_of_run_escaped_in_the_current_time_zone():
     now = timezone.now()
     otto = User.objects.create_user("otto<b>")
 
@@ -113,29 +87,27 @@ def test_rows_are_the_templates_html():
     page = runs_page(RunFilters(), now=now)
     assert len(page.rows) == 7
     assert any(row.needs_attention for row in page.rows)
-    assert any(getattr(row.run, "attention", False) for row in page.rows)
-    expected = reference(page.rows)
-    got = str(runs_rows(page.rows))
-    # the template's loop adds the same indentation before the first row
-    assert "        " + got + "\n" == expected.split("\n", 1)[1]
-    assert "&lt;b&gt;bold&lt;/b&gt;" in got and "<b>" not in got
+    html = str(runs_rows(page.rows))
+    assert html.count("<tr") == 7 and html.count("</tr>") == 7
+    assert html.count(' class="needs-attention"') == sum(r.needs_attention for r in page.rows)
+    assert ">unknown outcome</span>" in html
+    assert f'href="{reverse("dashboard:run", args=["tagged.run_1"])}"' in html
+    assert '<span class="tag">&lt;b&gt;bold&lt;/b&gt;</span>' in html
+    assert '<span class="tag">7</span>' in html and "it&#39;s" in html
+    assert "@2&amp;3</span>" in html and "by otto&lt;b&gt;</span>" in html
+    assert ">3f2a9c1e…</a>" in html and ">" + "a" * 31 + "…</a>" in html
+    assert "Approve the &lt;refund&gt; of a very long title that goes on and …" in html
+    assert "go&amp;stop" in html and ">Waiting for a signal<" not in html
+    assert html.count('<span class="muted">—</span>') == 5  # five runs wait on nothing
+    no_raw_markup(html, "<b>", "<refund>", "otto<b>", "2&3", "go&stop")
     with timezone.override("America/New_York"):  # times shown in the current time zone
-        assert (
-            "        " + str(runs_rows(page.rows)) + "\n" == reference(page.rows).split("\n", 1)[1]
-        )
-        assert "-05:00" in reference(page.rows) or "-04:00" in reference(page.rows)
+        local = str(runs_rows(page.rows))
+    assert re.search(r'datetime="[^"]+-0[45]:00"', local)
+    assert re.search(r'title="[^"]+ E[SD]T"', local)
 
 
 def test_no_rows_no_html():
-    assert str(runs_rows([])) == ""
-
-
-STEP_TEMPLATE = (Path(__file__).parent / "reference" / "step.html").read_text()
-
-
-def step_reference(rows, run) -> str:
-    template = engines["django"].from_string(STEP_TEMPLATE)
-    return "".join(template.render({"row": row, "run": run}) for row in rows)
+    assert str(runs_rows([])).strip() == ""
 
 
 @pytest.fixture
@@ -154,28 +126,44 @@ def step_runs(operator):
     return runs
 
 
-def test_step_rows_are_the_templates_html(step_runs):
-    """Every kind of step (plain, failed, retried with attempts, with an operation of
-    unknown outcome, retrying, waiting for an approval) renders as _step.html did."""
+def test_step_rows_show_every_kind_of_step(step_runs):
+    """Plain, failed, retried with attempts, with an operation of unknown outcome, retrying,
+    waiting for an approval, parallel calls: each shows what it holds, escaped."""
     seen = set()
     for run in step_runs:
         detail = selectors.run_detail(run)
         rows = detail.steps + detail.tail
-        assert str(step_rows(rows, run)) == step_reference(rows, run)
+        html = str(step_rows(rows, run))
+        assert html.count('<li class="step step-') == len(rows)
         for row in rows:
-            seen.add(row.step.status)
-            seen.update(
-                name
-                for name, present in (
-                    ("attempts", row.attempts),
-                    ("operation", row.operation),
-                    ("error", row.step.error),
-                    ("safety", row.safety),
-                    ("group", row.group),
-                )
-                if present
-            )
+            s = row.step
+            item = html.split(f'id="step-{s.pk}"', 1)[1].split('<li class="step ', 1)[0]
+            assert f'<span class="mono step-id">{s.step_id}</span>' in item
+            assert f'<span class="badge status-{s.status}">{s.get_status_display()}</span>' in item
+            seen.add(s.status)
+            if row.attempts:
+                seen.add("attempts")
+                assert f'id="attempts-{s.pk}"' in item
+                assert item.count("<strong>Attempt ") == len(row.attempts)
+            if row.operation:
+                seen.add("operation")
+                assert f"<code>{row.operation.idempotency_key}</code>" in item
+                assert row.operation.get_status_display() in item
+            if s.error:
+                seen.add("error")
+                assert f'<span class="mono">{s.error["type"]}</span>' in item
+            if row.safety:
+                seen.add("safety")
+                assert f'class="safety safety-{row.safety}"' in item
+            if row.group:
+                seen.add("group")
+            for kind, p in (("step-input", row.input), ("step-output", row.output)):
+                link = reverse("dashboard:payload", args=[run.id, kind, s.pk])
+                assert (f'hx-get="{link}"' in item) is not p.empty
     assert {"attempts", "operation", "error", "safety", "group", "failed", "succeeded"} <= seen
+    failed = step_runs[1]
+    html = str(step_rows(selectors.run_detail(failed).steps, failed))
+    assert "card &lt;declined&gt;" in html and "<declined>" not in html
 
 
 def test_a_parallel_groups_calls_are_marked_with_the_group_and_its_size(step_runs):
@@ -203,8 +191,10 @@ def test_step_rows_name_an_operations_other_owner(step_runs):
     rows = detail.steps + detail.tail
     assert any(row.operation for row in rows)
     html = str(step_rows(rows, transfer))
-    assert html == step_reference(rows, transfer)
     assert "compensating this run leaves it" in html and "x&lt;1&gt;" in html
+    assert " · 2 calls" in html and " · happened (otto)" in html
+    assert f'href="{reverse("dashboard:run", args=[other.id])}"' in html
+    no_raw_markup(html, "x<1>")
 
 
 @pytest.fixture
@@ -234,97 +224,76 @@ def inbox_requests(approver):
     return requests
 
 
-def test_approval_items_are_the_templates_html(inbox_requests, approver):
-    from dashboard.approval_items import _plain, approval_items
-
+def test_approval_items_show_every_kind_of_request(inbox_requests, approver):
     items, _total = selectors.inbox(approver)
     assert len(items) == 6
-    assert [_plain(i, None) for i in items] == [True] * 5 + [False]
-    template = engines["django"].from_string(
-        (Path(__file__).parents[2] / "dashboard/templates/dashboard/_approval.html").read_text()
-    )
-    expected = "".join(
-        "\n  "
-        + template.render(
-            {"item": i, "r": i.request, "refused": None, "csrf_token": "t<k>"}
-        ).strip()
-        + "\n  "
-        for i in items
-    )
-    got = str(approval_items(items, None, "t<k>"))
-    assert got == expected
-    assert got.count('name="csrfmiddlewaretoken" value="t&lt;k&gt;"') == 6
-    assert "is-expired" in got and "Show all" in got and "finance &lt;team&gt;" in got
-    assert "Edit the parameters" in got  # the tool's request took the template's path
+    html = str(approval_items(items, None, "t<k>"))
+    assert html.count("<article ") == 6 and html.count("</article>") == 6
+    assert html.count('name="csrfmiddlewaretoken" value="t&lt;k&gt;"') == 6
+    assert "is-expired" in html and "Show all" in html and "finance &lt;team&gt;" in html
+    assert "Approve &lt;this&gt; &amp; &#39;that&#39;" in html
+    assert "1 of 2 approvals so far" in html or "0 of 2 approvals so far" in html
+    assert "Edit the parameters" in html  # the tool's request lets the approver edit
+    assert '<span class="safety safety-unsafe_write">unsafe write</span>' in html
+    for item in items:
+        decide = reverse("dashboard:decide", args=[item.request.pk])
+        assert html.count(f'hx-post="{decide}"') == 1
+    no_raw_markup(html, "t<k>", "<this>", "finance <team>", '"note": "<b>"')
 
 
-EVENTS_TEMPLATE = """{% load dashboard_tags %}
-      {% for e in detail.events %}
-        <tr>
-          <td data-label="Time" class="nowrap"><time datetime="{{ e.created_at|date:'c' }}" title="{{ e.created_at|date:'Y-m-d H:i:s.u' }}">{{ e.created_at|date:"H:i:s" }}</time></td>
-          <td data-label="Event"><span class="event-kind">{{ e.kind }}</span></td>
-          <td data-label="Step" class="mono">{{ e.step_id }}</td>
-          <td data-label="By" class="nowrap">{{ e.actor }}</td>
-          <td data-label="Message">{{ e.message }}{% with extra=e.data|compact_json %}{% if extra %} <span class="muted event-data">{{ extra }}</span>{% endif %}{% endwith %}</td>
-        </tr>
-      {% endfor %}
-"""
+def test_a_refused_decision_shows_its_form_again_with_its_errors(inbox_requests, approver):
+    items, _total = selectors.inbox(approver)
+    tool = items[-1].request
+    refused = {
+        "key": f"approval-{tool.pk}",
+        "data": {"comment": "why <not>", "edited": '{"to": "<x>"}'},
+        "errors": {"comment": ["Say why."]},
+        "arg_errors": [{"field": "to", "messages": ["not an <email>"]}],
+    }
+    html = str(approval_items(items, refused, "tok"))
+    article = html.split(f'id="approval-{tool.pk}"', 1)[1].split("</article>", 1)[0]
+    assert "why &lt;not&gt;</textarea>" in article and 'aria-invalid="true"' in article
+    assert "Say why." in article and "not an &lt;email&gt;" in article
+    assert '<details class="edit-params" id="edit-' in article and " open>" in article
+    others = html.split(f'id="approval-{tool.pk}"', 1)[0]
+    assert "Say why." not in others and "aria-invalid" not in others
+    no_raw_markup(html, "<not>", "<x>", "<email>")
 
 
-def test_event_rows_and_fork_options_are_the_templates_html(step_runs):
-    from dashboard.rows import event_rows, options
-
+def test_event_rows_and_fork_options_escape_what_they_show(step_runs):
     run = step_runs[4]
     TraceEvent.objects.create(
         run=run, kind="note", step_id="<s>", message="a & b", actor="x<y>", data={"k": "<v>"}
     )
     events = list(TraceEvent.objects.filter(run=run).order_by("id"))
     assert len(events) > 3
-    for zone in ("UTC", "Asia/Kolkata"):
-        with timezone.override(zone):
-            expected = (
-                engines["django"]
-                .from_string(EVENTS_TEMPLATE)
-                .render({"detail": {"events": events}})
-            )
-            assert "      " + str(event_rows(events)) + "\n" == expected.split("\n", 1)[1]
-    ids = ["call", "call#2", "<b>&'\""]
-    reference = engines["django"].from_string(
-        '{% for step_id in ids %}<option value="{{ step_id }}">{{ step_id }}</option>{% endfor %}'
+    html = str(event_rows(events))
+    assert html.count("<tr>") == len(events)
+    assert '<td data-label="Step" class="mono">&lt;s&gt;</td>' in html
+    assert "a &amp; b" in html and "x&lt;y&gt;" in html
+    assert '<span class="muted event-data">{&#34;k&#34;: &#34;&lt;v&gt;&#34;}</span>' in html
+    no_raw_markup(html, "<s>", "<v>", "x<y>")
+    with timezone.override("Asia/Kolkata"):
+        assert "+05:30" in str(event_rows(events))
+    got = str(options(["call", "call#2", "<b>&'\""]))
+    assert got == (
+        '<option value="call">call</option><option value="call#2">call#2</option>'
+        '<option value="&lt;b&gt;&amp;&#39;&#34;">&lt;b&gt;&amp;&#39;&#34;</option>'
     )
-    assert str(options(ids)) == reference.render({"ids": ids})
 
 
-FAILED_TEMPLATE = """{% load dashboard_tags %}
-      {% for run in failed %}
-        <tr>
-          <td data-label="Run"><a class="mono" href="{% url 'dashboard:run' run.id %}">{{ run.id|short_id }}</a> <span class="badge status-{{ run.status }}">{{ run.get_status_display }}</span></td>
-          <td data-label="Workflow">{{ run.workflow_name }}<span class="muted">@{{ run.workflow_version }}</span></td>
-          <td data-label="Failed">{% if run.finished_at %}<time datetime="{{ run.finished_at|date:'c' }}" title="{{ run.finished_at|date:'Y-m-d H:i:s T' }}">{{ run.finished_at|ago }}</time>{% endif %}</td>
-          <td data-label="Error"><span class="mono">{{ run.error.type|default:run.error_type }}</span>{% if run.error.message %}: {{ run.error.message|truncatechars:200 }}{% endif %}</td>
-          {% if may_operate %}
-          <td data-label="Decide" class="row-actions">
-            {% if run.status == "failed" %}
-            <form method="post" action="{% url 'dashboard:run_action' run.id 'resume' %}" hx-post="{% url 'dashboard:run_action' run.id 'resume' %}" hx-target="#attention" hx-swap="outerHTML" hx-confirm="Resume run {{ run.id }}? Completed steps replay and the failed step runs again.">
-              {% csrf_token %}<input type="hidden" name="return_to" value="attention">
-              <button type="submit" class="btn small primary">Resume</button>
-            </form>
-            {% endif %}
-            <form method="post" action="{% url 'dashboard:run_action' run.id 'compensate' %}" hx-post="{% url 'dashboard:run_action' run.id 'compensate' %}" hx-target="#attention" hx-swap="outerHTML" hx-confirm="Compensate run {{ run.id }}? Its completed writes are undone, newest first.">
-              {% csrf_token %}<input type="hidden" name="return_to" value="attention">
-              <button type="submit" class="btn small warn">Compensate</button>
-            </form>
-          </td>
-          {% endif %}
-        </tr>
-      {% endfor %}
-"""
+def test_a_payload_is_cut_with_a_link_to_all_of_it():
+    p = selectors.Payload(text="<x>" * 10, size=50_000, truncated=True, empty=False)
+    html = str(payload(p, "step-input", 7, "run-1"))
+    link = reverse("dashboard:payload", args=["run-1", "step-input", 7])
+    assert f'hx-get="{link}"' in html and "&lt;x&gt;" in html and "<x>" not in html
+    assert "Showing the first 30 characters of 50 k characters." in html
+    empty = selectors.Payload(text="", size=0, truncated=False, empty=True)
+    assert str(payload(empty, "step-input", 7, "run-1")) == '<p class="muted">—</p>'
 
 
 @pytest.mark.parametrize("may_operate", [True, False])
-def test_failed_rows_are_the_templates_html(may_operate):
-    from dashboard.rows import failed_rows
-
+def test_failed_rows_offer_what_an_operator_may_do(may_operate):
     now = timezone.now()
     common = dict(workflow_name="dash.<echo>", workflow_version="1", input="{}", input_hash="h")
     Run.objects.create(
@@ -343,8 +312,11 @@ def test_failed_rows_are_the_templates_html(may_operate):
     )
     runs = selectors.failed_runs()
     assert len(runs) == 3
-    context = {"failed": runs, "may_operate": may_operate, "csrf_token": "tok"}
-    expected = engines["django"].from_string(FAILED_TEMPLATE).render(context)
-    got = str(failed_rows(runs, may_operate, "tok"))
-    assert "      " + got + "\n" == expected.split("\n", 1)[1]
-    assert ("Compensate</button>" in got) is may_operate
+    html = str(failed_rows(runs, may_operate, "tok"))
+    assert html.count("<tr>") == 3
+    assert ("Compensate</button>" in html) is may_operate
+    assert html.count("Resume</button>") == (2 if may_operate else 0)  # not the compensation
+    assert html.count('value="tok"') == (5 if may_operate else 0)
+    assert "HTTP &lt;403&gt; " in html and "x" * 188 + "…</td>" in html  # cut at 200 characters
+    assert '<span class="mono">Boom</span>' in html and "dash.&lt;echo&gt;" in html
+    no_raw_markup(html, "<403>", "<echo>")
