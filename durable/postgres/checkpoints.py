@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 from django.db.models import Field
 
-from durable.models import Operation, Run, Step, StepStatus, TraceEvent
+from durable.models import Operation, Run, Step, TraceEvent
 from durable.observability import metrics
+from durable.postgres import rows
 from durable.values.fields import storable_json
-
-if TYPE_CHECKING:
-    from durable.runtime.replay import StepCall
 
 _SQL: dict[str, str] = {}
 
@@ -36,25 +34,20 @@ def checkpoint_in_one_statement(
     token: str,
     status: str,
     worker_id: str,
-    call: StepCall,
-    output: str,
-    error: dict[str, Any] | None,
-    attempt: int,
-    budget_base: int,
-    started_at: datetime,
-    now: datetime,
+    step: Step,
     tokens: int,
     event_data: dict[str, Any],
     operation: tuple[int, dict[str, Any]] | None = None,
 ) -> Step | None:
     """The fenced run update, the step and its event in one statement.
 
+    ``step``: the unsaved step row, as the ORM path (``Checkpoints.save_step_txn``) would
+    create it; every column of it is written (:mod:`durable.postgres.rows`).
     ``operation``: ``(pk, {column: value})`` of a write's operation row, updated in the
     same statement (its result). One round trip and one commit, no ORM work. Returns
-    the step written, or None -- having written nothing -- when the fence does not hold
-    (lease lost, run cancelled).
+    ``step`` with its pk, or None -- having written nothing -- when the fence does not
+    hold (lease lost, run cancelled).
     """
-    sid, pos = call.step_id, call.position
     sql = _checkpoint_sql()
     op_params: list[Any] = []
     if operation is not None:
@@ -62,26 +55,16 @@ def checkpoint_in_one_statement(
         names = sorted(fields)
         sql = _SQL.get(f"op:{names}") or _SQL.setdefault(f"op:{names}", _with_operation(sql, names))
         op_params = [_prep(Operation, n, fields[n]) for n in names] + [pk]
+    now = step.finished_at
     params: list[Any] = [
         now,
-        pos + 1,
+        step.position + 1,
         tokens,
         run_id,
         token,
         status,
-        sid,
-        pos,
-        call.kind,
-        call.tool_name,
-        StepStatus.SUCCEEDED,
-        call.input_text,
-        output,
-        json.dumps(storable_json(error)) if error is not None else None,
-        attempt,
-        budget_base,
-        started_at,
-        now,
-        sid,
+        *rows.values(step),
+        step.step_id,
         json.dumps(storable_json(event_data)),
         worker_id,
         now,
@@ -92,23 +75,10 @@ def checkpoint_in_one_statement(
         row = cursor.fetchone()
     if row is None:
         return None
-    metrics.STEPS_EXECUTED.labels(kind=call.kind or "step").inc()
-    return Step(
-        pk=row[0],
-        run_id=run_id,
-        step_id=sid,
-        position=pos,
-        kind=call.kind,
-        tool_name=call.tool_name,
-        status=StepStatus.SUCCEEDED,
-        input=call.input_text,
-        output=output,
-        error=error,
-        attempts=attempt,
-        budget_base=budget_base,
-        started_at=started_at,
-        finished_at=now,
-    )
+    metrics.STEPS_EXECUTED.labels(kind=step.kind or "step").inc()
+    step.pk = row[0]
+    step._state.adding = False
+    return step
 
 
 def _checkpoint_sql() -> str:
@@ -124,11 +94,8 @@ def _checkpoint_sql() -> str:
              WHERE id = %s AND lease_token = %s AND status = %s
          RETURNING id),
         s AS (
-            INSERT INTO {step_table} (run_id, step_id, position, kind, tool_name, status,
-                   input, output, error, attempts, budget_base, next_attempt_at,
-                   started_at, finished_at, replay_count)
-            SELECT r.id, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, NULL, %s, %s, 0
-              FROM r
+            INSERT INTO {step_table} ({rows.columns(Step)})
+            SELECT {rows.typed_marks(Step)} FROM r
          RETURNING id),
         e AS (
             INSERT INTO {event_table} (run_id, kind, step_id, message, data, actor,
@@ -172,12 +139,11 @@ def started_in_one_statement(
     when the fence does not hold (lease lost, run cancelled or stopped).
     """
     # every column but the id, as Operation.objects.create would write them
-    fields = [f for f in Operation._meta.concrete_fields if not f.primary_key]
     if "started" not in _SQL:
         run_table = Run._meta.db_table
         table = Operation._meta.db_table
-        columns = ", ".join(f.column for f in fields)
-        marks = ", ".join(["%s"] * len(fields))
+        columns = rows.columns(Operation)
+        marks = rows.typed_marks(Operation)
         _SQL["started"] = f"""
         WITH r AS (
             UPDATE {run_table} SET updated_at = %s, cursor_position = %s
@@ -189,7 +155,7 @@ def started_in_one_statement(
          RETURNING id)
         SELECT (SELECT id FROM r), (SELECT id FROM o)"""  # noqa: S608
     params: list[Any] = [now, position, run_id, token, status]
-    params += [f.get_db_prep_save(getattr(op, f.attname), connection) for f in fields]
+    params += rows.values(op)
     with connection.cursor() as cursor:
         cursor.execute(_SQL["started"], params)
         fenced, pk = cursor.fetchone()

@@ -281,23 +281,24 @@ class Checkpoints(ReplayCursor):
             )
             raise AssertionError("unreachable") from None
         now = timezone.now()
+        # the step's row: the ORM path saves these fields, the one-statement path writes
+        # an unsaved Step of them (durable/postgres/rows.py: the same columns)
+        step_fields: dict[str, Any] = {
+            "step_id": sid,
+            "kind": kind,
+            "tool_name": call.tool_name,
+            "status": StepStatus.SUCCEEDED,
+            "input": call.input_text,
+            "output": output,
+            "error": error,
+            "attempts": attempt,
+            "next_attempt_at": None,
+            "started_at": started_at,
+            "finished_at": now,
+        }
 
         def work() -> None:
-            step = self.save_step_txn(
-                rec,
-                pos,
-                step_id=sid,
-                kind=kind,
-                tool_name=call.tool_name,
-                status=StepStatus.SUCCEEDED,
-                input=call.input_text,
-                output=output,
-                error=error,
-                attempts=attempt,
-                next_attempt_at=None,
-                started_at=started_at,
-                finished_at=now,
-            )
+            step = self.save_step_txn(rec, pos, **step_fields)
             self.flush_lost_txn(step)
             if ledger is not None:
                 ledger.succeeded_txn(value, output)
@@ -338,13 +339,12 @@ class Checkpoints(ReplayCursor):
                 token=self.token,
                 status=self.status,
                 worker_id=self.worker_id,
-                call=call,
-                output=output,
-                error=error,
-                attempt=attempt,
-                budget_base=self.budget_base.get(pos, 0),
-                started_at=started_at,
-                now=now,
+                step=Step(
+                    run_id=self.run_id,
+                    position=pos,
+                    budget_base=self.budget_base.get(pos, 0),
+                    **step_fields,
+                ),
                 tokens=tokens,
                 event_data=event_data,
                 operation=ledger.success_update(value, output) if ledger is not None else None,

@@ -68,8 +68,11 @@ def _written(run_id: str) -> dict[str, Any]:
         "run": {name: getattr(run, name) for name in RUN_FIELDS},
         "times": [run.started_at is not None, run.finished_at is not None],
         "events": [(e.kind, e.step_id, e.message, _untimed(e.data), e.actor) for e in events],
+        # every column of the step but its id, run and times: the one-statement path
+        # writes the model's columns (durable/postgres/rows.py), so a new one shows here
         "steps": [
-            (s.step_id, s.position, s.kind, s.tool_name, s.status, s.input, s.output, s.attempts)
+            {f.attname: getattr(s, f.attname) for f in Step._meta.concrete_fields}
+            | {"id": None, "run_id": None, "started_at": None, "finished_at": None}
             for s in steps
         ],
         "operations": [
