@@ -30,7 +30,11 @@ def columns(model: type[Model]) -> str:
 def typed_marks(model: type[Model]) -> str:
     """``"%s::varchar(255), %s::integer, ..."``: a typed placeholder a column (a ``VALUES``
     list or a ``SELECT`` gives PostgreSQL no column to infer the type from)."""
-    return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in insert_fields(model))
+    # Field.cast_db_type (what Cast() uses) is missing from django-stubs
+    return ", ".join(
+        f"%s::{f.cast_db_type(connection)}"  # type: ignore[attr-defined]
+        for f in insert_fields(model)
+    )
 
 
 def values(instance: Model) -> list[Any]:
