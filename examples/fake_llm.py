@@ -376,7 +376,9 @@ class FakeLLM:
         self.lock = threading.Lock()
         self.seen: dict[str, int] = {}
         self.queued: list[dict[str, Any]] = []
-        self.log: list[dict[str, Any]] = []
+        self.log: list[dict[str, Any]] = []  #: answered requests, as each ended
+        #: requests as they arrived (the same entries), answered or still in flight
+        self.received: list[dict[str, Any]] = []
         self.router = Router()
         r = self.router
         r.route("GET", "/health")(lambda req: Response(200, {"ok": True}))
@@ -419,6 +421,8 @@ class FakeLLM:
             "status": 200,
             "fault": "",
         }
+        with self.lock:
+            self.received.append(entry)
         response = self._fault(req, conv, n, entry)
         if response is None:
             response = self._answer(conv, fp)
@@ -578,6 +582,7 @@ class FakeLLM:
             self.queued.clear()
             self.seen.clear()
             self.log.clear()
+            self.received.clear()
         return Response(200, {"reset": True})
 
 

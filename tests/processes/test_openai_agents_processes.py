@@ -9,7 +9,6 @@ again (it never finished); every one that finished runs exactly once.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -39,6 +38,11 @@ TOOLS = Counter({"lookup_order": 1, "refund_order": 1})
 
 def tools_run() -> Counter:
     return Counter(c["name"] for c in pa.calls())
+
+
+def received(llm) -> int:
+    """The refunds desk's model requests that reached the server, answered or not."""
+    return sum(1 for e in llm.received if e["script"] == "refund-desk")
 
 
 def answered(llm) -> int:
@@ -74,13 +78,14 @@ def test_killed_during_a_model_request(workers, proc_env, scripted_llm):
         30,
         what="the handoff",
     )
-    time.sleep(1.0)
+    wait_until(lambda: received(scripted_llm) == 2, 30, what="the refunds' request")
     assert answered(scripted_llm) == 1  # the triage's; the refunds' is in flight
     first.kill()
     workers.start(wait=True, **WORKER_ENV)
     approve_and_finish(run.id)
-    time.sleep(2.5)  # the killed request is answered into the void meanwhile
-    assert answered(scripted_llm) == 4 + 1  # four model calls, one of them twice
+    # the killed request is answered into the void meanwhile (its 3 s end)
+    wait_until(lambda: answered(scripted_llm) == 4 + 1, 30, what="the killed request's end")
+    assert received(scripted_llm) == 4 + 1  # four model calls, one of them twice
     assert tools_run() == TOOLS
 
 
