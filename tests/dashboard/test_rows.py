@@ -135,6 +135,8 @@ def test_step_rows_show_every_kind_of_step(step_runs):
         rows = detail.steps + detail.tail
         html = str(step_rows(rows, run))
         assert html.count('<li class="step step-') == len(rows)
+        # the newline after a tag is the space between inline parts, as in Django's
+        assert "</span><span" not in html and "ms·" not in html
         for row in rows:
             s = row.step
             item = html.split(f'id="step-{s.pk}"', 1)[1].split('<li class="step ', 1)[0]
