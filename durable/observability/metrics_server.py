@@ -22,7 +22,7 @@ scrape, with prometheus_client's own server (``start_http_server``, a daemon thr
   gauges' files removed (``multiprocess.mark_process_dead``), whether or not the port
   is set.
 - The state read from the database (``durable_runs``, waits, approvals, the broker's
-  queue: :class:`durable.observability.metrics.StateCollector`) is *not* served here: it is the same
+  queue: :class:`durable.observability.scrape.StateCollector`) is *not* served here: it is the same
   whichever process answers, ``GET /metrics`` on the web serves it, and every worker
   repeating it would multiply the series (``sum()`` over them counts each run once per
   worker) and the scrape-time queries.

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 
 from durable import conf
-from durable.observability import metrics
+from durable.observability import scrape
 
 
 def _bearer_ok(request: HttpRequest) -> bool:
@@ -43,5 +43,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
                 status=403,
                 content_type="text/plain",
             )
-    body, content_type = metrics.exposition()
+    body, content_type = scrape.exposition()
     return HttpResponse(body, content_type=content_type)

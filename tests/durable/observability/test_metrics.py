@@ -13,6 +13,7 @@ import durable
 from durable.exceptions import LeaseLost
 from durable.models import Run, RunStatus
 from durable.observability import metrics
+from durable.observability.scrape import broker_queue_depths
 from durable.testing import drive
 from tests import waits_workflows  # noqa: F401  (registers tests.approval)
 from tests.durable import cli_workflows as cw
@@ -128,6 +129,6 @@ def test_the_scrape_shows_runs_waits_approvals_unknown_writes_and_the_queue(sett
 
 
 def test_the_queue_depth_of_the_configured_broker_is_read():
-    depths = metrics.broker_queue_depths()
+    depths = broker_queue_depths()
     assert set(depths) <= {"celery"}
     assert all(isinstance(n, int) and n >= 0 for n in depths.values())
