@@ -5,8 +5,7 @@ is recorded returns it without executing (replay); the first unrecorded call exe
 and its result is committed as a checkpoint before the workflow goes on. Every write
 checks the lease token, so a worker that lost its lease records nothing.
 :class:`WorkflowContext` is the SDK face only; the engine's state and writes live in one
-private :class:`Execution` (``replay.py``, ``checkpoint.py``, ``attempts.py``,
-``ledger.py``, the parking half of ``waits.py`` and ``children.py``).
+private :class:`~durable.runtime.execution.Execution`, composed of parts held as fields.
 """
 
 from __future__ import annotations
@@ -23,35 +22,15 @@ from durable.limits import llm_limits
 from durable.models import StepKind, WaitKind
 from durable.retry import RetryPolicy
 from durable.runtime import steps as tool_calls
-from durable.runtime.attempts import LLM_POLICY, Attempts
-from durable.runtime.batching import StepBatch, resolve
-from durable.runtime.children import ChildRuns
+from durable.runtime.attempts import LLM_POLICY
+from durable.runtime.batching import resolve
 from durable.runtime.failures import db_faults_stop_the_execution
 from durable.types import ChildHandle, Decision, ModelRecoverable
 from durable.values.redaction import redact_text
-from durable.vocabulary import Durability
 
 if TYPE_CHECKING:
     from durable.calls import Call
-
-
-class Execution(Attempts, ChildRuns):
-    """One execution of a run by this worker, under one lease (engine use only).
-
-    Holds the run row, the lease token, the recorded steps and the replay cursor, and
-    writes every checkpoint. The engine creates it and hands the workflow its
-    :attr:`context`; compensation and the engine use its methods, never the context's.
-    """
-
-    def __init__(self, **state: Any) -> None:
-        super().__init__(**state)
-        self.batch = StepBatch()
-        #: the workflow's ``ctx`` over this execution
-        self.context = WorkflowContext(self)
-
-    def workflow_durability(self) -> str:
-        """The workflow's default durability (a compensation's: sync)."""
-        return self.spec.durability if self.spec is not None else Durability.SYNC
+    from durable.runtime.execution import Execution
 
 
 class WorkflowContext:
@@ -62,14 +41,14 @@ class WorkflowContext:
 
     def __init__(self, execution: Execution) -> None:
         self._execution = execution
-        self.run_id: str = execution.run_id
-        self.workflow_name = execution.run.workflow_name
-        self.workflow_version = execution.run.workflow_version
+        self.run_id: str = execution.cursor.run_id
+        self.workflow_name = execution.cursor.run.workflow_name
+        self.workflow_version = execution.cursor.run.workflow_version
 
     @property
     def is_replaying(self) -> bool:
         """True while the workflow is re-running through recorded calls."""
-        return self._execution.is_replaying
+        return self._execution.cursor.is_replaying
 
     @db_faults_stop_the_execution
     def step(
@@ -103,10 +82,10 @@ class WorkflowContext:
         base = tool_calls.step_base(step_id, fn)
         mode = resolve(durability, None, where=f"ctx.step({base!r}, durability=...)")
         timeout, invalid = _checked(timeout, call=f"ctx.step({base!r}, timeout=...)", positive=True)
-        call = ex.next_call(base, kind=StepKind.STEP)
+        call = ex.cursor.next_call(base, kind=StepKind.STEP)
         if call.succeeded:
             assert call.recorded is not None
-            return ex.replay(call.recorded)
+            return ex.cursor.replay(call.recorded)
         runnable = tool_calls.build_step(
             ex, call, fn, args, kwargs, retry=retry, timeout=timeout, mode=mode, invalid=invalid
         )
@@ -142,7 +121,7 @@ class WorkflowContext:
         call = tool_calls.tool_position(ex, base, name)
         if call.succeeded:
             assert call.recorded is not None
-            return ex.replay(call.recorded)
+            return ex.cursor.replay(call.recorded)
         return tool_calls.run(ex, tool_calls.build_tool(ex, call, name, spec, params))
 
     @db_faults_stop_the_execution
@@ -229,13 +208,13 @@ class WorkflowContext:
         where = f"ctx.llm({step_id or 'llm'!r}, durability=...)"
         mode = resolve(durability, ex.workflow_durability(), where=where)
         _, invalid = _checked(timeout, call="ctx.llm(timeout=...)", positive=True)
-        call = ex.next_call(step_id or "llm", kind=StepKind.LLM)
+        call = ex.cursor.next_call(step_id or "llm", kind=StepKind.LLM)
         if call.succeeded:
             assert call.recorded is not None
-            return ex.replay(call.recorded)
+            return ex.cursor.replay(call.recorded)
         if invalid is not None:
-            ex.fail_call_now(call, invalid)
-        ex.check_token_budget(call.step_id)
+            ex.checkpoints.fail_call_now(call, invalid)
+        ex.cursor.check_token_budget(call.step_id)
         request: dict[str, Any] = {
             "model": model or llm_module.default_model(),
             "messages": messages,
@@ -243,8 +222,10 @@ class WorkflowContext:
         if tools:
             request["tools"] = tools
         call = replace(call, tool_name=request["model"])
-        call = replace(call, input_text=ex.encode_step_input(call, (), request), durability=mode)
-        return ex.execute(
+        call = replace(
+            call, input_text=ex.checkpoints.encode_step_input(call, (), request), durability=mode
+        )
+        return ex.attempts.execute(
             call,
             fn=lambda: llm_module.chat(
                 messages, model=model, tools=tools, timeout=timeout, **options
@@ -279,7 +260,7 @@ class WorkflowContext:
                 value=None,
                 reason="give seconds as an int or a float, or a timedelta",
             )
-        self._execution.wait(
+        self._execution.parking.wait(
             step_id or "sleep", kind=WaitKind.TIMER, wake_in=seconds or 0.0, invalid=invalid
         )
 
@@ -297,7 +278,9 @@ class WorkflowContext:
             _, invalid = _checked(ahead, call="ctx.sleep_until")
             if invalid is not None:
                 invalid = InvalidDuration(call="ctx.sleep_until", value=when, reason=invalid.reason)
-        self._execution.wait(step_id or "sleep", kind=WaitKind.TIMER, wake_at=when, invalid=invalid)
+        self._execution.parking.wait(
+            step_id or "sleep", kind=WaitKind.TIMER, wake_at=when, invalid=invalid
+        )
 
     @db_faults_stop_the_execution
     def wait_for_signal(
@@ -316,7 +299,7 @@ class WorkflowContext:
         if not name or len(name) > 200:
             raise ValueError("ctx.wait_for_signal: name must be 1-200 characters")
         wake_in, invalid = _checked(timeout, call="ctx.wait_for_signal(timeout=...)", positive=True)
-        return self._execution.wait(
+        return self._execution.parking.wait(
             step_id or f"signal:{name}",
             kind=WaitKind.SIGNAL,
             key=name,
@@ -377,7 +360,9 @@ class WorkflowContext:
             if isinstance(requesters, str) or not all(isinstance(r, str) for r in requesters):
                 raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
             spec["requesters"] = [r[:200] for r in requesters]
-        return self._execution.approval(f"approval:{key}", key, title, spec, invalid=invalid)
+        return self._execution.parking.approval(
+            f"approval:{key}", key, title, spec, invalid=invalid
+        )
 
     # ------------------------------------------------------------------- children
 
@@ -399,7 +384,8 @@ class WorkflowContext:
         :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
         storable) -- before anything is written.
         """
-        return self._execution.start_child(workflow_name, input, child_id)
+        handle = self._execution.children.start_child(workflow_name, input, child_id)
+        return replace(handle, _context=self)  # handle.result() waits through this ctx
 
     @db_faults_stop_the_execution
     def wait_child(self, handle: ChildHandle) -> Any:
@@ -410,7 +396,7 @@ class WorkflowContext:
         Raises :class:`~durable.ChildFailed` (``run_id``, ``status``, ``error``) when the
         child failed, was cancelled or compensated; uncaught, it fails this run.
         """
-        return self._execution.wait_child(handle)
+        return self._execution.children.wait_child(handle)
 
 
 _checked = tool_calls.checked

@@ -32,14 +32,14 @@ def flush_in_one_statement(owner: Any, batch: Any) -> list[Step] | None:
         pending[-1]["position"] + 1,
         len(pending),
         batch.tokens,
-        owner.run_id,
-        owner.token,
-        owner.status,
+        owner.cursor.run_id,
+        owner.cursor.token,
+        owner.cursor.status,
     ]
     row = f"({rows.typed_marks(Step)}, %s::jsonb)"
     for step, event in zip(steps, batch.events, strict=True):
         params += [*rows.values(step), json.dumps(storable_json(event["data"]))]
-    params += [EventKind.STEP_EXECUTED.value, owner.worker_id]
+    params += [EventKind.STEP_EXECUTED.value, owner.cursor.worker_id]
     columns = rows.columns(Step)
     sql = f"""
         WITH r AS (

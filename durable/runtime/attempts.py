@@ -35,7 +35,8 @@ from durable.vocabulary import Durability
 if TYPE_CHECKING:
     from durable.limits import Limits
     from durable.registry import ToolSpec
-    from durable.runtime.replay import StepCall
+    from durable.runtime.checkpoint import Checkpoints
+    from durable.runtime.replay import ReplayCursor, StepCall
 
 #: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
 LLM_POLICY = RetryPolicy(
@@ -72,31 +73,38 @@ def call_with_timeout(
     return box["value"]
 
 
-class Attempts(LimitGate):
-    """The attempt loop of an execution, and the tools' effective specs."""
+class Attempts:
+    """The attempt loop of an execution, and the tools' effective specs: a part of the
+    execution over its ``cursor``, recording through its ``checkpoints`` and admitted by
+    its ``limits``."""
+
+    def __init__(self, cursor: ReplayCursor, checkpoints: Checkpoints, limits: LimitGate) -> None:
+        self.cursor = cursor
+        self.checkpoints = checkpoints
+        self.limits = limits
 
     def tool_spec(self, name: str) -> ToolSpec:
         """The tool's spec with its admin settings (raises :class:`ToolNotFound`)."""
         spec = registry.get_tool(name)
-        if name not in self.tool_rows:  # one query per tool and execution, row or None
+        if name not in self.cursor.tool_rows:  # one query per tool and execution, row or None
             from durable.models import Tool
 
-            self.tool_rows[name] = (
+            self.cursor.tool_rows[name] = (
                 Tool.objects.select_related("approver_group").filter(name=name).first()
             )
-        return registry.effective_tool(spec, self.tool_rows[name])
+        return registry.effective_tool(spec, self.cursor.tool_rows[name])
 
     def _lost_attempts(self, call: StepCall) -> int:
         """Record tries interrupted by a lost worker (cursor bookkeeping, no extra commit)."""
-        if call.position != self.run.cursor_position or not self.run.cursor_lost:
+        if call.position != self.cursor.run.cursor_position or not self.cursor.run.cursor_lost:
             return 0
-        lost = self.run.cursor_lost
+        lost = self.cursor.run.cursor_lost
         prior = call.recorded.attempts if call.recorded is not None else 0
         now = timezone.now()
         for i in range(lost):
-            self.pending_lost.append(
+            self.cursor.pending_lost.append(
                 StepAttempt(
-                    run_id=self.run_id,
+                    run_id=self.cursor.run_id,
                     attempt=prior + i + 1,
                     outcome=AttemptOutcome.WORKER_LOST,
                     error_type="WorkerLost",
@@ -108,7 +116,7 @@ class Attempts(LimitGate):
                     finished_at=now,
                 )
             )
-        self.run.cursor_lost = 0
+        self.cursor.run.cursor_lost = 0
         return lost
 
     @db_faults_stop_the_execution
@@ -117,11 +125,11 @@ class Attempts(LimitGate):
     ) -> Any:
         """Run a compensation hook ``fn(idempotency_key=...)`` as the durable step
         ``step_id``, at the cursor's position (see :meth:`ReplayCursor.move_to`)."""
-        call = self.next_call(step_id, kind=StepKind.COMPENSATION, tool_name=tool_name)
+        call = self.cursor.next_call(step_id, kind=StepKind.COMPENSATION, tool_name=tool_name)
         if call.succeeded:
             assert call.recorded is not None
-            return self.replay(call.recorded)
-        key = f"{self.run_id}:{call.step_id}"
+            return self.cursor.replay(call.recorded)
+        key = f"{self.cursor.run_id}:{call.step_id}"
         return self.execute(call, fn=lambda: fn(idempotency_key=key), policy=policy, safety=None)
 
     def execute(
@@ -147,14 +155,14 @@ class Attempts(LimitGate):
         rec = call.recorded
         if rec is not None and rec.status == StepStatus.FAILED:
             # resumed runs reset their failed step; seeing one here means it failed for good
-            self.stopped = RunStatus.FAILED
+            self.cursor.stopped = RunStatus.FAILED
             raise RunStopped(RunStatus.FAILED)
         lost_count = self._lost_attempts(call)
         attempt = (rec.attempts if rec is not None else 0) + lost_count
         # a lost worker is not the step's failure (the worker may have died before the
         # step began): lost tries do not use up the retry budget, but a step that keeps
         # killing its worker (a poison step) fails after MAX_WORKER_LOST_ATTEMPTS
-        self.budget_base[pos] = (rec.budget_base if rec is not None else 0) + lost_count
+        self.cursor.budget_base[pos] = (rec.budget_base if rec is not None else 0) + lost_count
         if (
             lost_count
             and lost_count >= int(conf.get("MAX_WORKER_LOST_ATTEMPTS"))
@@ -165,7 +173,7 @@ class Attempts(LimitGate):
                 "it, or just before it began): a poison step or workflow code "
                 "that kills its worker"
             )
-            self.record_failure(
+            self.checkpoints.record_failure(
                 call,
                 attempt=attempt,
                 exc=exc,
@@ -177,26 +185,26 @@ class Attempts(LimitGate):
                 skip_attempt_row=True,
             )
         if limits is not None:
-            fn = self.limited(limits, fn)
+            fn = self.limits.limited(limits, fn)
         while True:
             attempt += 1
             if limits is not None:  # may park the run: before a write's `started` row
-                self.admit(limits, wait_id=f"limit:{call.step_id}", position=pos)
+                self.limits.admit(limits, wait_id=f"limit:{call.step_id}", position=pos)
             if ledger is not None:
                 done = ledger.before_attempt(call, attempt=attempt)
                 if done is not PROCEED:
                     if limits is not None:  # settled without a call: its slot goes back
-                        self.release_slot(limits.key)
+                        self.limits.release_slot(limits.key)
                     return done
-                call = replace(call, recorded=self.by_position.get(pos, call.recorded))
+                call = replace(call, recorded=self.cursor.by_position.get(pos, call.recorded))
             elif call.durability == Durability.BATCHED:
-                self.batch.flush_if_due(self)  # a stop is seen at the flush
+                self.checkpoints.batch.flush_if_due(self.checkpoints)  # a stop is seen at the flush
             # no status read before a step that writes nothing outside: the claim or the
             # previous checkpoint was fenced on the run being live when it committed, and a
             # cancel that lands during this try is seen at its checkpoint (the result is
             # recorded, then RunStopped): see "Replay" in docs/architecture.md
             if kind == StepKind.LLM and attempt > 1:
-                self.check_token_budget(call.step_id)  # the failed tries were billed too
+                self.cursor.check_token_budget(call.step_id)  # the failed tries were billed too
             started_at = timezone.now()
             try:
                 with telemetry.attempt(call, attempt=attempt, safety=safety, policy=policy):
@@ -216,7 +224,7 @@ class Attempts(LimitGate):
                     )
                     if ledger is not None:
                         ledger.failed_known()
-                    return self.record_success(
+                    return self.checkpoints.record_success(
                         call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
                     )
                 if classification == AMBIGUOUS and ledger is not None and safety == "unsafe_write":
@@ -240,7 +248,7 @@ class Attempts(LimitGate):
                         classification = PERMANENT
                         reason = str(bad)
                 delay = None
-                if retryable and attempt - self.budget_base[pos] < policy.max_attempts:
+                if retryable and attempt - self.cursor.budget_base[pos] < policy.max_attempts:
                     delay = policy.next_delay(attempt, retry_after)
                 failure: dict[str, Any] = {
                     "call": call,
@@ -262,11 +270,11 @@ class Attempts(LimitGate):
                 }
                 if delay is None and hold_failure:
                     raise HeldFailure(self, failure) from exc
-                delay = self.record_failure(**failure)
-                call = replace(call, recorded=self.by_position.get(pos, call.recorded))
+                delay = self.checkpoints.record_failure(**failure)
+                call = replace(call, recorded=self.cursor.by_position.get(pos, call.recorded))
                 time.sleep(delay)
                 continue
-            return self.record_success(
+            return self.checkpoints.record_success(
                 call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
             )
 
@@ -286,7 +294,7 @@ class HeldFailure(Exception):
 
     def record(self) -> None:
         """Record the failure: the run fails; raises :class:`~durable.StepFailed`."""
-        self.owner.record_failure(**self.failure)
+        self.owner.checkpoints.record_failure(**self.failure)
         raise AssertionError("unreachable")  # record_failure raised StepFailed
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from durable import conf, postgres
 from durable.exceptions import LeaseLost, RunStopped
-from durable.models import Run, Step, StepStatus, TraceEvent
+from durable.models import Step, StepStatus, TraceEvent
 from durable.observability import metrics
 from durable.postgres import batches
 from durable.registry import check_durability
@@ -31,21 +31,15 @@ from durable.runtime.failures import db_faults_stop_the_execution
 from durable.vocabulary import Durability, EventKind
 
 if TYPE_CHECKING:
-    from durable.runtime.replay import StepCall
+    from durable.runtime.replay import ReplayCursor, StepCall
 
 
 class BatchOwner(Protocol):
-    """What a batch needs from its execution (:class:`durable.runtime.checkpoint.Checkpoints`,
-    which imports this module, not the other way round)."""
+    """What a batch needs from its execution: its checkpoints
+    (:class:`durable.runtime.checkpoint.Checkpoints`, which imports this module, not the
+    other way round), their ``cursor`` and their fenced ``write``."""
 
-    run: Run
-    run_id: str
-    token: str
-    status: str
-    worker_id: str
-    by_position: dict[int, Step]
-    positions_by_id: dict[str, int]
-    budget_base: dict[int, int]
+    cursor: ReplayCursor
 
     def write(
         self,
@@ -118,7 +112,7 @@ class StepBatch:
         """
         sid, pos = call.step_id, call.position
         fields = {
-            "run_id": owner.run_id,
+            "run_id": owner.cursor.run_id,
             "step_id": sid,
             "position": pos,
             "kind": call.kind,
@@ -126,7 +120,7 @@ class StepBatch:
             "status": StepStatus.SUCCEEDED,
             "input": call.input_text,
             **row,
-            "budget_base": owner.budget_base.get(pos, 0),
+            "budget_base": owner.cursor.budget_base.get(pos, 0),
             "next_attempt_at": None,
             "finished_at": timezone.now(),
             "durability": Durability.BATCHED,
@@ -136,11 +130,11 @@ class StepBatch:
         self.pending.append(fields)
         self.events.append({"step_id": sid, "data": {**event_data, "batched": True}})
         self.tokens += tokens
-        owner.run.tokens_used += tokens
+        owner.cursor.run.tokens_used += tokens
         if tags is not None:
             self.tags = list(tags)
-        owner.by_position[pos] = Step(**fields)
-        owner.positions_by_id[sid] = pos
+        owner.cursor.by_position[pos] = Step(**fields)
+        owner.cursor.positions_by_id[sid] = pos
         if self.due():
             self.flush(owner)
 
@@ -206,11 +200,11 @@ class StepBatch:
         TraceEvent.objects.bulk_create(
             [
                 TraceEvent(
-                    run_id=owner.run_id,
+                    run_id=owner.cursor.run_id,
                     kind=EventKind.STEP_EXECUTED,
                     step_id=event["step_id"],
                     data=event["data"],
-                    actor=owner.worker_id,
+                    actor=owner.cursor.worker_id,
                 )
                 for event in self.events
             ]
@@ -221,7 +215,7 @@ class StepBatch:
         if not self._saved:
             return
         for step in self._saved:
-            owner.by_position[step.position] = step
+            owner.cursor.by_position[step.position] = step
         executed = [SimpleNamespace(kind=EventKind.STEP_EXECUTED, **e) for e in self.events]
         metrics.count_events(executed)
         self.pending, self.events, self._saved = [], [], []

@@ -83,10 +83,20 @@ class LedgerEntry(Protocol):
     def succeeded(self) -> None: ...
 
 
-class Checkpoints(ReplayCursor):
-    """The writes of one execution: the fence, step rows, the run's failure and end."""
+class Checkpoints:
+    """The writes of one execution: the fence, step rows, the run's failure and end.
 
-    batch: StepBatch  #: pending batched steps (durable/runtime/batching.py), set by the execution
+    A part of the execution (``durable.runtime.execution.Execution``) over its ``cursor``: the run
+    row, the lease token and the recorded steps it writes after. The operation ledger of
+    a write (:class:`~durable.runtime.ledger.OperationLedger`) writes through it.
+    """
+
+    def __init__(self, cursor: ReplayCursor) -> None:
+        self.cursor = cursor
+        #: pending batched steps (durable/runtime/batching.py)
+        self.batch = StepBatch()
+        # the cursor fails the run through this part (non-determinism, budgets)
+        cursor.fail_run = self.fail_run
 
     def write(
         self,
@@ -107,13 +117,19 @@ class Checkpoints(ReplayCursor):
         fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
         with metrics.checkpoint(events), transaction.atomic():
-            parent = child_ends.lock_parent_txn(self.run, fields.get("status"))  # parent first
+            parent = child_ends.lock_parent_txn(
+                self.cursor.run, fields.get("status")
+            )  # parent first
             updated = Run.objects.filter(
-                pk=self.run_id, lease_token=self.token, status=self.status
+                pk=self.cursor.run_id, lease_token=self.cursor.token, status=self.cursor.status
             ).update(**fields)
             if not updated:
-                row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
-                if row is None or row["lease_token"] != self.token:
+                row = (
+                    Run.objects.filter(pk=self.cursor.run_id)
+                    .values("status", "lease_token")
+                    .first()
+                )
+                if row is None or row["lease_token"] != self.cursor.token:
                     raise LeaseLost()
                 stopped = row["status"]
                 self.batch.insert_txn(self)  # they ran: recorded even when stopped
@@ -125,11 +141,13 @@ class Checkpoints(ReplayCursor):
                 work()
                 TraceEvent.objects.bulk_create(events)
                 if fields.get("status") in mailbox.WORKFLOW_ENDS:
-                    mailbox.note_unconsumed_txn(self.run_id, fields["status"], actor=self.worker_id)
-                child_ends.child_ended_txn(parent, self.run_id, actor=self.worker_id)
+                    mailbox.note_unconsumed_txn(
+                        self.cursor.run_id, fields["status"], actor=self.cursor.worker_id
+                    )
+                child_ends.child_ended_txn(parent, self.cursor.run_id, actor=self.cursor.worker_id)
         self.batch.committed(self)
         if stopped:
-            self.stopped = stopped
+            self.cursor.stopped = stopped
             raise RunStopped(stopped)
 
     def event(
@@ -137,22 +155,22 @@ class Checkpoints(ReplayCursor):
     ) -> TraceEvent:
         """An unsaved trace event of this run, by this worker (written by :meth:`write`)."""
         return TraceEvent(
-            run_id=self.run_id,
+            run_id=self.cursor.run_id,
             kind=kind,
             step_id=step_id,
             message=message,
             data=data,
-            actor=self.worker_id,
+            actor=self.cursor.worker_id,
         )
 
     def save_step_txn(self, rec: Step | None, pos: int, **fields: Any) -> Step:
         """Create or update the step row at ``pos`` (inside :meth:`write`'s ``work``)."""
-        if pos in self.budget_base:
-            fields["budget_base"] = self.budget_base[pos]
+        if pos in self.cursor.budget_base:
+            fields["budget_base"] = self.cursor.budget_base[pos]
         if rec is None:
-            rec = Step.objects.create(run_id=self.run_id, position=pos, **fields)
-            self.by_position[pos] = rec
-            self.positions_by_id[rec.step_id] = pos
+            rec = Step.objects.create(run_id=self.cursor.run_id, position=pos, **fields)
+            self.cursor.by_position[pos] = rec
+            self.cursor.positions_by_id[rec.step_id] = pos
         else:
             for name, value in fields.items():
                 setattr(rec, name, value)
@@ -161,11 +179,11 @@ class Checkpoints(ReplayCursor):
 
     def flush_lost_txn(self, rec: Step) -> None:
         """Write the tries lost with a worker (see ``attempts.py``) as ``rec``'s attempts."""
-        if self.pending_lost:
-            for row in self.pending_lost:
+        if self.cursor.pending_lost:
+            for row in self.cursor.pending_lost:
                 row.step = rec
-            StepAttempt.objects.bulk_create(self.pending_lost)
-            self.pending_lost = []
+            StepAttempt.objects.bulk_create(self.cursor.pending_lost)
+            self.cursor.pending_lost = []
 
     def encode_step_input(
         self, call: StepCall, args: tuple, kwargs: dict[str, Any], *, tool: bool = False
@@ -186,7 +204,9 @@ class Checkpoints(ReplayCursor):
         except PayloadError as exc:
             pos = call.position
             self.record_failure(
-                StepCall(step_id=call.step_id, position=pos, recorded=self.by_position.get(pos)),
+                StepCall(
+                    step_id=call.step_id, position=pos, recorded=self.cursor.by_position.get(pos)
+                ),
                 attempt=1,
                 exc=exc,
                 classification=PERMANENT,
@@ -311,9 +331,9 @@ class Checkpoints(ReplayCursor):
         if kind == StepKind.LLM and isinstance(reply, dict):
             if tokens:
                 run_fields["tokens_used"] = F("tokens_used") + tokens
-            if reply.get("scripted") and "scripted-llm" not in (self.run.tags or []):
-                self.run.tags = [*(self.run.tags or []), "scripted-llm"]
-                run_fields["tags"] = self.run.tags
+            if reply.get("scripted") and "scripted-llm" not in (self.cursor.run.tags or []):
+                self.cursor.run.tags = [*(self.cursor.run.tags or []), "scripted-llm"]
+                run_fields["tags"] = self.cursor.run.tags
         event_data = {
             "attempt": attempt,
             "kind": kind,
@@ -326,23 +346,30 @@ class Checkpoints(ReplayCursor):
                 else {}
             ),
         }
-        if StepBatch.takes(call, rec, ledger, self.pending_lost):  # durable/runtime/batching.py
+        if StepBatch.takes(
+            call, rec, ledger, self.cursor.pending_lost
+        ):  # durable/runtime/batching.py
             row = {"output": output, "error": error, "attempts": attempt, "started_at": started_at}
             self.batch.add(self, call, row, tokens, event_data, run_fields.get("tags"))
             return value
         # with batched steps pending, the transactional write flushes them first
-        fast = rec is None and not self.pending_lost and "tags" not in run_fields and not self.batch
+        fast = (
+            rec is None
+            and not self.cursor.pending_lost
+            and "tags" not in run_fields
+            and not self.batch
+        )
         step = None
         if fast and postgres.available():  # a write's result goes in the same statement
             step = checkpoint_pg.checkpoint_in_one_statement(
-                run_id=self.run_id,
-                token=self.token,
-                status=self.status,
-                worker_id=self.worker_id,
+                run_id=self.cursor.run_id,
+                token=self.cursor.token,
+                status=self.cursor.status,
+                worker_id=self.cursor.worker_id,
                 step=Step(
-                    run_id=self.run_id,
+                    run_id=self.cursor.run_id,
                     position=pos,
-                    budget_base=self.budget_base.get(pos, 0),
+                    budget_base=self.cursor.budget_base.get(pos, 0),
                     **step_fields,
                 ),
                 tokens=tokens,
@@ -350,8 +377,8 @@ class Checkpoints(ReplayCursor):
                 operation=ledger.success_update(value, output) if ledger is not None else None,
             )
         if step is not None:
-            self.by_position[pos] = step
-            self.positions_by_id[sid] = pos
+            self.cursor.by_position[pos] = step
+            self.cursor.positions_by_id[sid] = pos
             if ledger is not None:
                 ledger.succeeded()
         else:
@@ -365,7 +392,7 @@ class Checkpoints(ReplayCursor):
                 if ledger is not None:  # the write happened: the ledger keeps its result
                     ledger.record_late_result(value, output)
                 raise
-        self.run.tokens_used += tokens
+        self.cursor.run.tokens_used += tokens
         return value
 
     def record_failure(
@@ -398,7 +425,7 @@ class Checkpoints(ReplayCursor):
         if delay is None:
             step_status = StepStatus.FAILED
             run_fields: dict[str, Any] = {
-                **transitions.changes("fail", self.status),
+                **transitions.changes("fail", self.cursor.status),
                 "error": {**info, "reason": reason},
                 "error_type": info["type"],
                 "finished_at": now,
@@ -432,7 +459,7 @@ class Checkpoints(ReplayCursor):
             ]
             if not inprocess:  # a compensation stays COMPENSATING, due at wake_at
                 run_fields.update(
-                    transitions.changes("schedule_retry", self.status), wake_at=next_at
+                    transitions.changes("schedule_retry", self.cursor.status), wake_at=next_at
                 )
 
         if tokens:
@@ -457,7 +484,7 @@ class Checkpoints(ReplayCursor):
             self.flush_lost_txn(step)
             if not skip_attempt_row:
                 StepAttempt.objects.create(
-                    run_id=self.run_id,
+                    run_id=self.cursor.run_id,
                     step=step,
                     attempt=attempt,
                     outcome=outcome,
@@ -474,12 +501,12 @@ class Checkpoints(ReplayCursor):
             if delay is not None and not inprocess:
                 from durable.dispatch import dispatch_on_commit
 
-                dispatch_on_commit(self.run_id, countdown=delay)
+                dispatch_on_commit(self.cursor.run_id, countdown=delay)
 
         self.write(run_fields, work, events=events)
-        self.run.tokens_used += tokens
+        self.cursor.run.tokens_used += tokens
         if delay is None:
-            self.stopped = self.fail_status
+            self.cursor.stopped = self.cursor.fail_status
             raise StepFailed(
                 step_id=sid,
                 error_type=info["type"],
@@ -488,7 +515,9 @@ class Checkpoints(ReplayCursor):
                 reason=reason,
             )
         if not inprocess:
-            self.stopped = transitions.target("schedule_retry", self.status) or self.status
+            self.cursor.stopped = (
+                transitions.target("schedule_retry", self.cursor.status) or self.cursor.status
+            )
             assert next_at is not None
             raise Suspend(f"retry of {sid} scheduled at {next_at.isoformat()}")
         return delay
@@ -498,7 +527,7 @@ class Checkpoints(ReplayCursor):
         now = timezone.now()
         self.write(
             {
-                **transitions.changes("fail", self.status),
+                **transitions.changes("fail", self.cursor.status),
                 "error": error,
                 "error_type": error["type"],
                 "finished_at": now,
@@ -506,27 +535,27 @@ class Checkpoints(ReplayCursor):
             lambda: None,
             events=[self.event(event, error.get("step_id", ""), error["message"])],
         )
-        self.stopped = self.fail_status
+        self.cursor.stopped = self.cursor.fail_status
 
     def suspend_waiting(self, work: Callable[[], None], events: list[TraceEvent]) -> None:
         """Commit ``work`` and make the run WAITING without a lease."""
-        self.write(transitions.changes("park", self.status), work, events=events)
-        self.stopped = transitions.target("park", self.status)
+        self.write(transitions.changes("park", self.cursor.status), work, events=events)
+        self.cursor.stopped = transitions.target("park", self.cursor.status)
 
     def stop(self, status: str) -> None:
         """Note that this execution stopped with the run in ``status`` (it records nothing
         more); the engine then releases or hands the run over."""
-        self.stopped = status
+        self.cursor.stopped = status
 
     @db_faults_stop_the_execution
     def complete(self, result: Any) -> None:
         """Record the workflow's return value and mark the run SUCCEEDED (engine use)."""
-        self.ensure_live()
-        if self.status != RunStatus.COMPENSATING:
-            step = self.unreached_step()
+        self.cursor.ensure_live()
+        if self.cursor.status != RunStatus.COMPENSATING:
+            step = self.cursor.unreached_step()
             if step is not None:
                 exc = NonDeterminismError(
-                    run_id=self.run_id,
+                    run_id=self.cursor.run_id,
                     position=step.position,
                     recorded_step_id=step.step_id,
                     requested_step_id="(the workflow returned)",
@@ -542,25 +571,27 @@ class Checkpoints(ReplayCursor):
             self.fail_run(error_info(exc, classification=PERMANENT), event=EventKind.FAILED)
             return
         now = timezone.now()
-        replayed = self.replayed
+        replayed = self.cursor.replayed
         done = self.event(
-            EventKind.COMPLETED, message=f"run {self.done_status}", data={"replayed": len(replayed)}
+            EventKind.COMPLETED,
+            message=f"run {self.cursor.done_status}",
+            data={"replayed": len(replayed)},
         )
-        ends = {**transitions.changes("complete", self.status), "output": output}
+        ends = {**transitions.changes("complete", self.cursor.status), "output": output}
         # with batched steps pending, the transactional write flushes them first
         if (
-            not (self.batch or self.run.parent_run_id)  # a child's end wakes its parent
+            not (self.batch or self.cursor.run.parent_run_id)  # a child's end wakes its parent
             and postgres.available()
             and run_pg.complete_in_one_statement(
-                run_id=self.run_id,
-                token=self.token,
-                status=self.status,
+                run_id=self.cursor.run_id,
+                token=self.cursor.token,
+                status=self.cursor.status,
                 fields={**ends, "finished_at": now, "updated_at": now},
                 replayed=replayed,
                 event=done,
             )
         ):
-            self.stopped = self.done_status
+            self.cursor.stopped = self.cursor.done_status
             return
 
         def work() -> None:
@@ -573,7 +604,7 @@ class Checkpoints(ReplayCursor):
             events=[done],
             record_if_stopped=False,
         )
-        self.stopped = self.done_status
+        self.cursor.stopped = self.cursor.done_status
 
 
 def _storable_model_error(

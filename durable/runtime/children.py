@@ -23,7 +23,9 @@ from durable import client as api
 from durable import registry
 from durable.exceptions import ChildFailed
 from durable.models import RUN_ID_PATTERN, Run, RunStatus, StepKind, StepStatus, WaitKind
+from durable.runtime.checkpoint import Checkpoints
 from durable.runtime.parking import WaitParking
+from durable.runtime.replay import ReplayCursor
 from durable.types import ChildHandle
 from durable.values import codec
 from durable.values.fields import storable_text
@@ -37,8 +39,17 @@ _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 RUN_ID_MAX_LENGTH = 128
 
 
-class ChildRuns(WaitParking):
-    """Starting a child run and waiting for it, for one execution (engine use only)."""
+class ChildRuns:
+    """Starting a child run and waiting for it, for one execution (engine use only): a
+    part of the execution over its ``cursor``, writing through its ``checkpoints`` and
+    waiting through its ``parking``."""
+
+    def __init__(
+        self, cursor: ReplayCursor, checkpoints: Checkpoints, parking: WaitParking
+    ) -> None:
+        self.cursor = cursor
+        self.checkpoints = checkpoints
+        self.parking = parking
 
     def start_child(self, workflow_name: str, input: Any, child_id: str | None) -> ChildHandle:
         """Start (or, on replay, find) the child; see ``WorkflowContext.start_child``."""
@@ -52,18 +63,19 @@ class ChildRuns(WaitParking):
                 )
             check_identifier(child_id, "child id")
         base = f"child:{child_id or workflow_name}"
-        call = self.next_call(base, kind=StepKind.CHILD, tool_name=workflow_name)
+        call = self.cursor.next_call(base, kind=StepKind.CHILD, tool_name=workflow_name)
         if call.succeeded:
             assert call.recorded is not None
-            return self._handle(self.replay(call.recorded), call.step_id)
+            return self._handle(self.cursor.replay(call.recorded), call.step_id)
         sid, pos = call.step_id, call.position
         if child_id is not None and sid != base:
             raise ValueError(
-                f"ctx.start_child: child_id {child_id!r} is used twice in run {self.run_id}; "
+                f"ctx.start_child: child_id {child_id!r} is used twice in run "
+                f"{self.cursor.run_id}; "
                 "each child of a run needs its own child_id"
             )
-        suffix = child_id or f"{workflow_name}.{self.occurrences[storable_text(base)]}"
-        run_id = f"{self.run_id}.{suffix}"
+        suffix = child_id or f"{workflow_name}.{self.cursor.occurrences[storable_text(base)]}"
+        run_id = f"{self.cursor.run_id}.{suffix}"
         if len(run_id) > RUN_ID_MAX_LENGTH:
             raise ValueError(
                 f"ctx.start_child: the child's run id {run_id[:60]!r}... would be "
@@ -80,20 +92,20 @@ class ChildRuns(WaitParking):
         value = {"run_id": run_id, "workflow_name": spec.name}
         output = codec.dumps_checked(value, what="step output", step_id=sid)
         step_input = codec.encode({"workflow": spec.name, "child_id": child_id})
-        starter: Any = self.run.started_by if self.run.started_by_id else None
-        starter = starter or self.run.started_by_name or None
+        starter: Any = self.cursor.run.started_by if self.cursor.run.started_by_id else None
+        starter = starter or self.cursor.run.started_by_name or None
         now = timezone.now()
 
         def work() -> None:
             taken = Run.objects.filter(pk=run_id).values_list("parent_run_id", flat=True)
-            if taken and taken[0] != self.run_id:
+            if taken and taken[0] != self.cursor.run_id:
                 raise ValueError(
                     f"ctx.start_child: run id {run_id} is taken by a run that is not a child "
-                    f"of run {self.run_id}; pass another child_id"
+                    f"of run {self.cursor.run_id}; pass another child_id"
                 )
             api.start(spec.name, input, run_id=run_id, version=spec.version, started_by=starter)
-            Run.objects.filter(pk=run_id).update(parent_run_id=self.run_id)
-            step = self.save_step_txn(
+            Run.objects.filter(pk=run_id).update(parent_run_id=self.cursor.run_id)
+            step = self.checkpoints.save_step_txn(
                 call.recorded,
                 pos,
                 step_id=sid,
@@ -108,11 +120,11 @@ class ChildRuns(WaitParking):
                 started_at=now,
                 finished_at=timezone.now(),
             )
-            self.flush_lost_txn(step)
+            self.checkpoints.flush_lost_txn(step)
 
         # pending batched steps commit first, in this transaction: the child never exists
         # for a parent step that a crash could lose; a parent stopped meanwhile starts none
-        self.write(
+        self.checkpoints.write(
             {
                 "cursor_position": pos + 1,
                 "cursor_lost": 0,
@@ -121,7 +133,7 @@ class ChildRuns(WaitParking):
             work,
             record_if_stopped=False,
             events=[
-                self.event(
+                self.checkpoints.event(
                     EventKind.STEP_EXECUTED,
                     sid,
                     f"started child run {run_id} ({spec.name})",
@@ -132,15 +144,15 @@ class ChildRuns(WaitParking):
         return self._handle(value, sid)
 
     def _handle(self, value: dict[str, Any], step_id: str) -> ChildHandle:
-        context = getattr(self, "context", None)
-        return ChildHandle(value["run_id"], value["workflow_name"], step_id, context)
+        """The handle of a started child (the workflow's ``ctx`` binds it to itself)."""
+        return ChildHandle(value["run_id"], value["workflow_name"], step_id)
 
     def wait_child(self, handle: ChildHandle) -> Any:
         """The child's output once it has ended (recorded: a replay returns it at once);
         raises :class:`~durable.ChildFailed` when it ended otherwise."""
         if not isinstance(handle, ChildHandle):
             raise TypeError("ctx.wait_child: pass the handle that ctx.start_child returned")
-        outcome = self.wait(
+        outcome = self.parking.wait(
             f"wait:{handle.step_id}",
             kind=WaitKind.CHILD,
             key=handle.run_id,

@@ -41,7 +41,7 @@ from durable.values.redaction import redact_text
 from durable.vocabulary import EventKind
 
 if TYPE_CHECKING:
-    from durable.context import Execution
+    from durable.runtime.execution import Execution
 
 logger = logging.getLogger("durable.engine")
 
@@ -104,12 +104,12 @@ def run_compensation(execution: Execution) -> dict[str, Any]:
     # compensation steps keep the position they were first recorded at, and new ones go
     # after every recorded step: the set of writes to undo may change between executions
     # (a write settled by an operator, a write a fork adopted)
-    next_position = execution.next_free_position()
+    next_position = execution.cursor.next_free_position()
     undone: list[str] = []
     skipped: list[str] = []
-    for op in compensations(execution.run_id):
+    for op in compensations(execution.cursor.run_id):
         try:
-            spec = execution.tool_spec(op.tool_name)
+            spec = execution.attempts.tool_spec(op.tool_name)
         except ToolNotFound:
             spec = None
         if spec is None or spec.compensate is None:
@@ -123,17 +123,17 @@ def run_compensation(execution: Execution) -> dict[str, Any]:
             return hook(params, result, idempotency_key=idempotency_key)
 
         sid = f"compensate:{op.step_id}"
-        recorded = execution.recorded_position(sid)
-        execution.move_to(recorded if recorded is not None else next_position)
+        recorded = execution.cursor.recorded_position(sid)
+        execution.cursor.move_to(recorded if recorded is not None else next_position)
         if recorded is None:
             next_position += 1
-        execution.compensation_step(sid, undo, op.tool_name, spec.retry or DEFAULT_POLICY)
+        execution.attempts.compensation_step(sid, undo, op.tool_name, spec.retry or DEFAULT_POLICY)
         undone.append(op.step_id)
     return {
         "compensated": undone,
         "nothing_to_undo": skipped,
         "did_not_happen": not_happened,
-        "owned_by": owned_elsewhere(execution.run_id),
+        "owned_by": owned_elsewhere(execution.cursor.run_id),
     }
 
 
@@ -141,7 +141,7 @@ def _settle(execution: Execution) -> list[str]:
     """Settle every write of the run whose outcome is not known; returns the step ids of
     the ones that did not happen. Parks the run for an operator if one stays unknown."""
     undecided: list[Operation] = []
-    for op in unsettled(execution.run_id):
+    for op in unsettled(execution.cursor.run_id):
         found = _ask_reconcile(execution, op) if op.status == OperationStatus.STARTED else _UNKNOWN
         if found is _UNKNOWN:
             undecided.append(op)
@@ -150,7 +150,7 @@ def _settle(execution: Execution) -> list[str]:
     if undecided:
         _wait_for_operator(execution, undecided)
     # failed: known not to have happened (refused, reconciled, or an operator said so)
-    owned = Operation.objects.owned_by(execution.run_id)
+    owned = Operation.objects.owned_by(execution.cursor.run_id)
     return list(
         owned.filter(status=OperationStatus.FAILED)
         .exclude(step_id__startswith="compensate:")
@@ -165,7 +165,7 @@ _UNKNOWN = object()
 def _ask_reconcile(execution: Execution, op: Operation) -> Any:
     """The tool's reconcile hook's answer: a result, ``NOT_FOUND``, or ``_UNKNOWN``."""
     try:
-        spec = execution.tool_spec(op.tool_name)
+        spec = execution.attempts.tool_spec(op.tool_name)
     except ToolNotFound:
         return _UNKNOWN
     if spec.reconcile is None:
@@ -197,12 +197,12 @@ def _record_reconciled(execution: Execution, op: Operation, found: Any) -> None:
     def work() -> None:
         Operation.objects.filter(pk=op.pk, status__in=UNSETTLED).update(updated_at=now, **fields)
 
-    execution.write(
+    execution.checkpoints.write(
         {},
         work,
         record_if_stopped=False,
         events=[
-            execution.event(
+            execution.checkpoints.event(
                 EventKind.OPERATION_RECONCILED,
                 op.step_id,
                 f"{op.tool_name}: {fields['resolution']} (before compensating)",
@@ -215,7 +215,7 @@ def _record_reconciled(execution: Execution, op: Operation, found: Any) -> None:
 def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
     """Mark ``ops`` unknown, open a reconcile wait for each, release the run; suspend."""
     now = timezone.now()
-    next_position = execution.next_free_position()
+    next_position = execution.cursor.next_free_position()
 
     def work() -> None:
         for op in ops:
@@ -234,12 +234,12 @@ def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
                 status=OperationStatus.UNKNOWN, error=info, updated_at=now
             )
             wait = Wait.objects.filter(
-                run_id=execution.run_id, wait_id=f"reconcile:{op.step_id}"
+                run_id=execution.cursor.run_id, wait_id=f"reconcile:{op.step_id}"
             ).first()
             if wait is not None and wait.status == WaitStatus.PENDING:
                 continue
             Wait.objects.update_or_create(
-                run_id=execution.run_id,
+                run_id=execution.cursor.run_id,
                 wait_id=f"reconcile:{op.step_id}",
                 defaults={
                     "position": wait.position if wait is not None else next_position,
@@ -256,12 +256,12 @@ def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
             )
 
     names = ", ".join(f"{op.tool_name} ({op.pk})" for op in ops)
-    execution.write(
+    execution.checkpoints.write(
         transitions.changes("release", RunStatus.COMPENSATING),
         work,
         record_if_stopped=False,
         events=[
-            execution.event(
+            execution.checkpoints.event(
                 EventKind.COMPENSATION_WAITING,
                 message=f"compensation waits until the outcome "
                 f"of {names} is known: an operator must decide (manage.py durable "
@@ -270,8 +270,8 @@ def _wait_for_operator(execution: Execution, ops: list[Operation]) -> None:
             )
         ],
     )
-    execution.stop(RunStatus.COMPENSATING)
-    raise Suspend(f"compensation of {execution.run_id} waits for an operator")
+    execution.checkpoints.stop(RunStatus.COMPENSATING)
+    raise Suspend(f"compensation of {execution.cursor.run_id} waits for an operator")
 
 
 __all__ = ["compensations", "owned_elsewhere", "run_compensation", "unsettled"]

@@ -82,14 +82,14 @@ class OperationLedger:
         """The fields of this write's first ``started`` operation row (its first call)."""
         return {
             "idempotency_key": self.key,
-            "run_id": self.execution.run_id,
+            "run_id": self.execution.cursor.run_id,
             "step_id": call.step_id,
             "tool_name": self.spec.name,
             "safety": self.spec.safety,
             "params": self.params_text,
             "params_hash": self.params_hash,
             "status": OperationStatus.STARTED,
-            "lease_token": self.execution.token,
+            "lease_token": self.execution.cursor.token,
             "attempts": 1,
             "created_at": now,
             "updated_at": now,
@@ -108,9 +108,9 @@ class OperationLedger:
             now = timezone.now()
             started = Operation(**self._started_row(call, now))
             if started_in_one_statement(
-                run_id=ex.run_id,
-                token=ex.token,
-                status=ex.status,
+                run_id=ex.cursor.run_id,
+                token=ex.cursor.token,
+                status=ex.cursor.status,
                 position=call.position,
                 op=started,
                 now=now,
@@ -134,12 +134,12 @@ class OperationLedger:
                 # recorded before results were checked: it happened, its result is lost
                 decision["action"] = "unknown"
             elif op.status == OperationStatus.UNKNOWN or (
-                op.status == OperationStatus.STARTED and op.lease_token != ex.token
+                op.status == OperationStatus.STARTED and op.lease_token != ex.cursor.token
             ):
                 decision["action"] = "unknown"
             else:  # failed (known not to have happened), or our own ambiguous try
                 op.status = OperationStatus.STARTED
-                op.lease_token = ex.token
+                op.lease_token = ex.cursor.token
                 op.attempts += 1
                 op.updated_at = now
                 op.save(update_fields=["status", "lease_token", "attempts", "updated_at"])
@@ -339,7 +339,7 @@ class OperationLedger:
             ex.flush_lost_txn(step)
             if exc is not None:
                 StepAttempt.objects.create(
-                    run_id=ex.run_id,
+                    run_id=ex.cursor.run_id,
                     step=step,
                     attempt=attempt,
                     outcome=AttemptOutcome.FAILED,
@@ -352,7 +352,7 @@ class OperationLedger:
                     finished_at=now,
                 )
             Wait.objects.update_or_create(
-                run_id=ex.run_id,
+                run_id=ex.cursor.run_id,
                 wait_id=f"reconcile:{sid}",
                 defaults={
                     "position": pos,
@@ -418,7 +418,7 @@ class OperationLedger:
         ex = self.execution
         with transaction.atomic():
             updated = Operation.objects.filter(
-                pk=self.op.pk, status=OperationStatus.STARTED, lease_token=ex.token
+                pk=self.op.pk, status=OperationStatus.STARTED, lease_token=ex.cursor.token
             ).update(
                 status=OperationStatus.SUCCEEDED,
                 result=output,
@@ -428,10 +428,10 @@ class OperationLedger:
             )
             if updated:
                 TraceEvent.objects.create(
-                    run_id=ex.run_id,
+                    run_id=ex.cursor.run_id,
                     kind=EventKind.LATE_RESULT,
                     step_id=self.op.step_id,
-                    actor=ex.worker_id,
+                    actor=ex.cursor.worker_id,
                     message=f"{self.spec.name} answered after this worker lost its lease; "
                     "its result is recorded in the ledger",
                     data={"operation": self.op.pk},

@@ -27,6 +27,7 @@ from durable.models import Run, RunStatus, TraceEvent, Wait, WaitKind, WaitStatu
 from durable.retry import classify
 from durable.runtime import limit_store
 from durable.runtime.checkpoint import Checkpoints
+from durable.runtime.replay import ReplayCursor
 from durable.vocabulary import EventKind
 
 #: a limit that admits the call within this many seconds is waited for in the worker
@@ -37,16 +38,19 @@ MAX_SLOW_SECONDS = 86_400.0
 _REASONS = {"rate": "rate limit", "slowed": "rate limit", "concurrency": "concurrency limit"}
 
 
-class LimitGate(Checkpoints):
-    """Admission of an execution's limited calls (engine use only)."""
+class LimitGate:
+    """Admission of an execution's limited calls (engine use only): a part of the
+    execution over its ``cursor``, parking through its ``checkpoints``."""
+
+    def __init__(self, cursor: ReplayCursor, checkpoints: Checkpoints) -> None:
+        self.cursor = cursor
+        self.checkpoints = checkpoints
+        #: the concurrency slots this execution holds: key -> slot id
+        self._limit_slots: dict[str, int] = {}
 
     def _held(self) -> dict[str, int]:
         """The concurrency slots this execution holds: key -> slot id."""
-        held: dict[str, int] | None = getattr(self, "_limit_slots", None)
-        if held is None:
-            held = {}
-            self._limit_slots: dict[str, int] = held
-        return held
+        return self._limit_slots
 
     def admit(self, limits: Limits, *, wait_id: str, position: int) -> None:
         """Return once ``limits`` admit one call (a slot, if any, is then held), after
@@ -56,7 +60,9 @@ class LimitGate(Checkpoints):
             return  # this execution holds the slot already (the workflow's own)
         deadline = time.monotonic() + INPLACE_MAX_SECONDS
         while True:
-            verdict, slot = limit_store.acquire(limits, run_id=self.run_id, token=self.token)
+            verdict, slot = limit_store.acquire(
+                limits, run_id=self.cursor.run_id, token=self.cursor.token
+            )
             if verdict.admitted:
                 if slot is not None:
                     self._held()[limits.key] = slot
@@ -104,7 +110,7 @@ class LimitGate(Checkpoints):
         def work() -> None:
             now = timezone.now()
             Wait.objects.update_or_create(
-                run_id=self.run_id,
+                run_id=self.cursor.run_id,
                 wait_id=wait_id,
                 defaults={
                     "position": position,
@@ -120,16 +126,18 @@ class LimitGate(Checkpoints):
                     "resolved_by": "",
                 },
             )
-            transitions.update("park", Run.objects.filter(pk=self.run_id), source=self.status)
+            transitions.update(
+                "park", Run.objects.filter(pk=self.cursor.run_id), source=self.cursor.status
+            )
             TraceEvent.objects.create(
-                run_id=self.run_id,
+                run_id=self.cursor.run_id,
                 kind=EventKind.WAITING,
                 step_id=wait_id,
-                actor=self.worker_id,
+                actor=self.cursor.worker_id,
                 message=f"{title} ({limits.describe()}) until {wake_at.isoformat()}",
             )
-            dispatch_on_commit(self.run_id, countdown=verdict.delay)
+            dispatch_on_commit(self.cursor.run_id, countdown=verdict.delay)
 
-        self.write({}, work, record_if_stopped=False)
-        self.stopped = RunStatus.WAITING
+        self.checkpoints.write({}, work, record_if_stopped=False)
+        self.cursor.stopped = RunStatus.WAITING
         raise Suspend(f"{title} until {wake_at.isoformat()}")

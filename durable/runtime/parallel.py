@@ -36,7 +36,7 @@ from durable.values.redaction import check_identifier
 
 if TYPE_CHECKING:
     from durable.registry import ToolSpec
-    from durable.runtime.steps import Execution
+    from durable.runtime.execution import Execution
 
 #: seconds between two looks at the lease while the workflow thread waits for a call
 POLL_SECONDS = 0.2
@@ -93,8 +93,8 @@ def check_max_concurrency(value: Any, *, where: str) -> int | None:
 def group_id(ex: Execution, group: str) -> str:
     """The next group id of this kind: ``parallel``, ``parallel#2``, ... (per run)."""
     key = f"\x1fgroup:{group}"  # a counter of its own: never a step id
-    ex.occurrences[key] += 1
-    n = ex.occurrences[key]
+    ex.cursor.occurrences[key] += 1
+    n = ex.cursor.occurrences[key]
     return group if n == 1 else f"{group}#{n}"
 
 
@@ -120,7 +120,7 @@ def run_group(
                 f"{where}: calls[{i}] is a {type(c).__name__}, not a durable.call(...) or "
                 "durable.tool_call(...)"
             )
-    ex.ensure_live()
+    ex.cursor.ensure_live()
     gid = group_id(ex, group)
     # every position first, in list order, before anything runs
     slots = [_take(ex, _Slot(i, c, c.step_id or f"{gid}[{i}]")) for i, c in enumerate(calls)]
@@ -157,10 +157,10 @@ def _take(ex: Execution, s: _Slot) -> _Slot:
         where = f"ctx.parallel step {s.base!r}"
         mode = resolve(c.durability, None, where=f"{where}, durability=...")
         timeout, invalid = tool_calls.checked(c.timeout, call=f"{where}, timeout=", positive=True)
-        s.step = ex.next_call(s.base, kind=StepKind.STEP)
+        s.step = ex.cursor.next_call(s.base, kind=StepKind.STEP)
         if s.step.succeeded:
             assert s.step.recorded is not None
-            s.result = ex.replay(s.step.recorded)
+            s.result = ex.cursor.replay(s.step.recorded)
             return s
         s.runnable = tool_calls.build_step(
             ex, s.step, c.fn, c.args, c.kwargs, retry=c.retry, timeout=timeout, mode=mode,
@@ -170,13 +170,13 @@ def _take(ex: Execution, s: _Slot) -> _Slot:
     s.tool = tool_calls.lookup(ex, c.name)
     if c.error is None and tool_calls.needs_approval(ex, s.tool, s.base, c.params):
         check_identifier(s.base, "wait key")
-        s.approval = ex.next_call(f"approve:{s.base}", kind=StepKind.WAIT)
+        s.approval = ex.cursor.next_call(f"approve:{s.base}", kind=StepKind.WAIT)
     s.step = tool_calls.tool_position(ex, s.base, c.name)
     if s.step.succeeded:
         assert s.step.recorded is not None
-        s.result = ex.replay(s.step.recorded)
+        s.result = ex.cursor.replay(s.step.recorded)
     elif c.error is not None:
-        text = ex.encode_step_input(s.step, (), c.params, tool=True)
+        text = ex.checkpoints.encode_step_input(s.step, (), c.params, tool=True)
         s.runnable = tool_calls.Runnable(call=replace(s.step, input_text=text), error=c.error)
     elif s.approval is None:
         s.runnable = tool_calls.build_tool(ex, s.step, c.name, s.tool, c.params)
@@ -210,7 +210,7 @@ class _Pooled:
         self.first = None
         while not future.done():
             wait_futures([future], timeout=POLL_SECONDS)
-            heartbeat = self.ex.heartbeat
+            heartbeat = self.ex.cursor.heartbeat
             if heartbeat is not None and heartbeat.lost:
                 future.cancel()
                 raise LeaseLost()
@@ -257,7 +257,7 @@ def _close_other_failures(ex: Execution, others: list[HeldFailure]) -> None:
     try is marked failed (one fenced write), so a failed run shows no retry that will
     never come. A call with no row yet stays unrecorded (a resume runs it again)."""
     positions = {h.position: h for h in others}
-    recorded = [p for p in positions if p in ex.by_position]
+    recorded = [p for p in positions if p in ex.cursor.by_position]
     if not recorded:
         return
     now = timezone.now()
@@ -270,11 +270,11 @@ def _close_other_failures(ex: Execution, others: list[HeldFailure]) -> None:
                 classification=failure["classification"],
                 step_id=failure["call"].step_id,
             )
-            Step.objects.filter(run_id=ex.run_id, position=pos).update(
+            Step.objects.filter(run_id=ex.cursor.run_id, position=pos).update(
                 status=StepStatus.FAILED, next_attempt_at=None, finished_at=now, error=error
             )
 
-    ex.write({}, work)
+    ex.checkpoints.write({}, work)
 
 
 def _sequential(ex: Execution, s: _Slot) -> Any:
@@ -284,8 +284,8 @@ def _sequential(ex: Execution, s: _Slot) -> Any:
     if s.approval is not None:
         approved = tool_calls.ask_approval(ex, c.name, s.tool, s.base, c.params, call=s.approval)
         if isinstance(approved, ModelRecoverable):  # the rejection is the call's result
-            text = ex.encode_step_input(s.step, (), c.params, tool=True)
-            return ex.record_model_error(replace(s.step, input_text=text), approved)
+            text = ex.checkpoints.encode_step_input(s.step, (), c.params, tool=True)
+            return ex.checkpoints.record_model_error(replace(s.step, input_text=text), approved)
         s.runnable = tool_calls.build_tool(ex, s.step, c.name, s.tool, approved)
     assert s.runnable is not None
     return tool_calls.run(ex, s.runnable)
@@ -301,7 +301,7 @@ def _skip(ex: Execution, s: _Slot, rejected: ModelRecoverable) -> ModelRecoverab
         SKIPPED,
     )
     if s.approval is not None and not s.approval.succeeded:
-        ex.record_model_error(s.approval, value)
+        ex.checkpoints.record_model_error(s.approval, value)
     assert s.step is not None
-    text = ex.encode_step_input(s.step, (), c.params, tool=True)
-    return ex.record_model_error(replace(s.step, input_text=text), value)
+    text = ex.checkpoints.encode_step_input(s.step, (), c.params, tool=True)
+    return ex.checkpoints.record_model_error(replace(s.step, input_text=text), value)

@@ -25,7 +25,7 @@ from durable.models import (
     transitions,
 )
 from durable.runtime.checkpoint import Checkpoints
-from durable.runtime.replay import StepCall
+from durable.runtime.replay import ReplayCursor, StepCall
 from durable.types import Decision
 from durable.values import codec
 from durable.values.redaction import check_identifier
@@ -33,8 +33,13 @@ from durable.vocabulary import EventKind
 from durable.waits import child_ends
 
 
-class WaitParking(Checkpoints):
-    """The waits of an execution: a timer, a signal or a decision reached by the workflow."""
+class WaitParking:
+    """The waits of an execution: a timer, a signal or a decision reached by the workflow;
+    a part of the execution over its ``cursor``, parking through its ``checkpoints``."""
+
+    def __init__(self, cursor: ReplayCursor, checkpoints: Checkpoints) -> None:
+        self.cursor = cursor
+        self.checkpoints = checkpoints
 
     def approval(
         self,
@@ -83,15 +88,15 @@ class WaitParking(Checkpoints):
         step_kind = kinds.get(kind, StepKind.WAIT)
         check_identifier(key, "wait key")  # an explicit step_id leaves it out of `base`
         if call is None:
-            call = self.next_call(base, kind=step_kind)
+            call = self.cursor.next_call(base, kind=step_kind)
         if call.succeeded:
             assert call.recorded is not None
-            return self.replay(call.recorded)
+            return self.cursor.replay(call.recorded)
         if invalid is not None:
-            self.fail_call_now(call, invalid)
+            self.checkpoints.fail_call_now(call, invalid)
         sid = call.step_id
         while True:
-            wait = Wait.objects.filter(run_id=self.run_id, wait_id=sid).first()
+            wait = Wait.objects.filter(run_id=self.cursor.run_id, wait_id=sid).first()
             now = timezone.now()
             if wait is not None:
                 due_timer = (
@@ -103,7 +108,7 @@ class WaitParking(Checkpoints):
                 if wait.status in (WaitStatus.RESOLVED, WaitStatus.EXPIRED) or due_timer:
                     return self._finish_wait(call, wait, due_timer)
                 if wait.status == WaitStatus.CANCELLED:
-                    self.stopped = RunStatus.CANCELLED
+                    self.cursor.stopped = RunStatus.CANCELLED
                     raise RunStopped(RunStatus.CANCELLED)
             elif wake_at is None and wake_in is not None:
                 wake_at = now + timedelta(seconds=wake_in)
@@ -152,7 +157,7 @@ class WaitParking(Checkpoints):
             created = wait is None
             if created:
                 w = Wait.objects.create(
-                    run_id=self.run_id,
+                    run_id=self.cursor.run_id,
                     wait_id=sid,
                     position=pos,
                     kind=kind,
@@ -176,7 +181,7 @@ class WaitParking(Checkpoints):
                 from durable.models import Signal
 
                 sig = (
-                    Signal.objects.filter(run_id=self.run_id, name=key, wait__isnull=True)
+                    Signal.objects.filter(run_id=self.cursor.run_id, name=key, wait__isnull=True)
                     .order_by("id")
                     .first()
                 )
@@ -190,34 +195,38 @@ class WaitParking(Checkpoints):
                     state["wait"] = w
                     return
             if kind == WaitKind.CHILD:  # lock order: this run (fenced above), then the child
-                child = child_ends.ended_child_txn(self.run_id, key)
+                child = child_ends.ended_child_txn(self.cursor.run_id, key)
                 if child is not None:  # it ended before the wait was reached
                     child_ends.resolve_wait_txn(w, child, now=now)
                     state["wait"] = w
                     return
             if created:
                 wait_created.send(sender=Wait, wait=w, spec=spec or {})
-            transitions.update("park", Run.objects.filter(pk=self.run_id), source=self.status)
+            transitions.update(
+                "park", Run.objects.filter(pk=self.cursor.run_id), source=self.cursor.status
+            )
             TraceEvent.objects.create(
-                run_id=self.run_id,
+                run_id=self.cursor.run_id,
                 kind=EventKind.WAITING,
                 step_id=sid,
-                actor=self.worker_id,
+                actor=self.cursor.worker_id,
                 message=f"waiting for {WaitKind(kind).label.lower()}"
                 + (f" {key!r}" if key else "")
                 + (f" until {wake_at.isoformat()}" if wake_at else ""),
             )
             if wake_at is not None:
-                dispatch_on_commit(self.run_id, countdown=max(0.0, (wake_at - now).total_seconds()))
+                dispatch_on_commit(
+                    self.cursor.run_id, countdown=max(0.0, (wake_at - now).total_seconds())
+                )
             state["parked"] = w
 
         try:
-            self.write({}, work, record_if_stopped=False)
+            self.checkpoints.write({}, work, record_if_stopped=False)
         except _Answered:
             return _ANSWERED_MEANWHILE
         if "wait" in state:
             return state["wait"]
-        self.stopped = RunStatus.WAITING
+        self.cursor.stopped = RunStatus.WAITING
         raise Suspend(f"waiting on {sid}")
 
     def _finish_wait(self, call: StepCall, wait: Wait, fire_timer: bool) -> Any:
@@ -228,7 +237,7 @@ class WaitParking(Checkpoints):
         value = codec.decode(wait.result) if wait.result else None
         if wait.kind == WaitKind.CHILD:
             value = child_ends.with_output(value)
-        return self.record_success(
+        return self.checkpoints.record_success(
             call, attempt=call.next_attempt, value=value, started_at=wait.created_at, ledger=None
         )
 

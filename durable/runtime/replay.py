@@ -13,6 +13,7 @@ only after a fenced commit saw the run live, and a cancel is seen at the next fe
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,11 +64,17 @@ class StepCall:
         return (self.recorded.attempts if self.recorded is not None else 0) + 1
 
 
+def _unwritable(error: dict[str, Any], *, event: str) -> None:
+    raise RuntimeError("this cursor has no checkpoints to fail its run through")
+
+
 class ReplayCursor:
     """The state of one execution of a run, and its replay cursor.
 
-    Base of the engine's private execution object (``durable.context.Execution``):
-    the checkpoint, attempt and wait parts add their behaviour on this state.
+    The part of the engine's private execution object (``durable.runtime.execution.Execution``)
+    that every other part reads: the run row, the lease token, the recorded steps and
+    the position of the next durable call. The checkpoint, attempt, limit, wait and
+    child parts hold it as their ``cursor``.
     """
 
     def __init__(
@@ -101,10 +108,9 @@ class ReplayCursor:
         #: COMPENSATION_FAILED or COMPENSATED), from the state machine
         self.fail_status: str = transitions.target("fail", run.status) or run.status
         self.done_status: str = transitions.target("complete", run.status) or run.status
-
-    # provided by durable.runtime.checkpoint.Checkpoints
-    def fail_run(self, error: dict[str, Any], *, event: str) -> None:
-        raise NotImplementedError
+        #: fails the run: ``fail_run(error, event=kind)``, the execution's checkpoints' (set
+        #: by :class:`durable.runtime.checkpoint.Checkpoints`, which writes it)
+        self.fail_run: Callable[..., None] = _unwritable
 
     @property
     def is_replaying(self) -> bool:

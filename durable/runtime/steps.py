@@ -27,12 +27,10 @@ from durable.types import Decision, ModelRecoverable
 from durable.values import codec
 
 if TYPE_CHECKING:
+    # for the type checker only: the context imports these modules at run time
     from durable.limits import Limits
     from durable.registry import ToolSpec
-
-#: ``durable.context.Execution`` (its attempts, waits and checkpoints), named loosely:
-#: the context imports these modules, so they cannot import it back
-Execution = Any
+    from durable.runtime.execution import Execution
 
 
 @dataclass(frozen=True)
@@ -59,10 +57,10 @@ class Runnable:
 def run(ex: Execution, r: Runnable, fn: Callable[[], Any] | None = None, **options: Any) -> Any:
     """Execute ``r`` (attempt body ``fn``, default ``r.fn``); returns the recorded value."""
     if r.error is not None:
-        return ex.record_model_error(r.call, r.error)
+        return ex.checkpoints.record_model_error(r.call, r.error)
     body = fn or r.fn
     assert body is not None
-    return ex.execute(
+    return ex.attempts.execute(
         r.call,
         fn=body,
         policy=r.policy,
@@ -108,12 +106,14 @@ def build_step(
 ) -> Runnable:
     """The runnable of an unrecorded plain step at ``call`` (``timeout`` checked)."""
     if invalid is not None:
-        ex.fail_call_now(call, invalid)
+        ex.checkpoints.fail_call_now(call, invalid)
     sid = call.step_id
     call_kwargs = dict(kwargs)
     if registry.accepts_keyword(fn, "idempotency_key"):
-        call_kwargs["idempotency_key"] = f"{ex.run_id}:{sid}"
-    call = replace(call, input_text=ex.encode_step_input(call, args, kwargs), durability=mode)
+        call_kwargs["idempotency_key"] = f"{ex.cursor.run_id}:{sid}"
+    call = replace(
+        call, input_text=ex.checkpoints.encode_step_input(call, args, kwargs), durability=mode
+    )
     return Runnable(
         call=call,
         fn=lambda: call_with_timeout(fn, args, call_kwargs, timeout, sid),
@@ -127,16 +127,16 @@ def build_step(
 def lookup(ex: Execution, name: str) -> ToolSpec | None:
     """The tool's effective spec, or ``None`` for a name that is not registered."""
     try:
-        return ex.tool_spec(name)
+        return ex.attempts.tool_spec(name)
     except ToolNotFound:
         return None
 
 
 def needs_approval(ex: Execution, spec: ToolSpec | None, base: str, params: dict) -> bool:
     """Whether the call named ``base`` at the cursor waits for an approval first."""
-    upcoming = ex.upcoming()
+    upcoming = ex.cursor.upcoming()
     if upcoming is not None:  # replaying: the history says whether approval was asked
-        return upcoming.step_id == ex.peek_id(f"approve:{base}")
+        return upcoming.step_id == ex.cursor.peek_id(f"approve:{base}")
     # arguments that do not fit the tool go back to the model before any person is
     # asked to approve a call that cannot run
     return spec is not None and spec.requires_approval and arguments_fit(spec, params)
@@ -154,7 +154,7 @@ def ask_approval(
     the rejection as a :class:`ModelRecoverable` (``error_type`` ``"ApprovalRejected"``).
     ``call``: the approval's position when already taken. May raise ``Suspend``."""
     safety = spec.safety if spec is not None else ""
-    decision: Decision = ex.approval(
+    decision: Decision = ex.parking.approval(
         f"approve:{base}",
         base,
         f"{name}: {safety.replace('_', ' ')}",
@@ -191,7 +191,7 @@ def build_tool(
 ) -> Runnable:
     """The runnable of an unrecorded tool call at ``call``: a model error for an unknown
     tool or arguments that do not fit; a ledger for a write."""
-    input_text = ex.encode_step_input(call, (), params, tool=True)
+    input_text = ex.checkpoints.encode_step_input(call, (), params, tool=True)
     call = replace(call, input_text=input_text)
     if spec is None:
         known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
@@ -203,9 +203,9 @@ def build_tool(
         )
     _, invalid = checked(spec.timeout, call=f"tool {name!r} timeout", positive=True)
     if invalid is not None:
-        ex.fail_call_now(call, invalid)
+        ex.checkpoints.fail_call_now(call, invalid)
     sid = call.step_id
-    key = f"{ex.run_id}:{sid}"
+    key = f"{ex.cursor.run_id}:{sid}"
     call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
     if registry.accepts_keyword(spec.fn, "idempotency_key"):
         call_kwargs["idempotency_key"] = key
@@ -227,7 +227,9 @@ def build_tool(
             safety=spec.safety,
             limits=spec.limits,
         )
-    ledger = OperationLedger(ex, spec, key, params, input_text, input_text or codec.encode({}))
+    ledger = OperationLedger(
+        ex.checkpoints, spec, key, params, input_text, input_text or codec.encode({})
+    )
     return Runnable(
         call=call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger, limits=spec.limits
     )
@@ -235,7 +237,7 @@ def build_tool(
 
 def tool_position(ex: Execution, base: str, name: str) -> StepCall:
     """Take the next position for the tool call named ``base``."""
-    return ex.next_call(base, kind=StepKind.TOOL, tool_name=name)
+    return ex.cursor.next_call(base, kind=StepKind.TOOL, tool_name=name)
 
 
 def arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:

@@ -20,7 +20,7 @@ from durable.runtime.parallel import run_group
 from durable.types import ModelRecoverable
 
 if TYPE_CHECKING:
-    from durable.runtime.steps import Execution
+    from durable.runtime.execution import Execution
 
 
 def run_turn(

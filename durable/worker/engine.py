@@ -3,7 +3,7 @@
 ``execute(run_id)`` is what a Celery task calls. It claims the run with one fenced
 transaction (see "Leases" in docs/architecture.md), loads the run's recorded steps in
 one query, runs the workflow function with a :class:`~durable.context.WorkflowContext`
-over a private :class:`~durable.context.Execution`, and keeps the lease alive with a
+over a private :class:`~durable.runtime.execution.Execution`, and keeps the lease alive with a
 heartbeat thread while it runs.
 """
 
@@ -18,7 +18,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from durable import conf, postgres, registry
-from durable.context import Execution
+from durable.context import WorkflowContext
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import (
     DatabaseUnavailable,
@@ -36,6 +36,7 @@ from durable.retry import PERMANENT
 from durable.runtime.batching import flush_at_stop
 from durable.runtime.compensation import run_compensation
 from durable.runtime.dbconn import drop_connection, is_db_fault, retry_db
+from durable.runtime.execution import Execution
 from durable.runtime.failures import error_info, safe_traceback
 from durable.values.redaction import secrets_in, secrets_scope
 from durable.vocabulary import EventKind
@@ -245,7 +246,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                 fault,
             )
             released = release_after_db_fault(run.id, token, worker_id=worker_id, error=fault.error)
-        elif execution.stopped in (RunStatus.CANCELLED, None):
+        elif execution.cursor.stopped in (RunStatus.CANCELLED, None):
             try:
                 retry_db(lambda: release(run.id, token), what=f"the release of run {run.id}")
             except Exception as exc:  # noqa: BLE001 - the lease then expires into recovery
@@ -257,7 +258,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         if (
             fault is None
             and not compensating
-            and execution.stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)
+            and execution.cursor.stopped in (RunStatus.CANCELLED, RunStatus.COMPENSATING)
         ):
             # compensation requested while this worker still held the lease (possibly
             # between its stop and its release above)
@@ -268,7 +269,7 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
         # released: retrying; not released: the failed statement may have committed the
         # run's end, or the database is still away (the lease then expires)
         return RunStatus.RETRYING if released else None
-    return execution.stopped or run.status
+    return execution.cursor.stopped or run.status
 
 
 def _free_limit_slots(execution: Execution) -> None:
@@ -277,12 +278,12 @@ def _free_limit_slots(execution: Execution) -> None:
     left behind counts only while this lease holds, so a failure here only delays the
     waiters (docs/limits.md)."""
     try:
-        execution.release_slots()
+        execution.limits.release_slots()
     except Exception as exc:  # noqa: BLE001 - the slots die with the lease anyway
         if not is_db_fault(exc):
             raise
         logger.warning(
-            "durable: could not free the limit slots of run %s (%s)", execution.run_id, exc
+            "durable: could not free the limit slots of run %s (%s)", execution.cursor.run_id, exc
         )
 
 
@@ -371,20 +372,22 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
             result = run_compensation(execution)
         else:
             if spec.limits is not None:  # max_concurrent_runs (docs/limits.md): may park
-                position = execution.run.cursor_position
-                execution.admit(spec.limits, wait_id="limit:run", position=position)
-            result = spec.fn(execution.context, workflow_input)
-        if execution.stopped is None:
-            execution.complete(result)
+                position = execution.cursor.run.cursor_position
+                execution.limits.admit(spec.limits, wait_id="limit:run", position=position)
+            result = spec.fn(WorkflowContext(execution), workflow_input)
+        if execution.cursor.stopped is None:
+            execution.checkpoints.complete(result)
     except (Suspend, StepFailed, NonDeterminismError, RunStopped):
-        flush_at_stop(execution, execution.batch)  # batched steps still pending, if any
+        flush_at_stop(
+            execution.checkpoints, execution.checkpoints.batch
+        )  # batched steps still pending, if any
     except DatabaseUnavailable:
         raise
     except LeaseLost:
         logger.warning(
             "durable: worker %s lost the lease of run %s; it stops without recording anything more",
-            execution.worker_id,
-            execution.run_id,
+            execution.cursor.worker_id,
+            execution.cursor.run_id,
         )
     except Exception as exc:  # noqa: BLE001 - user workflow code failed
         if is_db_fault(exc):  # e.g. orchestration code's own query: not the workflow's fault
@@ -393,12 +396,12 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
 
 
 def _fail_unless_stopped(execution: Execution, exc: BaseException) -> None:
-    if execution.stopped is not None:
+    if execution.cursor.stopped is not None:
         return
     info = error_info(exc, classification=PERMANENT)
     info["traceback"] = safe_traceback(exc)
     try:
-        execution.fail_run(info, event=EventKind.FAILED)
+        execution.checkpoints.fail_run(info, event=EventKind.FAILED)
     except DatabaseUnavailable:
         raise
     except (RunStopped, LeaseLost):

@@ -261,7 +261,7 @@ def _record_fences(monkeypatch, log: list) -> None:
     """Log ``("fence", run_id, began, ended, kind, live)`` for every fenced commit."""
     import importlib
 
-    from durable.context import Execution
+    from durable.runtime.checkpoint import Checkpoints
 
     def wrap(kind, fn, live, run_id_of):
         def recording(*args, **kwargs):
@@ -286,9 +286,11 @@ def _record_fences(monkeypatch, log: list) -> None:
         monkeypatch.setattr(target, name, wrap(kind, getattr(target, name), live, run_id_of))
     # the transactional fence (SQLite, and every write that is not a plain first success)
     monkeypatch.setattr(
-        Execution,
+        Checkpoints,
         "write",
-        wrap("write", Execution.write, lambda result: True, lambda args, kw: args[0].run_id),
+        wrap(
+            "write", Checkpoints.write, lambda result: True, lambda args, kw: args[0].cursor.run_id
+        ),
     )
 
 

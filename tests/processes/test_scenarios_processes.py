@@ -21,7 +21,6 @@ from django.db.models import Count
 
 import durable
 from durable import registry
-from durable.context import Execution
 from durable.exceptions import LeaseLost
 from durable.models import (
     TERMINAL,
@@ -34,6 +33,7 @@ from durable.models import (
     StepStatus,
     TraceEvent,
 )
+from durable.runtime.execution import Execution
 from durable.worker.engine import claim, execute
 from durable.worker.tasks import execute_run
 from tests import crash_workflows as cw
@@ -259,21 +259,24 @@ def test_s13_sqlite_two_workers_forty_runs_and_a_polling_dashboard(workers, proc
     for worker in (workers.start(), workers.start()):
         worker.wait_ready()
     runs = [durable.start("crash.ten_steps", {"n": i}).id for i in range(40)]
-    polls = 0
+    in_flight = 0  # polls that read while the workers were still writing
 
     def dashboard_poll():
-        nonlocal polls
+        nonlocal in_flight
         page = list(Run.objects.order_by("-created_at")[:50])
         dict(
             Step.objects.filter(run__in=[r.id for r in page])
             .values_list("run_id")
             .annotate(n=Count("id"))
         )
-        polls += 1
-        return len(page) == 40 and all(r.status in TERMINAL for r in page)
+        done = len(page) == 40 and all(r.status in TERMINAL for r in page)
+        in_flight += not done
+        return done
 
     wait_until(dashboard_poll, 60, what="40 runs to finish", interval=0.05)
-    assert polls > 10
+    # the reads overlapped the writes (how many depends on the machine's speed: a count
+    # of all polls failed on a loaded machine, where 400 steps took fewer polls)
+    assert in_flight >= 2
     finished = {r.id: r for r in Run.objects.filter(pk__in=runs)}
     for i, run_id in enumerate(runs):
         run = finished[run_id]

@@ -11,8 +11,8 @@ from django.db import OperationalError
 from django.db.models import Q
 
 import durable
-from durable.context import Execution
 from durable.models import Run, RunStatus, Step, StepKind, TraceEvent, Wait, WaitKind, WaitStatus
+from durable.runtime.checkpoint import Checkpoints
 from durable.testing import drive
 from durable.vocabulary import EventKind
 from tests.durable.runtime import child_workflows as cwf
@@ -98,17 +98,17 @@ def test_a_fault_between_creating_the_child_and_recording_its_step_creates_one_c
 ):
     """The child and the parent's step commit together: a database fault while the step
     is written leaves neither, and the retry creates exactly one child."""
-    real = Execution.save_step_txn
+    real = Checkpoints.save_step_txn
     faults = []
 
     def failing(self, rec, pos, **fields):
         if fields.get("kind") == StepKind.CHILD and not faults:
-            assert Run.objects.filter(pk=f"{self.run_id}.a").exists()  # created, uncommitted
+            assert Run.objects.filter(pk=f"{self.cursor.run_id}.a").exists()  # created, uncommitted
             faults.append(pos)
             raise OperationalError("server closed the connection unexpectedly (injected)")
         return real(self, rec, pos, **fields)
 
-    monkeypatch.setattr(Execution, "save_step_txn", failing)
+    monkeypatch.setattr(Checkpoints, "save_step_txn", failing)
     run = durable.start("tests.children.parent", {"items": [{"n": 4, "id": "a"}]})
     root = settle(run.id)
     assert faults, "the fault was not injected"
