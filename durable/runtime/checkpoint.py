@@ -12,7 +12,6 @@ step row and its trace events commit together. See "Checkpoints" in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -49,16 +48,14 @@ from durable.runtime.batching import StepBatch
 from durable.runtime.failures import (
     db_faults_stop_the_execution,
     error_info,
-    safe_str,
     safe_traceback,
+    storable_model_error,
 )
 from durable.runtime.llm import billed_tokens
 from durable.runtime.replay import ReplayCursor, StepCall
 from durable.types import ModelRecoverable
 from durable.values import codec
-from durable.values.fields import storable_text
 from durable.values.redaction import redact_text
-from durable.values.rendering import render
 from durable.vocabulary import EventKind
 from durable.waits import child_ends, mailbox
 
@@ -84,12 +81,9 @@ class LedgerEntry(Protocol):
 
 
 class Checkpoints:
-    """The writes of one execution: the fence, step rows, the run's failure and end.
-
-    A part of the execution (``durable.runtime.execution.Execution``) over its ``cursor``: the run
-    row, the lease token and the recorded steps it writes after. The operation ledger of
-    a write (:class:`~durable.runtime.ledger.OperationLedger`) writes through it.
-    """
+    """The writes of one execution: the fence, step rows, the run's failure and end; a
+    part of the :class:`~durable.runtime.execution.Execution` over its ``cursor``. Each
+    write's :class:`~durable.runtime.ledger.OperationLedger` writes through it."""
 
     def __init__(self, cursor: ReplayCursor) -> None:
         self.cursor = cursor
@@ -124,11 +118,8 @@ class Checkpoints:
                 pk=self.cursor.run_id, lease_token=self.cursor.token, status=self.cursor.status
             ).update(**fields)
             if not updated:
-                row = (
-                    Run.objects.filter(pk=self.cursor.run_id)
-                    .values("status", "lease_token")
-                    .first()
-                )
+                run = Run.objects.filter(pk=self.cursor.run_id)
+                row = run.values("status", "lease_token").first()
                 if row is None or row["lease_token"] != self.cursor.token:
                     raise LeaseLost()
                 stopped = row["status"]
@@ -278,7 +269,7 @@ class Checkpoints:
                 if not isinstance(value, ModelRecoverable):
                     raise
                 # a fixable mistake stays fixable: store a rendering of what cannot be stored
-                value, output = _storable_model_error(value, exc, sid)
+                value, output = storable_model_error(value, exc, sid)
                 assert error is not None
                 error["details_note"] = redact_text(str(exc))[:1000]
         except PayloadError as exc:
@@ -605,27 +596,3 @@ class Checkpoints:
             record_if_stopped=False,
         )
         self.cursor.stopped = self.cursor.done_status
-
-
-def _storable_model_error(
-    value: ModelRecoverable, exc: PayloadError, sid: str
-) -> tuple[ModelRecoverable, str]:
-    """``value`` with details the codec can store (durable/values/rendering.py), and its text.
-
-    Falls back to a note in place of the details, then to a shortened message, so a
-    model-recoverable error is always stored as one (never a permanent failure).
-    """
-    candidates = [
-        replace(value, details=render(value.details)),
-        replace(value, details=f"<details not stored: {exc}>"[:2000]),
-        replace(value, message=value.message[:4000], details=f"<details not stored: {exc}>"[:2000]),
-    ]
-    for candidate in candidates:
-        try:
-            return candidate, codec.dumps_checked(
-                candidate.to_dict(), what="step output", step_id=sid
-            )
-        except PayloadError:
-            continue
-    plain = ModelRecoverable(storable_text(safe_str(exc))[:4000], value.error_type[:200])
-    return plain, codec.encode(plain.to_dict())

@@ -12,11 +12,16 @@ from __future__ import annotations
 import functools
 import traceback as tb_module
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
-from durable.exceptions import DatabaseUnavailable
+from durable.exceptions import DatabaseUnavailable, PayloadError
 from durable.runtime.dbconn import is_db_fault
+from durable.types import ModelRecoverable
+from durable.values import codec
+from durable.values.fields import storable_text
 from durable.values.redaction import redact_text
+from durable.values.rendering import render
 
 
 def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:
@@ -72,3 +77,27 @@ def db_faults_stop_the_execution(method: Callable[_P, _R]) -> Callable[_P, _R]:
             raise
 
     return wrapper
+
+
+def storable_model_error(
+    value: ModelRecoverable, exc: PayloadError, sid: str
+) -> tuple[ModelRecoverable, str]:
+    """``value`` with details the codec can store (durable/values/rendering.py), and its text.
+
+    Falls back to a note in place of the details, then to a shortened message, so a
+    model-recoverable error is always stored as one (never a permanent failure).
+    """
+    candidates = [
+        replace(value, details=render(value.details)),
+        replace(value, details=f"<details not stored: {exc}>"[:2000]),
+        replace(value, message=value.message[:4000], details=f"<details not stored: {exc}>"[:2000]),
+    ]
+    for candidate in candidates:
+        try:
+            return candidate, codec.dumps_checked(
+                candidate.to_dict(), what="step output", step_id=sid
+            )
+        except PayloadError:
+            continue
+    plain = ModelRecoverable(storable_text(safe_str(exc))[:4000], value.error_type[:200])
+    return plain, codec.encode(plain.to_dict())
