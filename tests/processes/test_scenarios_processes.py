@@ -21,6 +21,7 @@ from django.db.models import Count
 
 import durable
 from durable import registry
+from durable.context import WorkflowContext
 from durable.exceptions import LeaseLost
 from durable.models import (
     TERMINAL,
@@ -107,9 +108,9 @@ def test_s01_checkpoint_with_a_stale_lease_token_records_nothing(transactional_d
     row, steps = claimed
     spec = registry.get_workflow(row.workflow_name, row.workflow_version)
 
-    stale = Execution(
-        run=row, token="stale-token", steps=steps, spec=spec, worker_id="stale:2:2"
-    ).context
+    stale = WorkflowContext(
+        Execution(run=row, token="stale-token", steps=steps, spec=spec, worker_id="stale:2:2")
+    )
     with pytest.raises(LeaseLost):
         stale.step("plan", cw.plan_llm, "hello", "cus_1")
     # the body ran (unless the pre-step status check already saw the stale token)...
@@ -117,9 +118,9 @@ def test_s01_checkpoint_with_a_stale_lease_token_records_nothing(transactional_d
     # ...but its checkpoint was refused
     assert not Step.objects.filter(run_id=run.id).exists()
 
-    stale = Execution(
-        run=row, token="stale-token", steps=steps, spec=spec, worker_id="stale:2:2"
-    ).context
+    stale = WorkflowContext(
+        Execution(run=row, token="stale-token", steps=steps, spec=spec, worker_id="stale:2:2")
+    )
     with pytest.raises(LeaseLost):
         stale.call_tool("tickets.create", {"customer": "cus_1", "subject": "s"})
     # a write is fenced before the call: no operation row, no effect
