@@ -9,10 +9,11 @@ column added to the model is written by both paths, with no list to keep in step
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Field, Model
 
 
@@ -37,10 +38,41 @@ def typed_marks(model: type[Model]) -> str:
     )
 
 
+#: Django's own fields whose prepared value is the value itself when it already has the
+#: field's type (an int, a str, an aware datetime, or None): PostgreSQL's adapters take
+#: them as they are. Preparing them costs ~2 us each, which a batch pays per row.
+_PLAIN: dict[type[Field], tuple[type, ...]] = {
+    models.IntegerField: (int,),
+    models.PositiveIntegerField: (int,),
+    models.CharField: (str,),
+    models.DateTimeField: (datetime,),
+}
+
+
+@cache
+def _preparers(model: type[Model]) -> tuple[tuple[Field, tuple[type, ...] | None], ...]:
+    """Each insert field with the types it passes as they are (None: always prepared)."""
+    out = []
+    for f in insert_fields(model):
+        plain = _PLAIN.get(type(f))
+        if isinstance(f, models.DateTimeField) and (f.auto_now or f.auto_now_add):
+            plain = None  # pre_save sets the time
+        out.append((f, plain))
+    return tuple(out)
+
+
 def values(instance: Model) -> list[Any]:
     """The insert values of an unsaved ``instance``, in :func:`columns`' order, as the
-    ORM prepares them for this connection."""
-    return [
-        f.get_db_prep_save(f.pre_save(instance, True), connection)
-        for f in insert_fields(type(instance))
-    ]
+    ORM prepares them for this connection (``Field.pre_save`` then
+    ``Field.get_db_prep_save``; a value of a plain field's own type as it is)."""
+    out: list[Any] = []
+    for f, plain in _preparers(type(instance)):
+        if plain is not None:
+            value = getattr(instance, f.attname)
+            if value is None or (
+                type(value) in plain and not (isinstance(value, datetime) and value.tzinfo is None)
+            ):
+                out.append(value)
+                continue
+        out.append(f.get_db_prep_save(f.pre_save(instance, True), connection))
+    return out
