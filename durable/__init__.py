@@ -50,10 +50,10 @@ from durable.types import (
     ChildHandle,
     Decision,
     ModelRecoverable,
+    Secret,
     SignalDelivery,
     SignalResult,
 )
-from durable.values.secrets import Secret
 
 if TYPE_CHECKING:  # the models load with the app registry, after this package
     from durable.models import Run, Schedule

@@ -133,7 +133,7 @@ def dispatch_on_commit(run_id: str, *, countdown: float | None = None, mark: boo
     if countdown is not None and countdown > MAX_COUNTDOWN_SECONDS:
         return
     if mark:
-        from durable.models import Run
+        from durable.models.runs import Run
 
         Run.objects.filter(pk=run_id).update(dispatched_at=timezone.now())
     transaction.on_commit(lambda: _send(backend, run_id, countdown))

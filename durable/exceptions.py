@@ -29,14 +29,14 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from durable.vocabulary import Classification
-
 
 class DurableError(Exception):
     """Base of every Durable error. Do not raise it directly; raise a subclass."""
 
-    #: classification used by the retry machinery; subclasses override.
-    classification: str = Classification.PERMANENT.value
+    #: classification used by the retry machinery, a ``durable.vocabulary.Classification``
+    #: value spelled out (this module is the ground layer and imports no vocabulary);
+    #: subclasses override.
+    classification: str = "permanent"
 
 
 class TransientError(DurableError):
@@ -47,7 +47,7 @@ class TransientError(DurableError):
     earlier than it, even past the policy's ``max_interval``.
     """
 
-    classification: str = Classification.TRANSIENT.value
+    classification: str = "transient"
 
     def __init__(self, message: str = "transient failure", *, retry_after: float | None = None):
         super().__init__(message)
@@ -60,7 +60,7 @@ class ModelRecoverableError(DurableError):
     ``details`` is any JSON-able value passed back with the message.
     """
 
-    classification: str = Classification.MODEL_RECOVERABLE.value
+    classification: str = "model_recoverable"
 
     def __init__(self, message: str, *, details: Any = None):
         super().__init__(message)
@@ -70,13 +70,13 @@ class ModelRecoverableError(DurableError):
 class PermanentError(DurableError):
     """A failure that retrying cannot fix (401, 403, 404, schema mismatch)."""
 
-    classification: str = Classification.PERMANENT.value
+    classification: str = "permanent"
 
 
 class AmbiguousOutcomeError(DurableError):
     """The call may or may not have taken effect (e.g. a timeout after sending)."""
 
-    classification: str = Classification.AMBIGUOUS.value
+    classification: str = "ambiguous"
 
 
 class NonDeterminismError(DurableError):
@@ -158,7 +158,7 @@ class InvalidDuration(DurableError, ValueError):
     ``RetryPolicy``, a tool declaration) it is raised to the caller. A ``ValueError``.
     """
 
-    classification: str = Classification.PERMANENT.value
+    classification: str = "permanent"
 
     def __init__(self, *, call: str, value: Any, reason: str):
         self.call = call

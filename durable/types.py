@@ -162,3 +162,44 @@ class ChildHandle:
         if self._context is None:
             raise RuntimeError("this ChildHandle belongs to no workflow: use ctx.wait_child")
         return self._context.wait_child(self)
+
+
+class Secret:
+    """A value that must never be persisted or shown in clear.
+
+    ``Secret(value)`` wraps any value the codec can store (usually a ``str``);
+    ``.reveal()`` returns it. ``repr()`` is ``Secret('***')`` and ``str()`` is
+    ``'***'``, so logging or formatting a Secret does not leak it. Two Secrets are
+    equal when their values are equal; a Secret is hashable when its value is.
+
+    The codec stores a Secret encrypted and decodes it back to a ``Secret``; the
+    dashboard shows it as ``[REDACTED]``.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def reveal(self) -> Any:
+        """Return the wrapped value, in clear."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Secret):
+            return bool(self._value == other._value)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, Secret):
+            return not bool(self._value == other._value)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))

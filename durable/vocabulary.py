@@ -167,6 +167,10 @@ class WaitStatus(TextChoices):
 #: the operator's reason, which the dashboard and the CLI show as a note, not as a failure
 CANCELLED_ERROR_TYPE = "Cancelled"
 
+#: the key that marks a tagged object in a stored value (``{"$t": "datetime", ...}``):
+#: written by :mod:`durable.values.encoder`, read by :mod:`durable.values.decoder`
+TAG = "$t"
+
 
 class Catchup(TextChoices):
     """What a schedule does with slots missed while no beat ran (durable/services/schedules.py)."""

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 from django.db.models import QuerySet
 
 from durable.exceptions import IllegalTransition
-from durable.models import Run, RunStatus
+from durable.models.runs import Run
+from durable.vocabulary import RunStatus
 
 S = RunStatus
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from durable.observability import logcontext, metrics
 
 if TYPE_CHECKING:
-    from durable.models import Step
+    from durable.models.steps import Step
     from durable.retry import RetryPolicy
 
 try:  # the optional extra durable[otel]
@@ -147,7 +147,7 @@ def _run_span(run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     already in it; a link to that current span otherwise."""
     from opentelemetry import propagate
 
-    from durable.models import Run
+    from durable.models.runs import Run
 
     attributes: dict[str, Any] = {"durable.run.id": run_id}
     try:

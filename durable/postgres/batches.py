@@ -12,7 +12,9 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from durable.models import Run, Step, TraceEvent
+from durable.models.events import TraceEvent
+from durable.models.runs import Run
+from durable.models.steps import Step
 from durable.postgres import rows
 from durable.values.fields import storable_json
 from durable.vocabulary import EventKind

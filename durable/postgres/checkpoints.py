@@ -20,7 +20,10 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field
 
-from durable.models import Operation, Run, Step, TraceEvent
+from durable.models.events import TraceEvent
+from durable.models.operations import Operation
+from durable.models.runs import Run
+from durable.models.steps import Step
 from durable.observability import metrics
 from durable.postgres import rows
 from durable.values.fields import storable_json

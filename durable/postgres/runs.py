@@ -19,8 +19,12 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
-from durable.models import Run, RunStatus, Signal, Step, TraceEvent, transitions
-from durable.vocabulary import EventKind
+from durable.models import transitions
+from durable.models.events import TraceEvent
+from durable.models.runs import Run
+from durable.models.steps import Step
+from durable.models.waits import Signal
+from durable.vocabulary import EventKind, RunStatus
 
 _SQL: dict[str, str] = {}
 

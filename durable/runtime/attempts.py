@@ -22,20 +22,20 @@ from django.utils import timezone
 from durable import conf, registry
 from durable.durations import check_retry_after
 from durable.exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
-from durable.models import AttemptOutcome, RunStatus, StepAttempt, StepKind, StepStatus
+from durable.models.steps import StepAttempt
 from durable.observability import telemetry
 from durable.retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
 from durable.runtime.failures import db_faults_stop_the_execution, safe_str
 from durable.runtime.ledger import AGAIN, PROCEED, OperationLedger
-from durable.runtime.limit_gate import LimitGate
 from durable.runtime.llm import billed_tokens
 from durable.types import ModelRecoverable
-from durable.vocabulary import Durability
+from durable.vocabulary import AttemptOutcome, Durability, RunStatus, StepKind, StepStatus
 
 if TYPE_CHECKING:
     from durable.limits import Limits
     from durable.registry import ToolSpec
     from durable.runtime.checkpoint import Checkpoints
+    from durable.runtime.limit_gate import LimitGate
     from durable.runtime.replay import ReplayCursor, StepCall
 
 #: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
@@ -87,7 +87,7 @@ class Attempts:
         """The tool's spec with its admin settings (raises :class:`ToolNotFound`)."""
         spec = registry.get_tool(name)
         if name not in self.cursor.tool_rows:  # one query per tool and execution, row or None
-            from durable.models import Tool
+            from durable.models.tools import Tool
 
             self.cursor.tool_rows[name] = (
                 Tool.objects.select_related("approver_group").filter(name=name).first()

@@ -23,12 +23,13 @@ from django.utils import timezone
 
 from durable import conf, postgres
 from durable.exceptions import LeaseLost, RunStopped
-from durable.models import Step, StepStatus, TraceEvent
+from durable.models.events import TraceEvent
+from durable.models.steps import Step
 from durable.observability import metrics
 from durable.postgres import batches
 from durable.registry import check_durability
 from durable.runtime.failures import db_faults_stop_the_execution
-from durable.vocabulary import Durability, EventKind
+from durable.vocabulary import Durability, EventKind, StepStatus
 
 if TYPE_CHECKING:
     from durable.runtime.replay import ReplayCursor, StepCall

@@ -29,17 +29,10 @@ from durable.exceptions import (
     StepFailed,
     Suspend,
 )
-from durable.models import (
-    AttemptOutcome,
-    Run,
-    RunStatus,
-    Step,
-    StepAttempt,
-    StepKind,
-    StepStatus,
-    TraceEvent,
-    transitions,
-)
+from durable.models import transitions
+from durable.models.events import TraceEvent
+from durable.models.runs import Run
+from durable.models.steps import Step, StepAttempt
 from durable.observability import metrics
 from durable.postgres import checkpoints as checkpoint_pg
 from durable.postgres import runs as run_pg
@@ -56,7 +49,7 @@ from durable.runtime.replay import ReplayCursor, StepCall
 from durable.types import ModelRecoverable
 from durable.values import codec
 from durable.values.redaction import redact_text
-from durable.vocabulary import EventKind
+from durable.vocabulary import AttemptOutcome, EventKind, RunStatus, StepKind, StepStatus
 from durable.waits import child_ends, mailbox
 
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 from durable import client as api
 from durable import registry
 from durable.exceptions import ChildFailed
-from durable.models import RUN_ID_PATTERN, Run, RunStatus, StepKind, StepStatus, WaitKind
+from durable.models.runs import RUN_ID_PATTERN, Run
 from durable.runtime.checkpoint import Checkpoints
 from durable.runtime.parking import WaitParking
 from durable.runtime.replay import ReplayCursor
@@ -30,7 +30,7 @@ from durable.types import ChildHandle
 from durable.values import codec
 from durable.values.fields import storable_text
 from durable.values.redaction import check_identifier
-from durable.vocabulary import EventKind
+from durable.vocabulary import EventKind, RunStatus, StepKind, StepStatus, WaitKind
 
 #: the characters of a ``child_id`` (no ``.``: that separates the parent's id from it)
 CHILD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")

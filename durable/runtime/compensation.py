@@ -22,23 +22,16 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from durable.exceptions import Suspend, ToolNotFound
-from durable.models import (
-    Operation,
-    OperationStatus,
-    RunStatus,
-    Step,
-    StepKind,
-    Wait,
-    WaitKind,
-    WaitStatus,
-    run_lineage,
-    transitions,
-)
+from durable.models import transitions
+from durable.models.operations import Operation
+from durable.models.runs import run_lineage
+from durable.models.steps import Step
+from durable.models.waits import Wait
 from durable.retry import AMBIGUOUS, DEFAULT_POLICY
 from durable.types import NOT_FOUND
 from durable.values import codec
 from durable.values.redaction import redact_text
-from durable.vocabulary import EventKind
+from durable.vocabulary import EventKind, OperationStatus, RunStatus, StepKind, WaitKind, WaitStatus
 
 if TYPE_CHECKING:
     from durable.runtime.execution import Execution

@@ -17,7 +17,8 @@ from durable.runtime.replay import ReplayCursor
 from durable.vocabulary import Durability
 
 if TYPE_CHECKING:
-    from durable.models import Run, Step
+    from durable.models.runs import Run
+    from durable.models.steps import Step
     from durable.registry import WorkflowSpec
 
 __all__ = ["Execution"]

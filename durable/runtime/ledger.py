@@ -20,24 +20,24 @@ from django.utils import timezone
 
 from durable import postgres
 from durable.exceptions import IdempotencyConflict, PayloadError, Suspend
-from durable.models import (
-    AttemptOutcome,
-    Operation,
-    OperationStatus,
-    StepAttempt,
-    StepStatus,
-    TraceEvent,
-    Wait,
-    WaitKind,
-    WaitStatus,
-)
+from durable.models.events import TraceEvent
+from durable.models.operations import Operation
+from durable.models.steps import StepAttempt
+from durable.models.waits import Wait
 from durable.postgres.checkpoints import started_in_one_statement
 from durable.retry import AMBIGUOUS, PERMANENT
 from durable.runtime.failures import error_info, safe_str, safe_traceback
 from durable.types import NOT_FOUND
 from durable.values import codec
 from durable.values.redaction import redact_text
-from durable.vocabulary import EventKind
+from durable.vocabulary import (
+    AttemptOutcome,
+    EventKind,
+    OperationStatus,
+    StepStatus,
+    WaitKind,
+    WaitStatus,
+)
 
 if TYPE_CHECKING:
     from durable.registry import ToolSpec

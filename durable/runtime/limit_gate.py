@@ -23,12 +23,15 @@ from django.utils import timezone
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import Suspend
 from durable.limits import Limits
-from durable.models import Run, RunStatus, TraceEvent, Wait, WaitKind, WaitStatus, transitions
+from durable.models import transitions
+from durable.models.events import TraceEvent
+from durable.models.runs import Run
+from durable.models.waits import Wait
 from durable.retry import classify
 from durable.runtime import limit_store
 from durable.runtime.checkpoint import Checkpoints
 from durable.runtime.replay import ReplayCursor
-from durable.vocabulary import EventKind
+from durable.vocabulary import EventKind, RunStatus, WaitKind, WaitStatus
 
 #: a limit that admits the call within this many seconds is waited for in the worker
 INPLACE_MAX_SECONDS = 1.0

@@ -22,7 +22,9 @@ from django.utils import timezone
 from durable import postgres
 from durable.dispatch import dispatch_now
 from durable.limits import Limits
-from durable.models import Limit, LimitSlot, Run, Wait
+from durable.models.limits import Limit, LimitSlot
+from durable.models.runs import Run
+from durable.models.waits import Wait
 from durable.vocabulary import WaitKind, WaitStatus
 
 #: seconds added to a rate's period: the provider receives a call some milliseconds

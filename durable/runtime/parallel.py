@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from durable.calls import Call
 from durable.exceptions import DurableConfigurationError, LeaseLost
-from durable.models import Step, StepKind, StepStatus
+from durable.models.steps import Step
 from durable.runtime import steps as tool_calls
 from durable.runtime.attempts import HeldFailure
 from durable.runtime.batching import resolve
@@ -33,6 +33,7 @@ from durable.runtime.failures import error_info
 from durable.runtime.replay import StepCall
 from durable.types import ModelRecoverable
 from durable.values.redaction import check_identifier
+from durable.vocabulary import StepKind, StepStatus
 
 if TYPE_CHECKING:
     from durable.registry import ToolSpec

@@ -14,22 +14,16 @@ from django.utils import timezone
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import InvalidDuration, RunStopped, Suspend
 from durable.hooks import wait_created
-from durable.models import (
-    Run,
-    RunStatus,
-    StepKind,
-    TraceEvent,
-    Wait,
-    WaitKind,
-    WaitStatus,
-    transitions,
-)
+from durable.models import transitions
+from durable.models.events import TraceEvent
+from durable.models.runs import Run
+from durable.models.waits import Wait
 from durable.runtime.checkpoint import Checkpoints
 from durable.runtime.replay import ReplayCursor, StepCall
 from durable.types import Decision
 from durable.values import codec
 from durable.values.redaction import check_identifier
-from durable.vocabulary import EventKind
+from durable.vocabulary import EventKind, RunStatus, StepKind, WaitKind, WaitStatus
 from durable.waits import child_ends
 
 
@@ -178,7 +172,7 @@ class WaitParking:
                 state["wait"] = w
                 return
             if kind == WaitKind.SIGNAL:
-                from durable.models import Signal
+                from durable.models.waits import Signal
 
                 sig = (
                     Signal.objects.filter(run_id=self.cursor.run_id, name=key, wait__isnull=True)

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from durable.exceptions import BudgetExceeded, LeaseLost, NonDeterminismError, RunStopped
-from durable.models import Run, Step, StepAttempt, StepKind, StepStatus, transitions
+from durable.models import transitions
+from durable.models.runs import Run
+from durable.models.steps import Step, StepAttempt
 from durable.observability import telemetry
 from durable.retry import MODEL_RECOVERABLE, PERMANENT
 from durable.runtime.failures import error_info
@@ -28,7 +30,7 @@ from durable.types import ModelRecoverable
 from durable.values import codec
 from durable.values.fields import storable_text
 from durable.values.redaction import check_identifier
-from durable.vocabulary import Durability, EventKind
+from durable.vocabulary import Durability, EventKind, StepKind, StepStatus
 
 if TYPE_CHECKING:
     from durable.registry import WorkflowSpec

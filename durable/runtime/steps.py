@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from durable import registry
 from durable.durations import check_duration
 from durable.exceptions import InvalidDuration, ToolNotFound
-from durable.models import StepKind
 from durable.retry import DEFAULT_POLICY, RetryPolicy
 from durable.runtime.attempts import call_with_timeout
 from durable.runtime.batching import resolve
@@ -25,6 +24,7 @@ from durable.runtime.ledger import OperationLedger
 from durable.runtime.replay import StepCall
 from durable.types import Decision, ModelRecoverable
 from durable.values import codec
+from durable.vocabulary import StepKind
 
 if TYPE_CHECKING:
     # for the type checker only: the context imports these modules at run time

@@ -29,7 +29,7 @@ tag            value
 ``secret``     a redacted ``str``, Fernet-encrypted (:mod:`durable.values.secrets`)
 ``sealed``     any other value under a secret key (number, list, dict, ...): the
                encrypted JSON of its encoding; decodes back to the same value
-``Secret``     a :class:`~durable.values.secrets.Secret`: the encrypted JSON of its value
+``Secret``     a :class:`~durable.types.Secret`: the encrypted JSON of its value
 =============  =========================================================================
 
 Redaction while encoding (:mod:`durable.values.redaction`): every value except ``None`` under a
@@ -94,7 +94,7 @@ def encode(value: Any, *, where: str = "value") -> str:
     """Encode ``value`` as compact JSON text (UTF-8 safe, no NaN literals).
 
     ``where`` names the value in error messages (``cannot store value.items[2].conn``).
-    Secret-looking strings and :class:`~durable.values.secrets.Secret` values are encrypted
+    Secret-looking strings and :class:`~durable.types.Secret` values are encrypted
     (see the module docstring). The output is deterministic except for encrypted values
     (Fernet tokens are randomised); use :func:`fingerprint` to compare values.
 

@@ -21,10 +21,11 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from durable.exceptions import PayloadError
+from durable.types import Secret
 from durable.values import redaction
-from durable.values.encoder import TAG
 from durable.values.fields import storable_text
-from durable.values.secrets import Secret, decrypt
+from durable.values.secrets import decrypt
+from durable.vocabulary import TAG
 
 
 def _zone(key: str) -> ZoneInfo:
@@ -97,7 +98,7 @@ def decode(text: str | bytes | None) -> Any:
     exact types included.
 
     Secrets are decrypted back to ``str`` and Secrets back to
-    :class:`~durable.values.secrets.Secret`. ``decode(None)`` is ``None``. Raises
+    :class:`~durable.types.Secret`. ``decode(None)`` is ``None``. Raises
     ``json.JSONDecodeError`` for text that is not JSON,
     :class:`~durable.exceptions.PayloadError` for a malformed tagged object, and
     :class:`~durable.exceptions.DurableConfigurationError` when a secret cannot be

@@ -4,7 +4,8 @@
 table in :mod:`durable.values.codec` lists), encrypting what redaction selects on the way, and
 fails with the path inside the value (``value.items[2].conn``). It is apart from the
 public API so the format's one traversal reads on its own; the decoders are in
-:mod:`durable.values.decoder`, which takes :data:`TAG` from here.
+:mod:`durable.values.decoder`; both take the marker :data:`~durable.vocabulary.TAG`
+from the vocabulary.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from durable.exceptions import PayloadError
+from durable.types import Secret
 from durable.values import redaction
-from durable.values.secrets import Secret, encrypt, keyed_digest
+from durable.values.secrets import encrypt, keyed_digest
+from durable.vocabulary import TAG as TAG  # re-exported: the format's one marker
 
-#: the key that marks a tagged object
-TAG = "$t"
 #: deepest nesting of containers accepted by :func:`durable.values.codec.encode`
 MAX_DEPTH = 200
 #: ints wider than this are stored as hex (decimal text is capped at 4300 digits)

@@ -264,7 +264,7 @@ def known_secrets() -> frozenset[str]:
 
 def secrets_in(value: Any, *, _depth: int = 0) -> set[str]:
     """The str values found under secret keys (and inside ``Secret``) anywhere in ``value``."""
-    from durable.values.secrets import Secret
+    from durable.types import Secret
 
     found: set[str] = set()
     if _depth > 50:

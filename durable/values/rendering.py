@@ -29,7 +29,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from durable.values.secrets import Secret
+from durable.types import Secret
 
 __all__ = ["render"]
 

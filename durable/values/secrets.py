@@ -1,6 +1,7 @@
-"""Secret values: the :class:`Secret` wrapper and encryption of redacted values at rest.
+"""Secret values: encryption of redacted values at rest.
 
-Redacted values (a ``Secret``, a string under a secret-looking key, a string that
+The :class:`~durable.types.Secret` wrapper lives with the public value types (re-exported
+here). Redacted values (a ``Secret``, a string under a secret-looking key, a string that
 looks like a token) are never stored in clear: :mod:`durable.values.codec` stores them as
 Fernet tokens (AES-128-CBC + HMAC-SHA256, from :mod:`cryptography`).
 
@@ -25,49 +26,9 @@ from django.conf import settings
 
 from durable import conf
 from durable.exceptions import DurableConfigurationError
+from durable.types import Secret
 
 __all__ = ["Secret", "decrypt", "derive_key", "encrypt", "keyed_digest"]
-
-
-class Secret:
-    """A value that must never be persisted or shown in clear.
-
-    ``Secret(value)`` wraps any value the codec can store (usually a ``str``);
-    ``.reveal()`` returns it. ``repr()`` is ``Secret('***')`` and ``str()`` is
-    ``'***'``, so logging or formatting a Secret does not leak it. Two Secrets are
-    equal when their values are equal; a Secret is hashable when its value is.
-
-    The codec stores a Secret encrypted and decodes it back to a ``Secret``; the
-    dashboard shows it as ``[REDACTED]``.
-    """
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: Any) -> None:
-        self._value = value
-
-    def reveal(self) -> Any:
-        """Return the wrapped value, in clear."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    def __str__(self) -> str:
-        return "***"
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Secret):
-            return bool(self._value == other._value)
-        return NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        if isinstance(other, Secret):
-            return not bool(self._value == other._value)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((Secret, self._value))
 
 
 # --- keys ----------------------------------------------------------------------------

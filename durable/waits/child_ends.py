@@ -18,19 +18,12 @@ from django.utils import timezone
 
 from durable.dispatch import dispatch_on_commit
 from durable.hooks import wait_closed
-from durable.models import (
-    TERMINAL,
-    Run,
-    RunStatus,
-    TraceEvent,
-    Wait,
-    WaitKind,
-    WaitStatus,
-    run_lineage,
-    transitions,
-)
+from durable.models import transitions
+from durable.models.events import TraceEvent
+from durable.models.runs import Run, run_lineage
+from durable.models.waits import Wait
 from durable.values import codec
-from durable.vocabulary import EventKind
+from durable.vocabulary import TERMINAL, EventKind, RunStatus, WaitKind, WaitStatus
 
 
 def lock_parent_txn(run: Run, status: Any) -> str | None:

@@ -20,16 +20,12 @@ from django.utils import timezone
 
 from durable.dispatch import dispatch_on_commit
 from durable.hooks import wait_closed
-from durable.models import (
-    Run,
-    TraceEvent,
-    Wait,
-    WaitKind,
-    WaitStatus,
-    transitions,
-)
+from durable.models import transitions
+from durable.models.events import TraceEvent
+from durable.models.runs import Run
+from durable.models.waits import Wait
 from durable.values import codec
-from durable.vocabulary import EventKind
+from durable.vocabulary import EventKind, WaitKind, WaitStatus
 
 logger = logging.getLogger("durable.waits")
 

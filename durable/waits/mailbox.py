@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from durable.models import RunStatus, Signal, TraceEvent, Wait, WaitKind, WaitStatus
+from durable.models.events import TraceEvent
+from durable.models.waits import Signal, Wait
 from durable.types import SignalDelivery, SignalResult
-from durable.vocabulary import EventKind
+from durable.vocabulary import EventKind, RunStatus, WaitKind, WaitStatus
 
 #: the statuses at which a workflow's life ends (compensation comes after, if asked for)
 WORKFLOW_ENDS = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
