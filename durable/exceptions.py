@@ -25,6 +25,7 @@ Temporal's ``exceptions.py`` do).
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -144,6 +145,30 @@ class SecretInIdentifier(DurableError, ValueError):
             f"the {what} looks like a secret (it matches DURABLE['REDACT_PATTERNS'] or a "
             "secret value of this run); identifiers are stored and shown in clear, so "
             "choose one that is not a secret"
+        )
+
+
+class InvalidIdentifier(DurableError, ValueError):
+    """An identifier or a name (a tag, a step id, a wait or signal key, a child id, a
+    schedule name, who started a run or sent a signal) holds a character that does not
+    show as itself: a control character, a format character (the bidirectional overrides
+    and isolates of "Trojan Source", CVE-2021-42574, or a zero-width one) or a line or
+    paragraph separator. Shown in clear on pages, in the CLI and in exports, such an
+    identifier could read as another, so it is refused.
+
+    ``what`` names the kind, ``index`` the 0-based position of the first such character
+    and ``char`` the character. A ``ValueError`` (422 in the API).
+    """
+
+    def __init__(self, what: str, index: int, char: str):
+        self.what = what
+        self.index = index
+        self.char = char
+        name = unicodedata.name(char, "")
+        super().__init__(
+            f"the {what} has U+{ord(char):04X}{' ' + name if name else ''} at character "
+            f"{index + 1}: control, format (bidirectional, zero-width) and separator "
+            "characters are refused in identifiers and names, which are shown as they are"
         )
 
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
+from durable.exceptions import InvalidIdentifier
+from durable.values.fields import hidden_character
+
 #: origins a recorded name may carry in front of a login or client name
 ORIGIN_PREFIXES = ("os:", "cli:", "api:", "sdk:")
 #: how the starter of a ``manage.py durable`` command is recorded without ``--by``
@@ -62,7 +65,8 @@ def resolve(by: Any) -> tuple[Any, Principal]:
 
     A name whose bare part is a dashboard username (``"alice"``, ``"os:alice"``) maps to
     that account, so the run shows it and four-eyes applies to it. ``None`` or ``""``
-    is the unknown principal.
+    is the unknown principal. Raises :class:`~durable.exceptions.InvalidIdentifier` (a
+    ``ValueError``) for a name with a control, bidirectional or zero-width character.
     """
     if by is None or by == "" or getattr(by, "is_anonymous", False) is True:
         return None, dict(UNKNOWN)  # type: ignore[return-value]
@@ -71,6 +75,9 @@ def resolve(by: Any) -> tuple[Any, Principal]:
     name = str(by).strip()[:200]
     if not name:
         return None, dict(UNKNOWN)  # type: ignore[return-value]
+    hidden = hidden_character(name)
+    if hidden is not None:  # a name is shown as it is: it must read as what it is
+        raise InvalidIdentifier("name of who acts", *hidden)
     user = _user_named(bare_name(name))
     return user, {"user": user.pk if user is not None else None, "name": name}
 

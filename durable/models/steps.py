@@ -67,8 +67,11 @@ class Step(models.Model):
 
     @property
     def duration(self) -> float | None:
+        """Seconds from the step's start to its end, ``None`` until both are known; never
+        negative (a step started on one worker and finished on another whose clock is
+        behind counts 0, as :func:`durable.queries.runs.run_duration` does for runs)."""
         if self.finished_at and self.started_at:
-            return (self.finished_at - self.started_at).total_seconds()
+            return max((self.finished_at - self.started_at).total_seconds(), 0.0)
         return None
 
     def output_value(self) -> Any:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.exceptions import RunNotFound
+from durable.exceptions import InvalidIdentifier, RunNotFound
 from durable.models import Run, TraceEvent
+from durable.values.fields import hidden_character
 from durable.vocabulary import EventKind
 
 #: characters of an actor's name (the ``actor`` / ``resolved_by`` / ``sent_by`` columns)
@@ -23,13 +24,18 @@ def actor_of(by: Any) -> str:
 
     Raises ``ValueError`` naming the limit when a given name is longer than
     :data:`ACTOR_MAX_LENGTH` characters (a database would refuse it, or, on SQLite,
-    store what PostgreSQL refuses); nothing has been written then.
+    store what PostgreSQL refuses), and :class:`~durable.exceptions.InvalidIdentifier` (a
+    ``ValueError``) for a name with a control, bidirectional or zero-width character;
+    nothing has been written then.
     """
     if by is None or by == "":
         return "system"
     name = by.get_username() if hasattr(by, "get_username") else str(by)
     if len(name) > ACTOR_MAX_LENGTH:
         raise ValueError(f"by: who acted is at most {ACTOR_MAX_LENGTH} characters, got {len(name)}")
+    hidden = hidden_character(name)
+    if hidden is not None:  # recorded and shown as it is: it must read as what it is
+        raise InvalidIdentifier("name of who acts", *hidden)
     return name
 
 

@@ -29,22 +29,43 @@ schema: :meth:`deconstruct` reports the plain Django field, so migrations never 
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 from django.db import models
 
 __all__ = [
+    "HIDDEN_CATEGORIES",
     "StorableCharField",
     "StorableJSONField",
     "StorableTextField",
     "storable_json",
     "storable_text",
+    "hidden_character",
 ]
 
 #: ints wider than this are written as hex text in JSON columns (as the codec does)
 _INT_MAX_BITS = 12_000
 _REPR_LIMIT = 200
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+#: Unicode categories of the characters that do not show as themselves: controls (Cc),
+#: format characters (Cf: the bidirectional overrides and isolates, zero-width joiners and
+#: spaces, the byte order mark) and the line and paragraph separators (Zl, Zp)
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def hidden_character(text: str) -> tuple[int, str] | None:
+    """``(index, character)`` of the first character of ``text`` in
+    :data:`HIDDEN_CATEGORIES`, or ``None``. For identifiers and names, which are shown in
+    clear: free text (messages, comments) keeps such characters and is escaped on output."""
+    if text.isascii() and text.isprintable():
+        return None
+    for index, char in enumerate(text):
+        if unicodedata.category(char) in HIDDEN_CATEGORIES:
+            return index, char
+    return None
 
 
 def storable_text(text: str) -> str:

@@ -30,6 +30,7 @@ from django.dispatch import receiver
 
 from durable import conf
 from durable.exceptions import DurableConfigurationError
+from durable.values.fields import hidden_character
 
 __all__ = [
     "REDACTED",
@@ -226,17 +227,23 @@ def redact_text(text: str) -> str:
 
 
 def check_identifier(value: str, what: str) -> str:
-    """Return ``value``; raise :class:`~durable.exceptions.SecretInIdentifier` when it
-    matches a ``REDACT_PATTERNS`` entry or contains a secret known in this context.
+    """Return ``value``; raise :class:`~durable.exceptions.InvalidIdentifier` when it holds
+    a character that does not show as itself (a control, a bidirectional override, a
+    zero-width character: :func:`durable.values.fields.hidden_character`) and
+    :class:`~durable.exceptions.SecretInIdentifier` when it matches a ``REDACT_PATTERNS``
+    entry or contains a secret known in this context.
 
     For identifiers that are stored and shown in clear and must stay distinct: step ids,
     wait and signal keys, tags, run ids. ``what`` names the kind in the message (the
     value itself is never in it).
     """
-    from durable.exceptions import SecretInIdentifier
+    from durable.exceptions import InvalidIdentifier, SecretInIdentifier
 
     if not isinstance(value, str) or not value:
         return value
+    hidden = hidden_character(value)
+    if hidden is not None:
+        raise InvalidIdentifier(what, *hidden)
     matcher = pattern_matcher()
     if matcher is not None and matcher.key(value):
         raise SecretInIdentifier(what)

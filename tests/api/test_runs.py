@@ -72,6 +72,7 @@ def test_idempotency_key_header_returns_the_same_run(operator_api, admin_api):
         ({"workflow": "dash.echo", "max_steps": 0}, ["max_steps"]),
         ({"input": 1}, ["workflow"]),
         ({"workflow": "dash.echo", "tags": ["sk-abcdefghijklmnopqrstuvwxyz123456"]}, []),
+        ({"workflow": "dash.echo", "tags": ["invoice\u202efdp.exe"]}, ["U+202E", "tag"]),
     ],
 )
 def test_start_with_invalid_input_is_a_422_and_makes_nothing(operator_api, body, words):

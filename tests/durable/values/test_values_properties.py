@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import durable
-from durable.exceptions import PayloadError
+from durable.exceptions import InvalidIdentifier, PayloadError
 from durable.models import RunStatus, Step, StepAttempt
 from durable.testing import drive
 from durable.values import codec
-from durable.values.fields import storable_json, storable_text
+from durable.values.fields import hidden_character, storable_json, storable_text
 from durable.values.redaction import redact_text
 from tests.durable.values import values_workflows as vw
 
@@ -327,6 +327,15 @@ def test_model_recoverable_details_round_trip_or_are_rendered_many(text, details
 @DB
 @given(st.lists(texts, max_size=4))
 def test_tags_are_stored_readably(tags):
+    """A tag with a character that does not show as itself is refused, naming it, and
+    nothing is stored; every other tag is stored readably."""
+    hidden = [hidden_character(t) for t in tags]
+    if any(hidden):
+        index, char = next(h for h in hidden if h)
+        where = f"U\\+{ord(char):04X}\\b.* at character {index + 1}:"
+        with pytest.raises(InvalidIdentifier, match=where):
+            durable.start("values.echo", None, tags=tags)
+        return
     run = durable.start("values.echo", None, tags=tags)
     run.refresh_from_db()
     assert run.tags == [readable(t) for t in tags]
