@@ -6,7 +6,7 @@ completion (``runs.py``); a step's checkpoint and a write's fenced ``started`` r
 (``checkpoints.py``); a batch of steps (``batches.py``). The rows they insert are the
 unsaved model instances the ORM path would save, every column of them (``rows.py``: one
 column list, the model's). :func:`available` is the only test of the database vendor in the
-engine (``tests/durable/test_postgres_paths.py`` holds it to that), and
+engine (``tests/durable/postgres/test_available.py`` holds it to that), and
 :func:`database_now` the only read of the database's clock.
 """
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ENGINE = Path(__file__).resolve().parents[2] / "durable"
+ENGINE = Path(__file__).resolve().parents[3] / "durable"
 VENDOR = re.compile(r"\.vendor\b")
 
 
