@@ -20,6 +20,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from durable import postgres
 from durable.values.jsontext import JSONInputError, loads_bounded
 
 from . import approvals, runs, schedules, subscriptions, tokens, webhooks_in
@@ -129,7 +130,16 @@ def _denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
 @api.exception_handler(Exception)
 def _service_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """The services' refusals (``durable/exceptions.py``, ``approvals/services.py``) by
-    :data:`api.problems.STATUS_OF`; anything else is a bug and propagates (500)."""
+    :data:`api.problems.STATUS_OF`, an exhausted connection pool 503; anything else is a
+    bug and propagates (500)."""
+    if postgres.pool_exhausted(exc):  # busy, not broken: nothing was changed
+        response = problem(
+            503,
+            "every database connection of this web process is in use; try again",
+            request=request,
+        )
+        response["Retry-After"] = str(postgres.BUSY_RETRY_AFTER)
+        return response
     status = status_for(exc)
     if status is None:
         raise exc

@@ -4,7 +4,8 @@
 Every refusal of the API goes through here, so a client reads one shape for all of
 them: 401 (no or bad credentials), 403 (a scope or permission missing, CSRF), 404, 409
 (an illegal transition: the run's status does not allow it now), 422 (invalid input,
-each field's error under ``errors``), 429 (too many failed authentications). The
+each field's error under ``errors``), 429 (too many failed authentications), 503 with
+``Retry-After`` (every database connection of the web process busy). The
 engine's exceptions map to these codes in :data:`STATUS_OF`; nothing a client sends
 reaches a 500.
 """
@@ -40,6 +41,7 @@ KINDS: dict[int, tuple[str, str]] = {
     413: ("too-large", "Request body too large"),
     422: ("invalid-input", "Invalid input"),
     429: ("too-many-requests", "Too many requests"),
+    503: ("unavailable", "Busy: try again"),
 }
 
 #: the status codes every authenticated endpoint may answer with a problem

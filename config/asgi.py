@@ -10,6 +10,7 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("DURABLE_PROCESS", "web")  # config/settings.py: the web's connections
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack

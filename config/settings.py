@@ -261,6 +261,27 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # one file per test session, so concurrent test runs cannot collide
         "NAME": os.environ.get("DURABLE_TEST_SQLITE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The connection budget (docs/production.md#database-connections). A web process
+    # (daphne: config/asgi.py sets DURABLE_PROCESS=web) answers each request in a thread of
+    # its own, and each thread would open a connection and keep it CONN_MAX_AGE seconds:
+    # 16 API clients held ~100 and got 500s ("too many clients"), starving the workers. So
+    # the web borrows from a pool of at most DATABASE_POOL_MAX_SIZE per process (psycopg's
+    # pool, Django 5.1+); a request waits up to DATABASE_POOL_TIMEOUT seconds for one, then
+    # is answered 503 with Retry-After. A worker process keeps its own few connections
+    # (its task's thread and its heartbeat's), as before.
+    WEB_PROCESS = os.environ.get("DURABLE_PROCESS") == "web"
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options.setdefault("application_name", "durable-web" if WEB_PROCESS else "durable")
+    if WEB_PROCESS and env_bool("DATABASE_POOL", True):
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django requires 0)
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = False  # the pool checks on return
+        _pool_max = max(env_int("DATABASE_POOL_MAX_SIZE", 10), 1)
+        _options["pool"] = {
+            "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 2), _pool_max),
+            "max_size": _pool_max,
+            "timeout": env_float("DATABASE_POOL_TIMEOUT", 10.0),
+        }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -29,3 +29,4 @@ urlpatterns = [
 ]
 
 handler400 = "dashboard.views.bad_request"
+handler500 = "dashboard.views.server_error"

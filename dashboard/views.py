@@ -6,18 +6,22 @@ The POST actions are in :mod:`dashboard.actions`.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template import loader
+from django.views import defaults
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
 from approvals.access import require_perm
 from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
+from durable import postgres
 from durable.models import transitions
 from durable.observability import otel
 from durable.queries.parsing import BadParameter, clean_text, parse_int
@@ -241,6 +245,18 @@ def attention(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # --- errors --------------------------------------------------------------------------
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: 503 with ``Retry-After`` when the request waited in vain for one of
+    the web process's pooled database connections (busy, not broken: nothing was changed,
+    :func:`durable.postgres.pool_exhausted`), else Django's 500 page. Both render without a
+    database query, which could fail the same way."""
+    if postgres.pool_exhausted(sys.exc_info()[1]):
+        response = HttpResponse(loader.render_to_string("503.html"), status=503)
+        response["Retry-After"] = str(postgres.BUSY_RETRY_AFTER)
+        return response
+    return defaults.server_error(request)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:

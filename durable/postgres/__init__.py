@@ -36,3 +36,22 @@ def database_now(*, wall_clock: bool = False) -> datetime | None:
         cursor.execute(f"SELECT {function}()")
         (now,) = cursor.fetchone()
     return now
+
+
+#: seconds a client is told to wait (``Retry-After``) when the web's pool is exhausted
+BUSY_RETRY_AFTER = 1
+
+
+def pool_exhausted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is psycopg's ``PoolTimeout``: a
+    web request waited ``DATABASE_POOL_TIMEOUT`` seconds for one of the process's
+    ``DATABASE_POOL_MAX_SIZE`` connections (docs/production.md#database-connections). The
+    API and the dashboard answer it 503 with ``Retry-After``: the database is busy, not
+    broken, and the request changed nothing."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ == "PoolTimeout" and type(exc).__module__.startswith("psycopg_pool"):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -1,0 +1,213 @@
+"""The web process under concurrent clients: throughput, latency, errors, connections.
+
+``python -m bench.web_load --clients 64 --seconds 20`` (environment: ``DATABASE_URL`` of a
+PostgreSQL database; ``python -m bench.dashboard`` seeds one at scale) migrates, makes an
+operator with an API token, starts one daphne process serving ``config.asgi:application``
+as in production, and lets ``--clients`` concurrent HTTP clients (httpx, asyncio; each
+waits for its answer before asking again, as wrk's connections do) read the runs list of
+the API and a run's detail for ``--seconds``. It reports requests a second, p50/p99
+latency (ms), the answers by status (0 errors is the target: a 503 with ``Retry-After`` is
+counted apart from a 500), and the most PostgreSQL connections the web process held at
+once (sampled every 50 ms from ``pg_stat_activity`` by ``application_name``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .common import emit, latency_summary, setup_django
+
+REPO = Path(__file__).resolve().parent.parent
+DAPHNE = Path(sys.executable).with_name("daphne")
+#: what the web process calls itself in pg_stat_activity (config/settings.py)
+WEB_APPLICATION_NAME = "durable-web"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def operator_token() -> tuple[str, str]:
+    """``(token, a run id)``: an operator's API token and a run to read (made if none)."""
+    from django.contrib.auth.models import Group, User
+
+    import durable
+    from api.tokens import token_create
+    from durable.models import Run
+
+    user, _ = User.objects.get_or_create(username="bench-load")
+    user.groups.add(Group.objects.get(name="operator"))
+    _, text = token_create(user=user, name="bench-load", scopes=["runs:read"])
+    run = Run.objects.order_by("-created_at").first()
+    if run is None:
+        import bench.workflows  # noqa: F401 - registers the bench workflows
+
+        for n in range(200):
+            run = durable.start("bench.noop", {"n": n})
+    assert run is not None
+    return text, run.id
+
+
+class Daphne:
+    """One daphne process (its own process group), as ``make up`` runs the web."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"daphne exited {self.proc.returncode}: see {log}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/accounts/login/", timeout=2):
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.1)
+        raise SystemExit(f"daphne did not answer within 60 s: see {log}")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+
+
+class ConnectionSampler(threading.Thread):
+    """The most connections ``application_name`` held at once, sampled every 50 ms."""
+
+    def __init__(self, dsn: str, application_name: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.application_name = application_name
+        self.most = 0
+        self.samples = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._done.wait(0.05):
+                conn.execute("SELECT pg_stat_clear_snapshot()")
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                    (self.application_name,),
+                ).fetchone()
+                self.most = max(self.most, int(row[0]) if row else 0)
+                self.samples += 1
+
+    def stop(self) -> int:
+        self._done.set()
+        self.join(timeout=5)
+        return self.most
+
+
+async def load(url: str, token: str, run_id: str, clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` closed-loop clients for ``seconds``: latencies (s) and answers by status."""
+    import logging
+
+    import httpx
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line a request otherwise
+    paths = ["/api/v1/runs?limit=50", f"/api/v1/runs/{run_id}"]
+    latencies: list[float] = []
+    statuses: collections.Counter[str] = collections.Counter()
+    headers = {"Authorization": f"Bearer {token}"}
+    end = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async def client(n: int, http: httpx.AsyncClient) -> None:
+        i = n
+        while time.monotonic() < end:
+            path = paths[i % len(paths)]
+            i += 1
+            started = time.perf_counter()
+            try:
+                response = await http.get(url + path, headers=headers)
+                statuses[str(response.status_code)] += 1
+            except httpx.HTTPError as exc:
+                statuses[type(exc).__name__] += 1
+            latencies.append(time.perf_counter() - started)
+
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+        await asyncio.gather(*(client(n, http) for n in range(clients)))
+    return {"latencies": latencies, "statuses": dict(statuses)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.web_load")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    setup_django()
+    from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        raise SystemExit("the web load benchmark needs PostgreSQL (DATABASE_URL)")
+    call_command("migrate", verbosity=0, interactive=False)
+    token, run_id = operator_token()
+    dsn = connection.get_connection_params()
+    keys = ("host", "port", "user", "dbname")
+    dsn_text = " ".join(f"{k}={v}" for k, v in dsn.items() if k in keys)
+    env = {**os.environ, "DJANGO_DEBUG": "0", "PYTHONUNBUFFERED": "1"}
+    log = Path(os.environ.get("BENCH_LOG_DIR", "/tmp")) / "bench-web-load-daphne.log"
+    server = Daphne(env, log)
+    sampler = ConnectionSampler(dsn_text, WEB_APPLICATION_NAME)
+    sampler.start()
+    started = time.monotonic()
+    try:
+        result = asyncio.run(load(server.url, token, run_id, args.clients, args.seconds))
+    finally:
+        elapsed = time.monotonic() - started
+        server.stop()
+        most = sampler.stop()
+    statuses = result["statuses"]
+    ok = sum(n for status, n in statuses.items() if status.startswith("2"))
+    emit(
+        {
+            "clients": args.clients,
+            "seconds": round(elapsed, 1),
+            "requests": len(result["latencies"]),
+            "per_second": round(ok / elapsed, 1),
+            "latency_ms": {
+                k: round(v * 1000, 1)
+                for k, v in latency_summary(result["latencies"]).items()
+                if k != "n"
+            },
+            "statuses": statuses,
+            "errors": sum(n for status, n in statuses.items() if not status.startswith("2")),
+            "web_connections_most": most,
+            "connection_samples": sampler.samples,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
