@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from durable import conf, postgres, registry, requesters
+from durable import conf, idempotency, postgres, registry, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.durations import check_duration
 from durable.exceptions import DurableError, RunInputConflict, RunNotFound
@@ -142,10 +142,13 @@ def start(
 
 
 def _same_run(existing: Run, workflow_name: str, input_hash: str) -> Run:
-    if existing.workflow_name != workflow_name:
-        raise RunInputConflict(existing.id, "workflow")
-    if existing.input_hash != input_hash:
-        raise RunInputConflict(existing.id, "input")
+    """The run a reused run id names, if it is the same request (durable/idempotency.py)."""
+    differs = idempotency.conflict(
+        {"workflow": existing.workflow_name, "input": existing.input_hash},
+        {"workflow": workflow_name, "input": input_hash},
+    )
+    if differs is not None:
+        raise RunInputConflict(existing.id, differs)
     return existing
 
 

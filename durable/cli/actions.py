@@ -27,6 +27,7 @@ from durable.cli.text import (
 )
 from durable.exceptions import (
     IllegalTransition,
+    KeyConflict,
     PayloadError,
     RunInputConflict,
     RunNotFound,
@@ -49,7 +50,7 @@ def _transition(call: Callable[[], T]) -> T:
         raise CommandError(
             f"{_clean(exc)}; list runs with: manage.py durable runs", returncode=USER_ERROR
         ) from None
-    except (IllegalTransition, PayloadError, ValueError) as exc:
+    except (IllegalTransition, KeyConflict, PayloadError, ValueError) as exc:
         raise CommandError(_clean(exc), returncode=USER_ERROR) from None
 
 

@@ -214,6 +214,18 @@ def test_signal_is_delivered_once_per_dedupe_key(operator_api):
     assert_problem(operator_api.post(f"/runs/{run.id}/signals", {"name": "go"}), 409)
 
 
+def test_s33_a_dedupe_key_reused_with_another_payload_is_a_409(operator_api):
+    """evt-1 with {"amount": 10}, then evt-1 with {"amount": 99}: a conflict naming the
+    key, and the one signal stored keeps the 10."""
+    run = durable.start("tests.signal", {})
+    body = {"name": "go", "payload": {"amount": 10}, "dedupe_key": "evt-1"}
+    assert operator_api.post(f"/runs/{run.id}/signals", body).status_code == 200
+    other = operator_api.post(f"/runs/{run.id}/signals", {**body, "payload": {"amount": 99}})
+    assert_problem(other, 409, "'evt-1'", "different payload")
+    assert Signal.objects.filter(run=run).count() == 1
+    assert drive(run.id).output_value() == {"got": {"amount": 10}}
+
+
 def test_signal_needs_runs_signal(operator):
     run = drive(durable.start("tests.signal", {}).id)
     narrow = api_for(operator, scopes=["runs:operate"])
