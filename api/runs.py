@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from ninja import Header, Path, Query, Router, Status
 
 from durable import client as sdk
+from durable.exceptions import KeyConflict, RunInputConflict
 from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, transitions
 from durable.queries import runs as run_selectors
 from durable.queries.filters import parse_filters
@@ -143,25 +144,38 @@ def start_run(
     ),
 ) -> Status:
     """201 with the new run; 200 with the existing run when ``run_id`` (or the
-    ``Idempotency-Key``) was used before with the same workflow and input; 409 when it
-    was used with another workflow or input."""
+    ``Idempotency-Key``) was used before with the same workflow and input; 409, naming
+    the key, when it was used with another workflow or input
+    (docs/requesters-and-signals.md#a-key-names-one-request). Of requests racing with
+    one key exactly one answers 201. 422 for both ``run_id`` and ``Idempotency-Key``:
+    each is a key, and two keys cannot name one request."""
     scopes.check(request, "runs:start")
     run_id = body.run_id
-    if run_id is None and idempotency_key:
+    if run_id is not None and idempotency_key:
+        raise ApiProblem(
+            422,
+            "Send either run_id or an Idempotency-Key header, not both: each names the "
+            "run to start (the header stands for a run id of its own).",
+        )
+    if idempotency_key:
         run_id = _idempotent_run_id(request, idempotency_key)
-    existed = run_id is not None and Run.objects.filter(pk=run_id).exists()
-    run = sdk.start(
-        body.workflow,
-        body.input,
-        run_id=run_id,
-        version=body.version,
-        tags=body.tags,
-        started_by=request.user,
-        max_steps=body.max_steps,
-        deadline_seconds=body.deadline_seconds,
-        max_tokens=body.max_tokens,
-    )
-    return Status(200 if existed else 201, _detail(run.id))
+    try:
+        run, created = sdk.start_or_get(
+            body.workflow,
+            body.input,
+            run_id=run_id,
+            version=body.version,
+            tags=body.tags,
+            started_by=request.user,
+            max_steps=body.max_steps,
+            deadline_seconds=body.deadline_seconds,
+            max_tokens=body.max_tokens,
+        )
+    except RunInputConflict as exc:
+        if not idempotency_key:
+            raise
+        raise KeyConflict("Idempotency-Key", idempotency_key, exc.differs) from None
+    return Status(201 if created else 200, _detail(run.id))
 
 
 @router.get("/runs", response={200: RunsPageOut, REFUSALS: Problem}, summary="List runs")

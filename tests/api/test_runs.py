@@ -55,10 +55,16 @@ def test_idempotency_key_header_returns_the_same_run(operator_api, admin_api):
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["id"] == again.json()["id"]
     assert Run.objects.count() == 1
-    # another body under the same key is refused, nothing new is made
+    # another body under the same key is refused, naming the key; nothing new is made
     assert_problem(
-        operator_api.post("/runs", {"workflow": "dash.echo", "input": 2}, headers=key), 409
+        operator_api.post("/runs", {"workflow": "dash.echo", "input": 2}, headers=key),
+        409,
+        "Idempotency-Key 'order-42'",
+        "different input",
     )
+    # a run_id besides the key: two keys for one request, refused
+    both = {"workflow": "dash.echo", "input": 1, "run_id": "r-9"}
+    assert_problem(operator_api.post("/runs", both, headers=key), 422, "not both")
     # keys are per user: someone else's "order-42" is another run
     theirs = admin_api.post("/runs", {"workflow": "dash.echo", "input": 1}, headers=key)
     assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]
