@@ -26,7 +26,7 @@ from durable.services.runs import (
     operation_reconcile,
     run_cancel,
     run_compensate,
-    run_fork,
+    run_fork_or_get,
     run_resume,
     run_signal,
 )
@@ -305,18 +305,25 @@ def resume_run(request: HttpRequest, body: ResumeIn, run_id: str = RunIdPath) ->
     )
 
 
-@router.post("/runs/{run_id}/fork", response={201: RunDetailOut, REFUSALS: Problem}, summary="Fork")
+@router.post(
+    "/runs/{run_id}/fork",
+    response={200: RunDetailOut, 201: RunDetailOut, REFUSALS: Problem},
+    summary="Fork",
+)
 def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Status:
-    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``)."""
+    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``):
+    201; 200 with the fork when ``new_run_id`` was used before for this same fork; 409,
+    naming it, when it names another run
+    (docs/requesters-and-signals.md#a-key-names-one-request)."""
     scopes.check(request, "runs:operate")
-    fork = run_fork(
+    fork, created = run_fork_or_get(
         run_id=run_id,
         from_step=body.from_step,
         by=request.user,
         reason=body.reason,
         new_run_id=body.new_run_id,
     )
-    return Status(201, _detail(fork.id))
+    return Status(201 if created else 200, _detail(fork.id))
 
 
 @router.post(

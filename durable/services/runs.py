@@ -29,7 +29,7 @@ from durable.models import (
 )
 from durable.models.transitions import ACTIVE
 from durable.services.base import actor_of, lock_parent_of, lock_run, record_event
-from durable.services.forks import GAVE_UP, run_fork
+from durable.services.forks import GAVE_UP, run_fork, run_fork_or_get
 from durable.services.reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
 from durable.types import SignalResult
 from durable.values import codec, redaction
@@ -44,6 +44,7 @@ __all__ = [
     "run_cancel",
     "run_compensate",
     "run_fork",
+    "run_fork_or_get",
     "run_resume",
     "run_signal",
 ]

@@ -14,8 +14,10 @@ import pytest
 
 import durable
 from durable.models import Run, Signal
+from durable.testing import drive
 from tests.api.conftest import api_for
 from tests.approvals.test_races import run_together
+from tests.dashboard import dash_workflows  # noqa: F401  (registers dash.fail)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,3 +90,25 @@ def test_racing_signals_with_one_dedupe_key_store_one(operator):
         assert len(fresh) == 1, (trial, [r.content for _, r in results])
         (stored,) = Signal.objects.filter(run=run)
         assert stored.pk == fresh[0].json()["signal_id"]
+
+
+def test_racing_forks_with_one_new_run_id_make_one_fork(operator):
+    """Two threads fork one source, two another, all under one new_run_id: one 201, its
+    twin a 200, the forks of the other source a 409 (their insert loses the id)."""
+    clients = [api_for(operator) for _ in range(THREADS)]
+    sources = [drive(durable.start("dash.fail", {}).id).id for _ in range(2)]
+    for trial in range(TRIALS):
+        new_id = f"race-fork-{trial}"
+        results = run_together(
+            *(
+                lambda c=c, n=n, new_id=new_id: c.post(
+                    f"/runs/{sources[n % 2]}/fork", {"from_step": "boom", "new_run_id": new_id}
+                )
+                for n, c in enumerate(clients)
+            )
+        )
+        assert statuses(results) == [200, 201, 409, 409], (trial, results)
+        fork = Run.objects.get(pk=new_id)
+        for n, (_, response) in enumerate(results):
+            assert (response.status_code == 409) is (sources[n % 2] != fork.forked_from_id)
+    assert Run.objects.filter(forked_from__isnull=False).count() == TRIALS

@@ -207,6 +207,22 @@ def test_fork_a_finished_run(operator_api):
     assert_problem(operator_api.post(f"/runs/{waiting.id}/fork", {"from_step": "go"}), 409, "fork")
 
 
+def test_a_fork_run_id_reused_returns_the_fork_or_is_a_409(operator_api):
+    """new_run_id is a key: the same fork again is a 200 with it; another source or step
+    under the id, or the id of a run that is no fork, is a 409 naming the id."""
+    failed = drive(durable.start("dash.fail", {}, run_id="src").id)
+    body = {"from_step": "boom", "new_run_id": "the-fork"}
+    first = operator_api.post(f"/runs/{failed.id}/fork", body)
+    again = operator_api.post(f"/runs/{failed.id}/fork", body)
+    assert (first.status_code, again.status_code) == (201, 200), again.content
+    assert again.json()["id"] == "the-fork"
+    other_step = operator_api.post(f"/runs/{failed.id}/fork", {**body, "from_step": "first"})
+    assert_problem(other_step, 409, "fork run id 'the-fork'", "different from_step")
+    taken = operator_api.post(f"/runs/{failed.id}/fork", {**body, "new_run_id": "src"})
+    assert_problem(taken, 409, "fork run id 'src'", "different source run")
+    assert Run.objects.filter(forked_from=failed).count() == 1
+
+
 def test_signal_is_delivered_once_per_dedupe_key(operator_api):
     run = drive(durable.start("tests.signal", {}).id)
     body = {"name": "go", "payload": {"ok": True}, "dedupe_key": "evt_1"}

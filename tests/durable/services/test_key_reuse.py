@@ -25,7 +25,7 @@ from durable.idempotency import check_same, conflict, stored_fingerprint
 from durable.models import RunStatus, Signal
 from durable.testing import drive
 from durable.values import codec
-from tests import waits_workflows  # noqa: F401  (registers tests.signal)
+from tests import waits_workflows, workflows  # noqa: F401  (register the workflows)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -187,3 +187,18 @@ def test_a_reused_key_is_a_duplicate_exactly_when_the_stored_content_is_equal(co
         assert caught.value.key == key and caught.value.differs == "payload"
     (stored,) = Signal.objects.filter(run=run, dedupe_key=key)
     assert stored_fingerprint(stored.payload) == codec.fingerprint(content)
+
+
+def test_a_fork_run_id_names_one_fork():
+    """The SDK: the same fork again returns it; another step under the id is refused."""
+    source = drive(durable.start("tests.add_twice", {"a": 1, "b": 2}).id)
+    assert source.status == RunStatus.SUCCEEDED, source.error
+    fork = durable.fork(source.id, from_step="second", by="ops", new_run_id="f-1")
+    assert fork.id == "f-1" and fork.forked_from_id == source.id
+    again = durable.fork(source.id, from_step="second", by="ops", new_run_id="f-1")
+    assert again.id == "f-1" and again.steps.count() == 1
+    with pytest.raises(KeyConflict, match="fork run id 'f-1'") as caught:
+        durable.fork(source.id, from_step="first", by="ops", new_run_id="f-1")
+    assert caught.value.differs == "from_step"
+    with pytest.raises(ValueError, match="new_run_id 'bad id' is not valid"):
+        durable.fork(source.id, from_step="second", new_run_id="bad id")
