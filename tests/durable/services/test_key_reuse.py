@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 import durable
 from durable.exceptions import IdempotencyConflict, KeyConflict, RunInputConflict
 from durable.idempotency import check_same, conflict, stored_fingerprint
-from durable.models import RunStatus, Signal
+from durable.models import Run, RunStatus, Signal
 from durable.testing import drive
 from durable.values import codec
 from tests import waits_workflows, workflows  # noqa: F401  (register the workflows)
+from tests.durable.runtime import child_workflows  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -202,3 +203,27 @@ def test_a_fork_run_id_names_one_fork():
     assert caught.value.differs == "from_step"
     with pytest.raises(ValueError, match="new_run_id 'bad id' is not valid"):
         durable.fork(source.id, from_step="second", new_run_id="bad id")
+
+
+def test_a_child_id_replayed_with_another_input_fails_the_parent_naming_it():
+    """A replay asks for child 'a' with another input than it was started with: the
+    recorded handle is not handed back as if it were that child."""
+    run = durable.start("tests.children.parent", {"items": [{"n": 1, "id": "a"}]})
+    assert drive(run.id).status == RunStatus.WAITING
+    # executed again (as after a lost worker), the parent now asks 'a' for n=2
+    changed_input = codec.encode({"items": [{"n": 2, "id": "a"}]})
+    Run.objects.filter(pk=run.id).update(status=RunStatus.PENDING, input=changed_input)
+    root = drive(run.id)
+    assert root.status == RunStatus.FAILED
+    assert "child_id 'a' was already used with a different input" in root.error["message"]
+    assert Run.objects.filter(parent_run=run).count() == 1
+
+
+def test_a_child_of_the_run_made_with_other_input_is_a_conflict_naming_the_child_id():
+    run = durable.start("tests.children.parent", {"items": [{"n": 2, "id": "a"}]})
+    early = durable.start("tests.children.leaf", {"n": 3, "id": "a"}, run_id=f"{run.id}.a")
+    Run.objects.filter(pk=early.id).update(parent_run=run)
+    root = drive(run.id)
+    assert root.status == RunStatus.FAILED
+    assert "child_id 'a' was already used with a different input" in root.error["message"]
+    assert list(Run.objects.filter(parent_run=run).values_list("id", flat=True)) == [early.id]
