@@ -248,6 +248,26 @@ def test_s33_a_dedupe_key_reused_with_another_payload_is_a_409(operator_api):
     assert drive(run.id).output_value() == {"got": {"amount": 10}}
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "status"),
+    [
+        ({"a": 1, "b": [2, 3]}, {"b": [2, 3], "a": 1}, 200),  # key order does not count
+        ({"amount": 10}, {"amount": 10.0}, 409),  # types do, as the codec stores them
+        ({"ok": True}, {"ok": 1}, 409),
+        (None, None, 200),
+    ],
+)
+def test_a_dedupe_key_compares_json_payloads_as_they_are_stored(operator_api, first, again, status):
+    run = durable.start("tests.signal", {})
+    body = {"name": "go", "dedupe_key": "k"}
+    assert (
+        operator_api.post(f"/runs/{run.id}/signals", {**body, "payload": first}).status_code == 200
+    )
+    response = operator_api.post(f"/runs/{run.id}/signals", {**body, "payload": again})
+    assert response.status_code == status, response.content
+    assert Signal.objects.filter(run=run).count() == 1
+
+
 def test_signal_needs_runs_signal(operator):
     run = drive(durable.start("tests.signal", {}).id)
     narrow = api_for(operator, scopes=["runs:operate"])

@@ -190,6 +190,22 @@ def test_a_reused_key_is_a_duplicate_exactly_when_the_stored_content_is_equal(co
     assert stored_fingerprint(stored.payload) == codec.fingerprint(content)
 
 
+@SIGNAL_PROPERTY
+@given(content=contents, same=st.booleans())
+def test_a_reused_run_id_returns_the_run_exactly_when_the_stored_input_is_equal(content, same):
+    """The same rule on start: run_id is the key, the workflow's input the content."""
+    run_id = f"r-{uuid.uuid4().hex[:12]}"
+    first = durable.start("tests.signal", content, run_id=run_id)
+    again_content = reordered(content) if same else changed(content)
+    if same:
+        assert durable.start("tests.signal", again_content, run_id=run_id).pk == first.pk
+    else:
+        with pytest.raises(RunInputConflict) as caught:
+            durable.start("tests.signal", again_content, run_id=run_id)
+        assert caught.value.key == run_id and caught.value.differs == "input"
+    assert Run.objects.get(pk=run_id).input_hash == codec.fingerprint(content)
+
+
 def test_a_fork_run_id_names_one_fork():
     """The SDK: the same fork again returns it; another step under the id is refused."""
     source = drive(durable.start("tests.add_twice", {"a": 1, "b": 2}).id)
