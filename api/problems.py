@@ -3,10 +3,10 @@
 
 Every refusal of the API goes through here, so a client reads one shape for all of
 them: 401 (no or bad credentials), 403 (a scope or permission missing, CSRF), 404, 409
-(an illegal transition: the run's status does not allow it now), 422 (invalid input,
-each field's error under ``errors``), 429 (too many failed authentications), 503 with
-``Retry-After`` (every database connection of the web process busy). The
-engine's exceptions map to these codes in :data:`STATUS_OF`; nothing a client sends
+(an illegal transition: the run's status does not allow it now; a key reused with
+other content), 422 (invalid input, each field's error under ``errors``), 429 (too many
+failed authentications), 503 with ``Retry-After`` (every database connection of the web
+process busy). The engine's exceptions map to these codes in :data:`STATUS_OF`; nothing a client sends
 reaches a 500.
 """
 
@@ -20,8 +20,8 @@ from django.http import HttpRequest, HttpResponse
 from approvals.services import ApprovalNotFound, NotAllowed
 from durable.exceptions import (
     IllegalTransition,
+    KeyConflict,
     PayloadError,
-    RunInputConflict,
     RunNotFound,
     ScheduleNotFound,
     WorkflowNotFound,
@@ -55,7 +55,7 @@ STATUS_OF: list[tuple[type[BaseException], int]] = [
     (ScheduleNotFound, 404),
     (NotAllowed, 403),
     (IllegalTransition, 409),  # AlreadyDecided, ApprovalExpired, ArgumentsChanged too
-    (RunInputConflict, 409),
+    (KeyConflict, 409),  # RunInputConflict: a key reused with other content
     (WorkflowNotFound, 422),
     (PayloadError, 422),
     (ValueError, 422),  # InvalidEdit, SecretInIdentifier, InvalidDuration, bad budgets

@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from ninja import Header, Path, Query, Router, Status
 
 from durable import client as sdk
+from durable.exceptions import KeyConflict, RunInputConflict
 from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, transitions
 from durable.queries import runs as run_selectors
 from durable.queries.filters import parse_filters
@@ -25,7 +26,7 @@ from durable.services.runs import (
     operation_reconcile,
     run_cancel,
     run_compensate,
-    run_fork,
+    run_fork_or_get,
     run_resume,
     run_signal,
 )
@@ -143,25 +144,38 @@ def start_run(
     ),
 ) -> Status:
     """201 with the new run; 200 with the existing run when ``run_id`` (or the
-    ``Idempotency-Key``) was used before with the same workflow and input; 409 when it
-    was used with another workflow or input."""
+    ``Idempotency-Key``) was used before with the same workflow and input; 409, naming
+    the key, when it was used with another workflow or input
+    (docs/requesters-and-signals.md#a-key-names-one-request). Of requests racing with
+    one key exactly one answers 201. 422 for both ``run_id`` and ``Idempotency-Key``:
+    each is a key, and two keys cannot name one request."""
     scopes.check(request, "runs:start")
     run_id = body.run_id
-    if run_id is None and idempotency_key:
+    if run_id is not None and idempotency_key:
+        raise ApiProblem(
+            422,
+            "Send either run_id or an Idempotency-Key header, not both: each names the "
+            "run to start (the header stands for a run id of its own).",
+        )
+    if idempotency_key:
         run_id = _idempotent_run_id(request, idempotency_key)
-    existed = run_id is not None and Run.objects.filter(pk=run_id).exists()
-    run = sdk.start(
-        body.workflow,
-        body.input,
-        run_id=run_id,
-        version=body.version,
-        tags=body.tags,
-        started_by=request.user,
-        max_steps=body.max_steps,
-        deadline_seconds=body.deadline_seconds,
-        max_tokens=body.max_tokens,
-    )
-    return Status(200 if existed else 201, _detail(run.id))
+    try:
+        run, created = sdk.start_or_get(
+            body.workflow,
+            body.input,
+            run_id=run_id,
+            version=body.version,
+            tags=body.tags,
+            started_by=request.user,
+            max_steps=body.max_steps,
+            deadline_seconds=body.deadline_seconds,
+            max_tokens=body.max_tokens,
+        )
+    except RunInputConflict as exc:
+        if not idempotency_key:
+            raise
+        raise KeyConflict("Idempotency-Key", idempotency_key, exc.differs) from None
+    return Status(201 if created else 200, _detail(run.id))
 
 
 @router.get("/runs", response={200: RunsPageOut, REFUSALS: Problem}, summary="List runs")
@@ -291,18 +305,25 @@ def resume_run(request: HttpRequest, body: ResumeIn, run_id: str = RunIdPath) ->
     )
 
 
-@router.post("/runs/{run_id}/fork", response={201: RunDetailOut, REFUSALS: Problem}, summary="Fork")
+@router.post(
+    "/runs/{run_id}/fork",
+    response={200: RunDetailOut, 201: RunDetailOut, REFUSALS: Problem},
+    summary="Fork",
+)
 def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Status:
-    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``)."""
+    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``):
+    201; 200 with the fork when ``new_run_id`` was used before for this same fork; 409,
+    naming it, when it names another run
+    (docs/requesters-and-signals.md#a-key-names-one-request)."""
     scopes.check(request, "runs:operate")
-    fork = run_fork(
+    fork, created = run_fork_or_get(
         run_id=run_id,
         from_step=body.from_step,
         by=request.user,
         reason=body.reason,
         new_run_id=body.new_run_id,
     )
-    return Status(201, _detail(fork.id))
+    return Status(201 if created else 200, _detail(fork.id))
 
 
 @router.post(

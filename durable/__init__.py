@@ -31,6 +31,7 @@ from durable.exceptions import (
     IdempotencyConflict,
     IllegalTransition,
     InvalidDuration,
+    KeyConflict,
     ModelRecoverableError,
     NonDeterminismError,
     PayloadError,
@@ -70,6 +71,7 @@ __all__ = [
     "IdempotencyConflict",
     "IllegalTransition",
     "InvalidDuration",
+    "KeyConflict",
     "ModelRecoverable",
     "ModelRecoverableError",
     "NonDeterminismError",
@@ -172,12 +174,20 @@ def resume(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     return run_resume(run_id=run_id, by=by, reason=reason)
 
 
-def fork(run_id: str, *, from_step: str, by: Any = None, reason: str = "") -> Run:
+def fork(
+    run_id: str,
+    *,
+    from_step: str,
+    by: Any = None,
+    reason: str = "",
+    new_run_id: str | None = None,
+) -> Run:
     """Start a new run reusing results before ``from_step``
-    (:func:`durable.services.runs.run_fork`)."""
+    (:func:`durable.services.runs.run_fork`); ``new_run_id`` names it (the same request
+    again returns it; another raises :class:`KeyConflict`)."""
     from durable.services.runs import run_fork
 
-    return run_fork(run_id=run_id, from_step=from_step, by=by, reason=reason)
+    return run_fork(run_id=run_id, from_step=from_step, by=by, reason=reason, new_run_id=new_run_id)
 
 
 def schedule(

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from durable import conf, postgres, registry, requesters
+from durable import conf, idempotency, postgres, registry, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.durations import check_duration
 from durable.exceptions import DurableError, RunInputConflict, RunNotFound
@@ -35,7 +35,6 @@ class RunFailed(DurableError):
         super().__init__(f"run {run.id} ended {run.status}{detail}")
 
 
-@telemetry.starting  # a durable.start span; the run records its trace (docs/observability.md)
 def start(
     workflow_name: str,
     input: Any = None,
@@ -67,6 +66,38 @@ def start(
     budget), :class:`~durable.exceptions.SecretInIdentifier` (a ``ValueError``: a tag
     or the run id matches ``DURABLE['REDACT_PATTERNS']``).
     """
+    run, _created = start_or_get(
+        workflow_name,
+        input,
+        run_id,
+        version=version,
+        tags=tags,
+        started_by=started_by,
+        max_steps=max_steps,
+        deadline_seconds=deadline_seconds,
+        max_tokens=max_tokens,
+    )
+    return run
+
+
+@telemetry.starting  # a durable.start span; the run records its trace (docs/observability.md)
+def start_or_get(
+    workflow_name: str,
+    input: Any = None,
+    run_id: str | None = None,
+    *,
+    version: str | None = None,
+    tags: list[str] | None = None,
+    started_by: Any = None,
+    max_steps: int | None = None,
+    deadline_seconds: float | None = None,
+    max_tokens: int | None = None,
+) -> tuple[Run, bool]:
+    """:func:`start`, answering ``(run, created)``: ``created`` is true for exactly one of
+    any number of calls racing with one ``run_id`` -- the one whose insert committed; the
+    others get that run and ``False`` (or :class:`~durable.RunInputConflict`). An API's
+    201 or 200 is this flag, not a look before the insert. Same arguments and errors as
+    :func:`start`."""
     spec = registry.get_workflow(workflow_name, version)
     if run_id is not None and not _RUN_ID_RE.fullmatch(str(run_id)):  # '$' allows a '\n'
         raise ValueError(
@@ -114,7 +145,7 @@ def start(
     if run_id is not None:
         existing = Run.objects.filter(pk=run_id).first()
         if existing is not None:
-            return _same_run(existing, spec.name, input_hash)
+            return _same_run(existing, spec.name, input_hash), False
     message = f"started {spec.name} version {spec.version} by {requesters.label(principal)}"
     try:
         if postgres.available():  # the run and its event in one statement (autocommit)
@@ -124,7 +155,7 @@ def start(
             run_pg.start_in_one_statement(run, event)
             run._state.adding, run._state.db = False, "default"  # as if saved by the ORM
             dispatch_on_commit(run.id, mark=False)
-            return run
+            return run, True
         with transaction.atomic():
             run = (
                 Run.objects.create(id=run_id, **fields) if run_id else Run.objects.create(**fields)
@@ -137,15 +168,18 @@ def start(
         existing = Run.objects.filter(pk=run_id).first() if run_id else None
         if existing is None:
             raise
-        return _same_run(existing, spec.name, input_hash)
-    return run
+        return _same_run(existing, spec.name, input_hash), False
+    return run, True
 
 
 def _same_run(existing: Run, workflow_name: str, input_hash: str) -> Run:
-    if existing.workflow_name != workflow_name:
-        raise RunInputConflict(existing.id, "workflow")
-    if existing.input_hash != input_hash:
-        raise RunInputConflict(existing.id, "input")
+    """The run a reused run id names, if it is the same request (durable/idempotency.py)."""
+    differs = idempotency.conflict(
+        {"workflow": existing.workflow_name, "input": existing.input_hash},
+        {"workflow": workflow_name, "input": input_hash},
+    )
+    if differs is not None:
+        raise RunInputConflict(existing.id, differs)
     return existing
 
 

@@ -15,7 +15,8 @@ Errors a tool or step raises to tell the engine how to classify a failure:
 
 Errors the engine raises to callers: :class:`NonDeterminismError`,
 :class:`BudgetExceeded`, :class:`PayloadError`, :class:`WorkflowNotFound`,
-:class:`RunNotFound`, :class:`RunInputConflict`, :class:`IdempotencyConflict`,
+:class:`RunNotFound`, :class:`KeyConflict` (:class:`RunInputConflict`,
+:class:`IdempotencyConflict`),
 :class:`StepFailed`, :class:`IllegalTransition`, :class:`ChildFailed`.
 
 Engine control flow (suspending a run, a lost lease) derives from ``BaseException``
@@ -251,25 +252,59 @@ class ScheduleNotFound(DurableError, LookupError):
         super().__init__(f"schedule {name!r} does not exist")
 
 
-class RunInputConflict(DurableError):
+class KeyConflict(DurableError):
+    """A key the caller chose was reused with different content (Stripe's idempotency
+    rule; docs/requesters-and-signals.md#a-key-names-one-request).
+
+    The same key with the same content returns the first result; with other content it
+    is refused. ``kind``: what the key is (``"signal dedupe key"``, ``"run id"``,
+    ``"fork run id"``, ``"child_id"``, ``"Idempotency-Key"``); ``key``: the key as given;
+    ``differs``: the first part of the content that differs (``"payload"``,
+    ``"input"``, ...). The API answers it with 409.
+    """
+
+    def __init__(self, kind: str, key: Any, differs: str, *, message: str = ""):
+        self.kind = kind
+        self.key = key
+        self.differs = differs
+        super().__init__(
+            message
+            or (
+                f"{kind} {key!r} was already used with a different {differs}; a key names "
+                "one request: send the same content again to get the first answer, or "
+                "choose a new key"
+            )
+        )
+
+
+class RunInputConflict(KeyConflict):
     """``start`` was called with an existing run id but a different workflow or input."""
 
     def __init__(self, run_id: Any, what: str = "input"):
         self.run_id = run_id
         super().__init__(
-            f"run {run_id} already exists with a different {what}; a run id names one "
-            "run: choose a new id to start another"
+            "run id",
+            run_id,
+            what,
+            message=(
+                f"run {run_id} already exists with a different {what}; a run id names one "
+                "run: choose a new id to start another"
+            ),
         )
 
 
-class IdempotencyConflict(DurableError):
+class IdempotencyConflict(KeyConflict):
     """An idempotency key was reused with different parameters (Stripe's contract)."""
 
     def __init__(self, key: str):
-        self.key = key
         super().__init__(
-            f"idempotency key {key!r} was already used with different parameters; "
-            "a key names one operation"
+            "idempotency key",
+            key,
+            "parameters",
+            message=(
+                f"idempotency key {key!r} was already used with different parameters; "
+                "a key names one operation"
+            ),
         )
 
 

@@ -27,6 +27,7 @@ from durable.cli.text import (
 )
 from durable.exceptions import (
     IllegalTransition,
+    KeyConflict,
     PayloadError,
     RunInputConflict,
     RunNotFound,
@@ -49,7 +50,7 @@ def _transition(call: Callable[[], T]) -> T:
         raise CommandError(
             f"{_clean(exc)}; list runs with: manage.py durable runs", returncode=USER_ERROR
         ) from None
-    except (IllegalTransition, PayloadError, ValueError) as exc:
+    except (IllegalTransition, KeyConflict, PayloadError, ValueError) as exc:
         raise CommandError(_clean(exc), returncode=USER_ERROR) from None
 
 
@@ -111,9 +112,8 @@ def do_signal(command: BaseCommand, options: dict[str, Any]) -> None:
 def do_start(command: BaseCommand, options: dict[str, Any]) -> None:
     value = _parse_json(options["input"], "--input")
     run_id = options["run_id"]
-    existed = run_id is not None and Run.objects.filter(pk=run_id).exists()
     try:
-        run = api.start(
+        run, created = api.start_or_get(
             options["workflow"],
             value,
             run_id,
@@ -133,7 +133,7 @@ def do_start(command: BaseCommand, options: dict[str, Any]) -> None:
         ) from None
     except ValueError as exc:
         raise CommandError(str(exc), returncode=USER_ERROR) from None
-    if existed:
+    if not created:
         command.stderr.write(
             f"run {run.id} already exists with this workflow and input "
             f"({run.status}); it was not started again"

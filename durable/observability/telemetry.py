@@ -122,9 +122,9 @@ def carrier() -> dict[str, str]:
 
 
 def starting(fn: F) -> F:
-    """Decorates ``durable.start(workflow_name, ...)``: a ``durable.start`` span (kind
-    PRODUCER) around it, in the caller's trace or a new one, so the run it records
-    (:func:`carrier`) has a trace to join."""
+    """Decorates ``durable.start(workflow_name, ...)`` (answering a run, or ``(run,
+    created)``): a ``durable.start`` span (kind PRODUCER) around it, in the caller's
+    trace or a new one, so the run it records (:func:`carrier`) has a trace to join."""
 
     @functools.wraps(fn)
     def wrapper(workflow_name: str, *args: Any, **kwargs: Any) -> Any:
@@ -132,9 +132,10 @@ def starting(fn: F) -> F:
             return fn(workflow_name, *args, **kwargs)
         kind = _trace.SpanKind.PRODUCER
         with _span("durable.start", {"durable.workflow": str(workflow_name)}, kind=kind) as span:
-            run = fn(workflow_name, *args, **kwargs)
+            answer = fn(workflow_name, *args, **kwargs)
+            run = answer[0] if isinstance(answer, tuple) else answer  # (run, created)
             span.set_attribute("durable.run.id", str(run.id))
-            return run
+            return answer
 
     return wrapper  # type: ignore[return-value]
 

@@ -20,8 +20,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from durable import client as api
-from durable import registry
-from durable.exceptions import ChildFailed
+from durable import idempotency, registry
+from durable.exceptions import ChildFailed, KeyConflict, RunInputConflict
 from durable.models.runs import RUN_ID_PATTERN, Run
 from durable.runtime.checkpoint import Checkpoints
 from durable.runtime.parking import WaitParking
@@ -66,6 +66,8 @@ class ChildRuns:
         call = self.cursor.next_call(base, kind=StepKind.CHILD, tool_name=workflow_name)
         if call.succeeded:
             assert call.recorded is not None
+            if child_id is not None:
+                _check_same_child(call.recorded.input, child_id, workflow_name, input)
             return self._handle(self.cursor.replay(call.recorded), call.step_id)
         sid, pos = call.step_id, call.position
         if child_id is not None and sid != base:
@@ -91,7 +93,10 @@ class ChildRuns:
         codec.dumps_checked(input, what="child run input", step_id=sid)  # PayloadError, likewise
         value = {"run_id": run_id, "workflow_name": spec.name}
         output = codec.dumps_checked(value, what="step output", step_id=sid)
-        step_input = codec.encode({"workflow": spec.name, "child_id": child_id})
+        # the input's fingerprint: a replay naming this child_id checks it asks the same
+        step_input = codec.encode(
+            {"workflow": spec.name, "child_id": child_id, "input": codec.fingerprint(input)}
+        )
         starter: Any = self.cursor.run.started_by if self.cursor.run.started_by_id else None
         starter = starter or self.cursor.run.started_by_name or None
         now = timezone.now()
@@ -103,7 +108,10 @@ class ChildRuns:
                     f"ctx.start_child: run id {run_id} is taken by a run that is not a child "
                     f"of run {self.cursor.run_id}; pass another child_id"
                 )
-            api.start(spec.name, input, run_id=run_id, version=spec.version, started_by=starter)
+            try:
+                api.start(spec.name, input, run_id=run_id, version=spec.version, started_by=starter)
+            except RunInputConflict as exc:  # a child of this run, made with other content
+                raise KeyConflict("child_id", child_id or suffix, exc.differs) from None
             Run.objects.filter(pk=run_id).update(parent_run_id=self.cursor.run_id)
             step = self.checkpoints.save_step_txn(
                 call.recorded,
@@ -163,6 +171,21 @@ class ChildRuns:
         raise ChildFailed(
             run_id=handle.run_id, status=str(outcome.get("status")), error=outcome.get("error")
         )
+
+
+def _check_same_child(recorded_input: str | None, child_id: str, workflow: str, input: Any) -> None:
+    """A replay's ``start_child`` under a recorded ``child_id`` must ask for the same
+    child (workflow and input) as the first execution did: a child_id is a key the
+    workflow chooses (docs/requesters-and-signals.md#a-key-names-one-request). Steps
+    recorded before the input's fingerprint was kept are checked on the workflow only.
+    Raises :class:`~durable.KeyConflict`."""
+    first = codec.decode(recorded_input) if recorded_input else None
+    if not isinstance(first, dict):
+        return
+    again: dict[str, Any] = {"workflow": workflow}
+    if "input" in first:
+        again["input"] = codec.fingerprint(input, where="child run input")
+    idempotency.check_same("child_id", child_id, first, again)
 
 
 __all__ = ["ChildRuns", "RUN_ID_MAX_LENGTH"]

@@ -9,15 +9,17 @@ own, so it lives with the fork, apart from the other operator services.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from durable import requesters
+from durable import idempotency, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.models import (
+    RUN_ID_PATTERN,
     Operation,
     OperationStatus,
     Run,
@@ -25,11 +27,13 @@ from durable.models import (
     Step,
     StepKind,
     StepStatus,
+    TraceEvent,
     run_lineage,
     transitions,
 )
 from durable.observability import telemetry
 from durable.services.base import actor_of, lock_run, record_event
+from durable.values.redaction import check_identifier
 from durable.vocabulary import EventKind
 
 #: the step id of the compensation of the write recorded as step ``<step_id>``
@@ -69,15 +73,45 @@ def run_fork(
     followed by the source run's requesters (its starter, and so on up the fork chain),
     so nobody who asked for the source run can approve the fork's writes either.
 
+    ``new_run_id`` (default: a new UUID) is a key the caller chooses (Stripe's
+    idempotency rule, docs/requesters-and-signals.md#a-key-names-one-request): the same
+    id, source and ``from_step`` again returns the fork made the first time; the id of
+    any other run raises :class:`~durable.KeyConflict` naming it.
+
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
     (``from_step`` is not one of :func:`fork_points`: not a step of the run, a
-    compensation step, or a step after a write that was compensated).
+    compensation step, or a step after a write that was compensated; a ``new_run_id``
+    that is not a valid run id), :class:`~durable.KeyConflict`.
     """
+    fork, _created = run_fork_or_get(
+        run_id=run_id, from_step=from_step, by=by, reason=reason, new_run_id=new_run_id
+    )
+    return fork
+
+
+def run_fork_or_get(
+    *, run_id: str, from_step: str, by: Any = None, reason: str = "", new_run_id: str | None = None
+) -> tuple[Run, bool]:
+    """:func:`run_fork`, answering ``(fork, created)``: ``created`` is false when
+    ``new_run_id`` names the fork this same request made before."""
+    if new_run_id is not None:
+        if not isinstance(new_run_id, str) or not re.fullmatch(RUN_ID_PATTERN, new_run_id):
+            raise ValueError(
+                f"new_run_id {new_run_id!r} is not valid: use 1-128 characters of letters, "
+                "digits, '.', '_' and '-', starting with a letter or digit"
+            )
+        check_identifier(new_run_id, "run id")
     actor = actor_of(by)
     forker, principal = requesters.resolve(by)
     now = timezone.now()
     with transaction.atomic():
         source = lock_run(run_id)
+        if new_run_id:
+            # a repeat is answered before the checks: the source may have moved on since
+            # (compensated, so the step is no fork point any more) -- the fork exists
+            existing = Run.objects.filter(pk=new_run_id).first()
+            if existing is not None:
+                return _same_fork(existing, source.id, from_step), False
         transitions.check("fork", source)
         steps = list(Step.objects.filter(run=source).order_by("position"))
         points = fork_points(steps)
@@ -98,7 +132,7 @@ def run_fork(
         kwargs: dict[str, Any] = {}
         if new_run_id:
             kwargs["id"] = new_run_id
-        fork = Run.objects.create(
+        fork = Run(
             workflow_name=source.workflow_name,
             workflow_version=source.workflow_version,
             input=source.input,
@@ -115,6 +149,14 @@ def run_fork(
             updated_at=now,
             **kwargs,
         )
+        try:
+            with transaction.atomic():  # a savepoint: the id may be taken meanwhile
+                fork.save(force_insert=True)
+        except IntegrityError:
+            existing = Run.objects.filter(pk=new_run_id).first() if new_run_id else None
+            if existing is None:
+                raise
+            return _same_fork(existing, source.id, from_step), False
         copied = [
             Step(
                 run=fork,
@@ -144,6 +186,7 @@ def run_fork(
             f"forked from {source.id} at step {from_step!r} by "
             f"{actor}" + (f": {reason}" if reason else ""),
             forked_from=source.id,
+            from_step=from_step,
             reused_steps=len(copied),
             requesters=[requesters.label(p) for p in fork.requesters],
         )
@@ -156,7 +199,21 @@ def run_fork(
             fork=fork.id,
         )
         dispatch_on_commit(fork.id)
-    return fork
+    return fork, True
+
+
+def _same_fork(existing: Run, source_id: str, from_step: str) -> Run:
+    """The fork a reused ``new_run_id`` names, if it is the same request: a fork of the
+    same source from the same step (its ``created`` event records the step)."""
+    created = TraceEvent.objects.filter(run=existing, kind=EventKind.CREATED).order_by("id").first()
+    recorded = (created.data or {}).get("from_step") if created is not None else None
+    idempotency.check_same(
+        "fork run id",
+        existing.id,
+        {"source run": existing.forked_from_id, "from_step": recorded},
+        {"source run": source_id, "from_step": from_step},
+    )
+    return existing
 
 
 #: an owner in one of these statuses has given up its result: a fork may adopt its writes

@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from durable import idempotency
 from durable.dispatch import dispatch_on_commit
 from durable.models import (
     Operation,
@@ -28,7 +29,7 @@ from durable.models import (
 )
 from durable.models.transitions import ACTIVE
 from durable.services.base import actor_of, lock_parent_of, lock_run, record_event
-from durable.services.forks import GAVE_UP, run_fork
+from durable.services.forks import GAVE_UP, run_fork, run_fork_or_get
 from durable.services.reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
 from durable.types import SignalResult
 from durable.values import codec, redaction
@@ -43,6 +44,7 @@ __all__ = [
     "run_cancel",
     "run_compensate",
     "run_fork",
+    "run_fork_or_get",
     "run_resume",
     "run_signal",
 ]
@@ -288,7 +290,10 @@ def run_signal(
     """Send a signal to a run: delivered to its ``wait_for_signal(name)``, now or later.
 
     Kept in the run's mailbox until a wait consumes it (so it may arrive before the wait
-    exists); a repeated ``dedupe_key`` is stored and delivered once. Returns a
+    exists); a repeated ``dedupe_key`` with the same name and payload is stored and
+    delivered once, and answers as the first did (``duplicate``); with another name or
+    payload it raises :class:`~durable.KeyConflict` naming the key (Stripe's idempotency
+    rule, docs/requesters-and-signals.md#a-key-names-one-request). Returns a
     :class:`~durable.SignalResult`: delivered or kept, the names the run waits and has
     waited on, and a message for the sender that points out a name the run never waited
     on (:mod:`durable.waits.mailbox`). It still reads like the stored
@@ -296,7 +301,7 @@ def run_signal(
     :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition` (the run has
     finished), ``ValueError`` (bad name; :class:`~durable.exceptions.SecretInIdentifier` for a
     name that looks like a secret), :class:`~durable.PayloadError` (payload not
-    storable).
+    storable), :class:`~durable.KeyConflict` (the dedupe key was used with other content).
     """
     from durable.models import Signal
     from durable.waits.closing import close_wait_txn
@@ -314,6 +319,16 @@ def run_signal(
         if dedupe_key:
             existing = Signal.objects.filter(run=run, dedupe_key=dedupe_key).first()
             if existing is not None:
+                # the key names one signal: other content is refused, not dropped
+                idempotency.check_same(
+                    "signal dedupe key",
+                    dedupe_key,
+                    {
+                        "name": existing.name,
+                        "payload": idempotency.stored_fingerprint(existing.payload),
+                    },
+                    {"name": name, "payload": codec.fingerprint(payload)},
+                )
                 return mailbox.result_txn(
                     existing,
                     delivered=existing.wait_id is not None,

@@ -55,10 +55,16 @@ def test_idempotency_key_header_returns_the_same_run(operator_api, admin_api):
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["id"] == again.json()["id"]
     assert Run.objects.count() == 1
-    # another body under the same key is refused, nothing new is made
+    # another body under the same key is refused, naming the key; nothing new is made
     assert_problem(
-        operator_api.post("/runs", {"workflow": "dash.echo", "input": 2}, headers=key), 409
+        operator_api.post("/runs", {"workflow": "dash.echo", "input": 2}, headers=key),
+        409,
+        "Idempotency-Key 'order-42'",
+        "different input",
     )
+    # a run_id besides the key: two keys for one request, refused
+    both = {"workflow": "dash.echo", "input": 1, "run_id": "r-9"}
+    assert_problem(operator_api.post("/runs", both, headers=key), 422, "not both")
     # keys are per user: someone else's "order-42" is another run
     theirs = admin_api.post("/runs", {"workflow": "dash.echo", "input": 1}, headers=key)
     assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]
@@ -202,6 +208,22 @@ def test_fork_a_finished_run(operator_api):
     assert_problem(operator_api.post(f"/runs/{waiting.id}/fork", {"from_step": "go"}), 409, "fork")
 
 
+def test_a_fork_run_id_reused_returns_the_fork_or_is_a_409(operator_api):
+    """new_run_id is a key: the same fork again is a 200 with it; another source or step
+    under the id, or the id of a run that is no fork, is a 409 naming the id."""
+    failed = drive(durable.start("dash.fail", {}, run_id="src").id)
+    body = {"from_step": "boom", "new_run_id": "the-fork"}
+    first = operator_api.post(f"/runs/{failed.id}/fork", body)
+    again = operator_api.post(f"/runs/{failed.id}/fork", body)
+    assert (first.status_code, again.status_code) == (201, 200), again.content
+    assert again.json()["id"] == "the-fork"
+    other_step = operator_api.post(f"/runs/{failed.id}/fork", {**body, "from_step": "first"})
+    assert_problem(other_step, 409, "fork run id 'the-fork'", "different from_step")
+    taken = operator_api.post(f"/runs/{failed.id}/fork", {**body, "new_run_id": "src"})
+    assert_problem(taken, 409, "fork run id 'src'", "different source run")
+    assert Run.objects.filter(forked_from=failed).count() == 1
+
+
 def test_signal_is_delivered_once_per_dedupe_key(operator_api):
     run = drive(durable.start("tests.signal", {}).id)
     body = {"name": "go", "payload": {"ok": True}, "dedupe_key": "evt_1"}
@@ -213,6 +235,38 @@ def test_signal_is_delivered_once_per_dedupe_key(operator_api):
     assert drive(run.id).output_value() == {"got": {"ok": True}}
     # the run has finished: signals are refused
     assert_problem(operator_api.post(f"/runs/{run.id}/signals", {"name": "go"}), 409)
+
+
+def test_s33_a_dedupe_key_reused_with_another_payload_is_a_409(operator_api):
+    """evt-1 with {"amount": 10}, then evt-1 with {"amount": 99}: a conflict naming the
+    key, and the one signal stored keeps the 10."""
+    run = durable.start("tests.signal", {})
+    body = {"name": "go", "payload": {"amount": 10}, "dedupe_key": "evt-1"}
+    assert operator_api.post(f"/runs/{run.id}/signals", body).status_code == 200
+    other = operator_api.post(f"/runs/{run.id}/signals", {**body, "payload": {"amount": 99}})
+    assert_problem(other, 409, "'evt-1'", "different payload")
+    assert Signal.objects.filter(run=run).count() == 1
+    assert drive(run.id).output_value() == {"got": {"amount": 10}}
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "status"),
+    [
+        ({"a": 1, "b": [2, 3]}, {"b": [2, 3], "a": 1}, 200),  # key order does not count
+        ({"amount": 10}, {"amount": 10.0}, 409),  # types do, as the codec stores them
+        ({"ok": True}, {"ok": 1}, 409),
+        (None, None, 200),
+    ],
+)
+def test_a_dedupe_key_compares_json_payloads_as_they_are_stored(operator_api, first, again, status):
+    run = durable.start("tests.signal", {})
+    body = {"name": "go", "dedupe_key": "k"}
+    assert (
+        operator_api.post(f"/runs/{run.id}/signals", {**body, "payload": first}).status_code == 200
+    )
+    response = operator_api.post(f"/runs/{run.id}/signals", {**body, "payload": again})
+    assert response.status_code == status, response.content
+    assert Signal.objects.filter(run=run).count() == 1
 
 
 def test_signal_needs_runs_signal(operator):

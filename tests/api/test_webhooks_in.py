@@ -56,6 +56,15 @@ def test_a_signed_webhook_is_delivered_once_per_event_id():
     assert drive(run.id).output_value() == {"got": {"paid": True}}
 
 
+def test_an_event_id_resent_with_another_body_is_a_409():
+    """The event id is the signal's dedupe key: other content under it is refused."""
+    IncomingWebhook.objects.create(signal="go", secret=SECRET)
+    run = durable.start("tests.signal", {})
+    assert post_standard(run.id, {"amount": 10}).status_code == 200
+    assert_problem(post_standard(run.id, {"amount": 99}), 409, "webhook:msg_1")
+    assert Signal.objects.filter(run=run).count() == 1
+
+
 def test_bad_signature_old_timestamp_or_unknown_endpoint_is_a_401():
     IncomingWebhook.objects.create(signal="go", secret=SECRET)
     run = drive(durable.start("tests.signal", {}).id)

@@ -16,6 +16,7 @@ EXPECTED = sorted(
         "IdempotencyConflict",
         "IllegalTransition",
         "InvalidDuration",
+        "KeyConflict",
         "ModelRecoverable",
         "ModelRecoverableError",
         "NOT_FOUND",
