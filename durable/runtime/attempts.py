@@ -11,7 +11,6 @@ up the retry budget, but a step that keeps killing its worker fails after
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -142,6 +141,7 @@ class Attempts:
         ledger: OperationLedger | None = None,
         hold_failure: bool = False,
         limits: Limits | None = None,
+        starts_body: bool = True,
     ) -> Any:
         """Try ``fn`` until it succeeds or fails for good; returns the recorded value.
 
@@ -150,6 +150,9 @@ class Attempts:
         parallel group records its calls' successes first: durable/runtime/parallel.py).
         ``limits``: each try is first admitted by them, before a write's ledger row (a
         try that must wait parks the run: docs/limits.md).
+        ``starts_body``: whether calling ``fn`` starts the body, so each try first asks
+        :meth:`~durable.runtime.replay.ReplayCursor.may_start`; a parallel group's
+        pooled ``fn`` waits for a body its feeder started through that same gate.
         """
         pos, kind = call.position, call.kind
         rec = call.recorded
@@ -205,6 +208,8 @@ class Attempts:
             # recorded, then RunStopped): see "Replay" in docs/architecture.md
             if kind == StepKind.LLM and attempt > 1:
                 self.cursor.check_token_budget(call.step_id)  # the failed tries were billed too
+            if starts_body:  # the one gate (docs/architecture.md#replay)
+                self.cursor.may_start()
             started_at = timezone.now()
             try:
                 with telemetry.attempt(call, attempt=attempt, safety=safety, policy=policy):
@@ -272,7 +277,7 @@ class Attempts:
                     raise HeldFailure(self, failure) from exc
                 delay = self.checkpoints.record_failure(**failure)
                 call = replace(call, recorded=self.cursor.by_position.get(pos, call.recorded))
-                time.sleep(delay)
+                self.cursor.pause(delay)  # the retry then reads the run before it starts
                 continue
             return self.checkpoints.record_success(
                 call, attempt=attempt, value=value, started_at=started_at, ledger=ledger

@@ -140,6 +140,7 @@ class Checkpoints:
         if stopped:
             self.cursor.stopped = stopped
             raise RunStopped(stopped)
+        self.cursor.fenced()
 
     def event(
         self, kind: str, step_id: str = "", message: str = "", data: dict[str, Any] | None = None
@@ -368,6 +369,7 @@ class Checkpoints:
                 operation=ledger.success_update(value, output) if ledger is not None else None,
             )
         if step is not None:
+            self.cursor.fenced()
             self.cursor.by_position[pos] = step
             self.cursor.positions_by_id[sid] = pos
             if ledger is not None:

@@ -68,7 +68,7 @@ class LimitGate:
                     self._held()[limits.key] = slot
                 return
             if time.monotonic() + verdict.delay <= deadline:
-                time.sleep(max(verdict.delay, 0.005))
+                self.cursor.pause(max(verdict.delay, 0.005))
                 continue
             self._park_for_limit(limits, verdict, wait_id[:255], position)
 

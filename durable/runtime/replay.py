@@ -12,6 +12,7 @@ only after a fenced commit saw the run live, and a cancel is seen at the next fe
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +112,10 @@ class ReplayCursor:
         #: fails the run: ``fail_run(error, event=kind)``, the execution's checkpoints' (set
         #: by :class:`durable.runtime.checkpoint.Checkpoints`, which writes it)
         self.fail_run: Callable[..., None] = _unwritable
+        #: whether this execution waited (a retry's backoff, a limit's in-place sleep, a
+        #: queue for a thread of a parallel group) since a fenced commit last saw the run
+        #: live: the next body start reads the run first (:meth:`may_start`)
+        self.waited = False
 
     @property
     def is_replaying(self) -> bool:
@@ -225,6 +230,38 @@ class ReplayCursor:
                 event=EventKind.BUDGET_EXCEEDED,
             )
             raise exc
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` in the worker; the next body start reads the run first."""
+        self.waited = True
+        time.sleep(seconds)
+
+    def fenced(self) -> None:
+        """A fenced commit (the claim, a checkpoint) just saw the run live."""
+        self.waited = False
+
+    def may_start(self) -> None:
+        """The one answer to "may a body start now?", asked just before every attempt
+        body starts (a step, a tool, an LLM call, a pooled call of a parallel group, a
+        retry). Yes right after a fenced commit that saw the run live (the claim, the
+        previous checkpoint: no query); after a wait since then (:meth:`pause`, a queue
+        for a thread), only if a read of the run finds it live under this lease. So no
+        body starts after a cancel committed, however long it waited to start: the rule
+        of S04 (docs/architecture.md#replay).
+
+        Raises :class:`RunStopped` (``stopped`` set) when the run was cancelled or
+        stopped meanwhile, :class:`LeaseLost` when the lease is gone.
+        """
+        self.ensure_live()
+        if not self.waited:
+            return
+        row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
+        if row is None or row["lease_token"] != self.token:
+            raise LeaseLost()
+        if row["status"] != self.status:
+            self.stopped = row["status"]
+            raise RunStopped(row["status"])
+        self.waited = False
 
     def ensure_live(self) -> None:
         if self.stopped:
