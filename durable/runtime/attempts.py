@@ -10,6 +10,8 @@ up the retry budget, but a step that keeps killing its worker fails after
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -37,19 +39,71 @@ if TYPE_CHECKING:
     from durable.runtime.checkpoint import Checkpoints
     from durable.runtime.replay import ReplayCursor, StepCall
 
+logger = logging.getLogger("durable.runtime.attempts")
+
+#: seconds an LLM request under a concurrency limit may outlive its try's ``timeout``
+#: before the HTTP client gives up: its slot is held until then (docs/limits.md)
+LLM_HELD_REQUEST_SECONDS = 600.0
+
 #: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
 LLM_POLICY = RetryPolicy(
     max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0, max_interval=30.0
 )
 
 
+class Body:
+    """An attempt body running in a thread of its own (a call with a ``timeout``).
+
+    When it outlives its timeout, what it holds is handed to it: the limit slot it was
+    admitted with is freed by :meth:`on_end` when it ends, and the execution keeps its
+    lease until then (``ReplayCursor.let_bodies_end``). Python cannot stop a thread, so
+    "held until the body ends" is the only rule that keeps a limit's promise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._callbacks: list[Callable[[], None]] | None = []  # None: ending
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the body ended (at most ``timeout`` seconds); whether it has."""
+        return self._ended.wait(timeout)
+
+    def on_end(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when the body ends (now, if it has), on the body's thread."""
+        with self._lock:
+            if self._callbacks is not None:
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def end(self) -> None:
+        """The body returned or raised: run the callbacks (a failure is logged), then
+        wake the waiters, who thus find what it held given back."""
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks or [], None
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a slot left behind dies with the lease
+                logger.warning("durable: a timed-out body's end hook failed", exc_info=True)
+        self._ended.set()
+
+
 def call_with_timeout(
     fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout: float | None, label: str
 ) -> Any:
-    """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped."""
+    """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped.
+
+    Raises :class:`StepTimeout` at the timeout, with ``body`` (a :class:`Body`) the
+    thread that still runs: its slot and the lease stay held until it ends."""
     if not timeout:
         return fn(*args, **kwargs)
     box: dict[str, Any] = {}
+    body = Body()
 
     def target() -> None:
         try:
@@ -57,16 +111,22 @@ def call_with_timeout(
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box["error"] = exc
         finally:
+            body.end()  # frees what it holds, before its connection is closed
             connections.close_all()
 
-    thread = threading.Thread(target=target, name=f"durable-step-{label}", daemon=True)
+    context = contextvars.copy_context()  # the span, the log context, the secrets in scope
+    thread = threading.Thread(
+        target=context.run, args=(target,), name=f"durable-step-{label}", daemon=True
+    )
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise StepTimeout(
+        exc = StepTimeout(
             f"attempt did not finish within {timeout:g} s; it is abandoned "
             "and its late result will be discarded"
         )
+        exc.body = body  # type: ignore[attr-defined]
+        raise exc
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -217,6 +277,8 @@ class Attempts:
             except (LeaseLost, RunStopped, Suspend):
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below
+                if isinstance(getattr(exc, "body", None), Body):
+                    self.cursor.outlived(exc.body)  # type: ignore[attr-defined]
                 # a BaseException that is not an Exception (KeyboardInterrupt, SystemExit,
                 # GeneratorExit, a cancelled task, a dying worker) is not the step's failure:
                 # it propagates, and the lease expires into the worker-lost recovery path

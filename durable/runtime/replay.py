@@ -116,6 +116,9 @@ class ReplayCursor:
         #: queue for a thread of a parallel group) since a fenced commit last saw the run
         #: live: the next body start reads the run first (:meth:`may_start`)
         self.waited = False
+        #: attempt bodies that outlived their timeout and still run (``attempts.Body``):
+        #: the execution keeps its lease until they end (:meth:`let_bodies_end`)
+        self.outliving: list[Any] = []
 
     @property
     def is_replaying(self) -> bool:
@@ -262,6 +265,24 @@ class ReplayCursor:
             self.stopped = row["status"]
             raise RunStopped(row["status"])
         self.waited = False
+
+    def outlived(self, body: Any) -> None:
+        """Keep the lease for ``body``, an attempt body that outlived its timeout."""
+        self.outliving = [b for b in self.outliving if not b.ended] + [body]
+
+    def let_bodies_end(self, run_fields: dict[str, Any] | None = None) -> None:
+        """Before the execution gives its lease back (a write that moves the run's
+        status -- ``run_fields`` with a ``status`` --, parking, the end), wait for the
+        attempt bodies that outlived their timeout: Python cannot stop a thread, so the
+        lease (kept by the heartbeat meanwhile) and the slots they hold are given back
+        only when they have ended, and no other worker runs the step beside them
+        (docs/limits.md#a-timed-out-call-keeps-what-it-holds)."""
+        if run_fields is not None and "status" not in run_fields:
+            return
+        while self.outliving:
+            self.outliving[0].wait()
+            self.outliving.pop(0)
+            self.waited = True
 
     def ensure_live(self) -> None:
         if self.stopped:
