@@ -96,3 +96,22 @@ def llm_flow(ctx, data):
     """S32: a model of concurrency 1, a try that times out after 0.3 s, a retry."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
     return ctx.llm(messages, model="held-model", timeout=0.3, retry=RETRY)["content"]
+
+
+#: a retry far enough to be stored (the lease given back), over INPROCESS_RETRY_MAX_SECONDS
+STORED = RetryPolicy(max_attempts=2, initial_interval=30.0, jitter=False)
+
+
+def _outlives(seconds: float) -> str:
+    """A plain step body that outlives its timeout; ``PROVIDER.ended`` when it ends."""
+    PROVIDER.slow = seconds
+    PROVIDER.serve()
+    return "late"
+
+
+@durable.workflow(name="held.lease", version="1", max_concurrent_runs=1)
+def lease_flow(ctx, data):
+    """A step whose try times out after 0.2 s while its body takes 0.8 s; its retry is
+    stored (``"retry"``) or there is none (``"fail"``): either gives the lease back."""
+    policy = STORED if data["then"] == "retry" else RetryPolicy(max_attempts=1)
+    return ctx.step("slow", _outlives, 0.8, retry=policy, timeout=0.2)

@@ -63,3 +63,20 @@ def test_a_timed_out_tool_keeps_its_concurrency_slot_until_its_body_ended():
     assert hw.PROVIDER.peak == 1, "two bodies of a concurrency=1 tool ran at once"
     assert _tries(run.id) == ([AttemptOutcome.TIMED_OUT], 2)
     assert not LimitSlot.objects.exists()
+
+
+@pytest.mark.parametrize("then", ["retry", "fail"])
+def test_an_execution_gives_its_lease_back_only_after_its_timed_out_body_ended(then):
+    """A step's try times out while its body goes on; the execution then gives the
+    lease back (a stored retry, or the run's failure) -- but only once the body ended,
+    so no other worker can run the step beside it, and the workflow's
+    ``max_concurrent_runs`` slot is not freed while it runs."""
+    from durable.worker.engine import execute
+
+    run = durable.start("held.lease", {"then": then})
+    execute(run.id, worker_id="held-worker")
+    run.refresh_from_db()
+    assert run.status == (RunStatus.RETRYING if then == "retry" else RunStatus.FAILED)
+    assert run.lease_token == ""
+    assert hw.PROVIDER.ended.is_set(), "the lease was given back while the body still ran"
+    assert not LimitSlot.objects.exists()
