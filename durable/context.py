@@ -22,7 +22,7 @@ from durable.limits import llm_limits
 from durable.models import StepKind, WaitKind
 from durable.retry import RetryPolicy
 from durable.runtime import steps as tool_calls
-from durable.runtime.attempts import LLM_POLICY
+from durable.runtime.attempts import LLM_HELD_REQUEST_SECONDS, LLM_POLICY, call_with_timeout
 from durable.runtime.batching import resolve
 from durable.runtime.failures import db_faults_stop_the_execution
 from durable.types import ChildHandle, Decision, ModelRecoverable
@@ -225,14 +225,19 @@ class WorkflowContext:
         call = replace(
             call, input_text=ex.checkpoints.encode_step_input(call, (), request), durability=mode
         )
+        limits = llm_limits(request["model"])
+        kwargs = {"model": model, "tools": tools, "timeout": timeout, **options}
+        fn = lambda: llm_module.chat(messages, **kwargs)  # noqa: E731
+        if limits is not None and limits.concurrency:
+            # under a concurrency limit the request is not cut at ``timeout``: the provider
+            # would go on computing it, so its slot is held until the answer arrives
+            # (docs/limits.md#a-timed-out-call-keeps-what-it-holds)
+            held = {**kwargs, "timeout": max(timeout, LLM_HELD_REQUEST_SECONDS)}
+            fn = lambda: call_with_timeout(  # noqa: E731
+                llm_module.chat, (messages,), held, timeout, call.step_id
+            )
         return ex.attempts.execute(
-            call,
-            fn=lambda: llm_module.chat(
-                messages, model=model, tools=tools, timeout=timeout, **options
-            ),
-            policy=retry or LLM_POLICY,
-            safety=None,
-            limits=llm_limits(request["model"]),
+            call, fn=fn, policy=retry or LLM_POLICY, safety=None, limits=limits
         )
 
     def idempotency_key(self, step_id: str) -> str:

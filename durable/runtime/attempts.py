@@ -10,8 +10,9 @@ up the retry budget, but a step that keeps killing its worker fails after
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -38,19 +39,71 @@ if TYPE_CHECKING:
     from durable.runtime.limit_gate import LimitGate
     from durable.runtime.replay import ReplayCursor, StepCall
 
+logger = logging.getLogger("durable.runtime.attempts")
+
+#: seconds an LLM request under a concurrency limit may outlive its try's ``timeout``
+#: before the HTTP client gives up: its slot is held until then (docs/limits.md)
+LLM_HELD_REQUEST_SECONDS = 600.0
+
 #: LLM calls: 429/5xx/timeouts retried with backoff, Retry-After honoured
 LLM_POLICY = RetryPolicy(
     max_attempts=5, initial_interval=1.0, backoff_coefficient=2.0, max_interval=30.0
 )
 
 
+class Body:
+    """An attempt body running in a thread of its own (a call with a ``timeout``).
+
+    When it outlives its timeout, what it holds is handed to it: the limit slot it was
+    admitted with is freed by :meth:`on_end` when it ends, and the execution keeps its
+    lease until then (``ReplayCursor.let_bodies_end``). Python cannot stop a thread, so
+    "held until the body ends" is the only rule that keeps a limit's promise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._callbacks: list[Callable[[], None]] | None = []  # None: ending
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the body ended (at most ``timeout`` seconds); whether it has."""
+        return self._ended.wait(timeout)
+
+    def on_end(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when the body ends (now, if it has), on the body's thread."""
+        with self._lock:
+            if self._callbacks is not None:
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def end(self) -> None:
+        """The body returned or raised: run the callbacks (a failure is logged), then
+        wake the waiters, who thus find what it held given back."""
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks or [], None
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a slot left behind dies with the lease
+                logger.warning("durable: a timed-out body's end hook failed", exc_info=True)
+        self._ended.set()
+
+
 def call_with_timeout(
     fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout: float | None, label: str
 ) -> Any:
-    """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped."""
+    """Call ``fn``; with ``timeout`` (seconds), in a thread whose late result is dropped.
+
+    Raises :class:`StepTimeout` at the timeout, with ``body`` (a :class:`Body`) the
+    thread that still runs: its slot and the lease stay held until it ends."""
     if not timeout:
         return fn(*args, **kwargs)
     box: dict[str, Any] = {}
+    body = Body()
 
     def target() -> None:
         try:
@@ -58,16 +111,22 @@ def call_with_timeout(
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box["error"] = exc
         finally:
+            body.end()  # frees what it holds, before its connection is closed
             connections.close_all()
 
-    thread = threading.Thread(target=target, name=f"durable-step-{label}", daemon=True)
+    context = contextvars.copy_context()  # the span, the log context, the secrets in scope
+    thread = threading.Thread(
+        target=context.run, args=(target,), name=f"durable-step-{label}", daemon=True
+    )
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise StepTimeout(
+        exc = StepTimeout(
             f"attempt did not finish within {timeout:g} s; it is abandoned "
             "and its late result will be discarded"
         )
+        exc.body = body  # type: ignore[attr-defined]
+        raise exc
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -142,6 +201,7 @@ class Attempts:
         ledger: OperationLedger | None = None,
         hold_failure: bool = False,
         limits: Limits | None = None,
+        starts_body: bool = True,
     ) -> Any:
         """Try ``fn`` until it succeeds or fails for good; returns the recorded value.
 
@@ -150,6 +210,9 @@ class Attempts:
         parallel group records its calls' successes first: durable/runtime/parallel.py).
         ``limits``: each try is first admitted by them, before a write's ledger row (a
         try that must wait parks the run: docs/limits.md).
+        ``starts_body``: whether calling ``fn`` starts the body, so each try first asks
+        :meth:`~durable.runtime.replay.ReplayCursor.may_start`; a parallel group's
+        pooled ``fn`` waits for a body its feeder started through that same gate.
         """
         pos, kind = call.position, call.kind
         rec = call.recorded
@@ -205,6 +268,8 @@ class Attempts:
             # recorded, then RunStopped): see "Replay" in docs/architecture.md
             if kind == StepKind.LLM and attempt > 1:
                 self.cursor.check_token_budget(call.step_id)  # the failed tries were billed too
+            if starts_body:  # the one gate (docs/architecture.md#replay)
+                self.cursor.may_start()
             started_at = timezone.now()
             try:
                 with telemetry.attempt(call, attempt=attempt, safety=safety, policy=policy):
@@ -212,6 +277,8 @@ class Attempts:
             except (LeaseLost, RunStopped, Suspend):
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below
+                if isinstance(getattr(exc, "body", None), Body):
+                    self.cursor.outlived(exc.body)  # type: ignore[attr-defined]
                 # a BaseException that is not an Exception (KeyboardInterrupt, SystemExit,
                 # GeneratorExit, a cancelled task, a dying worker) is not the step's failure:
                 # it propagates, and the lease expires into the worker-lost recovery path
@@ -272,7 +339,7 @@ class Attempts:
                     raise HeldFailure(self, failure) from exc
                 delay = self.checkpoints.record_failure(**failure)
                 call = replace(call, recorded=self.cursor.by_position.get(pos, call.recorded))
-                time.sleep(delay)
+                self.cursor.pause(delay)  # the retry then reads the run before it starts
                 continue
             return self.checkpoints.record_success(
                 call, attempt=attempt, value=value, started_at=started_at, ledger=ledger

@@ -101,12 +101,11 @@ class Checkpoints:
         """
         # the lease is the heartbeat's (durable/worker/heartbeat.py): rewriting its indexed column
         # here would make every checkpoint a non-HOT update of the run row on PostgreSQL
+        self.cursor.let_bodies_end(run_fields)  # a status move gives the lease back
         fields = self.batch.merge({"updated_at": timezone.now(), **run_fields})
         stopped: str | None = None
         with metrics.checkpoint(events), transaction.atomic():
-            parent = child_ends.lock_parent_txn(
-                self.cursor.run, fields.get("status")
-            )  # parent first
+            parent = child_ends.lock_parent_txn(self.cursor.run, fields.get("status"))  # first
             updated = Run.objects.filter(
                 pk=self.cursor.run_id, lease_token=self.cursor.token, status=self.cursor.status
             ).update(**fields)
@@ -133,6 +132,7 @@ class Checkpoints:
         if stopped:
             self.cursor.stopped = stopped
             raise RunStopped(stopped)
+        self.cursor.fenced()
 
     def event(
         self, kind: str, step_id: str = "", message: str = "", data: dict[str, Any] | None = None
@@ -361,6 +361,7 @@ class Checkpoints:
                 operation=ledger.success_update(value, output) if ledger is not None else None,
             )
         if step is not None:
+            self.cursor.fenced()
             self.cursor.by_position[pos] = step
             self.cursor.positions_by_id[sid] = pos
             if ledger is not None:
@@ -535,6 +536,7 @@ class Checkpoints:
     def complete(self, result: Any) -> None:
         """Record the workflow's return value and mark the run SUCCEEDED (engine use)."""
         self.cursor.ensure_live()
+        self.cursor.let_bodies_end()
         if self.cursor.status != RunStatus.COMPENSATING:
             step = self.cursor.unreached_step()
             if step is not None:

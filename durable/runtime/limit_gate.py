@@ -50,6 +50,8 @@ class LimitGate:
         self.checkpoints = checkpoints
         #: the concurrency slots this execution holds: key -> slot id
         self._limit_slots: dict[str, int] = {}
+        #: bodies that outlived their timeout holding a slot of the key: key -> bodies
+        self._outliving: dict[str, list[Any]] = {}
 
     def _held(self) -> dict[str, int]:
         """The concurrency slots this execution holds: key -> slot id."""
@@ -70,13 +72,21 @@ class LimitGate:
                 if slot is not None:
                     self._held()[limits.key] = slot
                 return
+            mine = [b for b in self._outliving.get(limits.key, ()) if not b.ended]
+            if verdict.reason == "concurrency" and mine:
+                # this execution's own timed-out body holds the slot: it frees it when
+                # it ends, which parking (giving the lease back) would wait for too
+                mine[0].wait()
+                self.cursor.waited = True
+                continue
             if time.monotonic() + verdict.delay <= deadline:
-                time.sleep(max(verdict.delay, 0.005))
+                self.cursor.pause(max(verdict.delay, 0.005))
                 continue
             self._park_for_limit(limits, verdict, wait_id[:255], position)
 
     def limited(self, limits: Limits, fn: Callable[[], Any]) -> Callable[[], Any]:
-        """``fn`` that frees its slot when it returns or raises, and slows the key for
+        """``fn`` that frees its slot when it returns or raises -- a try that timed out
+        while its body still runs, when that body ends -- and slows the key for
         everyone when it fails with a ``Retry-After`` (a provider's 429)."""
 
         def call() -> Any:
@@ -86,6 +96,12 @@ class LimitGate:
                 _, retry_after = classify(exc)
                 if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
                     limit_store.slow(limits.key, min(retry_after, MAX_SLOW_SECONDS))
+                body = getattr(exc, "body", None)  # a timed-out body still running
+                slot = self._held().get(limits.key)
+                if body is not None and slot is not None:  # its slot goes with it
+                    del self._held()[limits.key]
+                    self._outliving.setdefault(limits.key, []).append(body)
+                    body.on_end(lambda: limit_store.release(limits.key, slot))
                 raise
             finally:
                 self.release_slot(limits.key)
@@ -141,6 +157,7 @@ class LimitGate:
             )
             dispatch_on_commit(self.cursor.run_id, countdown=verdict.delay)
 
+        self.cursor.let_bodies_end()  # parking gives the lease back
         self.checkpoints.write({}, work, record_if_stopped=False)
         self.cursor.stopped = RunStatus.WAITING
         raise Suspend(f"{title} until {wake_at.isoformat()}")

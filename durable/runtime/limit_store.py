@@ -106,7 +106,8 @@ def acquire(limits: Limits, *, run_id: str, token: str) -> tuple[Verdict, int | 
             live, dead = _live_slots(limits.key, now)
             if dead:
                 LimitSlot.objects.filter(pk__in=dead).delete()
-            live = [s for s in live if not (s.run_id == run_id and s.lease_token == token)]
+            # this execution's own slots count too: a slot handed to a body that
+            # outlived its timeout is held until that body ends (docs/limits.md)
             if len(live) >= limits.concurrency:
                 soonest = min(s.run.lease_expires_at for s in live if s.run.lease_expires_at)
                 recheck = now + timedelta(seconds=CONCURRENCY_RECHECK_SECONDS)

@@ -7,15 +7,18 @@ plain steps and read-only tools run on a thread pool. So the single-threaded
 ``Execution`` stays single-threaded, the positions never depend on which call finishes
 first, a replay after a crash returns the recorded calls and runs only the others, and
 a cancel or a lost lease is seen as for any other call (at the next checkpoint; while
-waiting for a thread). Writes and calls that wait for an approval run one by one on the
-workflow's thread. See docs/parallel.md.
+waiting for a thread), and a queued call starts only through the execution's one start
+gate (``ReplayCursor.may_start``), never from a pool's own queue after a cancel. Writes
+and calls that wait for an approval run one by one on the workflow's thread. See
+docs/parallel.md.
 """
 
 from __future__ import annotations
 
 import contextvars
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -24,7 +27,7 @@ from django.db import connections
 from django.utils import timezone
 
 from durable.calls import Call
-from durable.exceptions import DurableConfigurationError, LeaseLost
+from durable.exceptions import DurableConfigurationError, LeaseLost, RunStopped
 from durable.models.steps import Step
 from durable.runtime import steps as tool_calls
 from durable.runtime.attempts import HeldFailure
@@ -126,22 +129,21 @@ def run_group(
     # every position first, in list order, before anything runs
     slots = [_take(ex, _Slot(i, c, c.step_id or f"{gid}[{i}]")) for i, c in enumerate(calls)]
     pooled = [s for s in slots if not s.done and not s.sequential and _runs(s)]
-    pool: ThreadPoolExecutor | None = None
+    feeder: _Feeder | None = None
     if pooled:
-        pool = ThreadPoolExecutor(
-            max_workers=min(limit or len(pooled), len(pooled)), thread_name_prefix="durable-group"
-        )
+        width = min(limit or len(pooled), len(pooled))
+        feeder = _Feeder(ex, ThreadPoolExecutor(width, thread_name_prefix="durable-group"), width)
     clean = False
     try:
-        for s in pooled:
-            assert pool is not None and s.runnable is not None and s.runnable.fn is not None
-            s.future = _submit(pool, s.runnable.fn)
-        _settle(ex, slots, pool, skip_writes_after_rejection)
+        if feeder is not None:
+            feeder.queue.extend(pooled)
+            feeder.fill()  # the first ones, right after the fence that authorized the group
+        _settle(ex, slots, feeder, skip_writes_after_rejection)
         clean = True
     finally:
-        if pool is not None:
+        if feeder is not None:
             # on an error the threads still running are left to finish; results dropped
-            pool.shutdown(wait=clean, cancel_futures=True)
+            feeder.pool.shutdown(wait=clean, cancel_futures=True)
     return [s.result for s in slots]
 
 
@@ -197,28 +199,80 @@ def _in_thread(fn: Callable[[], Any]) -> Any:
         connections.close_all()
 
 
+class _Feeder:
+    """Starts a group's pooled bodies on the workflow thread, in list order, at most
+    ``width`` at once. A body starts only through the execution's one gate
+    (:meth:`~durable.runtime.replay.ReplayCursor.may_start`): the first ones right after
+    the fence that authorized the group, a queued one or a retry after the wait for a
+    free thread, when a read finds the run still live. So no queued body starts after a
+    cancel committed (a pool's own queue would start it whenever a thread frees)."""
+
+    def __init__(self, ex: Execution, pool: ThreadPoolExecutor, width: int) -> None:
+        self.ex, self.pool, self.width = ex, pool, width
+        self.queue: deque[_Slot] = deque()
+        self.running: set[Future[Any]] = set()
+
+    def start(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Start ``fn`` once a thread is free and the gate says yes."""
+        while len(self.running) >= self.width:
+            self.wait()
+        self.ex.cursor.may_start()
+        future = _submit(self.pool, fn)
+        self.running.add(future)
+        return future
+
+    def fill(self) -> None:
+        """Start queued bodies while threads are free; once the gate says no, none."""
+        while self.queue and len(self.running) < self.width:
+            s = self.queue[0]
+            assert s.runnable is not None and s.runnable.fn is not None
+            try:
+                s.future = self.start(s.runnable.fn)
+            except RunStopped:
+                self.queue.clear()  # never started: nothing of them is recorded
+                return
+            self.queue.popleft()
+
+    def wait(self) -> None:
+        """Wait up to ``POLL_SECONDS`` for a running body to end (a lost lease stops
+        the group); the next start then reads the run first."""
+        wait_futures(self.running, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+        self.ex.cursor.waited = True
+        self.running = {f for f in self.running if not f.done()}
+        heartbeat = self.ex.cursor.heartbeat
+        if heartbeat is not None and heartbeat.lost:
+            raise LeaseLost()
+
+
 class _Pooled:
     """The attempt body ``execute`` calls for a pooled call: the first attempt is the one
-    already submitted; a retry is submitted again. Waits on the workflow thread, looking
-    at the lease every ``POLL_SECONDS`` (a lost lease stops the group)."""
+    the feeder started (or starts, once a thread is free); a retry is started again.
+    Waits on the workflow thread, keeping the pool fed meanwhile."""
 
-    def __init__(self, ex: Execution, pool: ThreadPoolExecutor, s: _Slot) -> None:
+    def __init__(self, feeder: _Feeder, s: _Slot) -> None:
         assert s.runnable is not None and s.runnable.fn is not None
-        self.ex, self.pool, self.fn, self.first = ex, pool, s.runnable.fn, s.future
+        self.feeder, self.slot, self.fn, self.first = feeder, s, s.runnable.fn, True
 
     def __call__(self) -> Any:
-        future = self.first if self.first is not None else _submit(self.pool, self.fn)
-        self.first = None
+        feeder, s = self.feeder, self.slot
+        if self.first:
+            self.first = False
+            while s.future is None:  # queued: the calls before it hold the threads
+                if not feeder.queue:  # the gate said no: the run stopped (``stopped`` set)
+                    feeder.ex.cursor.ensure_live()
+                    raise AssertionError("unreachable")  # ensure_live raised RunStopped
+                feeder.wait()
+                feeder.fill()
+            future = s.future
+        else:
+            future = feeder.start(self.fn)
         while not future.done():
-            wait_futures([future], timeout=POLL_SECONDS)
-            heartbeat = self.ex.cursor.heartbeat
-            if heartbeat is not None and heartbeat.lost:
-                future.cancel()
-                raise LeaseLost()
+            feeder.wait()
+            feeder.fill()
         return future.result()
 
 
-def _settle(ex: Execution, slots: list[_Slot], pool: ThreadPoolExecutor | None, skip: bool) -> None:
+def _settle(ex: Execution, slots: list[_Slot], feeder: _Feeder | None, skip: bool) -> None:
     """Record the group's calls in list order; then raise the first failure for good."""
     held: list[HeldFailure] = []
     rejected: ModelRecoverable | None = None
@@ -234,10 +288,10 @@ def _settle(ex: Execution, slots: list[_Slot], pool: ThreadPoolExecutor | None, 
             elif s.runnable is not None and s.runnable.error is not None:
                 s.result = tool_calls.run(ex, s.runnable)
             else:
-                assert pool is not None and s.runnable is not None
+                assert feeder is not None and s.runnable is not None
                 try:
                     s.result = tool_calls.run(
-                        ex, s.runnable, fn=_Pooled(ex, pool, s), hold_failure=True
+                        ex, s.runnable, fn=_Pooled(feeder, s), hold_failure=True, starts_body=False
                     )
                 except HeldFailure as failure:
                     held.append(failure)

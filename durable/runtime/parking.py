@@ -214,6 +214,7 @@ class WaitParking:
                 )
             state["parked"] = w
 
+        self.cursor.let_bodies_end()  # parking gives the lease back
         try:
             self.checkpoints.write({}, work, record_if_stopped=False)
         except _Answered:

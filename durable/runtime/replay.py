@@ -12,6 +12,7 @@ only after a fenced commit saw the run live, and a cancel is seen at the next fe
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,6 +114,13 @@ class ReplayCursor:
         #: fails the run: ``fail_run(error, event=kind)``, the execution's checkpoints' (set
         #: by :class:`durable.runtime.checkpoint.Checkpoints`, which writes it)
         self.fail_run: Callable[..., None] = _unwritable
+        #: whether this execution waited (a retry's backoff, a limit's in-place sleep, a
+        #: queue for a thread of a parallel group) since a fenced commit last saw the run
+        #: live: the next body start reads the run first (:meth:`may_start`)
+        self.waited = False
+        #: attempt bodies that outlived their timeout and still run (``attempts.Body``):
+        #: the execution keeps its lease until they end (:meth:`let_bodies_end`)
+        self.outliving: list[Any] = []
 
     @property
     def is_replaying(self) -> bool:
@@ -227,6 +235,56 @@ class ReplayCursor:
                 event=EventKind.BUDGET_EXCEEDED,
             )
             raise exc
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` in the worker; the next body start reads the run first."""
+        self.waited = True
+        time.sleep(seconds)
+
+    def fenced(self) -> None:
+        """A fenced commit (the claim, a checkpoint) just saw the run live."""
+        self.waited = False
+
+    def may_start(self) -> None:
+        """The one answer to "may a body start now?", asked just before every attempt
+        body starts (a step, a tool, an LLM call, a pooled call of a parallel group, a
+        retry). Yes right after a fenced commit that saw the run live (the claim, the
+        previous checkpoint: no query); after a wait since then (:meth:`pause`, a queue
+        for a thread), only if a read of the run finds it live under this lease. So no
+        body starts after a cancel committed, however long it waited to start: the rule
+        of S04 (docs/architecture.md#replay).
+
+        Raises :class:`RunStopped` (``stopped`` set) when the run was cancelled or
+        stopped meanwhile, :class:`LeaseLost` when the lease is gone.
+        """
+        self.ensure_live()
+        if not self.waited:
+            return
+        row = Run.objects.filter(pk=self.run_id).values("status", "lease_token").first()
+        if row is None or row["lease_token"] != self.token:
+            raise LeaseLost()
+        if row["status"] != self.status:
+            self.stopped = row["status"]
+            raise RunStopped(row["status"])
+        self.waited = False
+
+    def outlived(self, body: Any) -> None:
+        """Keep the lease for ``body``, an attempt body that outlived its timeout."""
+        self.outliving = [b for b in self.outliving if not b.ended] + [body]
+
+    def let_bodies_end(self, run_fields: dict[str, Any] | None = None) -> None:
+        """Before the execution gives its lease back (a write that moves the run's
+        status -- ``run_fields`` with a ``status`` --, parking, the end), wait for the
+        attempt bodies that outlived their timeout: Python cannot stop a thread, so the
+        lease (kept by the heartbeat meanwhile) and the slots they hold are given back
+        only when they have ended, and no other worker runs the step beside them
+        (docs/limits.md#a-timed-out-call-keeps-what-it-holds)."""
+        if run_fields is not None and "status" not in run_fields:
+            return
+        while self.outliving:
+            self.outliving[0].wait()
+            self.outliving.pop(0)
+            self.waited = True
 
     def ensure_live(self) -> None:
         if self.stopped:

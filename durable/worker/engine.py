@@ -236,6 +236,8 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
     except DatabaseUnavailable as exc:
         fault = exc
     finally:
+        # bodies that outlived their timeout keep the lease (and their slots) to the end
+        execution.cursor.let_bodies_end()
         heartbeat.stop()
         if fault is not None:
             logger.warning(
