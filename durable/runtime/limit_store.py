@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from durable import postgres
@@ -35,6 +36,12 @@ GUARD_SECONDS = 0.1
 #: a call waiting for a concurrency slot checks again at least this often (seconds): a
 #: freed slot wakes the oldest waiter at once, this is the fallback
 CONCURRENCY_RECHECK_SECONDS = 2.0
+#: seconds a run woken for its turn (or due to wake) keeps its place in the queue before
+#: the runs behind it may go first: a worker claims a woken run in well under a second
+QUEUE_GRACE_SECONDS = 5.0
+#: ``Wait.resolved_by`` of a ``limit`` wait woken for its turn, and once admitted
+WOKEN_BY = "limit"
+ADMITTED_BY = "limit:admitted"
 
 
 @dataclass(frozen=True)
@@ -87,39 +94,76 @@ def _live_slots(key: str, now: datetime) -> tuple[list[LimitSlot], list[int]]:
     return live, [s.pk for s in dead]
 
 
-def acquire(limits: Limits, *, run_id: str, token: str) -> tuple[Verdict, int | None]:
+def queued_ahead(key: str, *, run_id: str, since: datetime | None) -> int:
+    """How many runs queue for ``key`` ahead of a call that first asked at ``since``
+    (``None``: asks now, behind everyone): the runs parked on a ``limit`` wait of the key
+    that first asked earlier, still due to come back (their wake time less than
+    :data:`QUEUE_GRACE_SECONDS` ago), and those woken for it within that grace that have
+    not been admitted yet. A run that does not come back within the grace lets the runs
+    behind it go first, and has its place again when it asks. Times are this machine's
+    clock, as the waits' are."""
+    grace = timezone.now() - timedelta(seconds=QUEUE_GRACE_SECONDS)
+    parked = Q(status=WaitStatus.PENDING, wake_at__gt=grace)
+    woken = Q(status=WaitStatus.RESOLVED, resolved_by=WOKEN_BY, resolved_at__gt=grace)
+    ahead = Wait.objects.filter(parked | woken, kind=WaitKind.LIMIT, key=key[:255])
+    if since is not None:
+        ahead = ahead.filter(created_at__lt=since)
+    return ahead.exclude(run_id=run_id).values("run_id").distinct().count()
+
+
+def acquire(
+    limits: Limits,
+    *,
+    run_id: str,
+    token: str,
+    since: datetime | None = None,
+    wait_id: str | None = None,
+) -> tuple[Verdict, int | None]:
     """Admit one call under ``limits`` for the run's execution holding lease ``token``.
+
+    Admission is first come, first served: ``since`` is when this call first asked (a
+    parked run keeps the time of its first park across wakes; ``None`` for a call asking
+    now), and a call is admitted only when the limit has room for it and for every run
+    queued ahead of it (:func:`queued_ahead`), so a call arriving now never takes the turn
+    of a run parked before it. ``wait_id`` is this call's ``limit`` wait, if it parked
+    before: admitted, it leaves the queue.
 
     Returns ``(verdict, slot_id)``: when admitted, the rate's admission is recorded and,
     with a concurrency limit, a slot is taken (its id, for :func:`release`). When not,
     nothing is recorded and ``verdict.until`` says when the call may be admitted: the
-    end of a 429's slow-down, the time the oldest admission leaves the window, or for a
-    concurrency limit the earliest of a holder's lease expiry and
-    :data:`CONCURRENCY_RECHECK_SECONDS` from now. One transaction under the key's lock.
+    end of a 429's slow-down, the time enough admissions leave the window for this call
+    and the ones ahead of it, or for a concurrency limit the earliest of a holder's lease
+    expiry and :data:`CONCURRENCY_RECHECK_SECONDS` from now (a freed slot wakes the first
+    in the queue at once). One transaction under the key's lock.
     """
     with transaction.atomic():
         row = _locked(limits.key)
         now = db_now()
         if row.slowed_until is not None and row.slowed_until > now:
             return _wait(row.slowed_until, "slowed", now), None
+        ahead = queued_ahead(limits.key, run_id=run_id, since=since)
         if limits.concurrency:
             live, dead = _live_slots(limits.key, now)
             if dead:
                 LimitSlot.objects.filter(pk__in=dead).delete()
             # this execution's own slots count too: a slot handed to a body that
             # outlived its timeout is held until that body ends (docs/limits.md)
-            if len(live) >= limits.concurrency:
-                soonest = min(s.run.lease_expires_at for s in live if s.run.lease_expires_at)
+            if len(live) + ahead >= limits.concurrency:
+                leases = [s.run.lease_expires_at for s in live if s.run.lease_expires_at]
                 recheck = now + timedelta(seconds=CONCURRENCY_RECHECK_SECONDS)
-                return _wait(min(soonest, recheck), "concurrency", now), None
+                return _wait(min([*leases, recheck]), "concurrency", now), None
         admitted = [float(t) for t in row.admitted or []]
         if limits.rate is not None:
             window = limits.rate.period + GUARD_SECONDS
             stamp = now.timestamp()
             admitted = [t for t in admitted if t > stamp - window]
-            if len(admitted) >= limits.rate.calls:
-                oldest = admitted[-limits.rate.calls]
-                until = datetime.fromtimestamp(oldest + window, tz=UTC)
+            free = limits.rate.calls - len(admitted)
+            if ahead >= free:
+                # room for this call once (ahead - free + 1) admissions left the window;
+                # an admission not made yet leaves it a window after now at the earliest
+                needed = ahead - max(free, 0)
+                leaving = admitted[needed] if needed < len(admitted) else stamp
+                until = datetime.fromtimestamp(leaving + window, tz=UTC)
                 return _wait(until, "rate", now), None
             admitted.append(round(stamp, 6))
         Limit.objects.filter(pk=row.pk).update(admitted=admitted, updated_at=now)
@@ -128,6 +172,10 @@ def acquire(limits: Limits, *, run_id: str, token: str) -> tuple[Verdict, int | 
             slot_id = LimitSlot.objects.create(
                 key=limits.key, run_id=run_id, lease_token=token, acquired_at=now
             ).pk
+        if wait_id is not None:  # out of the queue: its turn is taken
+            Wait.objects.filter(
+                run_id=run_id, wait_id=wait_id[:255], kind=WaitKind.LIMIT, resolved_by=WOKEN_BY
+            ).update(resolved_by=ADMITTED_BY)
     return ADMITTED, slot_id
 
 
