@@ -158,3 +158,14 @@ def slow_parent(ctx, data):
     value = handle.result()
     ctx.step("after", effect, "parent:after")
     return value
+
+
+@durable.workflow(name="tests.children.starts_and_fails", version="1")
+def starts_and_fails(ctx, data):
+    """Starts a child it never waits on (``data["leaf"]``), then fails for good when
+    ``data["fail"]`` or returns."""
+    options = {"parent_close_policy": data["policy"]} if data.get("policy") else {}
+    ctx.start_child("tests.children.leaf", data["leaf"], child_id="c", **options)
+    if data.get("fail"):
+        raise durable.PermanentError("the parent fails for good")
+    return "done"
