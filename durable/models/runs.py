@@ -17,6 +17,7 @@ from durable.values.fields import StorableCharField, StorableJSONField, Storable
 from durable.vocabulary import (
     CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
     TERMINAL,
+    ParentClosePolicy,
     RunStatus,
 )
 
@@ -92,6 +93,10 @@ class Run(models.Model):
     #: the run that started this one with ``ctx.start_child`` (docs/children.md)
     parent_run = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    #: what the parent's end does to this child while it is unfinished (docs/children.md)
+    parent_close_policy = models.CharField(
+        max_length=16, choices=ParentClosePolicy.choices, default=ParentClosePolicy.CANCEL
     )
 
     #: the W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the span

@@ -50,7 +50,7 @@ def settle(root_id: str) -> Run:
 def test_s29_a_failed_parent_is_kept_while_its_child_waits_and_the_child_keeps_its_parent():
     run = durable.start(
         "tests.children.starts_and_fails",
-        {"leaf": {"n": 1, "wait_signal": True}, "fail": True},
+        {"leaf": {"n": 1, "wait_signal": True}, "fail": True, "policy": "abandon"},
     )
     parent = settle(run.id)
     child_id = f"{run.id}.c"
@@ -117,7 +117,7 @@ def test_a_parent_reaching_the_wait_after_the_child_row_vanished_fails_naming_th
 def test_the_api_and_the_run_page_say_why_a_finished_run_is_kept():
     run = durable.start(
         "tests.children.starts_and_fails",
-        {"leaf": {"n": 1, "wait_signal": True}, "fail": True},
+        {"leaf": {"n": 1, "wait_signal": True}, "fail": True, "policy": "abandon"},
     )
     settle(run.id)
     reason = f"its child run {run.id}.c is waiting, not finished"
