@@ -127,7 +127,7 @@ def _blockers(*, children: bool = True) -> Q:
     parent_fork = Run.objects.filter(forked_from_id=OuterRef("parent_run_id")).exclude(
         status__in=TERMINAL
     )
-    condition = (
+    condition: Any = (
         Exists(unsettled)
         | Exists(pending_wait)
         | Exists(adopted)
