@@ -121,6 +121,12 @@ class Run(models.Model):
             models.Index(
                 fields=["dispatched_at"], name="run_pending_idx", condition=Q(status="pending")
             ),
+            # the sweeper's deadline scan (durable/waits/deadlines.py)
+            models.Index(
+                fields=["deadline_at"],
+                name="run_deadline_idx",
+                condition=Q(status__in=["pending", "retrying", "waiting"]),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

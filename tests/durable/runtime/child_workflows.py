@@ -169,3 +169,21 @@ def starts_and_fails(ctx, data):
     if data.get("fail"):
         raise durable.PermanentError("the parent fails for good")
     return "done"
+
+
+@durable.workflow(name="tests.children.leaf_with_deadline", version="1", deadline_seconds=5)
+def leaf_with_deadline(ctx, data):
+    """A child with a 5 s deadline that waits on a signal."""
+    ctx.wait_for_signal("go")
+    return "late"
+
+
+@durable.workflow(name="tests.children.catching_deadline", version="1")
+def catching_deadline(ctx, data):
+    """Waits on a child with a deadline; returns how it ended."""
+    handle = ctx.start_child("tests.children.leaf_with_deadline", {}, child_id="slow")
+    try:
+        handle.result()
+    except durable.ChildFailed as exc:
+        return {"status": exc.status, "type": exc.error_type}
+    return {"status": "succeeded"}
