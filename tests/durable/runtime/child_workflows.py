@@ -187,3 +187,11 @@ def catching_deadline(ctx, data):
     except durable.ChildFailed as exc:
         return {"status": exc.status, "type": exc.error_type}
     return {"status": "succeeded"}
+
+
+@durable.workflow(name="tests.children.starts_then_charges", version="1")
+def starts_then_charges(ctx, data):
+    """Starts a child that waits on a signal, then makes a write (tests make its outcome
+    unknown, and an operator aborts the run)."""
+    ctx.start_child("tests.children.leaf", {"n": 1, "wait_signal": True}, child_id="c")
+    return ctx.call_tool("cli_charge", {"amount": 5})

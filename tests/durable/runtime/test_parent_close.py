@@ -92,3 +92,27 @@ def test_an_unknown_policy_fails_the_parent_naming_the_choices():
         in (parent.error["message"])
     )
     assert not Run.objects.filter(parent_run=run).exists()
+
+
+def test_an_operator_aborting_the_parent_at_an_unknown_outcome_cancels_its_child():
+    from durable.models import Operation
+    from durable.services.reconcile import operation_reconcile
+    from tests.durable import cli_workflows as cw
+
+    cw.reset()
+    cw.FAILURES["cli_charge"] = 1
+    try:
+        run = durable.start("tests.children.starts_then_charges", {})
+        assert drive(run.id).status == RunStatus.WAITING  # on the unknown outcome
+        child_id = f"{run.id}.c"
+        assert drive(child_id).status == RunStatus.WAITING
+        op = Operation.objects.get(run_id=run.id)
+        operation_reconcile(operation_id=op.pk, outcome="abort", by="otto")
+    finally:
+        cw.reset()
+    assert Run.objects.get(pk=run.id).status == RunStatus.FAILED
+    child = Run.objects.get(pk=child_id)
+    assert child.status == RunStatus.CANCELLED
+    assert (
+        f"its parent run {run.id} failed (parent close policy: cancel)" in (child.error["message"])
+    )
