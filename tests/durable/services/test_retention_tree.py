@@ -133,6 +133,8 @@ def test_the_api_and_the_run_page_say_why_a_finished_run_is_kept():
     assert detail.json()["kept_because"] == reason
     child = Client().get(f"/api/v1/runs/{run.id}.c", headers={"Authorization": f"Bearer {token}"})
     assert child.json()["kept_because"] is None  # unfinished: kept for the obvious reason
+    page = browser.get(f"/runs/{run.id}.c/").content.decode()
+    assert "(parent close policy: abandon)" in page
 
 
 def test_runs_whose_webhook_events_are_not_delivered_yet_are_kept():
