@@ -7,3 +7,8 @@ class ApiConfig(AppConfig):
     name = "api"
     verbose_name = "JSON API"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .retention import register
+
+        register()  # retention keeps runs whose webhook events are not delivered yet

@@ -20,6 +20,7 @@ from durable.exceptions import KeyConflict, RunInputConflict
 from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, transitions
 from durable.queries import runs as run_selectors
 from durable.queries.filters import parse_filters
+from durable.services import retention
 from durable.services.forks import fork_points
 from durable.services.runs import (
     OperationNotFound,
@@ -119,6 +120,7 @@ def _detail(run_id: str) -> dict:
         "tokens_used": run.tokens_used,
         "deadline_at": run.deadline_at,
         "fork_points": points if transitions.can("fork", run) else [],
+        "kept_because": retention.why_kept(run) if run.is_terminal else None,
         "steps": [_step_out(s) for s in steps[:STEPS_SHOWN]],
         "steps_truncated": len(steps) > STEPS_SHOWN,
     }

@@ -86,6 +86,10 @@ class RunDetailOut(RunOut):
     tokens_used: int
     deadline_at: datetime | None
     fork_points: list[str]
+    kept_because: str | None = Field(
+        description="why retention keeps this finished run (a sentence); null when it may be "
+        "pruned once its retention runs out, or while it is unfinished"
+    )
     steps: list[StepOut]
     steps_truncated: bool = Field(description="more steps than shown: page with /steps")
 

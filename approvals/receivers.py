@@ -165,7 +165,28 @@ def on_run_exporting(sender: Any, run: Any, **kwargs: Any) -> dict[str, Any]:
     return {"approvals": out}
 
 
+def open_request_keeps() -> Any:
+    """Retention's condition (``durable.services.retention.register_keeper``): the
+    candidate run has an approval request still open (pending)."""
+    from django.db.models import Exists, OuterRef
+
+    return Exists(
+        ApprovalRequest.objects.filter(run_id=OuterRef("pk"), status=ApprovalStatus.PENDING)
+    )
+
+
+def open_request_reason(run: Any) -> str | None:
+    """Why :func:`open_request_keeps` keeps ``run``, or ``None``."""
+    req = ApprovalRequest.objects.filter(run_id=run.pk, status=ApprovalStatus.PENDING).first()
+    if req is None:
+        return None
+    return f"its approval request {req.pk} ({req.title!r}) is still open"
+
+
 def connect() -> None:
+    from durable.services.retention import register_keeper
+
+    register_keeper("approvals.open", open_request_keeps, open_request_reason)
     wait_created.connect(on_wait_created, dispatch_uid="approvals.on_wait_created")
     wait_closed.connect(on_wait_closed, dispatch_uid="approvals.on_wait_closed")
     runs_pruning.connect(on_runs_pruning, dispatch_uid="approvals.on_runs_pruning")

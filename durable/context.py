@@ -373,7 +373,12 @@ class WorkflowContext:
 
     @db_faults_stop_the_execution
     def start_child(
-        self, workflow_name: str, input: Any = None, child_id: str | None = None
+        self,
+        workflow_name: str,
+        input: Any = None,
+        child_id: str | None = None,
+        *,
+        parent_close_policy: str = "cancel",
     ) -> ChildHandle:
         """Start a child run of ``workflow_name`` with ``input``; returns its
         :class:`~durable.ChildHandle` at once (the child runs on its own worker).
@@ -382,14 +387,23 @@ class WorkflowContext:
         digits, ``_``, ``-``, unique in this run), or ``"{run_id}.{workflow_name}.{n}"``
         for the n-th child of that workflow started without one; at most 128
         characters. Recorded as a step: a replay returns the same handle and never
-        starts a second child. Cancelling this run cancels its unfinished children;
-        compensating it compensates the children that wrote (docs/children.md).
+        starts a second child. Compensating this run compensates the children that wrote
+        (docs/children.md).
 
-        Raises ``ValueError`` (a bad or repeated ``child_id``, a run id too long),
+        ``parent_close_policy`` (stored on the child) says what this run's end does to the
+        child while it is unfinished, after Temporal's ParentClosePolicy: ``"cancel"``
+        (the default) cancels it when this run succeeds, fails or is cancelled;
+        ``"abandon"`` lets it run on; ``"wait"`` makes this run's return wait for the
+        child's end before it succeeds (a failure or a cancel cancels it).
+
+        Raises ``ValueError`` (a bad or repeated ``child_id``, a run id too long, an
+        unknown ``parent_close_policy``),
         :class:`~durable.WorkflowNotFound`, :class:`~durable.PayloadError` (input not
         storable) -- before anything is written.
         """
-        handle = self._execution.children.start_child(workflow_name, input, child_id)
+        handle = self._execution.children.start_child(
+            workflow_name, input, child_id, parent_close_policy
+        )
         return replace(handle, _context=self)  # handle.result() waits through this ctx
 
     @db_faults_stop_the_execution

@@ -348,6 +348,25 @@ class ChildFailed(DurableError):
         super().__init__(f"child run {run_id} ended {status}{detail}")
 
 
+class ChildRunMissing(DurableError):
+    """The row of a child run (``ctx.start_child``) is gone, deleted by hand or by a
+    retention older than the rule that keeps a child while its parent is unfinished
+    (docs/retention-and-audit.md#what-is-never-pruned). Raised by ``ctx.wait_child``
+    instead of answering ``None``: the child's outcome is unknown, so the parent fails
+    (``run_id``: the child's run id; ``parent_id``: the waiting run)."""
+
+    classification = "permanent"
+
+    def __init__(self, *, run_id: str, parent_id: str):
+        self.run_id = run_id
+        self.parent_id = parent_id
+        super().__init__(
+            f"child run {run_id} of run {parent_id} no longer exists (its row was deleted), "
+            "so its outcome is unknown; the parent cannot continue from it: fork the "
+            "parent from before the child's start to run the child again"
+        )
+
+
 class StepTimeout(DurableError):
     """An attempt did not finish within its ``timeout``; its late result is discarded."""
 

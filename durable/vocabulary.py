@@ -101,6 +101,20 @@ class RunStatus(TextChoices):
     COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
 
 
+class ParentClosePolicy(TextChoices):
+    """What a child run's parent ending (succeeded, failed, cancelled) does to the child
+    while it is unfinished; Temporal's ParentClosePolicy (TERMINATE, ABANDON,
+    REQUEST_CANCEL), adapted (docs/children.md#when-the-parent-ends)."""
+
+    #: the child is cancelled with its parent (the default, as Temporal's TERMINATE)
+    CANCEL = "cancel", "Cancel"
+    #: the child runs on, on its own (Temporal's ABANDON)
+    ABANDON = "abandon", "Abandon"
+    #: the parent's return waits for the child's end before the parent succeeds; a parent
+    #: that fails or is cancelled cancels it (nobody waits for it any more)
+    WAIT = "wait", "Wait"
+
+
 #: statuses in which a worker may claim the run (subject to the lease / due time)
 CLAIMABLE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.COMPENSATING)
 TERMINAL = (

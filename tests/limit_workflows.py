@@ -57,6 +57,12 @@ def provider(label: str = "provider") -> str:
     return _body(label)
 
 
+@durable.tool(safety="read_only", rate_limit="1/h", timeout=5, retry=RetryPolicy(max_attempts=2))
+def timed_read(label: str = "timed") -> str:
+    """One call an hour, each try bounded by 5 s (its wait for the rate included)."""
+    return _body(label)
+
+
 @durable.tool(safety="read_only", concurrency=1)
 def one_at_a_time(label: str = "one") -> str:
     return _body(label)

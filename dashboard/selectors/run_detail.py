@@ -37,6 +37,7 @@ from durable.models import (
     run_lineage,
 )
 from durable.queries.runs import run_duration
+from durable.services import retention
 from durable.services.forks import fork_points
 from durable.values import codec
 from durable.waits import mailbox
@@ -133,6 +134,9 @@ class RunDetail:
     children: list[Run] = field(default_factory=list)
     #: the pending wait for a rate or concurrency limit, if the run is parked on one
     limit_wait: Wait | None = None
+    #: why retention keeps this finished run (``durable.services.retention.why_kept``);
+    #: "" when it may be pruned once its retention runs out, or while it is unfinished
+    kept_because: str = ""
 
     @property
     def steps_shown(self) -> int:
@@ -386,6 +390,8 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         tail=tail_rows,
         durability=_workflow_durability(run),
         children=children_of(run) if started else [],
+        # a finished run only: an unfinished one is kept for the obvious reason
+        kept_because=(retention.why_kept(run) or "") if run.is_terminal else "",
         limit_wait=next(
             (
                 w.wait

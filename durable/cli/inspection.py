@@ -325,7 +325,9 @@ def _header(run: Run) -> str:
         ("tags", ", ".join(run.tags) if run.tags else "-"),
     ]
     if run.parent_run_id:
-        fields.append(("parent run", run.parent_run_id))
+        fields.append(
+            ("parent run", f"{run.parent_run_id} (on its end: {run.parent_close_policy})")
+        )
     if run.forked_from_id or run.requester_unknown:
         fields.append(
             (

@@ -52,6 +52,16 @@ def do_prune(command: BaseCommand, options: dict[str, Any]) -> None:
         write(json.dumps(report, sort_keys=True))
         return
     verb = "would prune" if report["dry_run"] else "pruned"
+    if report["dry_run"]:
+        write(
+            f"would prune {report['runs']} runs; {report['kept']} runs past their "
+            "retention are kept"
+        )
+        for run_id, reason in report["kept_runs"].items():
+            write(f"kept run {run_id}: {_clean(reason)}")
+        if report["kept"] > len(report["kept_runs"]):
+            write(f"... and {report['kept'] - len(report['kept_runs'])} more kept runs")
+        return
     rows = ", ".join(f"{n} {name}" for name, n in sorted(report["rows"].items()) if n)
     write(
         f"{verb} {report['runs']} runs in {report['batches']} batches "

@@ -17,6 +17,7 @@ from durable.values.fields import StorableCharField, StorableJSONField, Storable
 from durable.vocabulary import (
     CLAIMABLE,  # noqa: F401  (re-exported: the run statuses a worker may claim)
     TERMINAL,
+    ParentClosePolicy,
     RunStatus,
 )
 
@@ -93,6 +94,10 @@ class Run(models.Model):
     parent_run = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
+    #: what the parent's end does to this child while it is unfinished (docs/children.md)
+    parent_close_policy = models.CharField(
+        max_length=16, choices=ParentClosePolicy.choices, default=ParentClosePolicy.CANCEL
+    )
 
     #: the W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the span
     #: that started the run, so every execution of it joins that trace; ``{}``: none
@@ -115,6 +120,12 @@ class Run(models.Model):
             models.Index(fields=["wake_at"], name="run_due_idx", condition=Q(status="retrying")),
             models.Index(
                 fields=["dispatched_at"], name="run_pending_idx", condition=Q(status="pending")
+            ),
+            # the sweeper's deadline scan (durable/waits/deadlines.py)
+            models.Index(
+                fields=["deadline_at"],
+                name="run_deadline_idx",
+                condition=Q(status__in=["pending", "retrying", "waiting"]),
             ),
         ]
         constraints = [

@@ -94,6 +94,9 @@ TRANSITIONS: dict[str, Transition] = {
     "complete": _row(
         {S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, releases_lease=True, compensating=S.COMPENSATED
     ),
+    # the sweeper ends an idle run past its deadline_at (durable/waits/deadlines.py); a
+    # running one fails at its next step, by its own worker
+    "exceed_deadline": _row({S.PENDING, S.RETRYING, S.WAITING}, S.FAILED),
     # a wait was closed (decision, signal, timer, expiry): the run continues
     "wake": _row({S.WAITING}, S.PENDING),
     # the worker gives a claimed run back unfinished: a workflow version it lacks (the
@@ -140,6 +143,8 @@ _WHY = {
     "schedule_retry": "only a running run (or compensation) can schedule a retry",
     "fail": "only a running run (or compensation) can fail",
     "complete": "only a running run (or compensation) can complete",
+    "exceed_deadline": "only a pending, retrying or waiting run is ended by the sweeper at its "
+    "deadline (a running one fails at its next step)",
     "wake": "only a waiting run can be woken",
     "release": "only a running run (or compensation) can be given back",
     "release_stopped": "a running run keeps its lease until it expires",

@@ -202,6 +202,7 @@ class Attempts:
         hold_failure: bool = False,
         limits: Limits | None = None,
         starts_body: bool = True,
+        timeout: float | None = None,
     ) -> Any:
         """Try ``fn`` until it succeeds or fails for good; returns the recorded value.
 
@@ -209,7 +210,10 @@ class Attempts:
         :class:`HeldFailure`, whose :meth:`~HeldFailure.record` records it later (a
         parallel group records its calls' successes first: durable/runtime/parallel.py).
         ``limits``: each try is first admitted by them, before a write's ledger row (a
-        try that must wait parks the run: docs/limits.md).
+        try that must wait parks the run: docs/limits.md). ``timeout`` (seconds, the
+        tool's): a try that waited that long for its limits, parked or not, ends with
+        :class:`StepTimeout` before it is made (no ledger row: nothing was sent), and
+        the policy retries it as any timeout.
         ``starts_body``: whether calling ``fn`` starts the body, so each try first asks
         :meth:`~durable.runtime.replay.ReplayCursor.may_start`; a parallel group's
         pooled ``fn`` waits for a body its feeder started through that same gate.
@@ -251,9 +255,16 @@ class Attempts:
             fn = self.limits.limited(limits, fn)
         while True:
             attempt += 1
+            expired: StepTimeout | None = None
             if limits is not None:  # may park the run: before a write's `started` row
-                self.limits.admit(limits, wait_id=f"limit:{call.step_id}", position=pos)
-            if ledger is not None:
+                expired = self.limits.admit(
+                    limits,
+                    wait_id=f"limit:{call.step_id}",
+                    position=pos,
+                    timeout=timeout,
+                    attempt=attempt,
+                )
+            if ledger is not None and expired is None:
                 done = ledger.before_attempt(call, attempt=attempt)
                 if done is not PROCEED:
                     if limits is not None:  # settled without a call: its slot goes back
@@ -273,6 +284,8 @@ class Attempts:
             started_at = timezone.now()
             try:
                 with telemetry.attempt(call, attempt=attempt, safety=safety, policy=policy):
+                    if expired is not None:  # its time ran out waiting for the limits
+                        raise expired
                     value = fn()
             except (LeaseLost, RunStopped, Suspend):
                 raise
@@ -283,7 +296,7 @@ class Attempts:
                 # GeneratorExit, a cancelled task, a dying worker) is not the step's failure:
                 # it propagates, and the lease expires into the worker-lost recovery path
                 classification, retry_after = classify(exc, safety=safety, policy=policy)
-                if isinstance(exc, StepTimeout) and safety == "unsafe_write":
+                if isinstance(exc, StepTimeout) and safety == "unsafe_write" and exc is not expired:
                     classification = AMBIGUOUS
                 if classification == MODEL_RECOVERABLE:
                     value = ModelRecoverable(

@@ -50,7 +50,7 @@ from durable.types import ModelRecoverable
 from durable.values import codec
 from durable.values.redaction import redact_text
 from durable.vocabulary import AttemptOutcome, EventKind, RunStatus, StepKind, StepStatus
-from durable.waits import child_ends, mailbox
+from durable.waits import child_ends, mailbox, parent_close
 
 
 class LedgerEntry(Protocol):
@@ -127,7 +127,7 @@ class Checkpoints:
                     mailbox.note_unconsumed_txn(
                         self.cursor.run_id, fields["status"], actor=self.cursor.worker_id
                     )
-                child_ends.child_ended_txn(parent, self.cursor.run_id, actor=self.cursor.worker_id)
+                parent_close.run_ended_txn(parent, self.cursor, fields.get("status"))
         self.batch.committed(self)
         if stopped:
             self.cursor.stopped = stopped
@@ -566,7 +566,8 @@ class Checkpoints:
         ends = {**transitions.changes("complete", self.cursor.status), "output": output}
         # with batched steps pending, the transactional write flushes them first
         if (
-            not (self.batch or self.cursor.run.parent_run_id)  # a child's end wakes its parent
+            # a child's end wakes its parent; a parent's end reaches its children
+            not (self.batch or self.cursor.run.parent_run_id or self.cursor.started_children)
             and postgres.available()
             and run_pg.complete_in_one_statement(
                 run_id=self.cursor.run_id,

@@ -30,7 +30,14 @@ from durable.types import ChildHandle
 from durable.values import codec
 from durable.values.fields import storable_text
 from durable.values.redaction import check_identifier
-from durable.vocabulary import EventKind, RunStatus, StepKind, StepStatus, WaitKind
+from durable.vocabulary import (
+    EventKind,
+    ParentClosePolicy,
+    RunStatus,
+    StepKind,
+    StepStatus,
+    WaitKind,
+)
 
 #: the characters of a ``child_id`` (no ``.``: that separates the parent's id from it)
 CHILD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
@@ -51,10 +58,21 @@ class ChildRuns:
         self.checkpoints = checkpoints
         self.parking = parking
 
-    def start_child(self, workflow_name: str, input: Any, child_id: str | None) -> ChildHandle:
+    def start_child(
+        self,
+        workflow_name: str,
+        input: Any,
+        child_id: str | None,
+        parent_close_policy: str = ParentClosePolicy.CANCEL,
+    ) -> ChildHandle:
         """Start (or, on replay, find) the child; see ``WorkflowContext.start_child``."""
         if not isinstance(workflow_name, str) or not workflow_name:
             raise ValueError("ctx.start_child: workflow_name must be a non-empty string")
+        if parent_close_policy not in ParentClosePolicy.values:
+            raise ValueError(
+                f"ctx.start_child: parent_close_policy {parent_close_policy!r} is not one of "
+                f"{', '.join(ParentClosePolicy.values)} (docs/children.md#when-the-parent-ends)"
+            )
         if child_id is not None:
             if not isinstance(child_id, str) or not CHILD_ID_RE.fullmatch(child_id):
                 raise ValueError(
@@ -112,7 +130,9 @@ class ChildRuns:
                 api.start(spec.name, input, run_id=run_id, version=spec.version, started_by=starter)
             except RunInputConflict as exc:  # a child of this run, made with other content
                 raise KeyConflict("child_id", child_id or suffix, exc.differs) from None
-            Run.objects.filter(pk=run_id).update(parent_run_id=self.cursor.run_id)
+            Run.objects.filter(pk=run_id).update(
+                parent_run_id=self.cursor.run_id, parent_close_policy=parent_close_policy
+            )
             step = self.checkpoints.save_step_txn(
                 call.recorded,
                 pos,
@@ -150,6 +170,25 @@ class ChildRuns:
             ],
         )
         return self._handle(value, sid)
+
+    def join_waiting(self) -> None:
+        """Before the run succeeds: wait for the end of each child whose parent-close
+        policy is ``wait`` (in start order; their outcomes are not raised). Every such
+        child gets a wait step, ended or not, so a replay asks for the same steps."""
+        children = (
+            Run.objects.filter(
+                parent_run_id=self.cursor.run_id, parent_close_policy=ParentClosePolicy.WAIT
+            )
+            .order_by("created_at", "id")
+            .values_list("pk", flat=True)
+        )
+        for child_id in children:
+            self.parking.wait(
+                f"close:{child_id[len(self.cursor.run_id) + 1 :]}",
+                kind=WaitKind.CHILD,
+                key=child_id,
+                title=f"child run {child_id} (parent close policy: wait)"[:300],
+            )
 
     def _handle(self, value: dict[str, Any], step_id: str) -> ChildHandle:
         """The handle of a started child (the workflow's ``ctx`` binds it to itself)."""

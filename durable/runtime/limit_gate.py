@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
 from durable.dispatch import dispatch_on_commit
-from durable.exceptions import Suspend
+from durable.exceptions import StepTimeout, Suspend
 from durable.limits import Limits
 from durable.models import transitions
 from durable.models.events import TraceEvent
@@ -31,6 +31,7 @@ from durable.retry import classify
 from durable.runtime import limit_store
 from durable.runtime.checkpoint import Checkpoints
 from durable.runtime.replay import ReplayCursor
+from durable.values import codec
 from durable.vocabulary import EventKind, RunStatus, WaitKind, WaitStatus
 
 #: a limit that admits the call within this many seconds is waited for in the worker
@@ -57,21 +58,45 @@ class LimitGate:
         """The concurrency slots this execution holds: key -> slot id."""
         return self._limit_slots
 
-    def admit(self, limits: Limits, *, wait_id: str, position: int) -> None:
+    def admit(
+        self,
+        limits: Limits,
+        *,
+        wait_id: str,
+        position: int,
+        timeout: float | None = None,
+        attempt: int = 0,
+    ) -> StepTimeout | None:
         """Return once ``limits`` admit one call (a slot, if any, is then held), after
         at most :data:`INPLACE_MAX_SECONDS` of sleeping; else park the run on the
-        ``limit`` wait ``wait_id`` and raise :class:`Suspend`."""
+        ``limit`` wait ``wait_id`` and raise :class:`Suspend`.
+
+        ``timeout`` (seconds, the step's): the try's time counts from its first ask
+        (kept on the wait row across parks, for ``attempt``), so a park never outlasts
+        it: the wait wakes at the timeout at the latest, and a try whose time ran out
+        gets the :class:`StepTimeout` to raise as its outcome (returned, nothing held);
+        ``None`` when admitted."""
         if limits.key in self._held():
-            return  # this execution holds the slot already (the workflow's own)
+            return None  # this execution holds the slot already (the workflow's own)
+        wait_id = wait_id[:255]
+        asked_at = self._asked_at(wait_id, attempt) if timeout else None
         deadline = time.monotonic() + INPLACE_MAX_SECONDS
         while True:
+            if timeout and asked_at is not None:
+                left = timeout - (timezone.now() - asked_at).total_seconds()
+                if left <= 0:
+                    return StepTimeout(
+                        f"attempt did not start within its timeout of {timeout:g} s: it "
+                        f"waited for the limits of {limits.key} ({limits.describe()}); the "
+                        "call was not made"
+                    )
             verdict, slot = limit_store.acquire(
                 limits, run_id=self.cursor.run_id, token=self.cursor.token
             )
             if verdict.admitted:
                 if slot is not None:
                     self._held()[limits.key] = slot
-                return
+                return None
             mine = [b for b in self._outliving.get(limits.key, ()) if not b.ended]
             if verdict.reason == "concurrency" and mine:
                 # this execution's own timed-out body holds the slot: it frees it when
@@ -79,10 +104,33 @@ class LimitGate:
                 mine[0].wait()
                 self.cursor.waited = True
                 continue
-            if time.monotonic() + verdict.delay <= deadline:
-                self.cursor.pause(max(verdict.delay, 0.005))
+            delay = verdict.delay if not timeout else min(verdict.delay, max(left, 0.0))
+            if time.monotonic() + delay <= deadline:
+                self.cursor.pause(max(delay, 0.005))
                 continue
-            self._park_for_limit(limits, verdict, wait_id[:255], position)
+            self._park_for_limit(
+                limits,
+                verdict,
+                wait_id,
+                position,
+                delay=delay,
+                asked={"attempt": attempt, "asked_at": asked_at.isoformat()}
+                if asked_at is not None
+                else None,
+            )
+
+    def _asked_at(self, wait_id: str, attempt: int) -> datetime:
+        """When try ``attempt`` first asked for its limits: kept on its limit wait row
+        while it is parked (a wake replays to the same try), else now."""
+        payload = (
+            Wait.objects.filter(run_id=self.cursor.run_id, wait_id=wait_id)
+            .values_list("payload", flat=True)
+            .first()
+        )
+        asked = codec.decode(payload) if payload else None
+        if isinstance(asked, dict) and asked.get("attempt") == attempt:
+            return datetime.fromisoformat(str(asked["asked_at"]))
+        return timezone.now()
 
     def limited(self, limits: Limits, fn: Callable[[], Any]) -> Callable[[], Any]:
         """``fn`` that frees its slot when it returns or raises -- a try that timed out
@@ -119,9 +167,19 @@ class LimitGate:
         for key in list(self._held()):
             self.release_slot(key)
 
-    def _park_for_limit(self, limits: Limits, verdict: Any, wait_id: str, position: int) -> None:
+    def _park_for_limit(
+        self,
+        limits: Limits,
+        verdict: Any,
+        wait_id: str,
+        position: int,
+        *,
+        delay: float | None = None,
+        asked: dict[str, Any] | None = None,
+    ) -> None:
         what = _REASONS.get(verdict.reason, "limit")
-        wake_at = timezone.now() + timedelta(seconds=verdict.delay)
+        delay = verdict.delay if delay is None else delay  # a step's timeout may cut it
+        wake_at = timezone.now() + timedelta(seconds=delay)
         title = f"waiting for {what} of {limits.key}"
         if verdict.reason == "slowed":
             title += " (slowed down by a 429)"
@@ -139,7 +197,7 @@ class LimitGate:
                     "title": title[:300],
                     "wake_at": wake_at,
                     "created_at": now,
-                    "payload": None,
+                    "payload": codec.encode(asked) if asked else None,
                     "result": None,
                     "resolved_at": None,
                     "resolved_by": "",
@@ -155,7 +213,7 @@ class LimitGate:
                 actor=self.cursor.worker_id,
                 message=f"{title} ({limits.describe()}) until {wake_at.isoformat()}",
             )
-            dispatch_on_commit(self.cursor.run_id, countdown=verdict.delay)
+            dispatch_on_commit(self.cursor.run_id, countdown=delay)
 
         self.cursor.let_bodies_end()  # parking gives the lease back
         self.checkpoints.write({}, work, record_if_stopped=False)

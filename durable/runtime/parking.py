@@ -231,7 +231,7 @@ class WaitParking:
             )
         value = codec.decode(wait.result) if wait.result else None
         if wait.kind == WaitKind.CHILD:
-            value = child_ends.with_output(value)
+            value = child_ends.with_output(value, parent_id=self.cursor.run_id)
         return self.checkpoints.record_success(
             call, attempt=call.next_attempt, value=value, started_at=wait.created_at, ledger=None
         )

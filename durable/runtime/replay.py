@@ -123,6 +123,12 @@ class ReplayCursor:
         self.outliving: list[Any] = []
 
     @property
+    def started_children(self) -> bool:
+        """Whether the run's history holds a child's start (its end must then apply the
+        children's parent-close policy: durable/waits/parent_close.py)."""
+        return any(s.kind == StepKind.CHILD for s in self.by_position.values())
+
+    @property
     def is_replaying(self) -> bool:
         return self.position < len(self.by_position)
 

@@ -47,6 +47,8 @@ class Runnable:
     error: ModelRecoverable | None = None
     #: the tool's rate and concurrency limits, admitted before each try (docs/limits.md)
     limits: Limits | None = None
+    #: the tool's ``timeout`` (seconds): it bounds a try's wait for its limits too
+    timeout: float | None = None
 
     @property
     def is_write(self) -> bool:
@@ -67,6 +69,7 @@ def run(ex: Execution, r: Runnable, fn: Callable[[], Any] | None = None, **optio
         safety=r.safety,
         ledger=r.ledger,
         limits=r.limits,
+        timeout=r.timeout,
         **options,
     )
 
@@ -226,12 +229,19 @@ def build_tool(
             policy=policy,
             safety=spec.safety,
             limits=spec.limits,
+            timeout=spec.timeout,
         )
     ledger = OperationLedger(
         ex.checkpoints, spec, key, params, input_text, input_text or codec.encode({})
     )
     return Runnable(
-        call=call, fn=fn, policy=policy, safety=spec.safety, ledger=ledger, limits=spec.limits
+        call=call,
+        fn=fn,
+        policy=policy,
+        safety=spec.safety,
+        ledger=ledger,
+        limits=spec.limits,
+        timeout=spec.timeout,
     )
 
 

@@ -30,7 +30,7 @@ from durable.models import (
 from durable.services.base import actor_of, lock_parent_of
 from durable.values import codec
 from durable.vocabulary import Classification, EventKind
-from durable.waits import child_ends, mailbox
+from durable.waits import child_ends, mailbox, parent_close
 
 ReconcileOutcome = Literal["happened", "not_happened", "abort"]
 
@@ -185,6 +185,7 @@ def operation_reconcile(
         if outcome == "abort":
             mailbox.note_unconsumed_txn(run.id, RunStatus.FAILED, actor=actor)
             child_ends.child_ended_txn(run.parent_run_id, run.id, actor=actor)
+            parent_close.parent_closed_txn(run.id, run.status, actor=actor, now=now)
         if outcome != "abort":
             dispatch_on_commit(run.id)
     return op

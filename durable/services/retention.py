@@ -6,7 +6,12 @@ Invariant: a run is deleted only when nothing can still act on it. It must be fi
 owes), every write it made or answers for must have a known outcome (no ``started`` or
 ``unknown`` operation), no wait of it may be pending, no write of it may be adopted by
 another run (or adopted by it from another run: the row lives on one run, the duty on
-the other), and no fork of it may still be active. Each batch re-reads its runs under
+the other), no fork of it may still be active, and its run tree must be done with it: no
+child of it may remain (a tree is deleted from its leaves up, so a run never loses its
+parent: ``parent_run`` would become null under a live child), and a child is kept while
+its parent, or an active fork of its parent, is unfinished and may still read its end.
+Upper layers add their own conditions with :func:`register_keeper` (the JSON API keeps
+runs whose webhook events are not delivered yet). Each batch re-reads its runs under
 ``SELECT ... FOR UPDATE SKIP LOCKED`` with the whole rule in the query, so a run that an
 operator resumes or compensates while the prune runs is either locked and skipped, or
 re-checked after the operator's commit and kept.
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -54,6 +59,7 @@ __all__ = [
     "prunable",
     "prune",
     "prune_run",
+    "register_keeper",
     "retention_for",
     "why_kept",
 ]
@@ -66,6 +72,26 @@ PRUNABLE_STATUSES = tuple(s for s in TERMINAL if s != RunStatus.COMPENSATION_FAI
 RAW_DELETE = (TraceEvent, StepAttempt, Signal, Step)
 #: operations whose outcome is not known yet: their run is never pruned
 UNSETTLED = (OperationStatus.STARTED, OperationStatus.UNKNOWN)
+#: how many kept runs a dry run names, with their reasons
+KEPT_SHOWN = 20
+
+#: ``{name: (condition, reason)}`` of the upper layers (:func:`register_keeper`)
+_KEEPERS: dict[str, tuple[Callable[[], Any], Callable[[Run], str | None]]] = {}
+
+
+def register_keeper(
+    name: str, condition: Callable[[], Any], reason: Callable[[Run], str | None]
+) -> None:
+    """Let an upper layer keep runs from retention (imports point down only: the engine
+    never imports it).
+
+    ``condition()`` returns a boolean expression over the candidate run (an
+    ``Exists(...)`` using ``OuterRef("pk")``), or ``None`` when it keeps nothing now;
+    it is ORed into the prune's one locking query. ``reason(run)`` returns the sentence
+    :func:`why_kept` gives for a run it keeps, or ``None``. Registering a ``name`` again
+    replaces it.
+    """
+    _KEEPERS[name] = (condition, reason)
 
 
 def retention_for(workflow_name: str) -> float | None:
@@ -83,7 +109,7 @@ def retention_for(workflow_name: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _blockers() -> Q:
+def _blockers(*, children: bool = True) -> Q:
     """What keeps a finished run: the rule of the module docstring, as one condition."""
     unsettled = Operation.objects.filter(status__in=UNSETTLED).filter(
         Q(run_id=OuterRef("pk")) | Q(owner_run_id=OuterRef("pk"))
@@ -95,7 +121,27 @@ def _blockers() -> Q:
         | Q(owner_run_id=OuterRef("pk")) & ~Q(run_id=OuterRef("pk"))
     )
     active_fork = Run.objects.filter(forked_from_id=OuterRef("pk")).exclude(status__in=TERMINAL)
-    return Exists(unsettled) | Exists(pending_wait) | Exists(adopted) | Exists(active_fork)
+    # the run tree: a child remains (pruned first), or the parent may still read this end
+    child = Run.objects.filter(parent_run_id=OuterRef("pk"))
+    live_parent = Run.objects.filter(pk=OuterRef("parent_run_id")).exclude(status__in=TERMINAL)
+    parent_fork = Run.objects.filter(forked_from_id=OuterRef("parent_run_id")).exclude(
+        status__in=TERMINAL
+    )
+    condition: Any = (
+        Exists(unsettled)
+        | Exists(pending_wait)
+        | Exists(adopted)
+        | Exists(active_fork)
+        | Exists(live_parent)
+        | Exists(parent_fork)
+    )
+    if children:
+        condition = condition | Exists(child)
+    for keeps, _reason in list(_KEEPERS.values()):
+        extra = keeps()
+        if extra is not None:
+            condition = condition | extra
+    return condition
 
 
 def _expired(now: datetime, older_than: float | None, workflow: str | None) -> Q:
@@ -141,12 +187,15 @@ def prunable(
 def why_kept(run: Run) -> str | None:
     """Why ``run`` may not be pruned (a sentence), or ``None`` when it may be.
 
-    Ignores age: this is the safety rule only.
+    Ignores age: this is the safety rule only. One query when nothing keeps the run
+    (the prune's own condition); the sentence costs a few more.
     """
     if run.status not in PRUNABLE_STATUSES:
         if run.status == RunStatus.COMPENSATION_FAILED:
             return "its compensation failed and is still owed (compensate it again)"
         return f"it is {run.status}, not finished"
+    if not Run.objects.filter(pk=run.pk).filter(_blockers()).exists():
+        return None
     ops = Operation.objects.filter(Q(run_id=run.pk) | Q(owner_run_id=run.pk))
     unsettled = ops.filter(status__in=UNSETTLED).first()
     if unsettled is not None:
@@ -163,7 +212,61 @@ def why_kept(run: Run) -> str | None:
         return "a fork answers for one of its writes, or it answers for a write of another run"
     if Run.objects.filter(forked_from_id=run.pk).exclude(status__in=TERMINAL).exists():
         return "a fork of it is still active"
+    return _tree_reason(run) or _keeper_reason(run)
+
+
+def _tree_reason(run: Run) -> str | None:
+    """Why the run tree keeps ``run`` (docs/retention-and-audit.md#what-is-never-pruned)."""
+    child = Run.objects.filter(parent_run_id=run.pk).order_by("created_at", "id").first()
+    live = Run.objects.filter(parent_run_id=run.pk).exclude(status__in=TERMINAL).first()
+    if live is not None:
+        return f"its child run {live.pk} is {live.status}, not finished"
+    if child is not None:
+        return (
+            f"its child run {child.pk} remains: a run tree is pruned from its leaves up, "
+            "so children go before their parent"
+        )
+    if run.parent_run_id:
+        parent = Run.objects.filter(pk=run.parent_run_id).values_list("status", flat=True)
+        if parent and parent[0] not in TERMINAL:
+            return (
+                f"its parent run {run.parent_run_id} is {parent[0]} and may still read "
+                "this child's end"
+            )
+        fork = (
+            Run.objects.filter(forked_from_id=run.parent_run_id)
+            .exclude(status__in=TERMINAL)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if fork is not None:
+            return (
+                f"run {fork}, a fork of its parent run {run.parent_run_id}, is still active "
+                "and may read this child's end"
+            )
     return None
+
+
+def _keeper_reason(run: Run) -> str | None:
+    for _keeps, reason in list(_KEEPERS.values()):
+        said = reason(run)
+        if said:
+            return said
+    return None
+
+
+def kept_expired(
+    *, now: datetime | None = None, older_than: float | None = None, workflow: str | None = None
+) -> QuerySet[Run]:
+    """The runs past their retention that the safety rule keeps (oldest first): what a
+    dry run names, with :func:`why_kept`."""
+    now = now or timezone.now()
+    return (
+        Run.objects.annotate(done_at=Coalesce("finished_at", "updated_at"))
+        .filter(_expired(now, older_than, workflow))
+        .filter(~Q(status__in=PRUNABLE_STATUSES) | _blockers())
+        .order_by("done_at", "id")
+    )
 
 
 def _delete_runs(ids: list[str]) -> dict[str, int]:
@@ -218,7 +321,11 @@ def prune(
 
     Returns ``{"runs": n, "batches": n, "rows": {model_name: n}, "seconds": s,
     "dry_run": bool}``; ``rows`` counts every row deleted, the runs included. Runs
-    that the safety rule keeps (module docstring) are never counted or touched.
+    that the safety rule keeps (module docstring) are never counted or touched. A dry
+    run adds ``"kept": n`` (runs past their retention that the rule keeps) and
+    ``"kept_runs": {run_id: reason}`` for the first :data:`KEPT_SHOWN` of them; its
+    ``runs`` counts a parent whose whole tree would go in this prune too (the real prune
+    deletes the children first, then the parent in a later batch).
     """
     now = now or timezone.now()
     size = int(batch_runs or conf.get("PRUNE_BATCH_RUNS"))
@@ -226,8 +333,13 @@ def prune(
     started = time.monotonic()
     report: dict[str, Any] = {"runs": 0, "batches": 0, "rows": {}, "dry_run": dry_run}
     if dry_run:
-        qs = prunable(now=now, older_than=older_than, workflow=workflow)
-        report["runs"] = qs.count() if limit is None else min(qs.count(), limit)
+        count = _dry_run_count(now, older_than, workflow)
+        report["runs"] = count if limit is None else min(count, limit)
+        kept = kept_expired(now=now, older_than=older_than, workflow=workflow)
+        report["kept"] = kept.count()
+        report["kept_runs"] = {
+            run.pk: why_kept(run) or "it was changed meanwhile" for run in kept[:KEPT_SHOWN]
+        }
         report["seconds"] = time.monotonic() - started
         return report
     while limit is None or report["runs"] < limit:
@@ -252,6 +364,29 @@ def prune(
             time.sleep(wait)
     report["seconds"] = time.monotonic() - started
     return report
+
+
+def _dry_run_count(now: datetime, older_than: float | None, workflow: str | None) -> int:
+    """How many runs a prune would delete now: as :func:`prunable`, but a parent whose
+    children all go in the same prune counts too (the prune deletes leaves first)."""
+    candidates = set(
+        Run.objects.annotate(done_at=Coalesce("finished_at", "updated_at"))
+        .filter(status__in=PRUNABLE_STATUSES)
+        .filter(_expired(now, older_than, workflow))
+        .exclude(_blockers(children=False))
+        .values_list("pk", flat=True)
+    )
+    children: dict[str, set[str]] = {}
+    for parent, child in Run.objects.filter(parent_run_id__in=candidates).values_list(
+        "parent_run_id", "pk"
+    ):
+        children.setdefault(parent, set()).add(child)
+    ready = {pk for pk in candidates if pk not in children}
+    while True:
+        fresh = {pk for pk in candidates - ready if children.get(pk, set()) <= ready}
+        if not fresh:
+            return len(ready)
+        ready |= fresh
 
 
 def prune_run(run_id: str, *, dry_run: bool = False) -> dict[str, int]:

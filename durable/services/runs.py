@@ -33,8 +33,8 @@ from durable.services.forks import GAVE_UP, run_fork, run_fork_or_get
 from durable.services.reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
 from durable.types import SignalResult
 from durable.values import codec, redaction
-from durable.vocabulary import CANCELLED_ERROR_TYPE, Classification, EventKind
-from durable.waits import child_ends, mailbox
+from durable.vocabulary import EventKind
+from durable.waits import mailbox, parent_close
 
 __all__ = [
     "GAVE_UP",
@@ -61,7 +61,8 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
     finishes; its late result (or failure) is recorded but starts nothing. Completed
     effects stay (compensation is a separate action). The run's unfinished child runs
     (``ctx.start_child``) are cancelled too, their children as well, in the same
-    transaction; a cancelled child wakes a parent waiting on it (docs/children.md).
+    transaction, except those whose parent-close policy is ``abandon``; a cancelled
+    child wakes a parent waiting on it (docs/children.md).
     Raises :class:`~durable.RunNotFound`, :class:`~durable.IllegalTransition`.
     """
     actor = actor_of(by)
@@ -75,43 +76,8 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "") -> Run:
 
 def _cancel_txn(run: Run, *, actor: str, reason: str, now) -> None:
     """Cancel ``run`` (locked), close its pending waits, wake a parent waiting on it and
-    cancel its unfinished children, recursively."""
-    from durable.waits.closing import close_wait_txn
-
-    previous = run.status
-    # the lease stays with a worker that is executing, so its late result is fenced
-    # in as "recorded, starts nothing"; an idle run has no lease to keep
-    fields = transitions.apply(
-        "cancel",
-        run,
-        finished_at=now,
-        updated_at=now,
-        wake_at=None,
-        error={
-            "type": CANCELLED_ERROR_TYPE,
-            "classification": Classification.PERMANENT.value,
-            "step_id": "",
-            "message": f"cancelled by {actor}" + (f": {reason}" if reason else ""),
-        },
-        error_type=CANCELLED_ERROR_TYPE,
-    )
-    run.save(update_fields=list(fields))
-    for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
-        close_wait_txn(
-            wait,
-            status=WaitStatus.CANCELLED,
-            result=None,
-            by=actor,
-            now=now,
-            reason="run cancelled",
-        )
-    record_event(run, EventKind.CANCELLED, actor, run.error["message"], previous=previous)
-    mailbox.note_unconsumed_txn(run.id, RunStatus.CANCELLED, actor=actor)
-    child_ends.child_ended_txn(run.parent_run_id, run.id, actor=actor)
-    # lock order: the parent (held) before its children
-    children = Run.objects.select_for_update().filter(parent_run=run, status__in=ACTIVE)
-    for child in children.order_by("created_at", "id"):
-        _cancel_txn(child, actor=actor, reason=f"its parent run {run.id} was cancelled", now=now)
+    cancel its unfinished children by their parent-close policy, recursively."""
+    parent_close.cancel_txn(run, actor=actor, reason=reason, now=now)
 
 
 def _reopen_failed_steps_txn(run: Run, now, *, kind: str | None = None) -> list[str]:

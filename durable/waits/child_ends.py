@@ -17,6 +17,7 @@ from typing import Any
 from django.utils import timezone
 
 from durable.dispatch import dispatch_on_commit
+from durable.exceptions import ChildRunMissing
 from durable.hooks import wait_closed
 from durable.models import transitions
 from durable.models.events import TraceEvent
@@ -88,8 +89,11 @@ def resolve_wait_txn(wait: Wait, child: Run, *, now: Any = None) -> None:
 def ended_child_txn(parent_id: str, child_id: str) -> Run | None:
     """The child, locked, if it has ended (a parent about to park on it); None while it
     runs. Raises ``ValueError`` when ``child_id`` is not a child of ``parent_id`` (or of a
-    run it was forked from)."""
+    run it was forked from), :class:`~durable.exceptions.ChildRunMissing` when this run
+    started it but its row is gone."""
     child = Run.objects.select_for_update().filter(pk=child_id).first()
+    if child is None and _started_by(parent_id, child_id):
+        raise ChildRunMissing(run_id=child_id, parent_id=parent_id)
     # a fork reuses its source's recorded start: the child of a run it was forked from
     if child is None or child.parent_run_id not in run_lineage(parent_id):
         raise ValueError(
@@ -99,12 +103,22 @@ def ended_child_txn(parent_id: str, child_id: str) -> Run | None:
     return child if child.status in TERMINAL else None
 
 
-def with_output(value: Any) -> Any:
+def _started_by(parent_id: str, child_id: str) -> bool:
+    """Whether ``parent_id`` (or a run it was forked from) recorded the start of ``child_id``:
+    a child run's id is its parent's id, a ``.`` and a suffix."""
+    return any(child_id.startswith(f"{run_id}.") for run_id in run_lineage(parent_id))
+
+
+def with_output(value: Any, *, parent_id: str = "") -> Any:
     """The recorded answer of a child wait: its outcome plus, for a succeeded child, the
-    child's output (read now, so the parent's history holds it)."""
+    child's output (read now, so the parent's history holds it). Raises
+    :class:`~durable.exceptions.ChildRunMissing` when the child's row is gone: a parent
+    never receives ``None`` for a child that vanished."""
     if isinstance(value, dict) and value.get("status") == RunStatus.SUCCEEDED:
-        row = Run.objects.filter(pk=value.get("run_id")).values_list("output", flat=True).first()
-        return {**value, "output": codec.decode(row) if row else None}
+        row = Run.objects.filter(pk=value.get("run_id")).values("output").first()
+        if row is None:
+            raise ChildRunMissing(run_id=str(value.get("run_id")), parent_id=parent_id)
+        return {**value, "output": codec.decode(row["output"]) if row["output"] else None}
     return value
 
 

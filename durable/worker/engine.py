@@ -377,6 +377,8 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
                 position = execution.cursor.run.cursor_position
                 execution.limits.admit(spec.limits, wait_id="limit:run", position=position)
             result = spec.fn(WorkflowContext(execution), workflow_input)
+            if execution.cursor.started_children:  # parent_close_policy="wait" (children.md)
+                execution.children.join_waiting()
         if execution.cursor.stopped is None:
             execution.checkpoints.complete(result)
     except (Suspend, StepFailed, NonDeterminismError, RunStopped):

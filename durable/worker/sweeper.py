@@ -30,6 +30,7 @@ from durable.dispatch import dispatch_on_commit
 from durable.models import Run, RunStatus, TraceEvent, WorkerProcess
 from durable.vocabulary import EventKind
 from durable.waits.closing import wake_due
+from durable.waits.deadlines import expire_deadlines
 
 logger = logging.getLogger("durable.sweeper")
 
@@ -42,9 +43,12 @@ def _pick(qs, limit: int = BATCH) -> list[str]:
 
 def sweep(now=None) -> dict[str, Any]:
     """Dispatch runs whose lease expired, whose retry or timer is due, or whose dispatch
-    was lost. Returns ``{"expired": n, "due": n, "timers": n, "pending": n, "run_ids": [...]}``.
+    was lost; fail the idle runs past their deadline (:mod:`durable.waits.deadlines`).
+    Returns ``{"expired": n, "orphaned": n, "deadlines": n, "due": n, "timers": n,
+    "pending": n, "run_ids": [...]}`` (``run_ids``: the runs dispatched).
     """
     now = now or timezone.now()
+    deadlines = expire_deadlines(now)  # first: a run past its deadline is not dispatched
     stale = now - timedelta(seconds=float(conf.get("REDISPATCH_AFTER_SECONDS")))
     not_recently = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
 
@@ -81,12 +85,13 @@ def sweep(now=None) -> dict[str, Any]:
     result = {
         "expired": len(expired),
         "orphaned": len(orphaned),
+        "deadlines": len(deadlines),
         "due": len(due),
         "timers": len(timers),
         "pending": len(pending),
         "run_ids": run_ids,
     }
-    if run_ids:
+    if run_ids or deadlines:
         logger.info("durable sweep: %s", {k: v for k, v in result.items() if k != "run_ids"})
     return result
 

@@ -586,5 +586,5 @@ def test_show_prints_a_runs_parent_and_children():
     assert "child:kid" in steps and "child" in steps
     out, _ = cli("show", "family-1.kid")
     header = dict(ln.split(":", 1) for ln in out.split("\n\n")[0].splitlines())
-    assert header["parent run"].strip() == "family-1"
+    assert header["parent run"].strip() == "family-1 (on its end: cancel)"
     assert "Child runs" not in out

@@ -61,6 +61,7 @@ EXPECTED: dict[str, tuple[set[str], str | None, dict[str, str | None], bool]] = 
     "schedule_retry": ({S.RUNNING, S.COMPENSATING}, S.RETRYING, {S.COMPENSATING: None}, True),
     "fail": ({S.RUNNING, S.COMPENSATING}, S.FAILED, {S.COMPENSATING: S.COMPENSATION_FAILED}, True),
     "complete": ({S.RUNNING, S.COMPENSATING}, S.SUCCEEDED, {S.COMPENSATING: S.COMPENSATED}, True),
+    "exceed_deadline": ({S.PENDING, S.RETRYING, S.WAITING}, S.FAILED, {}, False),
     "wake": ({S.WAITING}, S.PENDING, {}, False),
     "release": ({S.RUNNING, S.COMPENSATING}, S.PENDING, {S.COMPENSATING: None}, True),
     "release_stopped": (set(RunStatus.values) - {S.RUNNING, S.COMPENSATING}, None, {}, True),

@@ -158,3 +158,40 @@ def slow_parent(ctx, data):
     value = handle.result()
     ctx.step("after", effect, "parent:after")
     return value
+
+
+@durable.workflow(name="tests.children.starts_and_fails", version="1")
+def starts_and_fails(ctx, data):
+    """Starts a child it never waits on (``data["leaf"]``), then fails for good when
+    ``data["fail"]`` or returns."""
+    options = {"parent_close_policy": data["policy"]} if data.get("policy") else {}
+    ctx.start_child("tests.children.leaf", data["leaf"], child_id="c", **options)
+    if data.get("fail"):
+        raise durable.PermanentError("the parent fails for good")
+    return "done"
+
+
+@durable.workflow(name="tests.children.leaf_with_deadline", version="1", deadline_seconds=5)
+def leaf_with_deadline(ctx, data):
+    """A child with a 5 s deadline that waits on a signal."""
+    ctx.wait_for_signal("go")
+    return "late"
+
+
+@durable.workflow(name="tests.children.catching_deadline", version="1")
+def catching_deadline(ctx, data):
+    """Waits on a child with a deadline; returns how it ended."""
+    handle = ctx.start_child("tests.children.leaf_with_deadline", {}, child_id="slow")
+    try:
+        handle.result()
+    except durable.ChildFailed as exc:
+        return {"status": exc.status, "type": exc.error_type}
+    return {"status": "succeeded"}
+
+
+@durable.workflow(name="tests.children.starts_then_charges", version="1")
+def starts_then_charges(ctx, data):
+    """Starts a child that waits on a signal, then makes a write (tests make its outcome
+    unknown, and an operator aborts the run)."""
+    ctx.start_child("tests.children.leaf", {"n": 1, "wait_signal": True}, child_id="c")
+    return ctx.call_tool("cli_charge", {"amount": 5})
