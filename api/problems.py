@@ -6,8 +6,8 @@ them: 401 (no or bad credentials), 403 (a scope or permission missing, CSRF), 40
 (an illegal transition: the run's status does not allow it now; a key reused with
 other content), 422 (invalid input, each field's error under ``errors``), 429 (too many
 failed authentications), 503 with ``Retry-After`` (every database connection of the web
-process busy). The engine's exceptions map to these codes in :data:`STATUS_OF`; nothing a client sends
-reaches a 500.
+process busy). The engine's exceptions map to these codes in :data:`STATUS_OF`; nothing a
+client sends reaches a 500.
 """
 
 from __future__ import annotations

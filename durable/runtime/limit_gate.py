@@ -103,6 +103,8 @@ class LimitGate:
                 # it ends, which parking (giving the lease back) would wait for too
                 mine[0].wait()
                 self.cursor.waited = True
+                if asked_at is not None:  # the wait was the last try's, not this one's
+                    asked_at = timezone.now()
                 continue
             delay = verdict.delay if not timeout else min(verdict.delay, max(left, 0.0))
             if time.monotonic() + delay <= deadline:

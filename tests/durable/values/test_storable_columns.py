@@ -24,6 +24,7 @@ ENGINE_WRITTEN = {
     ("durable", "run", "input_hash"): "sha256 hex",
     ("durable", "run", "lease_owner"): "host:pid of a worker",
     ("durable", "run", "lease_token"): "uuid4",
+    ("durable", "run", "parent_close_policy"): "ParentClosePolicy choice, checked by start_child",
     ("durable", "step", "kind"): "StepKind choice",
     ("durable", "step", "status"): "StepStatus choice",
     ("durable", "step", "durability"): "Durability choice",
