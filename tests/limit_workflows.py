@@ -121,3 +121,16 @@ def exclusive(ctx, data: dict[str, Any]) -> str:
     with open(marker, "w") as fh:
         fh.write(f"{start} {time.time()}")
     return "done"
+
+
+@durable.tool(safety="read_only", rate_limit="5/s")
+def fair_call(folder: str, run: str) -> str:
+    """Five calls a second across every run; writes when its body ran, a file per run."""
+    with open(os.path.join(folder, run.replace("/", "_")), "w") as fh:
+        fh.write(repr(time.time()))
+    return run
+
+
+@durable.workflow(name="limits.fair")
+def fair(ctx, data: dict[str, Any]) -> str:
+    return ctx.call_tool("fair_call", {"folder": data["dir"], "run": ctx.run_id})

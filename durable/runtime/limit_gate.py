@@ -80,6 +80,7 @@ class LimitGate:
             return None  # this execution holds the slot already (the workflow's own)
         wait_id = wait_id[:255]
         asked_at = self._asked_at(wait_id, attempt) if timeout else None
+        queued_since = self._queued_since(wait_id)
         deadline = time.monotonic() + INPLACE_MAX_SECONDS
         while True:
             if timeout and asked_at is not None:
@@ -91,7 +92,11 @@ class LimitGate:
                         "call was not made"
                     )
             verdict, slot = limit_store.acquire(
-                limits, run_id=self.cursor.run_id, token=self.cursor.token
+                limits,
+                run_id=self.cursor.run_id,
+                token=self.cursor.token,
+                since=queued_since,
+                wait_id=wait_id,
             )
             if verdict.admitted:
                 if slot is not None:
@@ -115,11 +120,24 @@ class LimitGate:
                 verdict,
                 wait_id,
                 position,
+                queued_since=queued_since,
                 delay=delay,
                 asked={"attempt": attempt, "asked_at": asked_at.isoformat()}
                 if asked_at is not None
                 else None,
             )
+
+    def _queued_since(self, wait_id: str) -> datetime:
+        """This call's place in the key's queue (:func:`limit_store.queued_ahead`): when
+        it first parked on its ``limit`` wait, kept across wakes and parks until it is
+        admitted; else now, behind every run already queued."""
+        first = (
+            Wait.objects.filter(run_id=self.cursor.run_id, wait_id=wait_id, kind=WaitKind.LIMIT)
+            .exclude(resolved_by=limit_store.ADMITTED_BY)
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        return first or timezone.now()
 
     def _asked_at(self, wait_id: str, attempt: int) -> datetime:
         """When try ``attempt`` first asked for its limits: kept on its limit wait row
@@ -176,6 +194,7 @@ class LimitGate:
         wait_id: str,
         position: int,
         *,
+        queued_since: datetime | None = None,
         delay: float | None = None,
         asked: dict[str, Any] | None = None,
     ) -> None:
@@ -198,7 +217,8 @@ class LimitGate:
                     "status": WaitStatus.PENDING,
                     "title": title[:300],
                     "wake_at": wake_at,
-                    "created_at": now,
+                    # its place in the key's queue: the first ask, kept across re-parks
+                    "created_at": queued_since or now,
                     "payload": codec.encode(asked) if asked else None,
                     "result": None,
                     "resolved_at": None,

@@ -189,3 +189,44 @@ def test_a_killed_workers_slot_is_freed_when_its_lease_expires(workers, proc_env
     run = wait_for_run(waiter, timeout=40)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert third.alive()
+
+
+def test_fifty_runs_on_a_5_per_second_limit_are_admitted_in_arrival_order(
+    workers, proc_env, tmp_path
+):
+    """Fair admission: a run parked on a limit keeps its place in the key's queue (the
+    time of its first park) across wakes and re-parks, and no run that asked later is
+    admitted before it; without the queue, every parked run woke together and the first
+    to reach the lock went first."""
+    from durable.models import TraceEvent
+
+    started = [workers.start(**WORKER_ENV) for _ in range(2)]
+    for worker in started:
+        worker.wait_ready()
+    runs = [durable.start("limits.fair", {"dir": str(tmp_path)}).id for _ in range(50)]
+    for run_id in runs:
+        run = wait_for_run(run_id, timeout=90)
+        assert run.status == RunStatus.SUCCEEDED, run.error
+    ran = {run_id: float((tmp_path / run_id.replace("/", "_")).read_text()) for run_id in runs}
+    parked = {
+        w.run_id: w.created_at.timestamp()
+        for w in Wait.objects.filter(kind=WaitKind.LIMIT, run_id__in=runs)
+    }
+    assert len(parked) >= 30, "most runs waited parked"
+    # each kept the place of its first park, even those parked again after a wake
+    firsts: dict[str, float] = {}
+    parks: dict[str, int] = {}
+    events = TraceEvent.objects.filter(run_id__in=list(parked), kind="waiting").order_by("id")
+    for event in events:
+        firsts.setdefault(event.run_id, event.created_at.timestamp())
+        parks[event.run_id] = parks.get(event.run_id, 0) + 1
+    for run_id, since in parked.items():
+        assert abs(since - firsts[run_id]) < 0.5, f"{run_id} lost its place when re-parked"
+    # no run that parked later ran before one that parked earlier (beyond the jitter of
+    # two workers starting bodies a few milliseconds apart)
+    order = sorted(parked, key=parked.__getitem__)
+    overtaken = [
+        (a, b) for i, a in enumerate(order) for b in order[i + 1 :] if ran[b] < ran[a] - 0.5
+    ]
+    assert overtaken == [], f"{len(overtaken)} runs admitted ahead of earlier ones"
+    print(f"{len(parked)} runs parked, {sum(1 for n in parks.values() if n > 1)} re-parked")

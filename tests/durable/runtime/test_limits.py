@@ -140,6 +140,64 @@ def test_a_rate_admits_n_per_period_and_says_when_the_next_fits():
     assert not limit_store.acquire(limits, run_id=run_id, token=token)[0].admitted
 
 
+def _parked(run_id: str, key: str, *, since_seconds: float, wake_in: float, **fields) -> Wait:
+    """A ``limit`` wait of ``run_id`` on ``key``: first asked ``since_seconds`` ago."""
+    now = timezone.now()
+    return Wait.objects.create(
+        run_id=run_id,
+        wait_id="limit:s1",
+        position=0,
+        kind=WaitKind.LIMIT,
+        key=key,
+        status=fields.pop("status", WaitStatus.PENDING),
+        wake_at=now + timedelta(seconds=wake_in),
+        created_at=now - timedelta(seconds=since_seconds),
+        **fields,
+    )
+
+
+def test_a_call_arriving_now_queues_behind_the_runs_parked_before_it():
+    """First come, first served: a free place of the rate goes to the run parked first,
+    not to a call that asks now; woken, that run is admitted and leaves the queue."""
+    limits = Limits("tool:q", Rate(2, 60.0))
+    early, early_token = _running_run()
+    late, late_token = _running_run()
+    first = _parked(early, "tool:q", since_seconds=10, wake_in=5)
+    assert limit_store.acquire(limits, run_id=late, token=late_token)[0].admitted  # 1 of 2
+    refused, _ = limit_store.acquire(limits, run_id=late, token=late_token)
+    assert not refused.admitted and refused.reason == "rate"  # the last place is early's
+    # a waiter whose wake time passed more than the grace ago lost its turn (not its place)
+    Wait.objects.filter(pk=first.pk).update(
+        wake_at=timezone.now() - timedelta(seconds=limit_store.QUEUE_GRACE_SECONDS + 1)
+    )
+    assert limit_store.queued_ahead("tool:q", run_id=late, since=None) == 0
+    Wait.objects.filter(pk=first.pk).update(
+        status=WaitStatus.RESOLVED, resolved_by=limit_store.WOKEN_BY, resolved_at=timezone.now()
+    )
+    assert limit_store.queued_ahead("tool:q", run_id=late, since=None) == 1  # woken: on its way
+    verdict, _ = limit_store.acquire(
+        limits, run_id=early, token=early_token, since=first.created_at, wait_id="limit:s1"
+    )
+    assert verdict.admitted
+    first.refresh_from_db()
+    assert first.resolved_by == limit_store.ADMITTED_BY
+    assert limit_store.queued_ahead("tool:q", run_id=late, since=None) == 0
+
+
+def test_a_concurrency_slot_freed_goes_to_the_first_in_the_queue():
+    limits = Limits("tool:cq", None, 1)
+    early, _ = _running_run()
+    late, late_token = _running_run()
+    _parked(early, "tool:cq", since_seconds=3, wake_in=2, title="waiting for concurrency")
+    refused, slot = limit_store.acquire(limits, run_id=late, token=late_token)
+    assert not refused.admitted and refused.reason == "concurrency" and slot is None
+    # the queue is ordered: a call that asked before the parked run goes first
+    ahead = limit_store.queued_ahead(
+        "tool:cq", run_id=late, since=timezone.now() - timedelta(seconds=4)
+    )
+    assert ahead == 0
+
+
 def test_concurrency_slots_are_freed_on_completion_and_on_lease_expiry():
     limits = Limits("tool:c", None, 1)
     a, a_token = _running_run()
