@@ -61,6 +61,16 @@ def test_failed_run_shows_its_error(viewer_client):
     assert "PermanentError" in page and "cannot do it: card declined" in page
 
 
+def test_s35_a_failed_run_page_says_why_the_failure_is_final(viewer_client):
+    """S35: a 429 with ``Retry-After: inf``: the page shows the rule, not only the 429."""
+    from tests.durable.reason_workflows import S35_WHY, s35_run
+
+    run = s35_run()
+    page = viewer_client.get(f"/runs/{run.id}/").content.decode()
+    (why,) = re.findall(r'<p class="run-error-reason">(.*?)</p>', page, re.S)
+    assert S35_WHY in why and "Failed for good" in why
+
+
 def test_htmx_request_gets_the_main_fragment(viewer_client):
     run = drive(durable.start("dash.echo", {"a": 1}, version="1").id)
     response = viewer_client.get(f"/runs/{run.id}/", **HTMX)
