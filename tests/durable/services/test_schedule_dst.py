@@ -233,6 +233,9 @@ def _check(case: Case, probes: list[int]) -> None:
             assert got >= case.end, (case.cron, case.zone, after)
 
 
+_STAR_DOM = Field("*", frozenset(range(1, 32)), True)
+_STAR_MONTH = Field("*", frozenset(range(1, 13)), True)
+_STAR_DOW = Field("*", frozenset(range(8)), True)
 _PROBES = st.lists(st.integers(0, 10**6), min_size=1, max_size=5)
 
 
@@ -243,13 +246,52 @@ _PROBES = st.lists(st.integers(0, 10**6), min_size=1, max_size=5)
         zone="America/New_York",
         minute=Field("*/15", frozenset({0, 15, 30, 45}), True),
         hour=Field("1", frozenset({1}), False),
-        dom=Field("*", frozenset(range(1, 32)), True),
-        month=Field("*", frozenset(range(1, 13)), True),
-        dow=Field("*", frozenset(range(8)), True),
+        dom=_STAR_DOM,
+        month=_STAR_MONTH,
+        dow=_STAR_DOW,
         start=datetime(2026, 11, 1, 3, tzinfo=UTC),
         end=datetime(2026, 11, 1, 9, tzinfo=UTC),
     ),
     probes=[3 * 3600 + 10 * 60, 3 * 3600 + 70 * 60],
+)
+@example(  # an hour field that is every hour, not written "*": by the clock
+    case=Case(
+        zone="America/New_York",
+        minute=Field("0", frozenset({0}), False),
+        hour=Field("0,*/1", frozenset(range(24)), False),
+        dom=_STAR_DOM,
+        month=_STAR_MONTH,
+        dow=_STAR_DOW,
+        start=datetime(2025, 11, 2, 5, tzinfo=UTC),
+        end=datetime(2025, 11, 2, 7, tzinfo=UTC),
+    ),
+    probes=[0],
+)
+@example(  # Lord Howe goes back 30 minutes: 01:30 shows twice, hourly runs twice
+    case=Case(
+        zone="Australia/Lord_Howe",
+        minute=Field("30", frozenset({30}), False),
+        hour=Field("*", frozenset(range(24)), True),
+        dom=_STAR_DOM,
+        month=_STAR_MONTH,
+        dow=_STAR_DOW,
+        start=datetime(2025, 4, 5, 13, tzinfo=UTC),
+        end=datetime(2025, 4, 5, 17, tzinfo=UTC),
+    ),
+    probes=[3000],
+)
+@example(  # Berlin skips 02:00-02:59: the four slots start once, at 03:00
+    case=Case(
+        zone="Europe/Berlin",
+        minute=Field("*/15", frozenset({0, 15, 30, 45}), True),
+        hour=Field("2", frozenset({2}), False),
+        dom=_STAR_DOM,
+        month=_STAR_MONTH,
+        dow=_STAR_DOW,
+        start=datetime(2026, 3, 28, 23, tzinfo=UTC),
+        end=datetime(2026, 3, 29, 3, tzinfo=UTC),
+    ),
+    probes=[3600],
 )
 def test_slots_across_dst_changes_follow_the_wall_clock_model(case, probes):
     _check(case, probes)
