@@ -69,6 +69,19 @@ def test_s35_a_failed_run_page_says_why_the_failure_is_final(viewer_client):
     page = viewer_client.get(f"/runs/{run.id}/").content.decode()
     (why,) = re.findall(r'<p class="run-error-reason">(.*?)</p>', page, re.S)
     assert S35_WHY in why and "Failed for good" in why
+    (step_why,) = re.findall(r'<p class="step-error-reason">(.*?)</p>', page, re.S)
+    assert S35_WHY in step_why
+
+
+def test_a_step_that_will_be_retried_is_not_said_to_have_failed_for_good(viewer_client):
+    from tests.durable.values import values_workflows as vw
+
+    vw.RAISE["provider"] = [vw.RateLimited("120")]
+    run = drive(durable.start("values.provider").id, wait_for_retries=False)
+    vw.reset()
+    assert run.status == "retrying"
+    page = viewer_client.get(f"/runs/{run.id}/").content.decode()
+    assert 'class="step-error"' in page and "Failed for good" not in page
 
 
 def test_htmx_request_gets_the_main_fragment(viewer_client):
