@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from durable.services.schedules import next_slot
 
-_COMMON = dict(deadline=None, derandomize=False, suppress_health_check=[HealthCheck.too_slow])
+_COMMON = dict(
+    deadline=None, database=None, derandomize=False, suppress_health_check=[HealthCheck.too_slow]
+)
 #: a few seconds in CI; the slow profile below walks many more zones and expressions
 QUICK = settings(max_examples=120, **_COMMON)
 SLOW = settings(max_examples=3000, **_COMMON)
