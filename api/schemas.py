@@ -52,6 +52,8 @@ class RunOut(Schema):
     started_by: str
     tags: list[Any]
     forked_from: str | None
+    #: {"type", "message", "classification", "step_id", "reason"}: the reason is the rule
+    #: that made the failure final (docs/architecture.md#failures-and-retries)
     error: dict[str, Any] | None
     needs_attention: bool
     waiting_on: WaitOut | None

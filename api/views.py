@@ -76,8 +76,17 @@ def _delivery_row(run: Run, urls: dict[int, str]) -> dict[str, Any]:
         "about": (event.get("data") or {}).get("run_id", ""),
         "url": urls.get(sub, "(deleted)") if isinstance(sub, int) else "?",
         "attempts": step.attempts if step else 0,
-        "error": (run.error or {}).get("message", "") if isinstance(run.error, dict) else "",
+        "error": _error_text(run.error),
     }
+
+
+def _error_text(error: Any) -> str:
+    """A delivery's error: its message and, for a failure for good, the rule that made it
+    final (the error's ``reason``, docs/architecture.md#failures-and-retries)."""
+    if not isinstance(error, dict):
+        return ""
+    reason = error.get("reason")
+    return str(error.get("message", "")) + (f" (failed for good: {reason})" if reason else "")
 
 
 @require_GET

@@ -25,14 +25,22 @@ _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
 
 class RunFailed(DurableError):
-    """``result()`` was asked for a run that ended without an output."""
+    """``result()`` was asked for a run that ended without an output.
+
+    ``error`` is the run's stored error (``{"type", "message", "classification",
+    "step_id", "reason"}``); ``reason`` says which rule made the failure final (``"max
+    attempts exceeded: 3 of 3 attempts failed ..."``, ``"permanent: HTTP 404 is
+    permanent: ..."``), or ``""`` for a run without one (a cancelled run).
+    """
 
     def __init__(self, run: Run):
         self.run_id = run.id
         self.status = run.status
         self.error = run.error or {}
+        self.reason = str(self.error.get("reason") or "")
         detail = f": {self.error.get('type')}: {self.error.get('message')}" if self.error else ""
-        super().__init__(f"run {run.id} ended {run.status}{detail}")
+        why = f" (failed for good: {self.reason})" if self.reason else ""
+        super().__init__(f"run {run.id} ended {run.status}{detail}{why}")
 
 
 def start(

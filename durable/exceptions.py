@@ -333,8 +333,9 @@ class ChildFailed(DurableError):
 
     ``run_id``: the child's run id; ``status``: its status (``"failed"``,
     ``"cancelled"``, ``"compensated"``, ``"compensation_failed"``); ``error``: its
-    error dict (``{"type", "message", "classification", "step_id"}``, or ``{}``);
-    ``error_type`` and ``error_message`` from it. The parent may catch it; uncaught, it
+    error dict (``{"type", "message", "classification", "step_id", "reason"}``, or
+    ``{}``); ``error_type``, ``error_message`` and ``reason`` (why the child's failure was
+    final, or ``""``) from it, all in the message. The parent may catch it; uncaught, it
     fails the parent as any step failure does.
     """
 
@@ -344,8 +345,10 @@ class ChildFailed(DurableError):
         self.error = dict(error or {})
         self.error_type = str(self.error.get("type") or "")
         self.error_message = str(self.error.get("message") or "")
+        self.reason = str(self.error.get("reason") or "")
         detail = f": {self.error_type}: {self.error_message}" if self.error_type else ""
-        super().__init__(f"child run {run_id} ended {status}{detail}")
+        why = f" (failed for good: {self.reason})" if self.reason else ""
+        super().__init__(f"child run {run_id} ended {status}{detail}{why}")
 
 
 class ChildRunMissing(DurableError):

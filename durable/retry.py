@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from durable.durations import check_duration, parse_retry_after
 from durable.exceptions import (
@@ -165,46 +165,86 @@ def _is_request_not_sent(exc: BaseException) -> bool:
     return name in {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "PoolTimeout"}
 
 
+class Verdict(NamedTuple):
+    """A failure's classification, its parsed ``Retry-After`` (seconds or ``None``) and the
+    rule that decided it (a sentence, shown with every failure for good: the run's
+    ``error["reason"]``, ``durable show``, ``RunFailed``, the run page, the API)."""
+
+    classification: str
+    retry_after: float | None
+    rule: str
+
+
 def classify(
     exc: BaseException, *, safety: str | None = None, policy: RetryPolicy = DEFAULT_POLICY
 ) -> tuple[str, float | None]:
-    """Classify a failure: ``(classification, retry_after_seconds)``.
+    """Classify a failure: ``(classification, retry_after_seconds)`` (see :func:`explain`)."""
+    verdict = explain(exc, safety=safety, policy=policy)
+    return verdict.classification, verdict.retry_after
 
-    ``retry_after_seconds`` is the parsed ``Retry-After`` as given (it may be ``inf`` or
-    huge: :func:`durable.durations.check_retry_after` judges it), or ``None``.
+
+def explain(
+    exc: BaseException, *, safety: str | None = None, policy: RetryPolicy = DEFAULT_POLICY
+) -> Verdict:
+    """Classify a failure and say which rule did: a :class:`Verdict`.
+
+    ``retry_after`` is the parsed ``Retry-After`` as given (it may be ``inf`` or huge:
+    :func:`durable.durations.check_retry_after` judges it), or ``None``.
 
     ``safety`` is the tool's safety class (``None`` for a plain step). Unknown errors of
     an ``unsafe_write`` are ambiguous: the write may have happened. Unknown errors of
-    other steps are transient, as in Temporal, unless the policy says otherwise.
+    other steps are transient, as in Temporal, unless the policy says otherwise. HTTP
+    statuses follow RFC 9110: 408, 409 (Stripe's "in progress"), 425, 429 and 5xx are
+    retried, 400 and 422 go back to the model, any other status is permanent.
     """
+    name = type(exc).__name__
     if isinstance(exc, ModelRecoverableError):
-        return MODEL_RECOVERABLE, None
-    if isinstance(
-        exc,
-        (PermanentError, PayloadError, NonDeterminismError, BudgetExceeded, IdempotencyConflict),
-    ):
-        return PERMANENT, None
+        return Verdict(MODEL_RECOVERABLE, None, f"{name}: the model can fix its arguments")
+    for kind, rule in _PERMANENT_TYPES:
+        if isinstance(exc, kind):
+            return Verdict(PERMANENT, None, f"{name}: {rule}")
     if policy.non_retryable and isinstance(exc, policy.non_retryable):
-        return PERMANENT, None
+        return Verdict(PERMANENT, None, f"{name} is in the retry policy's non_retryable")
     if isinstance(exc, AmbiguousOutcomeError):
-        return AMBIGUOUS, None
+        return Verdict(AMBIGUOUS, None, f"{name}: the write may have happened")
     if isinstance(exc, TransientError):
-        return TRANSIENT, parse_retry_after(exc.retry_after)
+        return Verdict(TRANSIENT, parse_retry_after(exc.retry_after), f"{name} is transient")
     if isinstance(exc, DurableError):
-        return getattr(exc, "classification", PERMANENT), None
+        classification = getattr(exc, "classification", PERMANENT)
+        return Verdict(classification, None, f"{name} is {classification} by its definition")
 
     status, retry_after = _http_status(exc)
     if status is not None:
         if status in TRANSIENT_HTTP:
-            return TRANSIENT, retry_after
+            return Verdict(TRANSIENT, retry_after, f"HTTP {status} is transient")
         if status >= 500:
-            return (AMBIGUOUS if safety == Safety.UNSAFE_WRITE else TRANSIENT), retry_after
+            if safety == Safety.UNSAFE_WRITE:
+                return Verdict(AMBIGUOUS, retry_after, f"HTTP {status} of an unsafe write")
+            return Verdict(TRANSIENT, retry_after, f"HTTP {status} is transient")
         if status in MODEL_RECOVERABLE_HTTP:
-            return MODEL_RECOVERABLE, None
-        return PERMANENT, None
+            return Verdict(MODEL_RECOVERABLE, None, f"HTTP {status}: the model can fix it")
+        return Verdict(
+            PERMANENT,
+            None,
+            f"HTTP {status} is permanent: retrying cannot help (only 408, 409, 425, 429 "
+            "and 5xx are retried; 400 and 422 go back to the model)",
+        )
 
     if policy.retryable and not isinstance(exc, policy.retryable):
-        return PERMANENT, None
+        allowed = ", ".join(k.__name__ for k in policy.retryable)
+        return Verdict(
+            PERMANENT, None, f"{name} is not in the retry policy's retryable ({allowed})"
+        )
     if safety == Safety.UNSAFE_WRITE and not _is_request_not_sent(exc):
-        return AMBIGUOUS, None
-    return TRANSIENT, None
+        return Verdict(AMBIGUOUS, None, f"{name} of an unsafe write: it may have happened")
+    return Verdict(TRANSIENT, None, f"{name} is retried (an unknown error of a step)")
+
+
+#: exception types that are never retried, and why (the first match wins)
+_PERMANENT_TYPES: tuple[tuple[type[BaseException], str], ...] = (
+    (PermanentError, "the step says retrying cannot help"),
+    (PayloadError, "a value that cannot be stored is refused again on every try"),
+    (NonDeterminismError, "the workflow code changed under the run"),
+    (BudgetExceeded, "a budget of the run ran out"),
+    (IdempotencyConflict, "the idempotency key was used with a different input"),
+)

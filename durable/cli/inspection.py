@@ -348,6 +348,8 @@ def _header(run: Run) -> str:
             fields.append(("error step", error["step_id"]))
         if error.get("classification"):
             fields.append(("classification", error["classification"]))
+        if error.get("reason"):  # which rule made the failure final
+            fields.append(("reason", _first_line(error["reason"])))
     fields.append(("input", _display(run.input)))
     if run.output is not None:
         fields.append(("output", _display(run.output)))

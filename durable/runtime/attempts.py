@@ -1,6 +1,6 @@
 """The attempts of one durable call: call, classify the failure, retry or give up.
 
-A try that fails is classified (:func:`durable.retry.classify`) and recorded before the
+A try that fails is classified (:func:`durable.retry.explain`) and recorded before the
 next one starts; short delays are slept in-process, longer ones release the run until
 the retry is due. Tries interrupted by a lost worker are recorded as such and do not use
 up the retry budget, but a step that keeps killing its worker fails after
@@ -25,7 +25,7 @@ from durable.durations import check_retry_after
 from durable.exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
 from durable.models.steps import StepAttempt
 from durable.observability import telemetry
-from durable.retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, classify
+from durable.retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, explain
 from durable.runtime.failures import db_faults_stop_the_execution, safe_str
 from durable.runtime.ledger import AGAIN, PROCEED, OperationLedger
 from durable.runtime.llm import billed_tokens
@@ -248,7 +248,8 @@ class Attempts:
                 delay=None,
                 started_at=timezone.now(),
                 outcome=AttemptOutcome.FAILED,
-                reason="max attempts exceeded",
+                reason=f"max attempts exceeded: the worker was lost {lost_count} time(s) at "
+                "this step (DURABLE_MAX_WORKER_LOST_ATTEMPTS)",
                 skip_attempt_row=True,
             )
         if limits is not None:
@@ -295,9 +296,9 @@ class Attempts:
                 # a BaseException that is not an Exception (KeyboardInterrupt, SystemExit,
                 # GeneratorExit, a cancelled task, a dying worker) is not the step's failure:
                 # it propagates, and the lease expires into the worker-lost recovery path
-                classification, retry_after = classify(exc, safety=safety, policy=policy)
+                classification, retry_after, rule = explain(exc, safety=safety, policy=policy)
                 if isinstance(exc, StepTimeout) and safety == "unsafe_write" and exc is not expired:
-                    classification = AMBIGUOUS
+                    classification, rule = AMBIGUOUS, "a timed-out unsafe write may have happened"
                 if classification == MODEL_RECOVERABLE:
                     value = ModelRecoverable(
                         safe_str(exc), type(exc).__name__, getattr(exc, "details", None)
@@ -317,7 +318,7 @@ class Attempts:
                 retryable = classification in ("transient", AMBIGUOUS)
                 if ledger is not None:
                     ledger.after_failure(ambiguous=classification == AMBIGUOUS)
-                reason = "max attempts exceeded" if retryable else f"{classification} error"
+                reason = rule if retryable else f"{classification}: {rule}"
                 if retryable and retry_after is not None:
                     try:
                         retry_after = check_retry_after(
@@ -326,10 +327,13 @@ class Attempts:
                     except InvalidDuration as bad:  # recorded as this attempt's end, for good
                         retryable = False
                         classification = PERMANENT
-                        reason = str(bad)
+                        reason = str(bad)  # names the call, the value and the maximum
                 delay = None
-                if retryable and attempt - self.cursor.budget_base[pos] < policy.max_attempts:
+                tries = attempt - self.cursor.budget_base[pos]
+                if retryable and tries < policy.max_attempts:
                     delay = policy.next_delay(attempt, retry_after)
+                elif retryable:  # the failure itself is retried; the budget is spent
+                    reason = _exhausted(tries, policy, rule)
                 failure: dict[str, Any] = {
                     "call": call,
                     "attempt": attempt,
@@ -376,6 +380,14 @@ class HeldFailure(Exception):
         """Record the failure: the run fails; raises :class:`~durable.StepFailed`."""
         self.owner.checkpoints.record_failure(**self.failure)
         raise AssertionError("unreachable")  # record_failure raised StepFailed
+
+
+def _exhausted(tries: int, policy: RetryPolicy, rule: str) -> str:
+    """Why a retryable failure is final: the policy's attempts are spent."""
+    return (
+        f"max attempts exceeded: {tries} of {policy.max_attempts} attempts failed "
+        f"(the retry policy's max_attempts; {rule})"
+    )
 
 
 def _call_name(call: StepCall) -> str:

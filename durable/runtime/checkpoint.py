@@ -41,6 +41,7 @@ from durable.runtime.batching import StepBatch
 from durable.runtime.failures import (
     db_faults_stop_the_execution,
     error_info,
+    failure_text,
     safe_traceback,
     storable_model_error,
 )
@@ -404,14 +405,14 @@ class Checkpoints:
         """
         sid, pos, rec = call.step_id, call.position, call.recorded
         now = timezone.now()
-        info = error_info(exc, classification=classification, step_id=sid)
+        info = error_info(exc, classification=classification, step_id=sid, reason=reason)
         inprocess = delay is not None and delay <= float(conf.get("INPROCESS_RETRY_MAX_SECONDS"))
         next_at = now + timedelta(seconds=delay) if delay is not None else None
         if delay is None:
             step_status = StepStatus.FAILED
             run_fields: dict[str, Any] = {
                 **transitions.changes("fail", self.cursor.status),
-                "error": {**info, "reason": reason},
+                "error": info,
                 "error_type": info["type"],
                 "finished_at": now,
                 "cursor_lost": 0,
@@ -518,7 +519,7 @@ class Checkpoints:
                 "finished_at": now,
             },
             lambda: None,
-            events=[self.event(event, error.get("step_id", ""), error["message"])],
+            events=[self.event(event, error.get("step_id", ""), failure_text(error))],
         )
         self.cursor.stopped = self.cursor.fail_status
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
 from durable.exceptions import DatabaseUnavailable, PayloadError
+from durable.retry import PERMANENT, explain
 from durable.runtime.dbconn import is_db_fault
 from durable.types import ModelRecoverable
 from durable.values import codec
@@ -24,14 +25,33 @@ from durable.values.redaction import redact_text
 from durable.values.rendering import render
 
 
-def error_info(exc: BaseException, *, classification: str, step_id: str = "") -> dict[str, Any]:
-    """A JSON-able, redacted description of an exception (for ``error`` columns)."""
-    return {
+def error_info(
+    exc: BaseException, *, classification: str, step_id: str = "", reason: str | None = None
+) -> dict[str, Any]:
+    """A JSON-able, redacted description of an exception (for ``error`` columns).
+
+    Shape: ``{"type", "message", "classification", "step_id"}``, and ``"reason"`` -- why
+    the failure is for good -- when given, or for a permanent one, the classification's
+    rule (:func:`durable.retry.explain`: ``"HTTP 404 is permanent: ..."``).
+    """
+    info = {
         "type": type(exc).__name__[:200],
         "message": redact_text(safe_str(exc))[:4000],
         "classification": classification,
         "step_id": step_id,
     }
+    if reason is None and classification == PERMANENT:
+        reason = explain(exc).rule
+    if reason is not None:
+        info["reason"] = redact_text(reason)[:2000]
+    return info
+
+
+def failure_text(error: dict[str, Any]) -> str:
+    """One line for a failure's trace event (and the webhooks made of it): its reason, if
+    any, then its message."""
+    reason = error.get("reason")
+    return f"{reason}: {error['message']}" if reason else str(error["message"])
 
 
 def safe_str(exc: BaseException) -> str:

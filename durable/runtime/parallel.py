@@ -324,6 +324,7 @@ def _close_other_failures(ex: Execution, others: list[HeldFailure]) -> None:
                 failure["exc"],
                 classification=failure["classification"],
                 step_id=failure["call"].step_id,
+                reason=failure["reason"],
             )
             Step.objects.filter(run_id=ex.cursor.run_id, position=pos).update(
                 status=StepStatus.FAILED, next_attempt_at=None, finished_at=now, error=error

@@ -13,11 +13,13 @@ disagree by any amount without starting a slot early or twice. The slot's start 
 schedule's next slot commit in one transaction: a tick killed half-way leaves both as
 they were, and the next tick starts the same slot under the same run id.
 
-Time zones and daylight saving time follow Debian's cron (the cron arithmetic is
-``cronsim``'s, https://github.com/cuu508/cronsim): a slot whose local time does not exist
-(02:30 on the night clocks go forward) starts right after the change (03:00); a local
-time that happens twice (clocks go back) starts once, except for expressions whose hour
-field is ``*`` (every hour), which start in both hours.
+Time zones and daylight saving time follow Debian's cron (the field arithmetic is
+``cronsim``'s, https://github.com/cuu508/cronsim, on the wall clock; :func:`next_slot`
+maps wall times to instants): a slot whose local time does not exist (02:30 on the night
+clocks go forward) starts right after the change (03:00); a local time that happens twice
+(clocks go back) starts once, at its first occurrence, for every shape of the minute field
+(``*/15 1 * * *`` too); only expressions whose hour field is every hour (``*``) run by the
+clock as it passes, in both passes of a repeated hour and not in a skipped one.
 
 Missed slots (no beat ran, e.g. during a deploy; or a tick that found several slots due):
 ``catchup="one"`` (default) starts the latest missed slot and counts the others as
@@ -85,6 +87,13 @@ def _zone(name: str) -> ZoneInfo:
 def next_slot(cron: str, tz: str, after: datetime) -> datetime:
     """The first slot of ``cron`` in zone ``tz`` strictly after ``after`` (aware), in UTC.
 
+    Daylight saving time follows Debian's cron (docs/schedules.md#daylight-saving-time):
+    an expression whose hour field matches every hour (``*``, ``*/1``, ``0-23``) runs by
+    the clock as it passes -- in both passes of a repeated hour, not in a skipped one;
+    any other expression starts each wall-clock slot once, whatever the shape of its
+    fields (lists, ranges, steps): a time that happens twice at its first occurrence, a
+    time that does not exist at the first instant after the change.
+
     Raises ``ValueError`` naming the problem for a malformed expression, an unknown zone
     or an expression that never fires (``0 0 30 2 *``).
     """
@@ -96,12 +105,66 @@ def next_slot(cron: str, tz: str, after: datetime) -> datetime:
             f"day-of-week), got {len(fields)}"
         )
     try:
-        it = CronSim(str(cron), after.astimezone(zone))
-        return next(it).astimezone(UTC)
+        # the wall-clock slots, from the wall time of ``after``: cronsim on a naive
+        # datetime walks the local calendar and knows nothing of the zone's changes
+        wall = CronSim(str(cron), after.astimezone(zone).replace(tzinfo=None))
+        if wall.hours != set(range(24)):
+            return _first_instant_after(wall, zone, after)
+        return _by_the_clock(str(cron), zone, after)
     except CronSimError as exc:
         raise ValueError(f"cron {cron!r} is not valid: {exc}") from None
     except StopIteration:
         raise ValueError(f"cron {cron!r} never fires") from None
+
+
+def _first_instant_after(wall: CronSim, zone: ZoneInfo, after: datetime) -> datetime:
+    """The first wall-clock slot of ``wall`` whose first instant is after ``after`` (UTC).
+
+    ``after`` may be in the second pass of a repeated hour: the slots of that hour whose
+    first occurrence has passed are skipped, not started again.
+    """
+    while True:
+        slot = next(wall)
+        instant = _first_instant(slot, zone)
+        if instant > after:
+            return instant
+
+
+def _by_the_clock(cron: str, zone: ZoneInfo, after: datetime) -> datetime:
+    """The first instant after ``after`` (UTC) whose local time is a slot of ``cron``.
+
+    Walks the time line in stretches of one offset: within one, local time is UTC plus
+    the offset, so the first slot is cronsim's; a stretch that ends before it (the clocks
+    change) is left at the change. Assumes a zone changes its offset at most once a day.
+    """
+    at = after.astimezone(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    while True:
+        offset = at.astimezone(zone).utcoffset()
+        assert offset is not None
+        local = (at + offset).replace(tzinfo=None) - timedelta(seconds=1)
+        candidate = next(CronSim(cron, local)).replace(tzinfo=UTC) - offset
+        end = min(candidate, at + timedelta(days=1))
+        if end.astimezone(zone).utcoffset() == offset:
+            if end == candidate:
+                return candidate
+            at = end  # no slot within a day of one offset: go on from there
+            continue
+        # the offset changes before the slot: go on from the first minute of the new one
+        lo, hi = at, end
+        while hi - lo > timedelta(minutes=1):
+            mid = lo + timedelta(minutes=(hi - lo) // timedelta(minutes=2))
+            lo, hi = (mid, hi) if mid.astimezone(zone).utcoffset() == offset else (lo, mid)
+        at = hi
+
+
+def _first_instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The first instant (UTC) at which the naive local time ``wall`` shows, or, for a time
+    the clocks skip, the first instant after the change."""
+    while True:
+        instant = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+        if instant.astimezone(zone).replace(tzinfo=None) == wall:
+            return instant
+        wall += timedelta(minutes=1)  # skipped: the first minute that exists comes next
 
 
 def slot_run_id(name: str, slot: datetime) -> str:

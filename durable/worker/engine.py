@@ -399,10 +399,15 @@ def _run_workflow(execution: Execution, spec, workflow_input, compensating: bool
         _fail_unless_stopped(execution, exc)
 
 
+#: why an exception of the workflow code itself (outside a step) fails the run for good
+_WORKFLOW_RAISED = "the workflow code raised it outside a step; workflow code is not retried"
+
+
 def _fail_unless_stopped(execution: Execution, exc: BaseException) -> None:
     if execution.cursor.stopped is not None:
         return
-    info = error_info(exc, classification=PERMANENT)
+    # workflow code is not retried (only its steps are): replaying it would raise again
+    info = error_info(exc, classification=PERMANENT, reason=_WORKFLOW_RAISED)
     info["traceback"] = safe_traceback(exc)
     try:
         execution.checkpoints.fail_run(info, event=EventKind.FAILED)

@@ -54,3 +54,5 @@ def test_the_delivery_log_shows_each_delivery(operator, monkeypatch):
     body = browser.get("/webhooks/").content.decode()
     assert "run.succeeded" in body and run.id in body and "https://hooks.example.test/x" in body
     assert "failed" in body and "410" in body
+    (error,) = Run.objects.get(pk=job.pk).error["reason"].splitlines()
+    assert f"(failed for good: {error})" in body.replace("&#x27;", "'")

@@ -120,6 +120,17 @@ def test_get_a_run_with_its_steps(viewer_api):
     assert_problem(viewer_api.get("/runs/nope"), 404, "nope")
 
 
+def test_s35_a_run_and_its_step_say_why_they_failed_for_good(viewer_api):
+    """S35: a 429 with ``Retry-After: inf``: the run detail says which rule made it final."""
+    from tests.durable.reason_workflows import S35_WHY, s35_run
+
+    run = s35_run()
+    body = viewer_api.get(f"/runs/{run.id}").json()
+    assert S35_WHY in body["error"]["reason"]
+    assert body["error"]["message"].startswith("429 Too Many Requests")
+    assert S35_WHY in body["steps"][0]["error"]["reason"]
+
+
 def test_list_runs_filters_and_pages_by_keyset(viewer_api):
     ids = [durable.start("dash.echo", i, run_id=f"run-{i}").id for i in range(5)]
     drive(durable.start("dash.fail", {}, run_id="run-failed").id)

@@ -95,6 +95,27 @@ def _drive_until_settled(run_id: str) -> Run:
     return run
 
 
+def test_a_run_failed_event_says_why_the_failure_is_final(receiver):
+    """S35 (a 429 with ``Retry-After: inf`` fails the step at once), a budget that runs out
+    and workflow code that raises: each payload names the rule that made the run fail."""
+    from tests.durable.reason_workflows import S35_WHY, s35_run
+
+    subscribe("run.failed")
+    s35 = s35_run()
+    budget = drive(durable.start("reasons.two_steps", max_steps=1).id)
+    raised = drive(durable.start("reasons.raises").id)
+    emit_webhooks(now=LATER)
+    for job in deliveries():
+        assert drive(job.id).status == "succeeded"
+    errors = {}
+    for call in receiver.calls:
+        data = json.loads(call["body"])["data"]
+        errors[data["run_id"]] = data["error"]
+    assert S35_WHY in errors[s35.id] and "429 Too Many Requests" in errors[s35.id]
+    assert errors[budget.id].startswith("BudgetExceeded: a budget of the run ran out: ")
+    assert errors[raised.id].startswith("the workflow code raised it outside a step")
+
+
 def test_a_5xx_is_retried_with_the_same_webhook_id_and_a_4xx_fails(receiver, settings):
     settings.DURABLE = {**settings.DURABLE, "INPROCESS_RETRY_MAX_SECONDS": 0}
     subscribe("run.failed")

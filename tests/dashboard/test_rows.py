@@ -322,3 +322,21 @@ def test_failed_rows_offer_what_an_operator_may_do(may_operate):
     assert "HTTP &lt;403&gt; " in html and "x" * 188 + "…</td>" in html  # cut at 200 characters
     assert '<span class="mono">Boom</span>' in html and "dash.&lt;echo&gt;" in html
     no_raw_markup(html, "<403>", "<echo>")
+
+
+def test_failed_rows_say_why_the_failure_is_final():
+    """S35: the "needs attention" list shows the rule that made a failure final."""
+    Run.objects.create(
+        id="failed-why",
+        status=RunStatus.FAILED,
+        finished_at=timezone.now(),
+        error={"type": "RateLimited", "message": "429", "reason": "Retry-After <inf> too long"},
+        error_type="RateLimited",
+        workflow_name="w",
+        workflow_version="1",
+        input="{}",
+        input_hash="h",
+    )
+    html = str(failed_rows(selectors.failed_runs(), False, "tok"))
+    assert "Failed for good: Retry-After &lt;inf&gt; too long</span>" in html
+    no_raw_markup(html, "<inf>")

@@ -61,6 +61,29 @@ def test_failed_run_shows_its_error(viewer_client):
     assert "PermanentError" in page and "cannot do it: card declined" in page
 
 
+def test_s35_a_failed_run_page_says_why_the_failure_is_final(viewer_client):
+    """S35: a 429 with ``Retry-After: inf``: the page shows the rule, not only the 429."""
+    from tests.durable.reason_workflows import S35_WHY, s35_run
+
+    run = s35_run()
+    page = viewer_client.get(f"/runs/{run.id}/").content.decode()
+    (why,) = re.findall(r'<p class="run-error-reason">(.*?)</p>', page, re.S)
+    assert S35_WHY in why and "Failed for good" in why
+    (step_why,) = re.findall(r'<p class="step-error-reason">(.*?)</p>', page, re.S)
+    assert S35_WHY in step_why
+
+
+def test_a_step_that_will_be_retried_is_not_said_to_have_failed_for_good(viewer_client):
+    from tests.durable.values import values_workflows as vw
+
+    vw.RAISE["provider"] = [vw.RateLimited("120")]
+    run = drive(durable.start("values.provider").id, wait_for_retries=False)
+    vw.reset()
+    assert run.status == "retrying"
+    page = viewer_client.get(f"/runs/{run.id}/").content.decode()
+    assert 'class="step-error"' in page and "Failed for good" not in page
+
+
 def test_htmx_request_gets_the_main_fragment(viewer_client):
     run = drive(durable.start("dash.echo", {"a": 1}, version="1").id)
     response = viewer_client.get(f"/runs/{run.id}/", **HTMX)

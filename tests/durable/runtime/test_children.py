@@ -170,6 +170,11 @@ def test_uncaught_child_failure_fails_the_parent():
     assert root.error["type"] == "ChildFailed"
     assert f"child run {run.id}.bad ended failed" in root.error["message"]
     assert "leaf 1 refuses" in root.error["message"]
+    # and why the child's failure was final (S35: a failure says why wherever it shows)
+    assert root.error["message"].endswith(
+        "(failed for good: the workflow code raised it outside a step; workflow code is not "
+        "retried)"
+    )
 
 
 def three_levels(**root) -> str:

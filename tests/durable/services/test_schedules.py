@@ -186,6 +186,40 @@ def test_a_local_time_that_happens_twice_starts_once_but_hourly_runs_in_both_hou
     ]
 
 
+def test_s31_a_minute_step_in_the_repeated_hour_starts_each_wall_clock_slot_once(monkeypatch):
+    """S31: ``*/15 1 * * *`` in New York on 2026-11-01 (01:00-01:59 happens twice), the
+    beat ticking every minute: 01:00, 01:15, 01:30, 01:45 start once, in the first pass;
+    the next slot (what the pages and the API show), a resume and a catch-up in the second
+    pass agree."""
+    cron, tz = "*/15 1 * * *", "America/New_York"
+    declare(cron=cron, tz=tz, at=utc(2026, 11, 1, 4, 30))
+    started: list[str] = []
+    for minute in range(150):  # 00:30 EDT to 02:00 EST, every minute
+        started += tick(now=utc(2026, 11, 1, 4, 30) + timedelta(minutes=minute))
+    first_pass = [
+        "schedule.daily.20261101T0500Z",
+        "schedule.daily.20261101T0515Z",
+        "schedule.daily.20261101T0530Z",
+        "schedule.daily.20261101T0545Z",
+    ]
+    assert started == first_pass
+    assert runs() == first_pass
+    tomorrow = utc(2026, 11, 2, 6)  # 01:00 EST
+    assert Schedule.objects.get(name="daily").next_slot_at == tomorrow
+
+    # paused before the change, resumed in the second pass: nothing of this night again
+    schedules.pause("daily")
+    monkeypatch.setattr(schedules, "db_now", lambda: utc(2026, 11, 1, 6, 20))  # 01:20 EST
+    assert schedules.resume("daily").next_slot_at == tomorrow
+
+    # a beat down from 00:50 EDT to 01:50 EST catches every slot up once
+    Schedule.objects.all().delete()
+    Run.objects.all().delete()
+    declare(cron=cron, tz=tz, catchup="all", at=utc(2026, 11, 1, 4, 50))
+    assert tick(now=utc(2026, 11, 1, 6, 50)) == first_pass
+    assert Schedule.objects.get(name="daily").next_slot_at == tomorrow
+
+
 # --- pause, resume, run now ----------------------------------------------------------------
 
 
