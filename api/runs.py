@@ -108,7 +108,7 @@ def _detail(run_id: str) -> dict:
     if run is None:
         raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
     steps = list(run.steps.order_by("position")[: STEPS_SHOWN + 1])
-    points = fork_points(run.steps.order_by("position").only("step_id", "kind", "status"))
+    points = fork_points(run.steps.order_by("position").only("run_id", "step_id", "kind", "status"))
     # the pending wait, as the runs list shows it
     wait = run.waits.filter(status="pending").order_by("position").first()
     return {

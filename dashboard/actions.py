@@ -142,7 +142,9 @@ def run_action(request: HttpRequest, run_id: str, action: str) -> HttpResponse:
     if form_class is ForkForm:
         form = ForkForm(
             request.POST,
-            step_ids=fork_points(run.steps.order_by("position").only("step_id", "kind", "status")),
+            step_ids=fork_points(
+                run.steps.order_by("position").only("run_id", "step_id", "kind", "status")
+            ),
         )
     else:
         form = form_class(request.POST)
