@@ -132,6 +132,16 @@ def _tracing_only_where_asked():
 
 
 @pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Each test starts with an empty cache (Django's per-process local memory): the API
+    counts failed token authentications there per client address, and a test that sends
+    bad tokens must not get a later test of the same process answered 429."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _manual_dispatch(settings):
     """In-process tests drive runs themselves; process tests override this."""
     settings.DURABLE = {
