@@ -74,6 +74,16 @@ def close_wait_txn(
             dispatch_on_commit(wait.run_id)
 
 
+def cancel_pending_waits_txn(run: Run, *, by: str, now: datetime, reason: str) -> None:
+    """Close every pending wait of ``run`` as cancelled (``reason``, by ``by``), in the
+    caller's transaction, once the run has ended: closing one then wakes nothing. Locks
+    the waits after the run, as the lock order says."""
+    for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
+        close_wait_txn(
+            wait, status=WaitStatus.CANCELLED, result=None, by=by, now=now, reason=reason
+        )
+
+
 def _expire_one(wait: Wait, now: datetime) -> bool:
     if wait.kind in (WaitKind.TIMER, WaitKind.LIMIT):
         by = "timer" if wait.kind == WaitKind.TIMER else "limit"

@@ -20,10 +20,9 @@ from durable.exceptions import BudgetExceeded
 from durable.models import transitions
 from durable.models.events import TraceEvent
 from durable.models.runs import Run
-from durable.models.waits import Wait
-from durable.vocabulary import Classification, EventKind, RunStatus, WaitStatus
+from durable.vocabulary import Classification, EventKind, RunStatus
 from durable.waits import child_ends, mailbox, parent_close
-from durable.waits.closing import close_wait_txn
+from durable.waits.closing import cancel_pending_waits_txn
 
 #: the statuses the sweeper ends at the deadline (the "exceed_deadline" transition)
 IDLE = (RunStatus.PENDING, RunStatus.RETRYING, RunStatus.WAITING)
@@ -78,15 +77,7 @@ def exceed_deadline_txn(run: Run, *, now: datetime) -> None:
     )
     run.save(update_fields=list(fields))
     # the run is failed first: closing a wait then wakes nothing
-    for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
-        close_wait_txn(
-            wait,
-            status=WaitStatus.CANCELLED,
-            result=None,
-            by=ACTOR,
-            now=now,
-            reason="the run's deadline passed",
-        )
+    cancel_pending_waits_txn(run, by=ACTOR, now=now, reason="the run's deadline passed")
     TraceEvent.objects.create(
         run=run,
         kind=EventKind.BUDGET_EXCEEDED,

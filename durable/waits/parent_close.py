@@ -21,7 +21,6 @@ from durable.models import transitions
 from durable.models.events import TraceEvent
 from durable.models.runs import Run
 from durable.models.transitions import ACTIVE
-from durable.models.waits import Wait
 from durable.vocabulary import (
     CANCELLED_ERROR_TYPE,
     TERMINAL,
@@ -29,10 +28,9 @@ from durable.vocabulary import (
     EventKind,
     ParentClosePolicy,
     RunStatus,
-    WaitStatus,
 )
 from durable.waits import child_ends, mailbox
-from durable.waits.closing import close_wait_txn
+from durable.waits.closing import cancel_pending_waits_txn
 
 
 def cancel_txn(run: Run, *, actor: str, reason: str, now: datetime) -> None:
@@ -56,15 +54,7 @@ def cancel_txn(run: Run, *, actor: str, reason: str, now: datetime) -> None:
         error_type=CANCELLED_ERROR_TYPE,
     )
     run.save(update_fields=list(fields))
-    for wait in Wait.objects.select_for_update().filter(run=run, status=WaitStatus.PENDING):
-        close_wait_txn(
-            wait,
-            status=WaitStatus.CANCELLED,
-            result=None,
-            by=actor,
-            now=now,
-            reason="run cancelled",
-        )
+    cancel_pending_waits_txn(run, by=actor, now=now, reason="run cancelled")
     TraceEvent.objects.create(
         run=run,
         kind=EventKind.CANCELLED,
