@@ -38,18 +38,22 @@ class CeleryDispatcher(Dispatcher):
 
 @shared_task(name="durable.sweep", ignore_result=True, max_retries=0)
 def sweep() -> dict[str, int]:
-    """Re-dispatch expired leases, due retries and timers, and lost dispatches."""
+    """Re-dispatch expired leases, due retries and timers, and lost dispatches. A
+    database fault (a failover, a terminated connection that looked usable a moment
+    before) is retried on a fresh connection: the sweep is idempotent."""
+    from durable.runtime.dbconn import retry_db
     from durable.worker.sweeper import sweep as run_sweep
 
-    return run_sweep()
+    return retry_db(run_sweep, what="the sweep")
 
 
 @shared_task(name="durable.tick_schedules", ignore_result=True, max_retries=0)
 def tick_schedules() -> int:
     """Start the due slots of every schedule (durable/services/schedules.py); the number started."""
+    from durable.runtime.dbconn import retry_db
     from durable.services.schedules import tick
 
-    return len(tick())
+    return len(retry_db(tick, what="the schedules' tick"))  # a slot starts once: idempotent
 
 
 @shared_task(name="durable.prune", ignore_result=True, max_retries=0)

@@ -211,3 +211,24 @@ def test_without_the_hook_the_dead_connection_fails_the_next_sweep():
     with pytest.raises(OperationalError):
         sweep()
     connection.close()
+
+
+def test_a_sweep_task_whose_connection_dies_under_it_is_tried_again_on_a_new_one(
+    monkeypatch,
+):
+    """The hook above checks the connection before a task, but a backend terminated a
+    moment later (pg_terminate_backend is asynchronous; a failover) fails the sweep's first
+    query: the task tries the idempotent sweep again on a fresh connection instead of
+    raising (S28 saw it under CI load). The schedules' tick does the same."""
+    from durable.runtime import dbconn
+    from durable.worker import tasks
+
+    monkeypatch.setitem(dbconn.retry_db.__kwdefaults__, "delays", (0.0,))  # no backoff
+    fault = fail_once(lambda sql: sql.startswith("SELECT") and "FROM durable_run" in sql)
+    with connection.execute_wrapper(fault):
+        result = tasks.sweep()
+    assert fault.state["fired"] and result["run_ids"] == []
+    fault = fail_once(lambda sql: sql.startswith("SELECT") and "durable_schedule" in sql)
+    with connection.execute_wrapper(fault):
+        assert tasks.tick_schedules() == 0
+    assert fault.state["fired"]
