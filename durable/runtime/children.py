@@ -74,12 +74,13 @@ class ChildRuns:
                 f"{', '.join(ParentClosePolicy.values)} (docs/children.md#when-the-parent-ends)"
             )
         if child_id is not None:
+            if isinstance(child_id, str):  # first: an invisible character is named, not shown
+                check_identifier(child_id, "child id")
             if not isinstance(child_id, str) or not CHILD_ID_RE.fullmatch(child_id):
                 raise ValueError(
                     f"ctx.start_child: child_id {child_id!r} is not valid: use 1-100 "
                     "letters, digits, '_' and '-' (it becomes part of the child's run id)"
                 )
-            check_identifier(child_id, "child id")
         base = f"child:{child_id or workflow_name}"
         call = self.cursor.next_call(base, kind=StepKind.CHILD, tool_name=workflow_name)
         if call.succeeded:

@@ -6,10 +6,12 @@ Invariant: a run is deleted only when nothing can still act on it. It must be fi
 owes), every write it made or answers for must have a known outcome (no ``started`` or
 ``unknown`` operation), no wait of it may be pending, no write of it may be adopted by
 another run (or adopted by it from another run: the row lives on one run, the duty on
-the other), no fork of it may still be active, and its run tree must be done with it: no
-child of it may remain (a tree is deleted from its leaves up, so a run never loses its
-parent: ``parent_run`` would become null under a live child), and a child is kept while
-its parent, or an active fork of its parent, is unfinished and may still read its end.
+the other), no fork of it may remain (a fork replays from its source, a fork of a fork
+from both: fork chains are deleted from their newest fork back), and its run tree must be
+done with it: no child of it may remain (a tree is deleted from its leaves up, so a run
+never loses its parent: ``parent_run`` would become null under a live child), and a child
+is kept while its parent is unfinished or any fork of its parent remains, which may still
+replay to its end.
 Upper layers add their own conditions with :func:`register_keeper` (the JSON API keeps
 runs whose webhook events are not delivered yet). Each batch re-reads its runs under
 ``SELECT ... FOR UPDATE SKIP LOCKED`` with the whole rule in the query, so a run that an
@@ -120,18 +122,20 @@ def _blockers(*, children: bool = True) -> Q:
         Q(run_id=OuterRef("pk"), owner_run__isnull=False) & ~Q(owner_run_id=OuterRef("pk"))
         | Q(owner_run_id=OuterRef("pk")) & ~Q(run_id=OuterRef("pk"))
     )
-    active_fork = Run.objects.filter(forked_from_id=OuterRef("pk")).exclude(status__in=TERMINAL)
+    # a fork's replay reads its source chain (durable.models.run_lineage), and a finished
+    # fork may be forked again: a source stays while any fork of it remains (leaves first)
+    fork = Run.objects.filter(forked_from_id=OuterRef("pk"))
     # the run tree: a child remains (pruned first), or the parent may still read this end
     child = Run.objects.filter(parent_run_id=OuterRef("pk"))
     live_parent = Run.objects.filter(pk=OuterRef("parent_run_id")).exclude(status__in=TERMINAL)
-    parent_fork = Run.objects.filter(forked_from_id=OuterRef("parent_run_id")).exclude(
-        status__in=TERMINAL
-    )
+    # a fork of the parent, or a fork of that fork (kept by the rule above), replays to
+    # this child's end: the child stays while any fork of its parent remains
+    parent_fork = Run.objects.filter(forked_from_id=OuterRef("parent_run_id"))
     condition: Any = (
         Exists(unsettled)
         | Exists(pending_wait)
         | Exists(adopted)
-        | Exists(active_fork)
+        | Exists(fork)
         | Exists(live_parent)
         | Exists(parent_fork)
     )
@@ -210,8 +214,13 @@ def why_kept(run: Run) -> str | None:
         | Q(owner_run_id=run.pk) & ~Q(run_id=run.pk)
     ).exists():
         return "a fork answers for one of its writes, or it answers for a write of another run"
-    if Run.objects.filter(forked_from_id=run.pk).exclude(status__in=TERMINAL).exists():
-        return "a fork of it is still active"
+    fork = Run.objects.filter(forked_from_id=run.pk).order_by("created_at", "id").first()
+    if fork is not None:
+        state = "still active" if fork.status not in TERMINAL else "kept"
+        return (
+            f"its fork run {fork.pk} is {state}: a fork replays from its source, and a "
+            "fork of the fork from both, so sources go after their forks"
+        )
     return _tree_reason(run) or _keeper_reason(run)
 
 
@@ -235,14 +244,14 @@ def _tree_reason(run: Run) -> str | None:
             )
         fork = (
             Run.objects.filter(forked_from_id=run.parent_run_id)
-            .exclude(status__in=TERMINAL)
+            .order_by("created_at", "id")
             .values_list("pk", flat=True)
             .first()
         )
         if fork is not None:
             return (
-                f"run {fork}, a fork of its parent run {run.parent_run_id}, is still active "
-                "and may read this child's end"
+                f"run {fork}, a fork of its parent run {run.parent_run_id}, remains: it (or "
+                "a fork of it) may replay to this child's end"
             )
     return None
 

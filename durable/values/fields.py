@@ -35,6 +35,7 @@ from typing import Any
 from django.db import models
 
 __all__ = [
+    "DEFAULT_IGNORABLE",
     "HIDDEN_CATEGORIES",
     "StorableCharField",
     "StorableJSONField",
@@ -56,14 +57,43 @@ _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
+#: Unicode's default-ignorable code points (``Default_Ignorable_Code_Point`` of
+#: DerivedCoreProperties.txt, Unicode 15.1) outside those categories: a renderer shows
+#: them as nothing (the combining grapheme joiner, variation selectors, the Hangul
+#: fillers, Mongolian free variation selectors ...), as "Trojan Source" and UTS #39 say
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
 def hidden_character(text: str) -> tuple[int, str] | None:
-    """``(index, character)`` of the first character of ``text`` in
-    :data:`HIDDEN_CATEGORIES`, or ``None``. For identifiers and names, which are shown in
-    clear: free text (messages, comments) keeps such characters and is escaped on output."""
+    """``(index, character)`` of the first character of ``text`` that does not show as
+    itself -- one in :data:`HIDDEN_CATEGORIES` or :data:`DEFAULT_IGNORABLE` -- or
+    ``None``. For identifiers and names, which are shown in clear: free text (messages,
+    comments) keeps such characters and is escaped on output."""
     if text.isascii() and text.isprintable():
         return None
     for index, char in enumerate(text):
-        if unicodedata.category(char) in HIDDEN_CATEGORIES:
+        code = ord(char)
+        if unicodedata.category(char) in HIDDEN_CATEGORIES or any(
+            low <= code <= high for low, high in DEFAULT_IGNORABLE
+        ):
             return index, char
     return None
 

@@ -20,6 +20,7 @@ from durable.exceptions import BudgetExceeded
 from durable.models import transitions
 from durable.models.events import TraceEvent
 from durable.models.runs import Run
+from durable.retry import explain
 from durable.vocabulary import Classification, EventKind, RunStatus
 from durable.waits import child_ends, mailbox, parent_close
 from durable.waits.closing import cancel_pending_waits_txn
@@ -61,6 +62,7 @@ def exceed_deadline_txn(run: Run, *, now: datetime) -> None:
     previous = run.status
     exc = BudgetExceeded(run_id=run.pk, budget="deadline", limit=run.deadline_at.isoformat())
     message = f"{exc} while it was {previous}"
+    reason = explain(exc).rule  # as the worker's own budget failure says it (S35)
     fields = transitions.apply(
         "exceed_deadline",
         run,
@@ -72,6 +74,7 @@ def exceed_deadline_txn(run: Run, *, now: datetime) -> None:
             "classification": Classification.PERMANENT.value,
             "step_id": "",
             "message": message,
+            "reason": reason,
         },
         error_type=type(exc).__name__,
     )
@@ -82,7 +85,7 @@ def exceed_deadline_txn(run: Run, *, now: datetime) -> None:
         run=run,
         kind=EventKind.BUDGET_EXCEEDED,
         actor=ACTOR,
-        message=message,
+        message=f"{reason}: {message}",
         data={"budget": "deadline", "previous": previous},
     )
     mailbox.note_unconsumed_txn(run.pk, RunStatus.FAILED, actor=ACTOR)
