@@ -38,7 +38,8 @@ GUARD_SECONDS = 0.1
 CONCURRENCY_RECHECK_SECONDS = 2.0
 #: seconds a run woken for its turn (or due to wake) keeps its place in the queue before
 #: the runs behind it may go first: a worker claims a woken run in well under a second
-QUEUE_GRACE_SECONDS = 5.0
+#: when idle, in seconds when its queue is long or its machine loaded
+QUEUE_GRACE_SECONDS = 10.0
 #: ``Wait.resolved_by`` of a ``limit`` wait woken for its turn, and once admitted
 WOKEN_BY = "limit"
 ADMITTED_BY = "limit:admitted"
@@ -157,14 +158,15 @@ def acquire(
             window = limits.rate.period + GUARD_SECONDS
             stamp = now.timestamp()
             admitted = [t for t in admitted if t > stamp - window]
-            free = limits.rate.calls - len(admitted)
+            calls = limits.rate.calls
+            free = calls - len(admitted)
             if ahead >= free:
-                # room for this call once (ahead - free + 1) admissions left the window;
-                # an admission not made yet leaves it a window after now at the earliest
-                needed = ahead - max(free, 0)
-                leaving = admitted[needed] if needed < len(admitted) else stamp
-                until = datetime.fromtimestamp(leaving + window, tz=UTC)
-                return _wait(until, "rate", now), None
+                # the window's places come round once a window: one free now, or when
+                # an admission in it leaves; the runs ahead take the first ``ahead`` of
+                # them, so this call's is the next (a parked run wakes near its turn)
+                places = sorted([stamp] * max(free, 0) + [t + window for t in admitted])
+                turn = places[ahead % calls] + window * (ahead // calls)
+                return _wait(datetime.fromtimestamp(turn, tz=UTC), "rate", now), None
             admitted.append(round(stamp, 6))
         Limit.objects.filter(pk=row.pk).update(admitted=admitted, updated_at=now)
         slot_id = None

@@ -222,11 +222,12 @@ def test_fifty_runs_on_a_5_per_second_limit_are_admitted_in_arrival_order(
         parks[event.run_id] = parks.get(event.run_id, 0) + 1
     for run_id, since in parked.items():
         assert abs(since - firsts[run_id]) < 0.5, f"{run_id} lost its place when re-parked"
-    # no run that parked later ran before one that parked earlier (beyond the jitter of
-    # two workers starting bodies a few milliseconds apart)
+    # no run that parked later ran a window (1 s) or more before one that parked earlier:
+    # within a window the order of bodies is the workers' (a loaded machine stalls one
+    # for hundreds of milliseconds between admission and body)
     order = sorted(parked, key=parked.__getitem__)
     overtaken = [
-        (a, b) for i, a in enumerate(order) for b in order[i + 1 :] if ran[b] < ran[a] - 0.5
+        (a, b) for i, a in enumerate(order) for b in order[i + 1 :] if ran[b] < ran[a] - 1.0
     ]
     assert overtaken == [], f"{len(overtaken)} runs admitted ahead of earlier ones"
     print(f"{len(parked)} runs parked, {sum(1 for n in parks.values() if n > 1)} re-parked")
