@@ -222,12 +222,17 @@ def test_fifty_runs_on_a_5_per_second_limit_are_admitted_in_arrival_order(
         parks[event.run_id] = parks.get(event.run_id, 0) + 1
     for run_id, since in parked.items():
         assert abs(since - firsts[run_id]) < 0.5, f"{run_id} lost its place when re-parked"
-    # no run that parked later ran a window (1 s) or more before one that parked earlier:
-    # within a window the order of bodies is the workers' (a loaded machine stalls one
-    # for hundreds of milliseconds between admission and body)
+    # a run that parked later ran a window (1 s) or more before one that parked earlier only
+    # when the earlier one came late for its turn (its worker busy: the places of a window
+    # go to the next in the queue meanwhile), so by at most a window's places (5); without
+    # the queue, every wake was a race and an early run could be overtaken by dozens
     order = sorted(parked, key=parked.__getitem__)
-    overtaken = [
-        (a, b) for i, a in enumerate(order) for b in order[i + 1 :] if ran[b] < ran[a] - 1.0
-    ]
-    assert overtaken == [], f"{len(overtaken)} runs admitted ahead of earlier ones"
-    print(f"{len(parked)} runs parked, {sum(1 for n in parks.values() if n > 1)} re-parked")
+    overtakers = {
+        a: [b for b in order[i + 1 :] if ran[b] < ran[a] - 1.0] for i, a in enumerate(order)
+    }
+    worst = max(overtakers.items(), key=lambda item: len(item[1]))
+    assert len(worst[1]) <= 5, f"run {worst[0]} admitted after {len(worst[1])} later runs"
+    print(
+        f"{len(parked)} runs parked, {sum(1 for n in parks.values() if n > 1)} re-parked, "
+        f"{sum(len(v) for v in overtakers.values())} overtakings"
+    )
