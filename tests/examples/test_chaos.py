@@ -111,3 +111,13 @@ def test_the_audit_fails_on_a_duplicate_or_a_lost_run():
     assert not lost.ok
     table = lost.table()
     assert "lost: r2" in table and "not terminal: r1" in table
+
+
+def test_every_kind_has_its_expected_effects_and_a_child_counts_for_its_parent():
+    from examples.chaos import EXPECTED, KINDS
+    from examples.chaos_audit import root_run_id
+
+    assert set(KINDS) == set(EXPECTED)
+    assert {"fanout", "family", "limited"} <= set(KINDS)
+    assert root_run_id("chaos-20261204-004-family.a") == "chaos-20261204-004-family"
+    assert root_run_id("chaos-20261204-000-support") == "chaos-20261204-000-support"
