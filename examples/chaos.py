@@ -1,8 +1,11 @@
 """The chaos audit: ``manage.py durable_chaos --runs N --kill-every SECONDS``.
 
 It starts its own example services (scripted LLM, payments service, SMTP sink) and its
-own Celery workers, starts N reference-agent runs (support, invoice, procurement in
-turn), and then, until every run has ended:
+own Celery workers, starts N runs of six agents in turn -- the reference agents
+(support, invoice, procurement) and the agents of examples/chaos_agents.py (fanout: a
+parallel group of writes and reads; family: a parent and two child runs; limited: calls
+under a rate and concurrency limit shared by all the runs) -- and then, until every run
+has ended:
 
 - SIGKILLs a random worker every ``--kill-every`` seconds (with jitter) and starts a
   fresh one, so runs lose their worker in the middle of LLM calls, refunds and emails;
@@ -13,11 +16,12 @@ turn), and then, until every run has ended:
   waits for it, some after);
 - runs the sweeper, as Celery beat would.
 
-Then it audits the services against the database: duplicate refunds, tickets, orders,
-invoices and emails (the payments service's objects and the SMTP sink's messages, per
-run and per idempotency key), effects missing from succeeded runs, lost runs (started
-but absent) and runs not terminal. It prints a table and the command exits non-zero on
-any duplicate or loss.
+Then it audits the services against the database (examples/chaos_audit.py): duplicate
+refunds, tickets, orders, invoices and emails (the payments service's objects and the
+SMTP sink's messages, per run with its child runs, per idempotency key and per business
+identity), effects missing from succeeded runs, lost runs (started but absent) and runs
+not terminal. It prints a table and the command exits non-zero on any duplicate or loss.
+The runs' inputs are in examples/chaos_inputs.py.
 
 ``restart_services()`` restarts PostgreSQL and Redis in the middle of a run (opt-in:
 ``--restart-services``, for CI machines where those services belong to the test run).
@@ -34,32 +38,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpx
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
+from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
+from .chaos_audit import EXPECTED, Report, audit
+from .chaos_inputs import KINDS, inputs
 from .procs import REPO, ServiceSet, admin
+
+__all__ = ["EXPECTED", "KINDS", "Chaos", "Report", "main", "restart_services", "run_chaos"]
 
 CELERY = Path(sys.executable).parent / "celery"
 APPROVER_GROUPS = ("support-leads", "billing", "procurement", "finance")
 OPERATOR = "chaos-operator"
 #: who the chaos runs are started by (four-eyes: not the operator who approves them)
 REQUESTER = "os:chaos-requester"
-KINDS = ("support", "invoice", "procurement")
-#: what one succeeded run of each agent leaves in the services: (collection, count)
-EXPECTED = {
-    "support": {"ticket": 1, "refund": 1, "email": 1},
-    "invoice": {"invoice": 1, "email": 1},
-    "procurement": {"purchase_request": 1, "order": 1},
-}
 
 
 # ---------------------------------------------------------------------- workers
@@ -127,100 +126,7 @@ def broker_var_dir() -> Path:
     return Path(folder).parent.parent if folder else Path(settings.VAR_DIR)
 
 
-# ----------------------------------------------------------------------- report
-
-
-@dataclass
-class Report:
-    runs: dict[str, str] = field(default_factory=dict)  # run id -> kind
-    statuses: Counter = field(default_factory=Counter)
-    lost: list[str] = field(default_factory=list)
-    not_terminal: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    duplicates: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    missing: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    effects: Counter = field(default_factory=Counter)
-    kills: int = 0
-    workers_started: int = 0
-    approvals: int = 0
-    escalations: int = 0
-    signals: int = 0
-    restarts: int = 0
-    reconciled: int = 0
-    worker_lost_attempts: int = 0
-    plan_requests: int = 0
-    seconds: float = 0.0
-
-    @property
-    def duplicate_count(self) -> int:
-        return sum(len(v) for v in self.duplicates.values())
-
-    @property
-    def ok(self) -> bool:
-        return not (self.duplicate_count or self.lost or self.not_terminal)
-
-    def table(self) -> str:
-        rows: list[tuple[str, Any, str]] = [
-            ("runs started", len(self.runs), ""),
-            *[(f"  {status}", n, "") for status, n in sorted(self.statuses.items())],
-            ("lost runs", len(self.lost), "FAIL" if self.lost else "ok"),
-            ("runs not terminal", len(self.not_terminal), "FAIL" if self.not_terminal else "ok"),
-        ]
-        for name in ("refund", "ticket", "email", "invoice", "order", "purchase_request"):
-            dups = len(self.duplicates.get(name, []))
-            rows.append((f"duplicate {name}s", dups, "FAIL" if dups else "ok"))
-        rows += [
-            (
-                "effects missing from succeeded runs",
-                sum(len(v) for v in self.missing.values()),
-                "FAIL" if self.missing else "ok",
-            ),
-            (
-                "refunds / tickets / emails",
-                (f"{self.effects['refund']} / {self.effects['ticket']} / {self.effects['email']}"),
-                "",
-            ),
-            ("workers SIGKILLed / started", f"{self.kills} / {self.workers_started}", ""),
-            ("attempts lost with a worker", self.worker_lost_attempts, ""),
-            ("writes reconciled after a crash", self.reconciled, ""),
-            ("approvals decided / escalated", f"{self.approvals} / {self.escalations}", ""),
-            ("signals sent", self.signals, ""),
-            ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
-            ("PostgreSQL + Redis restarts", self.restarts, ""),
-            ("wall time (s)", f"{self.seconds:.1f}", ""),
-        ]
-        width = max(len(r[0]) for r in rows)
-        lines = [f"{'check'.ljust(width)}  {'value':>9}  result", "-" * (width + 19)]
-        lines += [f"{name.ljust(width)}  {value!s:>9}  {verdict}" for name, value, verdict in rows]
-        lines.append("-" * (width + 19))
-        lines.append(
-            "AUDIT CLEAN: zero duplicates, zero losses"
-            if self.ok
-            else "AUDIT FAILED: "
-            + ", ".join(
-                f"{k}: {', '.join(v[:5])}"
-                for k, v in {
-                    **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
-                    "lost": self.lost,
-                    "not terminal": self.not_terminal,
-                }.items()
-                if v
-            )
-        )
-        if self.failed:
-            lines.append(
-                "failed runs: "
-                + "; ".join(f"{rid}: {why}" for rid, why in list(self.failed.items())[:10])
-            )
-        if self.missing:
-            lines.append(
-                "missing effects: "
-                + "; ".join(f"{k}: {', '.join(v[:5])}" for k, v in self.missing.items())
-            )
-        return "\n".join(lines)
-
-
-# -------------------------------------------------------------------- the audit
+# ------------------------------------------------------------ services and operator
 
 
 def restart_services(log: Callable[[str], None] = print) -> None:
@@ -301,51 +207,6 @@ def _operator() -> Any:
         group, _ = Group.objects.get_or_create(name=name)
         user.groups.add(group)
     return User.objects.get(pk=user.pk)
-
-
-def _inputs(i: int, kind: str, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(input, plan) of chaos run number ``i``; ``plan`` says how the operator acts."""
-    if kind == "support":
-        faults = []
-        if i % 5 == 0:
-            faults.append("[fault:429]")
-        if i % 7 == 0:
-            faults.append("[fault:malformed_json]")
-        return (
-            {
-                "customer": f"Chaos Customer {i}",
-                "email": f"customer{i}@example.com",
-                "message": f"I was charged twice for order #{5000 + i}; please refund the "
-                f"duplicate charge ch_chaos{i:05d} of ${10 + i % 90}.{i % 100:02d}. "
-                + " ".join(faults),
-            },
-            {},
-        )
-    if kind == "invoice":
-        return (
-            {
-                "customer": f"Chaos Corp {i}",
-                "email": f"billing{i}@example.com",
-                "lines": [
-                    {"description": "Service", "amount_cents": 10000 + i},
-                    {"description": "Support", "amount_cents": 500},
-                ],
-            },
-            {},
-        )
-    escalate = i % 2 == 0
-    return (
-        {
-            "requester": f"Chaos Buyer {i}",
-            "item": f"Part {i}",
-            "quantity": 1 + i % 4,
-            "amount_cents": 1000 * (1 + i % 50),
-            "vendor": "Chaos Supplies",
-            "approval_timeout_seconds": 2 if escalate else 600,
-            "goods_timeout_seconds": 3600,
-        },
-        {"escalate": escalate, "early_signal": rng.random() < 0.5},
-    )
 
 
 class Chaos:
@@ -439,10 +300,10 @@ class Chaos:
                 "DURABLE_VAR_DIR": str(broker_var_dir()),
                 "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
                 "DURABLE_DISPATCH": "celery",
-                # the three reference agents only: a worker killed every few seconds
+                # the reference and chaos agents only: a worker killed every few seconds
                 # must not spend them importing the framework agents' libraries
                 "DURABLE_AUTODISCOVER": "false",
-                "DURABLE_WORKFLOW_MODULES": "examples.workflows",
+                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents",
                 "DURABLE_LEASE_SECONDS": str(self.lease),
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill
@@ -466,7 +327,7 @@ class Chaos:
         stamp = datetime.now().strftime("%Y%m%d%H%M%S")
         for i in range(self.n_runs):
             kind = KINDS[i % len(KINDS)]
-            data, plan = _inputs(i, kind, self.rng)
+            data, plan = inputs(i, kind, self.rng)
             # a known requester, not the operator: four-eyes lets the operator approve
             run = durable.start(
                 f"examples.{kind}",
@@ -590,60 +451,12 @@ class Chaos:
     # -------------------------------------------------------------------- audit
 
     def _audit(self) -> None:
-        from durable.models import TERMINAL, AttemptOutcome, Operation, Run, StepAttempt
-
         assert self.services is not None
-        report = self.report
-        run_ids = list(report.runs)
-        rows = {
-            r["id"]: r for r in Run.objects.filter(pk__in=run_ids).values("id", "status", "error")
-        }
-        for run_id in run_ids:
-            row = rows.get(run_id)
-            if row is None:
-                report.lost.append(run_id)
-                continue
-            report.statuses[row["status"]] += 1
-            if row["status"] not in TERMINAL:
-                report.not_terminal.append(run_id)
-            elif row["status"] != "succeeded":
-                report.failed[run_id] = (
-                    f"{row['status']}: " + str((row["error"] or {}).get("message", ""))[:160]
-                )
-        objects = admin(self.services.payments_url, "GET", "/_admin/objects")["data"]
-        mails = httpx.get(f"{self.services.sink_url}/messages", timeout=30).json()["data"]
-        per_run: dict[str, Counter] = defaultdict(Counter)
-        for obj in objects:
-            per_run[obj["run_id"]][obj["object"]] += 1
-            report.effects[obj["object"]] += 1
-        by_message = Counter(m["message_id"] for m in mails)
-        for mail in mails:
-            per_run[mail["run_id"]]["email"] += 1
-            report.effects["email"] += 1
-        for run_id, kind in report.runs.items():
-            counts = per_run.get(run_id, Counter())
-            for name, expected in EXPECTED[kind].items():
-                if counts[name] > expected:
-                    report.duplicates[name].append(f"{run_id} x{counts[name]}")
-                status = rows.get(run_id, {}).get("status")
-                if status == "succeeded" and counts[name] < expected:
-                    output = Run.objects.get(pk=run_id).output_value() or {}
-                    if output.get("status") not in ("rejected", "expired", "voided"):
-                        report.missing[name].append(run_id)
-        # the same effect under two keys would hide from the per-run count: check the
-        # business identity too (a charge refunded twice, a Message-ID delivered twice)
-        by_charge = Counter(o["charge_id"] for o in objects if o["object"] == "refund")
-        report.duplicates["refund"] += [f"{c} x{n}" for c, n in by_charge.items() if n > 1]
-        report.duplicates["email"] += [f"{m} x{n}" for m, n in by_message.items() if n > 1]
-        report.reconciled = Operation.objects.filter(
-            run_id__in=run_ids, resolution__startswith="reconciled"
-        ).count()
-        report.worker_lost_attempts = StepAttempt.objects.filter(
-            run_id__in=run_ids, outcome=AttemptOutcome.WORKER_LOST
-        ).count()
-        asked = admin(self.services.llm_url, "GET", "/_admin/requests")["data"]
-        report.plan_requests = sum(
-            1 for r in asked if r["run"] in report.runs and r["turn"] == 0 and r["status"] == 200
+        audit(
+            self.report,
+            payments_url=self.services.payments_url,
+            sink_url=self.services.sink_url,
+            llm_url=self.services.llm_url,
         )
 
 

@@ -1,7 +1,9 @@
 """The chaos audit (``manage.py durable_chaos``) as a test: runs on workers SIGKILLed at
 random must leave zero duplicate refunds, tickets, orders and emails and lose no run.
 
-The CI-sized audit runs 24 reference-agent runs with a kill about every 2 s and 5 % of
+The CI-sized audit runs 24 runs of the six agents (support, invoice, procurement, and
+examples/chaos_agents.py's fanout, family and limited: a parallel group of writes, a
+parent with two child runs, calls under a shared limit) with a kill about every 2 s and 5 % of
 the payments service's writes answered with 429, 503 or commit-then-drop. The 200-run
 audit is ``@pytest.mark.slow``. Restarting PostgreSQL and Redis half way is opt-in
 (``DURABLE_CHAOS_RESTART_SERVICES=1``): it restarts the machine's services, which only
@@ -49,8 +51,13 @@ def test_chaos_audit_of_24_runs_with_kills_is_clean(proc_env):
         stdout=out,
     )
     text = out.getvalue()
+    print(text)
     assert "AUDIT CLEAN: zero duplicates, zero losses" in text, text
-    assert Run.objects.filter(id__startswith="chaos-", status="succeeded").count() == 24, text
+    chaos_runs = Run.objects.filter(id__startswith="chaos-", status="succeeded")
+    assert chaos_runs.filter(parent_run__isnull=True).count() == 24, text
+    # 4 of the 24 are examples.family runs, each the parent of two child runs
+    assert chaos_runs.filter(parent_run__isnull=False).count() == 8, text
+    assert "child runs succeeded / started                       8 / 8" in text, text
 
 
 @pytest.mark.django_db(transaction=True)
@@ -104,3 +111,13 @@ def test_the_audit_fails_on_a_duplicate_or_a_lost_run():
     assert not lost.ok
     table = lost.table()
     assert "lost: r2" in table and "not terminal: r1" in table
+
+
+def test_every_kind_has_its_expected_effects_and_a_child_counts_for_its_parent():
+    from examples.chaos import EXPECTED, KINDS
+    from examples.chaos_audit import root_run_id
+
+    assert set(KINDS) == set(EXPECTED)
+    assert {"fanout", "family", "limited"} <= set(KINDS)
+    assert root_run_id("chaos-20261204-004-family.a") == "chaos-20261204-004-family"
+    assert root_run_id("chaos-20261204-000-support") == "chaos-20261204-000-support"

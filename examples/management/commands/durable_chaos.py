@@ -34,7 +34,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = (
-            "Start N reference-agent runs (examples.support, .invoice, .procurement) on "
+            "Start N agent runs (examples.support, .invoice, .procurement, .fanout, "
+            ".family, .limited in turn) on "
             "worker processes this command starts, SIGKILL them at random, decide approvals "
             "and send signals as an operator would, then audit the payments service and the "
             "SMTP sink for duplicates and losses. Exits 1 on any duplicate or loss "

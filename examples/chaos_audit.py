@@ -1,0 +1,198 @@
+"""The chaos audit's report and its audit of the services (``manage.py durable_chaos``).
+
+:func:`audit` compares the payments service's objects and the SMTP sink's messages with
+the runs: an effect counted more often than :data:`EXPECTED` says (per run, its child
+runs' effects included), the same business effect under two keys (a charge refunded
+twice, a Message-ID delivered twice, a ticket subject written twice), an effect missing
+from a succeeded run, a run lost (started, absent) or not terminal. :class:`Report`
+holds the counts and prints the table.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .chaos_agents import EXPECTED as NEW_EXPECTED
+from .procs import admin
+
+#: what one succeeded run of each agent leaves in the services: (collection, count);
+#: a parent's count includes its child runs' effects
+EXPECTED: dict[str, dict[str, int]] = {
+    "support": {"ticket": 1, "refund": 1, "email": 1},
+    "invoice": {"invoice": 1, "email": 1},
+    "procurement": {"purchase_request": 1, "order": 1},
+    **NEW_EXPECTED,
+}
+#: the collections whose duplicates the table lists
+DUPLICATE_CHECKS = ("refund", "ticket", "email", "invoice", "order", "purchase_request")
+
+
+def root_run_id(run_id: str) -> str:
+    """The top-level run of ``run_id``: a child's id is ``"{parent_run_id}.{child_id}"``."""
+    return run_id.split(".", 1)[0]
+
+
+@dataclass
+class Report:
+    runs: dict[str, str] = field(default_factory=dict)  # run id -> kind
+    statuses: Counter = field(default_factory=Counter)
+    lost: list[str] = field(default_factory=list)
+    not_terminal: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    duplicates: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    missing: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    effects: Counter = field(default_factory=Counter)
+    kills: int = 0
+    workers_started: int = 0
+    approvals: int = 0
+    escalations: int = 0
+    signals: int = 0
+    restarts: int = 0
+    reconciled: int = 0
+    worker_lost_attempts: int = 0
+    plan_requests: int = 0
+    child_runs: Counter = field(default_factory=Counter)  # status -> child runs
+    limit_waits: int = 0
+    seconds: float = 0.0
+
+    @property
+    def duplicate_count(self) -> int:
+        return sum(len(v) for v in self.duplicates.values())
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicate_count or self.lost or self.not_terminal)
+
+    def table(self) -> str:
+        rows: list[tuple[str, Any, str]] = [
+            ("runs started", len(self.runs), ""),
+            *[(f"  {status}", n, "") for status, n in sorted(self.statuses.items())],
+            ("lost runs", len(self.lost), "FAIL" if self.lost else "ok"),
+            ("runs not terminal", len(self.not_terminal), "FAIL" if self.not_terminal else "ok"),
+        ]
+        for name in DUPLICATE_CHECKS:
+            dups = len(self.duplicates.get(name, []))
+            rows.append((f"duplicate {name}s", dups, "FAIL" if dups else "ok"))
+        rows += [
+            (
+                "effects missing from succeeded runs",
+                sum(len(v) for v in self.missing.values()),
+                "FAIL" if self.missing else "ok",
+            ),
+            (
+                "refunds / tickets / emails",
+                (f"{self.effects['refund']} / {self.effects['ticket']} / {self.effects['email']}"),
+                "",
+            ),
+            ("workers SIGKILLed / started", f"{self.kills} / {self.workers_started}", ""),
+            ("attempts lost with a worker", self.worker_lost_attempts, ""),
+            ("writes reconciled after a crash", self.reconciled, ""),
+            ("approvals decided / escalated", f"{self.approvals} / {self.escalations}", ""),
+            ("signals sent", self.signals, ""),
+            (
+                "child runs succeeded / started",
+                f"{self.child_runs['succeeded']} / {sum(self.child_runs.values())}",
+                "",
+            ),
+            ("calls parked on the shared limit", self.limit_waits, ""),
+            ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
+            ("PostgreSQL + Redis restarts", self.restarts, ""),
+            ("wall time (s)", f"{self.seconds:.1f}", ""),
+        ]
+        width = max(len(r[0]) for r in rows)
+        lines = [f"{'check'.ljust(width)}  {'value':>9}  result", "-" * (width + 19)]
+        lines += [f"{name.ljust(width)}  {value!s:>9}  {verdict}" for name, value, verdict in rows]
+        lines.append("-" * (width + 19))
+        lines.append(
+            "AUDIT CLEAN: zero duplicates, zero losses"
+            if self.ok
+            else "AUDIT FAILED: "
+            + ", ".join(
+                f"{k}: {', '.join(v[:5])}"
+                for k, v in {
+                    **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
+                    "lost": self.lost,
+                    "not terminal": self.not_terminal,
+                }.items()
+                if v
+            )
+        )
+        if self.failed:
+            lines.append(
+                "failed runs: "
+                + "; ".join(f"{rid}: {why}" for rid, why in list(self.failed.items())[:10])
+            )
+        if self.missing:
+            lines.append(
+                "missing effects: "
+                + "; ".join(f"{k}: {', '.join(v[:5])}" for k, v in self.missing.items())
+            )
+        return "\n".join(lines)
+
+
+def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> None:
+    """Fill ``report`` (its ``runs`` given) from the database and the services' state."""
+    from durable.models import TERMINAL, AttemptOutcome, Operation, Run, StepAttempt, Wait
+    from durable.vocabulary import WaitKind
+
+    run_ids = list(report.runs)
+    children = dict(Run.objects.filter(parent_run_id__in=run_ids).values_list("id", "status"))
+    report.child_runs.update(children.values())
+    every_run = run_ids + list(children)
+    rows = {r["id"]: r for r in Run.objects.filter(pk__in=run_ids).values("id", "status", "error")}
+    for run_id in run_ids:
+        row = rows.get(run_id)
+        if row is None:
+            report.lost.append(run_id)
+            continue
+        report.statuses[row["status"]] += 1
+        if row["status"] not in TERMINAL:
+            report.not_terminal.append(run_id)
+        elif row["status"] != "succeeded":
+            report.failed[run_id] = (
+                f"{row['status']}: " + str((row["error"] or {}).get("message", ""))[:160]
+            )
+    objects = admin(payments_url, "GET", "/_admin/objects")["data"]
+    mails = httpx.get(f"{sink_url}/messages", timeout=30).json()["data"]
+    per_run: dict[str, Counter] = defaultdict(Counter)
+    for obj in objects:
+        per_run[root_run_id(obj["run_id"])][obj["object"]] += 1
+        report.effects[obj["object"]] += 1
+    by_message = Counter(m["message_id"] for m in mails)
+    for mail in mails:
+        per_run[root_run_id(mail["run_id"])]["email"] += 1
+        report.effects["email"] += 1
+    for run_id, kind in report.runs.items():
+        counts = per_run.get(run_id, Counter())
+        for name, expected in EXPECTED[kind].items():
+            if counts[name] > expected:
+                report.duplicates[name].append(f"{run_id} x{counts[name]}")
+            status = rows.get(run_id, {}).get("status")
+            if status == "succeeded" and counts[name] < expected:
+                output = Run.objects.get(pk=run_id).output_value() or {}
+                if output.get("status") not in ("rejected", "expired", "voided"):
+                    report.missing[name].append(run_id)
+    # the same effect under two keys would hide from the per-run count: check the
+    # business identity too (a charge refunded twice, a Message-ID delivered twice, a
+    # ticket whose subject names its run and effect written twice)
+    by_charge = Counter(o["charge_id"] for o in objects if o["object"] == "refund")
+    report.duplicates["refund"] += [f"{c} x{n}" for c, n in by_charge.items() if n > 1]
+    report.duplicates["email"] += [f"{m} x{n}" for m, n in by_message.items() if n > 1]
+    subjects = [str(o["subject"]) for o in objects if o["object"] == "ticket"]
+    by_subject = Counter(t for t in subjects if root_run_id(t.split(" ", 1)[0]) in report.runs)
+    report.duplicates["ticket"] += [f"{t!r} x{n}" for t, n in by_subject.items() if n > 1]
+    report.reconciled = Operation.objects.filter(
+        run_id__in=every_run, resolution__startswith="reconciled"
+    ).count()
+    report.worker_lost_attempts = StepAttempt.objects.filter(
+        run_id__in=every_run, outcome=AttemptOutcome.WORKER_LOST
+    ).count()
+    report.limit_waits = Wait.objects.filter(run_id__in=every_run, kind=WaitKind.LIMIT).count()
+    asked = admin(llm_url, "GET", "/_admin/requests")["data"]
+    report.plan_requests = sum(
+        1 for r in asked if r["run"] in report.runs and r["turn"] == 0 and r["status"] == 200
+    )
