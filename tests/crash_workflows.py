@@ -463,3 +463,21 @@ def steal_lease(*, idempotency_key: str) -> str:
 def stolen(ctx, data):
     first = ctx.step("stale", steal_lease)
     return ctx.step("next", tally, "next", first)
+
+
+def gated(*, idempotency_key: str) -> dict[str, Any]:
+    """Held until the test creates ``gate-<run id>`` in the test folder (at most 120 s)."""
+    enter("step", idempotency_key)
+    run_id, _ = split_key(idempotency_key)
+    gate = crash_dir() / f"gate-{run_id}"
+    deadline = time.monotonic() + 120
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"pid": os.getpid()}
+
+
+@durable.workflow(name="crash.gated", version="1")
+def gated_wf(ctx, data):
+    held = ctx.step("held", gated)
+    after = ctx.step("after", tally, "after", "done")
+    return {"held": held, "after": after}

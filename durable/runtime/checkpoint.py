@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from durable import conf, postgres
+from durable import clock, conf, postgres
 from durable.exceptions import (
     DurableError,
     LeaseLost,
@@ -404,7 +404,7 @@ class Checkpoints:
         :class:`StepFailed` (run marked FAILED) when there is no next try.
         """
         sid, pos, rec = call.step_id, call.position, call.recorded
-        now = timezone.now()
+        now = clock.now()
         info = error_info(exc, classification=classification, step_id=sid, reason=reason)
         inprocess = delay is not None and delay <= float(conf.get("INPROCESS_RETRY_MAX_SECONDS"))
         next_at = now + timedelta(seconds=delay) if delay is not None else None

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from durable import clock
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import StepTimeout, Suspend
 from durable.limits import Limits
@@ -200,7 +201,7 @@ class LimitGate:
     ) -> None:
         what = _REASONS.get(verdict.reason, "limit")
         delay = verdict.delay if delay is None else delay  # a step's timeout may cut it
-        wake_at = timezone.now() + timedelta(seconds=delay)
+        wake_at = clock.now() + timedelta(seconds=delay)
         title = f"waiting for {what} of {limits.key}"
         if verdict.reason == "slowed":
             title += " (slowed down by a 429)"

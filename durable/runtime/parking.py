@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from durable import clock
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import InvalidDuration, RunStopped, Suspend
 from durable.hooks import wait_created
@@ -91,7 +92,7 @@ class WaitParking:
         sid = call.step_id
         while True:
             wait = Wait.objects.filter(run_id=self.cursor.run_id, wait_id=sid).first()
-            now = timezone.now()
+            now = clock.now()
             if wait is not None:
                 due_timer = (
                     wait.kind == WaitKind.TIMER
@@ -147,7 +148,7 @@ class WaitParking:
         state: dict[str, Any] = {}
 
         def work() -> None:
-            now = timezone.now()
+            now = clock.now()
             created = wait is None
             if created:
                 w = Wait.objects.create(

@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from durable import conf, postgres, registry
+from durable import clock, conf, postgres, registry
 from durable.context import WorkflowContext
 from durable.dispatch import dispatch_on_commit
 from durable.exceptions import (
@@ -77,7 +77,7 @@ def claim(run_id: str, *, token: str, worker_id: str) -> tuple[Run, list[Step]] 
     finished, or waiting). Safe to call again with the same ``token`` when a database
     fault left the first call's commit unknown: a run that this token holds is claimed.
     """
-    now = timezone.now()
+    now = clock.now()
     if postgres.available():  # the common claim of a pending run: one statement
         fast = run_pg.claim_in_one_statement(
             run_id,
@@ -332,7 +332,7 @@ def release_after_db_fault(
     )
 
     def release_txn() -> bool:
-        now = timezone.now()
+        now = clock.now()
         with transaction.atomic():
             mine = Run.objects.filter(pk=run_id, lease_token=token)
             released = transitions.update(

@@ -27,9 +27,8 @@ import time
 from datetime import timedelta
 
 from django.db import connection
-from django.utils import timezone
 
-from durable import conf
+from durable import clock, conf
 
 logger = logging.getLogger("durable.worker.heartbeat")
 
@@ -60,7 +59,7 @@ class _Service:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.handles: set[Heartbeat] = set()
-        self.started_at = timezone.now()
+        self.started_at = clock.now()
         # the first liveness beat waits one interval: a short execution never writes one
         # (the sweeper never presumes dead a run claimed less than WORKER_DEAD_AFTER ago)
         self.next_process_beat = 0.0
@@ -125,7 +124,7 @@ class _Service:
         interval = conf.heartbeat_seconds()
         try:
             updated = Run.objects.filter(pk=handle.run_id, lease_token=handle.token).update(
-                lease_expires_at=timezone.now() + timedelta(seconds=conf.lease_seconds())
+                lease_expires_at=clock.now() + timedelta(seconds=conf.lease_seconds())
             )
         except Exception:  # noqa: BLE001 - a failed beat is tried again soon
             logger.warning("durable: heartbeat of run %s failed", handle.run_id, exc_info=True)
@@ -148,7 +147,7 @@ def beat_process(started_at=None) -> None:
 
     key = process_key()
     host, _, pid = key.rpartition(":")
-    now = timezone.now()
+    now = clock.now()
     WorkerProcess.objects.bulk_create(
         [
             WorkerProcess(
