@@ -273,6 +273,26 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     WEB_PROCESS = os.environ.get("DURABLE_PROCESS") == "web"
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options.setdefault("application_name", "durable-web" if WEB_PROCESS else "durable")
+    # A peer that vanished (a worker host cut off in the middle of a transaction, holding
+    # a run's row lock) is found by TCP keepalive on both ends: after
+    # DATABASE_KEEPALIVE_SECONDS of silence, 3 probes 5 s apart. The server then ends the
+    # session and its locks go with it, so the run can be claimed again; without this,
+    # Linux's defaults take two hours (docs/production.md#database-connections).
+    _keepalive = max(env_int("DATABASE_KEEPALIVE_SECONDS", 10), 1)
+    _options.setdefault("keepalives", 1)
+    _options.setdefault("keepalives_idle", _keepalive)
+    _options.setdefault("keepalives_interval", 5)
+    _options.setdefault("keepalives_count", 3)
+    _options["options"] = " ".join(
+        filter(
+            None,
+            [
+                _options.get("options", ""),
+                f"-c tcp_keepalives_idle={_keepalive} -c tcp_keepalives_interval=5 "
+                "-c tcp_keepalives_count=3",
+            ],
+        )
+    )
     if WEB_PROCESS and env_bool("DATABASE_POOL", True):
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django requires 0)
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = False  # the pool checks on return

@@ -21,11 +21,10 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
-from django.utils import timezone
 
-from durable import conf
+from durable import clock, conf
 from durable.dispatch import dispatch_on_commit
 from durable.models import Run, RunStatus, TraceEvent, WorkerProcess
 from durable.vocabulary import EventKind
@@ -47,7 +46,7 @@ def sweep(now=None) -> dict[str, Any]:
     Returns ``{"expired": n, "orphaned": n, "deadlines": n, "due": n, "timers": n,
     "pending": n, "run_ids": [...]}`` (``run_ids``: the runs dispatched).
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     deadlines = expire_deadlines(now)  # first: a run past its deadline is not dispatched
     stale = now - timedelta(seconds=float(conf.get("REDISPATCH_AFTER_SECONDS")))
     not_recently = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
@@ -65,6 +64,8 @@ def sweep(now=None) -> dict[str, Any]:
     run_ids = list(dict.fromkeys(expired + due + pending))  # woken timers dispatch themselves
     if run_ids:
         with transaction.atomic():
+            run_ids = _unlocked(run_ids)
+            expired = [rid for rid in expired if rid in run_ids]
             Run.objects.filter(pk__in=run_ids).update(dispatched_at=now)
             if expired:
                 TraceEvent.objects.bulk_create(
@@ -94,6 +95,23 @@ def sweep(now=None) -> dict[str, Any]:
     if run_ids or deadlines:
         logger.info("durable sweep: %s", {k: v for k, v in result.items() if k != "run_ids"})
     return result
+
+
+def _unlocked(run_ids: list[str]) -> list[str]:
+    """Those of ``run_ids`` whose rows no other transaction holds, now locked by this one
+    (in their order). A row stays locked by a session whose worker host was cut off
+    mid-transaction until the server's keepalive ends it (docs/production.md#database-connections);
+    waiting for it would stall every other run's recovery, and no claim can take that run
+    meanwhile, so it is left to a later sweep. On SQLite (one writer) every row is free.
+    """
+    if not connection.features.has_select_for_update_skip_locked:
+        return run_ids
+    free = set(
+        Run.objects.filter(pk__in=run_ids)
+        .select_for_update(skip_locked=True)
+        .values_list("id", flat=True)
+    )
+    return [rid for rid in run_ids if rid in free]
 
 
 def _wake_due_timers(now) -> list[str]:
@@ -132,6 +150,8 @@ def _expire_leases_of_dead_processes(now) -> set[str]:
     orphaned: set[str] = set()
     if rows:
         with transaction.atomic():
+            unlocked = set(_unlocked([rid for rid, _ in rows]))
+            rows = [(rid, owner) for rid, owner in rows if rid in unlocked]
             # the same conditions again, in the UPDATE: a run claimed meanwhile is kept
             qs.filter(pk__in=[rid for rid, _ in rows]).update(
                 lease_expires_at=now - timedelta(microseconds=1)
