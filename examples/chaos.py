@@ -64,14 +64,41 @@ REQUESTER = "os:chaos-requester"
 # ---------------------------------------------------------------------- workers
 
 
+class ClockStep:
+    """The wall clock of one worker *host* stepped by ``seconds`` (examples/clock_skew.py).
+
+    Every worker started in this slot (the first one, and each that replaces it after a
+    kill) reads its clock's offset from one file that starts at ``+0``; :meth:`step`
+    writes the offset, which the workers read within 0.2 s (their
+    ``django.utils.timezone.now()`` jumps; monotonic clocks do not, as when NTP steps a
+    host's clock). ``seconds`` may be negative (a step back).
+    """
+
+    def __init__(self, seconds: float, folder: Path) -> None:
+        self.seconds = seconds
+        self.file = folder / "clock-offset"
+        self.file.write_text("+0\n")
+        self.stepped = False
+
+    def command(self) -> list[str]:
+        """What runs a worker with this clock, before Celery's own arguments."""
+        return [sys.executable, "-m", "examples.clock_skew", str(self.file)]
+
+    def step(self) -> None:
+        self.file.write_text(f"{self.seconds:+.0f}\n")
+        self.stepped = True
+
+
 class ChaosWorker:
-    def __init__(self, name: str, env: dict[str, str], folder: Path) -> None:
+    def __init__(
+        self, name: str, env: dict[str, str], folder: Path, clock: ClockStep | None = None
+    ) -> None:
         self.name = name
         self.log_path = folder / f"{name}.log"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [
-                str(CELERY),
+                *(clock.command() if clock is not None else [str(CELERY)]),
                 "-A",
                 "config",
                 "worker",
@@ -91,6 +118,8 @@ class ChaosWorker:
             start_new_session=True,
         )
         log.close()
+        #: started with the clock-stepped host's clock (:class:`ClockStep`)
+        self.skewed = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -216,10 +245,11 @@ class Chaos:
         runs: int,
         kill_every: float,
         workers: int = 3,
-        lease: float = 3.0,
+        lease: float | None = 3.0,
         timeout: float = 600.0,
         seed: int | None = None,
         service_faults: float = 0.0,
+        clock_step: float = 0.0,
         folder: Path | None = None,
         midway: Callable[[], None] | None = None,
         log: Callable[[str], None] = print,
@@ -231,6 +261,8 @@ class Chaos:
         self.timeout = timeout
         self.rng = random.Random(seed)
         self.service_faults = service_faults
+        self.clock_step_seconds = clock_step
+        self.clock_step: ClockStep | None = None
         self.folder = folder or Path(tempfile.mkdtemp(prefix="chaos-", dir=settings.VAR_DIR))
         self.midway = midway
         self.log = log
@@ -269,8 +301,10 @@ class Chaos:
                 )
             self.operator = _operator()
             env = self._worker_env()
+            if self.clock_step_seconds:
+                self.clock_step = ClockStep(self.clock_step_seconds, self.folder)
             for _ in range(self.n_workers):
-                self._start_worker(env)
+                self._start_worker(env, skewed=self.clock_step is not None and not self.workers)
             self._start_runs()
             self._loop(env, started)
             if self.service_faults:
@@ -304,7 +338,6 @@ class Chaos:
                 # must not spend them importing the framework agents' libraries
                 "DURABLE_AUTODISCOVER": "false",
                 "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents",
-                "DURABLE_LEASE_SECONDS": str(self.lease),
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill
                 # every few seconds a slow step (under load) can be hit three times, which
@@ -314,11 +347,19 @@ class Chaos:
             }
         )
         env.pop("DURABLE_HEARTBEAT_SECONDS", None)
+        env.pop("DURABLE_LEASE_SECONDS", None)
+        if self.lease is not None:  # None: the default lease and heartbeat (docs/settings.md)
+            env["DURABLE_LEASE_SECONDS"] = str(self.lease)
         return env
 
-    def _start_worker(self, env: dict[str, str]) -> None:
+    def _start_worker(self, env: dict[str, str], *, skewed: bool = False) -> None:
         self._names += 1
-        self.workers.append(ChaosWorker(f"chaos{os.getpid()}w{self._names}", env, self.folder))
+        name = f"chaos{os.getpid()}w{self._names}"
+        if skewed:
+            name += "-skewed"
+        worker = ChaosWorker(name, env, self.folder, self.clock_step if skewed else None)
+        worker.skewed = skewed
+        self.workers.append(worker)
         self.report.workers_started += 1
 
     def _start_runs(self) -> None:
@@ -372,23 +413,42 @@ class Chaos:
                 self.log("midway: running the restart hook")
                 self.midway()
                 self.report.restarts += 1
+            step = self.clock_step
+            if step is not None and not step.stepped and self._skewed_worker_holds_a_run():
+                self.log(f"stepping one worker's clock by {step.seconds:+g} s")
+                step.step()
+                self.report.clock_steps += 1
             if now >= next_kill:
                 alive = [w for w in self.workers if w.alive()]
                 if alive:
                     victim = self.rng.choice(alive)
                     victim.kill()
                     self.report.kills += 1
-                    self._start_worker(env)
+                    self._start_worker(env, skewed=victim.skewed)
                 next_kill = now + self._jitter()
             for worker in [w for w in self.workers if not w.alive()]:
                 self.workers.remove(worker)
                 if len([w for w in self.workers if w.alive()]) < self.n_workers:
-                    self._start_worker(env)
+                    self._start_worker(env, skewed=worker.skewed)
             if now >= next_note:
                 self.log(f"{len(remaining)} runs not finished; {self.report.kills} kills")
                 next_note = now + 10
             time.sleep(0.2)
         self.log(f"gave up waiting after {self.timeout:g} s")
+
+    def _skewed_worker_holds_a_run(self) -> bool:
+        """Whether a run's lease is held by the clock-stepped worker (the moment to step)."""
+        import socket
+
+        from django.db.models import Q
+
+        from durable.models import Run
+
+        owners = Q()
+        for worker in self.workers:
+            if worker.skewed and worker.alive():
+                owners |= Q(lease_owner__startswith=f"{socket.gethostname()}:{worker.proc.pid}:")
+        return bool(owners) and Run.objects.filter(owners, lease_token__gt="").exists()
 
     def _jitter(self) -> float:
         return self.kill_every * self.rng.uniform(0.5, 1.5)
@@ -481,6 +541,7 @@ def main(options: dict[str, Any], stdout: Any) -> int:
         timeout=options["timeout"],
         seed=options.get("seed"),
         service_faults=options["service_faults"],
+        clock_step=options.get("clock_step") or 0.0,
         midway=midway,
         log=log,
     )

@@ -52,6 +52,7 @@ class Report:
     escalations: int = 0
     signals: int = 0
     restarts: int = 0
+    clock_steps: int = 0
     reconciled: int = 0
     worker_lost_attempts: int = 0
     plan_requests: int = 0
@@ -101,6 +102,7 @@ class Report:
             ("calls parked on the shared limit", self.limit_waits, ""),
             ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
             ("PostgreSQL + Redis restarts", self.restarts, ""),
+            ("worker clock steps", self.clock_steps, ""),
             ("wall time (s)", f"{self.seconds:.1f}", ""),
         ]
         width = max(len(r[0]) for r in rows)

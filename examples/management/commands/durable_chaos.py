@@ -29,6 +29,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _lease(text: str) -> float | None:
+    if text == "default":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither seconds nor 'default'") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return value
+
+
 class Command(BaseCommand):
     help = "chaos audit: N reference-agent runs on workers SIGKILLed at random"
 
@@ -64,10 +76,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--lease",
-            type=float,
+            type=_lease,
             default=3.0,
             metavar="SECONDS",
-            help="the workers' lease (default 3)",
+            help="the workers' lease in seconds, or 'default' for the product's default lease "
+            "and heartbeat (DURABLE['LEASE_SECONDS']; default 3)",
         )
         parser.add_argument(
             "--timeout",
@@ -94,6 +107,14 @@ class Command(BaseCommand):
             "--restart-services",
             action="store_true",
             help="restart PostgreSQL and Redis half way (CI machines only)",
+        )
+        parser.add_argument(
+            "--clock-step",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="step one worker host's wall clock by SECONDS (negative: back) once it holds "
+            "a run (libfaketime; default 0: no step)",
         )
         parser.add_argument("--json", action="store_true", help="also print a JSON summary")
 
