@@ -34,6 +34,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,14 +46,25 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
 from .chaos_audit import EXPECTED, Report, audit
 from .chaos_inputs import KINDS, inputs
+from .chaos_partition import Partition, unavailable
 from .procs import REPO, ServiceSet, admin
 
-__all__ = ["EXPECTED", "KINDS", "Chaos", "Report", "main", "restart_services", "run_chaos"]
+__all__ = [
+    "EXPECTED",
+    "KINDS",
+    "Chaos",
+    "ChaosConfigurationError",
+    "Report",
+    "main",
+    "restart_services",
+    "run_chaos",
+]
 
 CELERY = Path(sys.executable).parent / "celery"
 APPROVER_GROUPS = ("support-leads", "billing", "procurement", "finance")
@@ -65,26 +77,33 @@ REQUESTER = "os:chaos-requester"
 
 
 class ChaosWorker:
-    def __init__(self, name: str, env: dict[str, str], folder: Path) -> None:
+    """A Celery worker process (solo pool); ``partition``: started inside that network
+    namespace, with ``env`` pointed at its gateway."""
+
+    def __init__(
+        self, name: str, env: dict[str, str], folder: Path, partition: Partition | None = None
+    ) -> None:
         self.name = name
+        self.partition = partition
         self.log_path = folder / f"{name}.log"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it
+        argv = [
+            str(CELERY),
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "--without-mingle",
+            "--without-gossip",
+            "-n",
+            f"{name}@%h",
+            "--loglevel=INFO",
+        ]
         self.proc = subprocess.Popen(
-            [
-                str(CELERY),
-                "-A",
-                "config",
-                "worker",
-                "--pool=solo",
-                "--concurrency=1",
-                "--without-mingle",
-                "--without-gossip",
-                "-n",
-                f"{name}@%h",
-                "--loglevel=INFO",
-            ],
+            partition.command(argv) if partition else argv,
             cwd=REPO,
-            env=env,
+            env=partition.env(env) if partition else env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -94,6 +113,12 @@ class ChaosWorker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def lease_prefix(self) -> str:
+        """How the leases this process holds begin (``host:pid:``; ``ip netns exec``
+        execs the worker, so the pid is the process's)."""
+        return f"{socket.gethostname()}:{self.proc.pid}:"
 
     def kill(self) -> None:
         if self.alive():
@@ -222,6 +247,8 @@ class Chaos:
         service_faults: float = 0.0,
         folder: Path | None = None,
         midway: Callable[[], None] | None = None,
+        partition: float = 0.0,
+        partitioned_workers: int = 1,
         log: Callable[[str], None] = print,
     ) -> None:
         self.n_runs = runs
@@ -233,6 +260,12 @@ class Chaos:
         self.service_faults = service_faults
         self.folder = folder or Path(tempfile.mkdtemp(prefix="chaos-", dir=settings.VAR_DIR))
         self.midway = midway
+        self.partition_seconds = partition
+        self.n_partitioned = partitioned_workers if partition else 0
+        self.partition: Partition | None = None
+        #: run id -> lease token, of the runs a cut-off worker held when the link dropped
+        self.cut_held: dict[str, str] = {}
+        self.cut_at = 0.0
         self.log = log
         self.report = Report()
         self.workers: list[ChaosWorker] = []
@@ -247,9 +280,18 @@ class Chaos:
         started = time.monotonic()
         saved_env = dict(os.environ)
         saved_durable = dict(settings.DURABLE)
+        if self.partition_seconds:
+            self._check_partition()
         try:
             self.services = ServiceSet.start(self.folder / "services")
             os.environ.update(self.services.env())
+            if self.partition_seconds:
+                self.partition = Partition(self._partition_ports())
+                self.partition.start()
+                self.log(
+                    f"{self.n_partitioned} worker(s) in network namespace "
+                    f"{self.partition.name} (gateway {self.partition.gateway})"
+                )
             # this process dispatches, sweeps and decides as beat and an operator would
             settings.DURABLE = {
                 **settings.DURABLE,
@@ -269,16 +311,21 @@ class Chaos:
                 )
             self.operator = _operator()
             env = self._worker_env()
-            for _ in range(self.n_workers):
-                self._start_worker(env)
+            for i in range(self.n_workers):
+                self._start_worker(env, partitioned=i < self.n_partitioned)
             self._start_runs()
             self._loop(env, started)
+            if self.partition is not None and self.partition.is_cut:
+                self.partition.restore()  # the loop gave up while cut: the audit needs it
             if self.service_faults:
                 admin(self.services.payments_url, "DELETE", "/_admin/chaos")
             self._audit()
+            self._audit_partition()
         finally:
             for worker in self.workers:
                 worker.kill()
+            if self.partition is not None:
+                self.partition.stop()
             if self.services is not None:
                 self.services.stop()
             os.environ.clear()
@@ -316,9 +363,11 @@ class Chaos:
         env.pop("DURABLE_HEARTBEAT_SECONDS", None)
         return env
 
-    def _start_worker(self, env: dict[str, str]) -> None:
+    def _start_worker(self, env: dict[str, str], partitioned: bool = False) -> None:
         self._names += 1
-        self.workers.append(ChaosWorker(f"chaos{os.getpid()}w{self._names}", env, self.folder))
+        name = f"chaos{os.getpid()}w{self._names}{'p' if partitioned else ''}"
+        partition = self.partition if partitioned else None
+        self.workers.append(ChaosWorker(name, env, self.folder, partition))
         self.report.workers_started += 1
 
     def _start_runs(self) -> None:
@@ -341,7 +390,14 @@ class Chaos:
             self.plans[run.id] = plan
             if plan.get("early_signal"):
                 self._signal(run.id)
-        self.log(f"started {self.n_runs} runs; killing a worker every ~{self.kill_every:g} s")
+        self.log(
+            f"started {self.n_runs} runs; "
+            + (
+                f"killing a worker every ~{self.kill_every:g} s"
+                if self.kill_every > 0
+                else "no kills"
+            )
+        )
 
     def _loop(self, env: dict[str, str], started: float) -> None:
         from durable.worker.sweeper import sweep
@@ -355,8 +411,8 @@ class Chaos:
             now = time.monotonic()
             try:
                 remaining = self._remaining()
-                if not remaining:
-                    return
+                if not remaining and not (self.partition and self.partition.is_cut):
+                    return  # (a cut link is restored first: its late writes are audited)
                 if now >= next_sweep:
                     sweep()
                     next_sweep = now + 0.5
@@ -372,23 +428,139 @@ class Chaos:
                 self.log("midway: running the restart hook")
                 self.midway()
                 self.report.restarts += 1
-            if now >= next_kill:
-                alive = [w for w in self.workers if w.alive()]
+            if self.partition is not None:
+                try:
+                    self._partition_step(now)
+                except (DatabaseError, InterfaceError) as exc:
+                    self.log(f"database unavailable ({type(exc).__name__}); retrying")
+                    close_old_connections()
+                    connection.close()
+            if self.kill_every > 0 and now >= next_kill:
+                # a cut-off worker is not killed while cut: its late writes are the point
+                cut_off = self.partition is not None and self.partition.is_cut
+                alive = [w for w in self.workers if w.alive() and not (cut_off and w.partition)]
                 if alive:
                     victim = self.rng.choice(alive)
                     victim.kill()
                     self.report.kills += 1
-                    self._start_worker(env)
+                    self._start_worker(env, partitioned=victim.partition is not None)
                 next_kill = now + self._jitter()
             for worker in [w for w in self.workers if not w.alive()]:
                 self.workers.remove(worker)
                 if len([w for w in self.workers if w.alive()]) < self.n_workers:
-                    self._start_worker(env)
+                    self._start_worker(env, partitioned=worker.partition is not None)
             if now >= next_note:
                 self.log(f"{len(remaining)} runs not finished; {self.report.kills} kills")
                 next_note = now + 10
             time.sleep(0.2)
         self.log(f"gave up waiting after {self.timeout:g} s")
+
+    # ---------------------------------------------------------------- partition
+
+    def _check_partition(self) -> None:
+        """Refuse ``partition`` where a host cannot be cut off: it needs PostgreSQL and
+        Redis (reached over TCP; SQLite and the filesystem broker are local files) and
+        root with iproute2. Raises :class:`ChaosConfigurationError`."""
+        broker = str(settings.CELERY_BROKER_URL)
+        if connection.vendor != "postgresql" or not broker.startswith(("redis://", "rediss://")):
+            raise ChaosConfigurationError(
+                "--partition needs PostgreSQL and Redis (DATABASE_URL=postgres://..., "
+                "CELERY_BROKER_URL=redis://...): with SQLite or the filesystem broker a "
+                f"worker host cannot be cut off (here: {connection.vendor}, "
+                f"{urlsplit(broker).scheme or broker})"
+            )
+        why = unavailable()
+        if why:
+            raise ChaosConfigurationError(f"--partition: {why}")
+        if self.partition_seconds <= self.lease:
+            raise ChaosConfigurationError(
+                f"--partition must cut the link for longer than the lease "
+                f"({self.partition_seconds:g} s <= {self.lease:g} s)"
+            )
+        if not 0 < self.n_partitioned < self.n_workers:
+            raise ChaosConfigurationError(
+                "--partition needs a worker inside the partition and one outside "
+                f"({self.n_partitioned} of {self.n_workers} partitioned)"
+            )
+
+    def _partition_ports(self) -> list[int]:
+        """The ports of 127.0.0.1 the partitioned workers reach through the link."""
+        assert self.services is not None
+        broker = urlsplit(str(settings.CELERY_BROKER_URL))
+        ports = [int(connection.settings_dict.get("PORT") or 5432), broker.port or 6379]
+        for service in self.services.all():
+            ports += service.ports.values()
+        return ports
+
+    def _partition_step(self, now: float) -> None:
+        """Cut the link once a cut-off-to-be worker holds a run; restore it once the cut
+        has lasted ``partition`` seconds and every run it held was taken over (at most
+        three times as long: a run whose row the cut-off worker locked cannot be)."""
+        from durable.models import Run
+
+        assert self.partition is not None
+        if self.partition.is_cut:
+            elapsed = now - self.cut_at
+            if elapsed < self.partition_seconds:
+                return
+            tokens = dict(
+                Run.objects.filter(pk__in=list(self.cut_held)).values_list("id", "lease_token")
+            )
+            taken = [rid for rid, token in self.cut_held.items() if tokens.get(rid) != token]
+            if len(taken) < len(self.cut_held) and elapsed < 3 * self.partition_seconds:
+                return
+            self.report.partition_taken_over = taken
+            self.partition.restore()
+            self.report.partition_seconds = elapsed
+            self.log(
+                f"link restored after {elapsed:.1f} s; {len(taken)} of {len(self.cut_held)} "
+                "runs taken over meanwhile"
+            )
+            return
+        if self.partition.cuts:
+            return  # one partition per audit
+        held = self._held_by_partitioned()
+        if held:
+            self.partition.cut()
+            self.cut_at = time.monotonic()
+            self.cut_held = held
+            self.report.partitions += 1
+            self.report.partition_held = sorted(held)
+            self.log(f"link cut; the cut-off worker(s) held {', '.join(sorted(held))}")
+
+    def _held_by_partitioned(self) -> dict[str, str]:
+        """Run id -> lease token of the running runs a partitioned worker holds."""
+        from django.db.models import Q
+
+        from durable.models import Run, RunStatus
+
+        inside = [w for w in self.workers if w.partition is not None and w.alive()]
+        if not inside:
+            return {}
+        owned = Q()
+        for worker in inside:
+            owned |= Q(lease_owner__startswith=worker.lease_prefix)
+        return dict(
+            Run.objects.filter(owned, status=RunStatus.RUNNING).values_list("id", "lease_token")
+        )
+
+    def _audit_partition(self, wait: float = 60.0) -> None:
+        """Count the held runs whose cut-off worker, back on the network, was refused
+        (its log says it lost the lease). Its retransmissions back off exponentially, so
+        wait up to ``wait`` seconds for each (or for its worker to have ended)."""
+        if not self.cut_held:
+            return
+        inside = [w for w in self.workers if w.partition is not None]
+        deadline = time.monotonic() + wait
+        while True:
+            text = "".join(w.log_path.read_text(errors="replace") for w in inside)
+            fenced = [rid for rid in self.cut_held if f"lost the lease of run {rid}" in text]
+            if len(fenced) == len(self.cut_held) or time.monotonic() > deadline:
+                break
+            if not any(w.alive() for w in inside):
+                break
+            time.sleep(0.5)
+        self.report.partition_fenced = sorted(fenced)
 
     def _jitter(self) -> float:
         return self.kill_every * self.rng.uniform(0.5, 1.5)
@@ -460,6 +632,10 @@ class Chaos:
         )
 
 
+class ChaosConfigurationError(ImproperlyConfigured):
+    """The audit cannot inject the fault it was asked for on this configuration."""
+
+
 def run_chaos(**options: Any) -> Report:
     """Run the chaos audit (see :class:`Chaos` for the options); returns its report."""
     return Chaos(**options).run()
@@ -481,6 +657,7 @@ def main(options: dict[str, Any], stdout: Any) -> int:
         timeout=options["timeout"],
         seed=options.get("seed"),
         service_faults=options["service_faults"],
+        partition=options.get("partition") or 0.0,
         midway=midway,
         log=log,
     )
@@ -494,6 +671,10 @@ def main(options: dict[str, Any], stdout: Any) -> int:
                     "lost": len(report.lost),
                     "not_terminal": len(report.not_terminal),
                     "statuses": dict(report.statuses),
+                    "partitions": report.partitions,
+                    "partition_held": report.partition_held,
+                    "partition_taken_over": report.partition_taken_over,
+                    "partition_fenced": report.partition_fenced,
                 }
             )
             + "\n"
