@@ -517,16 +517,40 @@ class Chaos:
                 "runs taken over meanwhile"
             )
             return
-        if self.partition.cuts:
+        if self.report.partitions:
             return  # one partition per audit
+        if not self._held_by_partitioned():
+            return
+        self.partition.cut()
+        # what they hold now, with nothing more coming from them: a run they ended just
+        # before the cut is not held, and a cut inside one of their transactions (its
+        # row locks would block the takeover until the link is back) is tried again
         held = self._held_by_partitioned()
-        if held:
-            self.partition.cut()
-            self.cut_at = time.monotonic()
-            self.cut_held = held
-            self.report.partitions += 1
-            self.report.partition_held = sorted(held)
-            self.log(f"link cut; the cut-off worker(s) held {', '.join(sorted(held))}")
+        if not held or self._in_transaction():
+            self.partition.restore()
+            return
+        self.cut_at = time.monotonic()
+        self.cut_held = held
+        self.report.partitions += 1
+        self.report.partition_held = sorted(held)
+        self.log(f"link cut; the cut-off worker(s) held {', '.join(sorted(held))}")
+
+    def _in_transaction(self) -> bool:
+        """Whether a database session of the partition is inside a transaction (between
+        two statements of one, or running one that is not its first)."""
+        assert self.partition is not None
+        port = int(connection.settings_dict.get("PORT") or 5432)
+        ports = list(self.partition.relays.get(port, ()))
+        if not ports:
+            return False
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                "AND client_addr = '127.0.0.1' AND (state LIKE 'idle in transaction%%' "
+                "OR (state = 'active' AND xact_start < query_start))",
+                [ports],
+            )
+            return bool(cursor.fetchone()[0])
 
     def _held_by_partitioned(self) -> dict[str, str]:
         """Run id -> lease token of the running runs a partitioned worker holds."""

@@ -83,6 +83,9 @@ class Partition:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._made: list[str] = []
+        #: upstream port -> the local ports of the relays' live connections to it (how
+        #: ``pg_stat_activity.client_port`` names the namespace's database sessions)
+        self.relays: dict[int, set[int]] = {port: set() for port in self.ports}
 
     # -------------------------------------------------------------- lifecycle
 
@@ -222,7 +225,9 @@ class Partition:
         async def listen() -> None:
             for port in self.ports:
                 await asyncio.start_server(
-                    lambda r, w, port=port: _relay(r, w, port), self.gateway, port
+                    lambda r, w, port=port: _relay(r, w, port, self.relays[port]),
+                    self.gateway,
+                    port,
                 )
 
         def main() -> None:
@@ -247,8 +252,11 @@ class Partition:
             raise RuntimeError(f"cannot listen on {self.gateway}: {failure[0]}")
 
 
-async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> None:
-    """Relay one connection to ``127.0.0.1:port``, both ways, until either side ends."""
+async def _relay(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int, live: set[int]
+) -> None:
+    """Relay one connection to ``127.0.0.1:port``, both ways, until either side ends;
+    the local port of the upstream connection is in ``live`` meanwhile."""
     try:
         up_reader, up_writer = await asyncio.wait_for(
             asyncio.open_connection("127.0.0.1", port), CONNECT_TIMEOUT
@@ -268,4 +276,9 @@ async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, por
             with contextlib.suppress(OSError):
                 dst.close()
 
-    await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+    local = up_writer.get_extra_info("sockname")[1]
+    live.add(local)
+    try:
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+    finally:
+        live.discard(local)
