@@ -48,6 +48,7 @@ from urllib.parse import quote, urlsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
+from django.utils import timezone
 
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
 from .chaos_audit import EXPECTED, Report, audit
@@ -266,6 +267,7 @@ class Chaos:
         #: run id -> lease token, of the runs a cut-off worker held when the link dropped
         self.cut_held: dict[str, str] = {}
         self.cut_at = 0.0
+        self.cut_since: datetime | None = None
         self.log = log
         self.report = Report()
         self.workers: list[ChaosWorker] = []
@@ -496,17 +498,12 @@ class Chaos:
         """Cut the link once a cut-off-to-be worker holds a run; restore it once the cut
         has lasted ``partition`` seconds and every run it held was taken over (at most
         three times as long: a run whose row the cut-off worker locked cannot be)."""
-        from durable.models import Run
-
         assert self.partition is not None
         if self.partition.is_cut:
             elapsed = now - self.cut_at
             if elapsed < self.partition_seconds:
                 return
-            tokens = dict(
-                Run.objects.filter(pk__in=list(self.cut_held)).values_list("id", "lease_token")
-            )
-            taken = [rid for rid, token in self.cut_held.items() if tokens.get(rid) != token]
+            taken = self._taken_over()
             if len(taken) < len(self.cut_held) and elapsed < 3 * self.partition_seconds:
                 return
             self.report.partition_taken_over = taken
@@ -530,10 +527,35 @@ class Chaos:
             self.partition.restore()
             return
         self.cut_at = time.monotonic()
+        self.cut_since = timezone.now()
         self.cut_held = held
         self.report.partitions += 1
         self.report.partition_held = sorted(held)
         self.log(f"link cut; the cut-off worker(s) held {', '.join(sorted(held))}")
+
+    def _taken_over(self) -> list[str]:
+        """The held runs another worker recovered since the cut: claimed while running
+        under the cut-off worker's lease (a ``recovered`` event by a worker outside)."""
+        from django.db.models import Q
+
+        from durable.models import TraceEvent
+        from durable.vocabulary import EventKind
+
+        inside = Q()
+        for worker in self.workers:
+            if worker.partition is not None:
+                inside |= Q(actor__startswith=worker.lease_prefix)
+        return sorted(
+            set(
+                TraceEvent.objects.filter(
+                    run_id__in=list(self.cut_held),
+                    kind=EventKind.RECOVERED,
+                    created_at__gte=self.cut_since,
+                )
+                .exclude(inside)
+                .values_list("run_id", flat=True)
+            )
+        )
 
     def _in_transaction(self) -> bool:
         """Whether a database session of the partition is inside a transaction (between
