@@ -607,6 +607,10 @@ class Chaos:
                 break
             time.sleep(0.5)
         self.report.partition_fenced = sorted(fenced)
+        self.log(
+            f"{len(fenced)} of {len(self.cut_held)} held runs' late writes fenced "
+            f"(waited {time.monotonic() - deadline + wait:.1f} s after the runs ended)"
+        )
 
     def _jitter(self) -> float:
         return self.kill_every * self.rng.uniform(0.5, 1.5)
