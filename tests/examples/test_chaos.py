@@ -116,7 +116,7 @@ def _partition_unsupported(settings) -> str | None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.processes
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_a_worker_host_cut_off_past_its_lease_is_taken_over_and_its_late_write_fenced(
     proc_env, settings
 ):
