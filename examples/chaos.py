@@ -25,6 +25,13 @@ The runs' inputs are in examples/chaos_inputs.py.
 
 ``restart_services()`` restarts PostgreSQL and Redis in the middle of a run (opt-in:
 ``--restart-services``, for CI machines where those services belong to the test run).
+
+``--partition SECONDS`` (PostgreSQL + Redis, root) starts one worker on a host of its
+own -- a network namespace, examples/chaos_partition.py -- and, once it holds a run, cuts
+that host off from the database, the broker and the services for at least SECONDS
+(longer than the lease) and until another worker recovered every run it held; then
+restores the link. The report names the runs held, taken over and whose late writes the
+lease fence refused (the cut-off worker's log says it lost their lease).
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ def _partition_unsupported(settings) -> str | None:
     ):
         return (
             "a worker host can only be cut off from PostgreSQL + Redis (reached over TCP); "
-            f"this run uses {connection.vendor} and {str(settings.CELERY_BROKER_URL)[:12]}"
+            f"this run uses {connection.vendor} and "
+            f"{str(settings.CELERY_BROKER_URL).split(':', 1)[0]}"
         )
     return unavailable()
 
