@@ -25,6 +25,13 @@ The runs' inputs are in examples/chaos_inputs.py.
 
 ``restart_services()`` restarts PostgreSQL and Redis in the middle of a run (opt-in:
 ``--restart-services``, for CI machines where those services belong to the test run).
+
+``--partition SECONDS`` (PostgreSQL + Redis, root) starts one worker on a host of its
+own -- a network namespace, examples/chaos_partition.py -- and, once it holds a run, cuts
+that host off from the database, the broker and the services for at least SECONDS
+(longer than the lease) and until another worker recovered every run it held; then
+restores the link. The report names the runs held, taken over and whose late writes the
+lease fence refused (the cut-off worker's log says it lost their lease).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,14 +53,28 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
+from django.utils import timezone
+
+from durable import conf
 
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
 from .chaos_audit import EXPECTED, Report, audit
 from .chaos_inputs import KINDS, inputs
+from .chaos_partition import Partition, unavailable
 from .procs import REPO, ServiceSet, admin
 
-__all__ = ["EXPECTED", "KINDS", "Chaos", "Report", "main", "restart_services", "run_chaos"]
+__all__ = [
+    "EXPECTED",
+    "KINDS",
+    "Chaos",
+    "ChaosConfigurationError",
+    "Report",
+    "main",
+    "restart_services",
+    "run_chaos",
+]
 
 CELERY = Path(sys.executable).parent / "celery"
 APPROVER_GROUPS = ("support-leads", "billing", "procurement", "finance")
@@ -90,28 +112,38 @@ class ClockStep:
 
 
 class ChaosWorker:
+    """A Celery worker process (solo pool); ``partition``: started inside that network
+    namespace, with ``env`` pointed at its gateway; ``clock``: with that host's clock."""
+
     def __init__(
-        self, name: str, env: dict[str, str], folder: Path, clock: ClockStep | None = None
+        self,
+        name: str,
+        env: dict[str, str],
+        folder: Path,
+        partition: Partition | None = None,
+        clock: ClockStep | None = None,
     ) -> None:
         self.name = name
+        self.partition = partition
         self.log_path = folder / f"{name}.log"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it
+        argv = [
+            *(clock.command() if clock is not None else [str(CELERY)]),
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "--without-mingle",
+            "--without-gossip",
+            "-n",
+            f"{name}@%h",
+            "--loglevel=INFO",
+        ]
         self.proc = subprocess.Popen(
-            [
-                *(clock.command() if clock is not None else [str(CELERY)]),
-                "-A",
-                "config",
-                "worker",
-                "--pool=solo",
-                "--concurrency=1",
-                "--without-mingle",
-                "--without-gossip",
-                "-n",
-                f"{name}@%h",
-                "--loglevel=INFO",
-            ],
+            partition.command(argv) if partition else argv,
             cwd=REPO,
-            env=env,
+            env=partition.env(env) if partition else env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -123,6 +155,12 @@ class ChaosWorker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def lease_prefix(self) -> str:
+        """How the leases this process holds begin (``host:pid:``; ``ip netns exec``
+        execs the worker, so the pid is the process's)."""
+        return f"{socket.gethostname()}:{self.proc.pid}:"
 
     def kill(self) -> None:
         if self.alive():
@@ -252,6 +290,8 @@ class Chaos:
         clock_step: float = 0.0,
         folder: Path | None = None,
         midway: Callable[[], None] | None = None,
+        partition: float = 0.0,
+        partitioned_workers: int = 1,
         log: Callable[[str], None] = print,
     ) -> None:
         self.n_runs = runs
@@ -265,6 +305,13 @@ class Chaos:
         self.clock_step: ClockStep | None = None
         self.folder = folder or Path(tempfile.mkdtemp(prefix="chaos-", dir=settings.VAR_DIR))
         self.midway = midway
+        self.partition_seconds = partition
+        self.n_partitioned = partitioned_workers if partition else 0
+        self.partition: Partition | None = None
+        #: run id -> lease token, of the runs a cut-off worker held when the link dropped
+        self.cut_held: dict[str, str] = {}
+        self.cut_at = 0.0
+        self.cut_since: datetime | None = None
         self.log = log
         self.report = Report()
         self.workers: list[ChaosWorker] = []
@@ -279,9 +326,18 @@ class Chaos:
         started = time.monotonic()
         saved_env = dict(os.environ)
         saved_durable = dict(settings.DURABLE)
+        if self.partition_seconds:
+            self._check_partition()
         try:
             self.services = ServiceSet.start(self.folder / "services")
             os.environ.update(self.services.env())
+            if self.partition_seconds:
+                self.partition = Partition(self._partition_ports())
+                self.partition.start()
+                self.log(
+                    f"{self.n_partitioned} worker(s) in network namespace "
+                    f"{self.partition.name} (gateway {self.partition.gateway})"
+                )
             # this process dispatches, sweeps and decides as beat and an operator would
             settings.DURABLE = {
                 **settings.DURABLE,
@@ -303,16 +359,26 @@ class Chaos:
             env = self._worker_env()
             if self.clock_step_seconds:
                 self.clock_step = ClockStep(self.clock_step_seconds, self.folder)
-            for _ in range(self.n_workers):
-                self._start_worker(env, skewed=self.clock_step is not None and not self.workers)
+            for i in range(self.n_workers):
+                # the last worker's host has the stepped clock; the first ones are cut off
+                self._start_worker(
+                    env,
+                    partitioned=i < self.n_partitioned,
+                    skewed=self.clock_step is not None and i == self.n_workers - 1,
+                )
             self._start_runs()
             self._loop(env, started)
+            if self.partition is not None and self.partition.is_cut:
+                self.partition.restore()  # the loop gave up while cut: the audit needs it
             if self.service_faults:
                 admin(self.services.payments_url, "DELETE", "/_admin/chaos")
             self._audit()
+            self._audit_partition()
         finally:
             for worker in self.workers:
                 worker.kill()
+            if self.partition is not None:
+                self.partition.stop()
             if self.services is not None:
                 self.services.stop()
             os.environ.clear()
@@ -352,12 +418,15 @@ class Chaos:
             env["DURABLE_LEASE_SECONDS"] = str(self.lease)
         return env
 
-    def _start_worker(self, env: dict[str, str], *, skewed: bool = False) -> None:
+    def _start_worker(
+        self, env: dict[str, str], partitioned: bool = False, skewed: bool = False
+    ) -> None:
         self._names += 1
-        name = f"chaos{os.getpid()}w{self._names}"
+        name = f"chaos{os.getpid()}w{self._names}{'p' if partitioned else ''}"
         if skewed:
             name += "-skewed"
-        worker = ChaosWorker(name, env, self.folder, self.clock_step if skewed else None)
+        partition = self.partition if partitioned else None
+        worker = ChaosWorker(name, env, self.folder, partition, self.clock_step if skewed else None)
         worker.skewed = skewed
         self.workers.append(worker)
         self.report.workers_started += 1
@@ -382,7 +451,14 @@ class Chaos:
             self.plans[run.id] = plan
             if plan.get("early_signal"):
                 self._signal(run.id)
-        self.log(f"started {self.n_runs} runs; killing a worker every ~{self.kill_every:g} s")
+        self.log(
+            f"started {self.n_runs} runs; "
+            + (
+                f"killing a worker every ~{self.kill_every:g} s"
+                if self.kill_every > 0
+                else "no kills"
+            )
+        )
 
     def _loop(self, env: dict[str, str], started: float) -> None:
         from durable.worker.sweeper import sweep
@@ -396,8 +472,8 @@ class Chaos:
             now = time.monotonic()
             try:
                 remaining = self._remaining()
-                if not remaining:
-                    return
+                if not remaining and not (self.partition and self.partition.is_cut):
+                    return  # (a cut link is restored first: its late writes are audited)
                 if now >= next_sweep:
                     sweep()
                     next_sweep = now + 0.5
@@ -418,18 +494,31 @@ class Chaos:
                 self.log(f"stepping one worker's clock by {step.seconds:+g} s")
                 step.step()
                 self.report.clock_steps += 1
-            if now >= next_kill:
-                alive = [w for w in self.workers if w.alive()]
+            if self.partition is not None:
+                try:
+                    self._partition_step(now)
+                except (DatabaseError, InterfaceError) as exc:
+                    self.log(f"database unavailable ({type(exc).__name__}); retrying")
+                    close_old_connections()
+                    connection.close()
+            if self.kill_every > 0 and now >= next_kill:
+                # a cut-off worker is not killed while cut: its late writes are the point
+                cut_off = self.partition is not None and self.partition.is_cut
+                alive = [w for w in self.workers if w.alive() and not (cut_off and w.partition)]
                 if alive:
                     victim = self.rng.choice(alive)
                     victim.kill()
                     self.report.kills += 1
-                    self._start_worker(env, skewed=victim.skewed)
+                    self._start_worker(
+                        env, partitioned=victim.partition is not None, skewed=victim.skewed
+                    )
                 next_kill = now + self._jitter()
             for worker in [w for w in self.workers if not w.alive()]:
                 self.workers.remove(worker)
                 if len([w for w in self.workers if w.alive()]) < self.n_workers:
-                    self._start_worker(env, skewed=worker.skewed)
+                    self._start_worker(
+                        env, partitioned=worker.partition is not None, skewed=worker.skewed
+                    )
             if now >= next_note:
                 self.log(f"{len(remaining)} runs not finished; {self.report.kills} kills")
                 next_note = now + 10
@@ -449,6 +538,162 @@ class Chaos:
             if worker.skewed and worker.alive():
                 owners |= Q(lease_owner__startswith=f"{socket.gethostname()}:{worker.proc.pid}:")
         return bool(owners) and Run.objects.filter(owners, lease_token__gt="").exists()
+
+    # ---------------------------------------------------------------- partition
+
+    def _check_partition(self) -> None:
+        """Refuse ``partition`` where a host cannot be cut off: it needs PostgreSQL and
+        Redis (reached over TCP; SQLite and the filesystem broker are local files) and
+        root with iproute2. Raises :class:`ChaosConfigurationError`."""
+        broker = str(settings.CELERY_BROKER_URL)
+        if connection.vendor != "postgresql" or not broker.startswith(("redis://", "rediss://")):
+            raise ChaosConfigurationError(
+                "--partition needs PostgreSQL and Redis (DATABASE_URL=postgres://..., "
+                "CELERY_BROKER_URL=redis://...): with SQLite or the filesystem broker a "
+                f"worker host cannot be cut off (here: {connection.vendor}, "
+                f"{urlsplit(broker).scheme or broker})"
+            )
+        why = unavailable()
+        if why:
+            raise ChaosConfigurationError(f"--partition: {why}")
+        lease = self.lease if self.lease is not None else conf.lease_seconds()
+        if self.partition_seconds <= lease:
+            raise ChaosConfigurationError(
+                f"--partition must cut the link for longer than the lease "
+                f"({self.partition_seconds:g} s <= {lease:g} s)"
+            )
+        if not 0 < self.n_partitioned < self.n_workers:
+            raise ChaosConfigurationError(
+                "--partition needs a worker inside the partition and one outside "
+                f"({self.n_partitioned} of {self.n_workers} partitioned)"
+            )
+
+    def _partition_ports(self) -> list[int]:
+        """The ports of 127.0.0.1 the partitioned workers reach through the link."""
+        assert self.services is not None
+        broker = urlsplit(str(settings.CELERY_BROKER_URL))
+        ports = [int(connection.settings_dict.get("PORT") or 5432), broker.port or 6379]
+        for service in self.services.all():
+            ports += service.ports.values()
+        return ports
+
+    def _partition_step(self, now: float) -> None:
+        """Cut the link once a cut-off-to-be worker holds a run; restore it once the cut
+        has lasted ``partition`` seconds and every run it held was taken over (at most
+        three times as long: a run whose row the cut-off worker locked cannot be)."""
+        assert self.partition is not None
+        if self.partition.is_cut:
+            elapsed = now - self.cut_at
+            if elapsed < self.partition_seconds:
+                return
+            taken = self._taken_over()
+            if len(taken) < len(self.cut_held) and elapsed < 3 * self.partition_seconds:
+                return
+            self.report.partition_taken_over = taken
+            self.partition.restore()
+            self.report.partition_seconds = elapsed
+            self.log(
+                f"link restored after {elapsed:.1f} s; {len(taken)} of {len(self.cut_held)} "
+                "runs taken over meanwhile"
+            )
+            return
+        if self.report.partitions:
+            return  # one partition per audit
+        if not self._held_by_partitioned():
+            return
+        self.partition.cut()
+        # what they hold now, with nothing more coming from them: a run they ended just
+        # before the cut is not held, and a cut inside one of their transactions (its
+        # row locks would block the takeover until the link is back) is tried again
+        held = self._held_by_partitioned()
+        if not held or self._in_transaction():
+            self.partition.restore()
+            return
+        self.cut_at = time.monotonic()
+        self.cut_since = timezone.now()
+        self.cut_held = held
+        self.report.partitions += 1
+        self.report.partition_held = sorted(held)
+        self.log(f"link cut; the cut-off worker(s) held {', '.join(sorted(held))}")
+
+    def _taken_over(self) -> list[str]:
+        """The held runs another worker recovered since the cut: claimed while running
+        under the cut-off worker's lease (a ``recovered`` event by a worker outside)."""
+        from django.db.models import Q
+
+        from durable.models import TraceEvent
+        from durable.vocabulary import EventKind
+
+        inside = Q()
+        for worker in self.workers:
+            if worker.partition is not None:
+                inside |= Q(actor__startswith=worker.lease_prefix)
+        return sorted(
+            set(
+                TraceEvent.objects.filter(
+                    run_id__in=list(self.cut_held),
+                    kind=EventKind.RECOVERED,
+                    created_at__gte=self.cut_since,
+                )
+                .exclude(inside)
+                .values_list("run_id", flat=True)
+            )
+        )
+
+    def _in_transaction(self) -> bool:
+        """Whether a database session of the partition is inside a transaction (between
+        two statements of one, or running one that is not its first)."""
+        assert self.partition is not None
+        port = int(connection.settings_dict.get("PORT") or 5432)
+        ports = list(self.partition.relays.get(port, ()))
+        if not ports:
+            return False
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                "AND client_addr = '127.0.0.1' AND (state LIKE 'idle in transaction%%' "
+                "OR (state = 'active' AND xact_start < query_start))",
+                [ports],
+            )
+            return bool(cursor.fetchone()[0])
+
+    def _held_by_partitioned(self) -> dict[str, str]:
+        """Run id -> lease token of the running runs a partitioned worker holds."""
+        from django.db.models import Q
+
+        from durable.models import Run, RunStatus
+
+        inside = [w for w in self.workers if w.partition is not None and w.alive()]
+        if not inside:
+            return {}
+        owned = Q()
+        for worker in inside:
+            owned |= Q(lease_owner__startswith=worker.lease_prefix)
+        return dict(
+            Run.objects.filter(owned, status=RunStatus.RUNNING).values_list("id", "lease_token")
+        )
+
+    def _audit_partition(self, wait: float = 60.0) -> None:
+        """Count the held runs whose cut-off worker, back on the network, was refused
+        (its log says it lost the lease). Its retransmissions back off exponentially, so
+        wait up to ``wait`` seconds for each (or for its worker to have ended)."""
+        if not self.cut_held:
+            return
+        inside = [w for w in self.workers if w.partition is not None]
+        deadline = time.monotonic() + wait
+        while True:
+            text = "".join(w.log_path.read_text(errors="replace") for w in inside)
+            fenced = [rid for rid in self.cut_held if f"lost the lease of run {rid}" in text]
+            if len(fenced) == len(self.cut_held) or time.monotonic() > deadline:
+                break
+            if not any(w.alive() for w in inside):
+                break
+            time.sleep(0.5)
+        self.report.partition_fenced = sorted(fenced)
+        self.log(
+            f"{len(fenced)} of {len(self.cut_held)} held runs' late writes fenced "
+            f"(waited {time.monotonic() - deadline + wait:.1f} s after the runs ended)"
+        )
 
     def _jitter(self) -> float:
         return self.kill_every * self.rng.uniform(0.5, 1.5)
@@ -520,6 +765,10 @@ class Chaos:
         )
 
 
+class ChaosConfigurationError(ImproperlyConfigured):
+    """The audit cannot inject the fault it was asked for on this configuration."""
+
+
 def run_chaos(**options: Any) -> Report:
     """Run the chaos audit (see :class:`Chaos` for the options); returns its report."""
     return Chaos(**options).run()
@@ -542,6 +791,7 @@ def main(options: dict[str, Any], stdout: Any) -> int:
         seed=options.get("seed"),
         service_faults=options["service_faults"],
         clock_step=options.get("clock_step") or 0.0,
+        partition=options.get("partition") or 0.0,
         midway=midway,
         log=log,
     )
@@ -555,6 +805,10 @@ def main(options: dict[str, Any], stdout: Any) -> int:
                     "lost": len(report.lost),
                     "not_terminal": len(report.not_terminal),
                     "statuses": dict(report.statuses),
+                    "partitions": report.partitions,
+                    "partition_held": report.partition_held,
+                    "partition_taken_over": report.partition_taken_over,
+                    "partition_fenced": report.partition_fenced,
                 }
             )
             + "\n"

@@ -58,6 +58,14 @@ class Report:
     plan_requests: int = 0
     child_runs: Counter = field(default_factory=Counter)  # status -> child runs
     limit_waits: int = 0
+    #: network partitions (``--partition``): links cut, and how long the cut lasted
+    partitions: int = 0
+    partition_seconds: float = 0.0
+    #: runs a cut-off worker held when its link dropped; those another worker claimed
+    #: while it was cut off; those whose cut-off worker, back, was refused a write
+    partition_held: list[str] = field(default_factory=list)
+    partition_taken_over: list[str] = field(default_factory=list)
+    partition_fenced: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -103,6 +111,17 @@ class Report:
             ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
             ("PostgreSQL + Redis restarts", self.restarts, ""),
             ("worker clock steps", self.clock_steps, ""),
+            (
+                "network partitions (link cut, s)",
+                f"{self.partitions} ({self.partition_seconds:.1f})",
+                "",
+            ),
+            (
+                "  runs held / taken over while cut off",
+                f"{len(self.partition_held)} / {len(self.partition_taken_over)}",
+                "",
+            ),
+            ("  late writes of the cut-off worker fenced", len(self.partition_fenced), ""),
             ("wall time (s)", f"{self.seconds:.1f}", ""),
         ]
         width = max(len(r[0]) for r in rows)

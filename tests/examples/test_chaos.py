@@ -8,6 +8,13 @@ the payments service's writes answered with 429, 503 or commit-then-drop. The 20
 audit is ``@pytest.mark.slow``. Restarting PostgreSQL and Redis half way is opt-in
 (``DURABLE_CHAOS_RESTART_SERVICES=1``): it restarts the machine's services, which only
 CI owns.
+
+The partition audit (``--partition``) runs one of three workers in a network namespace
+and cuts its link to PostgreSQL, Redis and the services for longer than the lease while
+it holds a run: the run must be taken over by another worker while the link is down,
+the cut-off worker's write once it is back must be refused by the lease fence, and the
+audit must stay clean. It needs PostgreSQL + Redis and root (``ip netns``); elsewhere it
+skips, saying which is missing.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from durable.models import Run
-from examples.chaos import restart_services, run_chaos
+from examples.chaos import ChaosConfigurationError, restart_services, run_chaos
+from examples.chaos_partition import unavailable
 
 
 def assert_clean(report) -> None:
@@ -93,6 +101,52 @@ def test_chaos_audit_survives_postgres_and_redis_restarts(proc_env, settings):
     print(report.table())
     assert report.restarts == 1
     assert_clean(report)
+
+
+def _partition_unsupported(settings) -> str | None:
+    if connection.vendor != "postgresql" or not str(settings.CELERY_BROKER_URL).startswith(
+        "redis://"
+    ):
+        return (
+            "a worker host can only be cut off from PostgreSQL + Redis (reached over TCP); "
+            f"this run uses {connection.vendor} and "
+            f"{str(settings.CELERY_BROKER_URL).split(':', 1)[0]}"
+        )
+    return unavailable()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.processes
+@pytest.mark.timeout(240)
+def test_a_worker_host_cut_off_past_its_lease_is_taken_over_and_its_late_write_fenced(
+    proc_env, settings
+):
+    why = _partition_unsupported(settings)
+    if why:
+        pytest.skip(why)
+    # lease 3 s, the link cut for at least 10 s (and until the held run was taken over)
+    report = run_chaos(
+        runs=10, kill_every=0, workers=3, lease=3.0, partition=10.0, timeout=120, seed=11
+    )
+    print(report.table())
+    assert report.ok, report.table()
+    assert report.statuses == {"succeeded": 10}, report.table()
+    assert report.partitions == 1 and report.partition_seconds >= 10.0, report.table()
+    held = set(report.partition_held)
+    assert held, report.table()
+    # every run the cut-off worker held was claimed by another worker while it was cut off
+    assert set(report.partition_taken_over) == held, report.table()
+    # ... and the cut-off worker, back on the network, tried to write and was refused
+    assert set(report.partition_fenced) == held, report.table()
+    # the runs it held finished on other workers (the fence let it write nothing more)
+    assert Run.objects.filter(pk__in=held, status="succeeded").count() == len(held)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_partition_is_refused_where_a_host_cannot_be_cut_off(settings):
+    settings.CELERY_BROKER_URL = "filesystem://"
+    with pytest.raises(ChaosConfigurationError, match="needs PostgreSQL and Redis"):
+        run_chaos(runs=1, kill_every=0, partition=10.0)
 
 
 def test_the_audit_fails_on_a_duplicate_or_a_lost_run():

@@ -65,7 +65,7 @@ class Command(BaseCommand):
             type=float,
             default=3.0,
             metavar="SECONDS",
-            help="mean seconds between two SIGKILLs (default 3)",
+            help="mean seconds between two SIGKILLs (default 3; 0: no kills)",
         )
         parser.add_argument(
             "--workers",
@@ -114,12 +114,28 @@ class Command(BaseCommand):
             default=0.0,
             metavar="SECONDS",
             help="step one worker host's wall clock by SECONDS (negative: back) once it holds "
-            "a run (libfaketime; default 0: no step)",
+            "a run (examples/clock_skew.py; default 0: no step)",
+        )
+        parser.add_argument(
+            "--partition",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="run one worker in a network namespace and, once it holds a run, cut its "
+            "link to the database, the broker and the services for SECONDS (longer than "
+            "the lease; kept cut until its runs were taken over); PostgreSQL + Redis and "
+            "root only (default 0: no partition)",
         )
         parser.add_argument("--json", action="store_true", help="also print a JSON summary")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if chaos.main(options, self.stdout) != 0:
+        if options["kill_every"] < 0 or options["partition"] < 0:
+            raise CommandError("--kill-every and --partition take 0 or more seconds")
+        try:
+            status = chaos.main(options, self.stdout)
+        except chaos.ChaosConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        if status != 0:
             raise CommandError(
                 "the chaos audit found duplicates or losses", returncode=AUDIT_FAILED
             )
