@@ -143,6 +143,23 @@ def test_a_worker_host_cut_off_past_its_lease_is_taken_over_and_its_late_write_f
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_chaos_audit_with_the_default_lease_and_a_worker_clock_stepped_an_hour(proc_env):
+    """The product's default lease (30 s) and heartbeat, not the audit's short one: killed
+    workers are found by their silent liveness beat. On PostgreSQL one worker host's
+    clock also steps an hour ahead once it holds a run (durable/clock.py); on the
+    embedded default every worker shares one machine's clock, so there is no step."""
+    step = 3600.0 if connection.vendor == "postgresql" else 0.0
+    report = run_chaos(
+        runs=12, kill_every=3.0, workers=3, lease=None, timeout=240, seed=13, clock_step=step
+    )
+    print(report.table())
+    assert_clean(report)
+    assert report.clock_steps == (1 if step else 0), report.table()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_partition_is_refused_where_a_host_cannot_be_cut_off(settings):
     settings.CELERY_BROKER_URL = "filesystem://"
     with pytest.raises(ChaosConfigurationError, match="needs PostgreSQL and Redis"):
