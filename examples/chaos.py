@@ -48,6 +48,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
+from . import chaos_frameworks as _chaos_frameworks  # noqa: F401 - the framework kinds
 from .chaos_audit import EXPECTED, Report, audit
 from .chaos_inputs import KINDS, inputs
 from .procs import REPO, ServiceSet, admin
@@ -301,9 +302,11 @@ class Chaos:
                 "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
                 "DURABLE_DISPATCH": "celery",
                 # the reference and chaos agents only: a worker killed every few seconds
-                # must not spend them importing the framework agents' libraries
+                # must not spend them importing the framework agents' libraries (the
+                # chaos framework agents import theirs on their first execution)
                 "DURABLE_AUTODISCOVER": "false",
-                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents",
+                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents,"
+                "examples.chaos_frameworks",
                 "DURABLE_LEASE_SECONDS": str(self.lease),
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill

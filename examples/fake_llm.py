@@ -359,11 +359,29 @@ def refund_desk_script(conv: Conversation) -> dict[str, Any]:
     return {"content": f"No refund for order {order}. {reason}".strip(), "tool_calls": []}
 
 
+def chaos_frameworks_script(conv: Conversation) -> dict[str, Any]:
+    """The chaos audit's framework agents (examples/chaos_frameworks.py): one tool call a
+    turn -- ``open_ticket`` with a subject naming the run, then ``refund_charge`` of the
+    charge the customer names -- then a summary of what the tools answered."""
+    facts = _support_facts(conv.first_user)
+    offered = {str((t.get("function") or {}).get("name", "")) for t in conv.body.get("tools") or []}
+    called = [call["name"] for call, _ in conv.tool_results()]
+    wanted = {
+        "open_ticket": {"customer": facts["name"], "subject": f"{conv.run_id} framework ticket"},
+        "refund_charge": {"charge_id": facts["charge"], "amount_cents": facts["cents"]},
+    }
+    for name, args in wanted.items():
+        if name in offered and name not in called:
+            return {"content": None, "tool_calls": [(name, args)]}
+    return {"content": f"Summary for {facts['name']}: {', '.join(called)}.", "tool_calls": []}
+
+
 SCRIPTS = {
     "support": support_script,
     "echo": echo_script,
     "refund_graph": refund_graph_script,
     "refund-desk": refund_desk_script,
+    "chaos-frameworks": chaos_frameworks_script,
 }
 
 
