@@ -4,8 +4,10 @@
 the runs: an effect counted more often than :data:`EXPECTED` says (per run, its child
 runs' effects included), the same business effect under two keys (a charge refunded
 twice, a Message-ID delivered twice, a ticket subject written twice), an effect missing
-from a succeeded run, a run lost (started, absent) or not terminal. :class:`Report`
-holds the counts and prints the table.
+from a succeeded run, a run lost (started, absent) or not terminal, and a framework
+run's model call asked again after its step was recorded (:func:`check_model_calls`,
+from the scripted LLM's request log). :class:`Report` holds the counts and prints the
+table.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ labels runs that used it) and never streams. Answers are computed from the messa
 - the ``support`` script plans from the customer message (``kb_search``,
   ``tickets_create``, ``payments_refund`` when a charge and an amount are named,
   ``email_send``), corrects a call the tools refused, and summarises once every tool
-  has answered.
+  has answered; ``chaos-frameworks`` (the chaos audit's framework agents) makes one tool
+  call a turn, a ticket and then a refund, asking again once after an error answer.
 
 **Faults on demand**, by a marker in a user message (so a run carries its own faults
 and replays them deterministically):
