@@ -25,8 +25,10 @@ the scripted LLM's request log then says which run asked what, and the audit che
 a model call a run recorded was not asked again on replay (:data:`MODEL_STEPS`).
 
 **Lazy imports.** The three frameworks cost a worker about 3 s to import (measured on a
-2-core machine: OpenAI Agents SDK ~1.9 s, PydanticAI ~0.5 s, LangGraph ~0.5 s), and the
-audit kills a worker every few seconds. So importing this module (workers name it in
+2-core machine: OpenAI Agents SDK ~1.9 s, PydanticAI ~0.5 s, LangGraph ~0.5 s): a chaos
+worker importing them at start was ready after 8.5-11.9 s instead of 2.5-3.5 s (medians,
+loaded machine), and the audit kills a worker every few seconds. So importing this
+module (workers name it in
 ``DURABLE_WORKFLOW_MODULES``) imports none of them: each kind is a thin workflow that,
 on its first execution in a process, imports its framework, builds the adapter's
 workflow (registered under ``examples.chaos.<kind>-agent``) and runs it with its own
