@@ -1,11 +1,13 @@
 """The chaos audit: ``manage.py durable_chaos --runs N --kill-every SECONDS``.
 
 It starts its own example services (scripted LLM, payments service, SMTP sink) and its
-own Celery workers, starts N runs of six agents in turn -- the reference agents
-(support, invoice, procurement) and the agents of examples/chaos_agents.py (fanout: a
+own Celery workers, starts N runs of nine agents in turn -- the reference agents
+(support, invoice, procurement), the agents of examples/chaos_agents.py (fanout: a
 parallel group of writes and reads; family: a parent and two child runs; limited: calls
-under a rate and concurrency limit shared by all the runs) -- and then, until every run
-has ended:
+under a rate and concurrency limit shared by all the runs) and those of
+examples/chaos_frameworks.py (langgraph, pydantic_ai, openai_agents: the framework
+adapters with a scripted model, a ticket and a refund each; the workers import a
+framework on their first run of it) -- and then, until every run has ended:
 
 - SIGKILLs a random worker every ``--kill-every`` seconds (with jitter) and starts a
   fresh one, so runs lose their worker in the middle of LLM calls, refunds and emails;
@@ -19,9 +21,10 @@ has ended:
 Then it audits the services against the database (examples/chaos_audit.py): duplicate
 refunds, tickets, orders, invoices and emails (the payments service's objects and the
 SMTP sink's messages, per run with its child runs, per idempotency key and per business
-identity), effects missing from succeeded runs, lost runs (started but absent) and runs
-not terminal. It prints a table and the command exits non-zero on any duplicate or loss.
-The runs' inputs are in examples/chaos_inputs.py.
+identity), framework runs' model calls asked again after they were recorded, effects
+missing from succeeded runs, lost runs (started but absent) and runs not terminal. It
+prints a table and the command exits non-zero on any duplicate or loss. The runs' inputs
+are in examples/chaos_inputs.py.
 
 ``restart_services()`` restarts PostgreSQL and Redis in the middle of a run (opt-in:
 ``--restart-services``, for CI machines where those services belong to the test run).
@@ -60,6 +63,7 @@ from django.utils import timezone
 from durable import conf
 
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
+from . import chaos_frameworks as _chaos_frameworks  # noqa: F401 - the framework kinds
 from .chaos_audit import EXPECTED, Report, audit
 from .chaos_inputs import KINDS, inputs
 from .chaos_partition import Partition, unavailable
@@ -401,14 +405,19 @@ class Chaos:
                 "DJANGO_SECRET_KEY": str(settings.SECRET_KEY),
                 "DURABLE_DISPATCH": "celery",
                 # the reference and chaos agents only: a worker killed every few seconds
-                # must not spend them importing the framework agents' libraries
+                # must not spend them importing the framework agents' libraries (the
+                # chaos framework agents import theirs on their first execution)
                 "DURABLE_AUTODISCOVER": "false",
-                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents",
+                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents,"
+                "examples.chaos_frameworks",
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill
                 # every few seconds a slow step (under load) can be hit three times, which
-                # the poison-step guard rightly fails (tests/processes covers that guard)
-                "DURABLE_MAX_WORKER_LOST_ATTEMPTS": "10",
+                # the poison-step guard rightly fails (tests/processes covers that guard);
+                # a framework run's first execution on each fresh worker also imports its
+                # framework (1-3 s), so near the end, when kills hit the few runs left, one
+                # can lose 9 workers in a row at one step (seen on a loaded 2-core machine)
+                "DURABLE_MAX_WORKER_LOST_ATTEMPTS": "20",
                 **self.services.env(),
             }
         )

@@ -4,8 +4,10 @@
 the runs: an effect counted more often than :data:`EXPECTED` says (per run, its child
 runs' effects included), the same business effect under two keys (a charge refunded
 twice, a Message-ID delivered twice, a ticket subject written twice), an effect missing
-from a succeeded run, a run lost (started, absent) or not terminal. :class:`Report`
-holds the counts and prints the table.
+from a succeeded run, a run lost (started, absent) or not terminal, and a framework
+run's model call asked again after its step was recorded (:func:`check_model_calls`,
+from the scripted LLM's request log). :class:`Report` holds the counts and prints the
+table.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 import httpx
 
 from .chaos_agents import EXPECTED as NEW_EXPECTED
+from .chaos_frameworks import EXPECTED as FRAMEWORK_EXPECTED
+from .chaos_frameworks import MODEL_STEPS
 from .procs import admin
 
 #: what one succeeded run of each agent leaves in the services: (collection, count);
@@ -26,9 +30,19 @@ EXPECTED: dict[str, dict[str, int]] = {
     "invoice": {"invoice": 1, "email": 1},
     "procurement": {"purchase_request": 1, "order": 1},
     **NEW_EXPECTED,
+    **FRAMEWORK_EXPECTED,
 }
-#: the collections whose duplicates the table lists
-DUPLICATE_CHECKS = ("refund", "ticket", "email", "invoice", "order", "purchase_request")
+#: the collections whose duplicates the table lists ("model call": a framework run's
+#: model call asked again after its step was recorded, :func:`check_model_calls`)
+DUPLICATE_CHECKS = (
+    "refund",
+    "ticket",
+    "email",
+    "invoice",
+    "order",
+    "purchase_request",
+    "model call",
+)
 
 
 def root_run_id(run_id: str) -> str:
@@ -66,6 +80,9 @@ class Report:
     partition_held: list[str] = field(default_factory=list)
     partition_taken_over: list[str] = field(default_factory=list)
     partition_fenced: list[str] = field(default_factory=list)
+    #: the framework runs' model calls answered by the scripted LLM / beyond one a turn
+    model_calls: int = 0
+    model_calls_again: int = 0
     seconds: float = 0.0
 
     @property
@@ -109,6 +126,11 @@ class Report:
             ),
             ("calls parked on the shared limit", self.limit_waits, ""),
             ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
+            (
+                "framework model calls / asked again (killed mid-call)",
+                f"{self.model_calls} / {self.model_calls_again}",
+                "",
+            ),
             ("PostgreSQL + Redis restarts", self.restarts, ""),
             ("worker clock steps", self.clock_steps, ""),
             (
@@ -217,3 +239,37 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
     report.plan_requests = sum(
         1 for r in asked if r["run"] in report.runs and r["turn"] == 0 and r["status"] == 200
     )
+    check_model_calls(report, asked)
+
+
+def check_model_calls(report: Report, asked: list[dict[str, Any]]) -> None:
+    """A framework run's model call whose step was recorded is never asked again.
+
+    ``asked``: the scripted LLM's request log (``run``, ``turn``: the assistant messages
+    before the request, ``status``). A turn answered more than once for a run must be
+    explained by a try of one of its model steps (:data:`MODEL_STEPS`: PydanticAI's and
+    the OpenAI Agents SDK's ``model``, ``model#2``...; LangGraph's ``superstep-N``, where
+    the model node runs) that did not record: lost with its worker (killed mid-call) or
+    failed. Each unexplained extra answer is a duplicate "model call" of its run.
+    """
+    from durable.models import StepAttempt
+
+    kinds = {rid: kind for rid, kind in report.runs.items() if kind in MODEL_STEPS}
+    answered = Counter(
+        (r["run"], r["turn"]) for r in asked if r["run"] in kinds and r["status"] == 200
+    )
+    again: Counter = Counter()
+    for (run_id, _turn), n in answered.items():
+        again[run_id] += n - 1
+    tries: Counter = Counter()
+    rows = StepAttempt.objects.filter(run_id__in=list(kinds)).values_list("run_id", "step__step_id")
+    for run_id, step_id in rows:
+        if step_id.startswith(MODEL_STEPS[kinds[run_id]]):
+            tries[run_id] += 1
+    report.model_calls += sum(answered.values())
+    report.model_calls_again += sum(again.values())
+    for run_id in kinds:
+        if again[run_id] > tries[run_id]:
+            report.duplicates["model call"].append(
+                f"{run_id} x{again[run_id]} again, {tries[run_id]} unrecorded tries"
+            )

@@ -11,9 +11,22 @@ from __future__ import annotations
 import random
 from typing import Any
 
-#: the agents the audit starts, in turn (``examples.<kind>``; examples/workflows.py and
-#: examples/chaos_agents.py)
-KINDS = ("support", "invoice", "procurement", "fanout", "family", "limited")
+from .chaos_frameworks import EXPECTED as FRAMEWORK_EXPECTED
+from .chaos_frameworks import message as framework_message
+
+#: the agents the audit starts, in turn (``examples.<kind>``; examples/workflows.py,
+#: examples/chaos_agents.py and examples/chaos_frameworks.py)
+KINDS = (
+    "support",
+    "invoice",
+    "procurement",
+    "fanout",
+    "family",
+    "limited",
+    "langgraph",
+    "pydantic_ai",
+    "openai_agents",
+)
 
 
 def inputs(i: int, kind: str, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -36,6 +49,8 @@ def inputs(i: int, kind: str, rng: random.Random) -> tuple[dict[str, Any], dict[
         )
     if kind in ("fanout", "family", "limited"):
         return {"customer": f"Chaos Customer {i}"}, {}
+    if kind in FRAMEWORK_EXPECTED:  # a message naming a charge only this run refunds
+        return {"message": framework_message(i)}, {}
     if kind == "invoice":
         return (
             {

@@ -15,7 +15,8 @@ labels runs that used it) and never streams. Answers are computed from the messa
 - the ``support`` script plans from the customer message (``kb_search``,
   ``tickets_create``, ``payments_refund`` when a charge and an amount are named,
   ``email_send``), corrects a call the tools refused, and summarises once every tool
-  has answered.
+  has answered; ``chaos-frameworks`` (the chaos audit's framework agents) makes one tool
+  call a turn, a ticket and then a refund, asking again once after an error answer.
 
 **Faults on demand**, by a marker in a user message (so a run carries its own faults
 and replays them deterministically):
@@ -359,11 +360,39 @@ def refund_desk_script(conv: Conversation) -> dict[str, Any]:
     return {"content": f"No refund for order {order}. {reason}".strip(), "tool_calls": []}
 
 
+def _is_error(result: Any) -> bool:
+    """Whether a tool answered with an error (an ``error`` key, or the OpenAI Agents SDK's
+    "An error occurred while running the tool" text)."""
+    if not isinstance(result, dict):
+        return False
+    return "error" in result or "error occurred" in str(result.get("result", "")).lower()
+
+
+def chaos_frameworks_script(conv: Conversation) -> dict[str, Any]:
+    """The chaos audit's framework agents (examples/chaos_frameworks.py): one tool call a
+    turn -- ``open_ticket`` with a subject naming the run, then ``refund_charge`` of the
+    charge the customer names, each asked once more after an error answer (as a model
+    told "Please try again" does) -- then a summary of what the tools answered."""
+    facts = _support_facts(conv.first_user)
+    offered = {str((t.get("function") or {}).get("name", "")) for t in conv.body.get("tools") or []}
+    called = [call["name"] for call, _ in conv.tool_results()]
+    failed = [call["name"] for call, result in conv.tool_results() if _is_error(result)]
+    wanted = {
+        "open_ticket": {"customer": facts["name"], "subject": f"{conv.run_id} framework ticket"},
+        "refund_charge": {"charge_id": facts["charge"], "amount_cents": facts["cents"]},
+    }
+    for name, args in wanted.items():
+        if name in offered and called.count(name) == failed.count(name) < 2:
+            return {"content": None, "tool_calls": [(name, args)]}
+    return {"content": f"Summary for {facts['name']}: {', '.join(called)}.", "tool_calls": []}
+
+
 SCRIPTS = {
     "support": support_script,
     "echo": echo_script,
     "refund_graph": refund_graph_script,
     "refund-desk": refund_desk_script,
+    "chaos-frameworks": chaos_frameworks_script,
 }
 
 

@@ -6,6 +6,13 @@ a clone whose model is wrapped so that ``get_response`` is one ``ctx.step`` (``m
 ``model#2``, ...) recording the ``ModelResponse`` (output items as the Responses API's
 JSON), whose function tools' ``on_invoke_tool`` is one step (``tool:<name>``), and whose
 handoffs record a step ``handoff:<agent>``, so the run page shows which agent took over.
+A tool's body gets the step's idempotency key (:func:`current_idempotency_key`). A tool
+failure that may have reached a service (:func:`retried_by_durable`: a 429 or 5xx, a
+dropped connection, a timeout) fails the step's try and Durable tries it again with the
+same key, as its retry policy says; it is not handed to the model as the SDK's "Please
+try again" message, after which the model would call again under a new key and a write
+whose answer was lost would be made twice. Other tool errors reach the model as the
+SDK's ``failure_error_function`` makes them, recorded with the step.
 A tool with ``needs_approval`` interrupts the SDK's run; each interruption waits for a
 decision in the inbox and the run continues through the SDK's own
 ``RunState.approve`` / ``RunState.reject(rejection_message=...)``. Needs the
@@ -20,6 +27,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+import openai
 from agents import (
     Agent,
     FunctionTool,
@@ -34,12 +43,18 @@ from agents import (
     handoff,
 )
 from agents.models.multi_provider import MultiProvider
+from agents.tool import (
+    maybe_invoke_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
 from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge, current_idempotency_key, with_key
+from durable.exceptions import AmbiguousOutcomeError, TransientError
+from durable.retry import AMBIGUOUS, TRANSIENT, classify
 from durable.types import Decision
 
 __all__ = [
@@ -47,6 +62,7 @@ __all__ = [
     "current_idempotency_key",
     "durable_run",
     "register",
+    "retried_by_durable",
 ]
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
@@ -82,6 +98,28 @@ def _load(data: dict[str, Any]) -> ModelResponse:
         usage=Usage(**data["usage"]),
         response_id=data.get("response_id"),
     )
+
+
+def retried_by_durable(exc: BaseException) -> bool:
+    """Whether a function tool's exception fails its step's try, so that Durable tries
+    the call again with the same idempotency key, instead of reaching the model as the
+    SDK's error message ("An error occurred while running the tool. Please try again").
+
+    True for a failure of a request that may have reached a service: an HTTP answer
+    Durable retries (408, 409, 425, 429, 5xx: :func:`durable.retry.classify`), a network
+    error or timeout (``httpx.TransportError``, ``openai.APIConnectionError``,
+    ``ConnectionError``, ``TimeoutError``), :class:`~durable.TransientError`,
+    :class:`~durable.AmbiguousOutcomeError`. Told "please try again", a model would call
+    the tool anew, as a new step with a new key: a write whose answer was lost would be
+    made twice. Anything else (a refused request, the tool's own error) reaches the model
+    as the SDK's message, as without Durable.
+    """
+    if isinstance(exc, (TransientError, AmbiguousOutcomeError, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, (httpx.TransportError, openai.APIConnectionError)):
+        return True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return isinstance(status, int) and classify(exc)[0] in (TRANSIENT, AMBIGUOUS)
 
 
 class DurableModel(Model):
@@ -135,14 +173,26 @@ class _Clones:
         if not isinstance(tool, FunctionTool):
             return tool  # hosted tools run at the provider, inside the model step
         session = self.session
-        invoke = tool.on_invoke_tool
+        # the tool without the SDK's failure handling: its exceptions reach the step
+        raising = set_function_tool_failure_error_function(copy.copy(tool), None)
+        invoke = raising.on_invoke_tool
 
         async def durable_invoke(tool_ctx: Any, arguments: str) -> Any:
             def body(*, idempotency_key: str) -> Any:
-                call = lambda: invoke(tool_ctx, arguments)  # noqa: E731
-                return to_jsonable_python(
-                    session.bridge.run_on_loop(lambda: with_key(idempotency_key, call))
-                )
+                async def call() -> Any:
+                    try:
+                        return await with_key(idempotency_key, lambda: invoke(tool_ctx, arguments))
+                    except Exception as exc:
+                        if retried_by_durable(exc):
+                            raise  # Durable tries the step again, with the same key
+                        handled = await maybe_invoke_function_tool_failure_error_function(
+                            function_tool=tool, context=tool_ctx, error=exc
+                        )
+                        if handled is None:  # the tool's failure_error_function=None
+                            raise
+                        return handled  # the model sees the SDK's message, as without us
+
+                return to_jsonable_python(session.bridge.run_on_loop(call))
 
             return await session.step(f"tool:{tool.name}", body)
 

@@ -46,6 +46,31 @@ triage = Agent(
     model="scripted",
     handoffs=[refunds],
 )
+#: ``flaky_lookup``'s failures still to raise, each an exception to raise
+FLAKY: list[Exception] = []
+
+
+@function_tool(name_override="lookup_order")
+def flaky_lookup(order_id: str) -> str:
+    """Look an order up (raises ``FLAKY``'s next exception first: the answer was lost)."""
+    record("tool", "lookup_order", key=current_idempotency_key())
+    if FLAKY:
+        raise FLAKY.pop(0)
+    return json.dumps({"order_id": order_id, "amount": 30})
+
+
+flaky_refunds = Agent(
+    name="Refunds",
+    instructions=INSTRUCTIONS + "You refund orders.",
+    model="scripted",
+    tools=[flaky_lookup, refund_order],
+)
+flaky_desk = register(
+    flaky_refunds,
+    name="oai.flaky-desk",
+    version="1",
+    model_provider=lambda: MultiProvider(openai_use_responses=False),
+)
 refund_desk = register(
     triage,
     name="oai.refund-desk",

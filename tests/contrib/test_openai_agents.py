@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+import httpx
 import pytest
 from agents import Agent
 from django.contrib.auth.models import Permission, User
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from durable.contrib.openai_agents import durable_run
+from durable.contrib.openai_agents import durable_run, retried_by_durable
 from durable.models import Run, RunStatus, Step
 from durable.testing import drive
 from tests.contrib import oai_agents as oa
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _fresh_calls(monkeypatch):
     monkeypatch.delenv("CRASH_TEST_DIR", raising=False)
     pa.CALLS.clear()
+    oa.FLAKY.clear()
 
 
 @pytest.fixture
@@ -82,6 +84,47 @@ def test_a_rejection_reaches_the_model_through_the_sdks_reject(scripted_llm, ali
     assert out["final_output"] == f"No refund for order B-7. {message}"
     outputs = [i for i in out["items"] if i.get("type") == "function_call_output"]
     assert outputs[-1]["output"] == message
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx.HTTPStatusError(
+            "503",
+            request=httpx.Request("POST", "http://payments/v1/refunds"),
+            response=httpx.Response(503),
+        ),
+    ],
+    ids=["dropped", "503"],
+)
+def test_a_tool_failure_that_may_have_written_is_retried_with_its_key_not_shown_to_the_model(
+    scripted_llm, lost
+):
+    # the SDK's default turns any tool exception into "Please try again" for the model,
+    # which calls again as a new step, with a new key: a refund whose answer was lost
+    # was made twice (found by the chaos audit, examples/chaos_frameworks.py)
+    oa.FLAKY[:] = [lost]
+    run = drive(durable_run(oa.flaky_refunds, "Please refund order B-7").id)
+    assert run.status == RunStatus.WAITING, run.error  # the refund's approval
+    lookups = [c for c in pa.CALLS if c["name"] == "lookup_order"]
+    assert [c["key"] for c in lookups] == [f"{run.id}:tool:lookup_order"] * 2
+    step = Step.objects.get(run=run, step_id="tool:lookup_order")
+    assert step.attempts == 2 and '"amount": 30' in step.output_value()
+    assert not Step.objects.filter(run=run, step_id="tool:lookup_order#2").exists()
+
+
+def test_a_tool_error_that_did_not_write_still_reaches_the_model(scripted_llm):
+    oa.FLAKY[:] = [ValueError("order B-7 is archived")]
+    run = drive(durable_run(oa.flaky_refunds, "Please refund order B-7").id)
+    assert len([c for c in pa.CALLS if c["name"] == "lookup_order"]) == 1
+    step = Step.objects.get(run=run, step_id="tool:lookup_order")
+    assert step.attempts == 1 and "An error occurred" in step.output_value()  # the SDK's
+    assert retried_by_durable(httpx.ReadTimeout("read timed out"))
+    refused = httpx.Response(400, request=httpx.Request("POST", "http://payments/v1/refunds"))
+    assert not retried_by_durable(
+        httpx.HTTPStatusError("400", request=refused.request, response=refused)
+    )
 
 
 def test_an_unregistered_agent_cannot_be_run():

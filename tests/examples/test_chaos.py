@@ -1,9 +1,11 @@
 """The chaos audit (``manage.py durable_chaos``) as a test: runs on workers SIGKILLed at
 random must leave zero duplicate refunds, tickets, orders and emails and lose no run.
 
-The CI-sized audit runs 24 runs of the six agents (support, invoice, procurement, and
+The CI-sized audit runs 24 runs of the nine agents (support, invoice, procurement;
 examples/chaos_agents.py's fanout, family and limited: a parallel group of writes, a
-parent with two child runs, calls under a shared limit) with a kill about every 2 s and 5 % of
+parent with two child runs, calls under a shared limit; examples/chaos_frameworks.py's
+langgraph, pydantic_ai and openai_agents: the three framework adapters with a scripted
+model, at least two runs each) with a kill about every 2 s and 5 % of
 the payments service's writes answered with 429, 503 or commit-then-drop. The 200-run
 audit is ``@pytest.mark.slow``. Restarting PostgreSQL and Redis half way is opt-in
 (``DURABLE_CHAOS_RESTART_SERVICES=1``): it restarts the machine's services, which only
@@ -20,6 +22,8 @@ skips, saying which is missing.
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from io import StringIO
 
 import pytest
@@ -27,7 +31,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from durable.models import Run
-from examples.chaos import ChaosConfigurationError, restart_services, run_chaos
+from examples.chaos import KINDS, ChaosConfigurationError, restart_services, run_chaos
+from examples.chaos_frameworks import EXPECTED as FRAMEWORK_KINDS
 from examples.chaos_partition import unavailable
 
 
@@ -63,9 +68,17 @@ def test_chaos_audit_of_24_runs_with_kills_is_clean(proc_env):
     assert "AUDIT CLEAN: zero duplicates, zero losses" in text, text
     chaos_runs = Run.objects.filter(id__startswith="chaos-", status="succeeded")
     assert chaos_runs.filter(parent_run__isnull=True).count() == 24, text
-    # 4 of the 24 are examples.family runs, each the parent of two child runs
-    assert chaos_runs.filter(parent_run__isnull=False).count() == 8, text
-    assert "child runs succeeded / started                       8 / 8" in text, text
+    kinds = Counter(KINDS[i % len(KINDS)] for i in range(24))
+    # every kind runs, the three framework agents' included (examples/chaos_frameworks.py)
+    assert set(kinds) == set(KINDS) and min(kinds.values()) >= 1, kinds
+    # each examples.family run is the parent of two child runs
+    children = 2 * kinds["family"]
+    assert chaos_runs.filter(parent_run__isnull=False).count() == children, text
+    assert re.search(rf"child runs succeeded / started +{children} / {children}\b", text), text
+    # the framework runs' model calls were answered (and none asked again: AUDIT CLEAN)
+    calls = re.search(r"framework model calls / asked again \(killed mid-call\) +(\d+) /", text)
+    framework_runs = sum(kinds[k] for k in FRAMEWORK_KINDS)
+    assert calls and int(calls.group(1)) >= 3 * framework_runs, text
 
 
 @pytest.mark.django_db(transaction=True)
@@ -190,5 +203,28 @@ def test_every_kind_has_its_expected_effects_and_a_child_counts_for_its_parent()
 
     assert set(KINDS) == set(EXPECTED)
     assert {"fanout", "family", "limited"} <= set(KINDS)
+    assert {"langgraph", "pydantic_ai", "openai_agents"} <= set(KINDS)
     assert root_run_id("chaos-20261204-004-family.a") == "chaos-20261204-004-family"
     assert root_run_id("chaos-20261204-000-support") == "chaos-20261204-000-support"
+
+
+@pytest.mark.django_db
+def test_the_audit_fails_on_a_recorded_model_call_asked_again():
+    from examples.chaos import Report
+    from examples.chaos_audit import check_model_calls
+
+    asked = [
+        {"run": "r1", "turn": 0, "status": 200},
+        {"run": "r1", "turn": 1, "status": 200},
+        {"run": "r1", "turn": 1, "status": 429},  # refused: not an answer
+    ]
+    once = Report(runs={"r1": "pydantic_ai", "r2": "support"})
+    check_model_calls(once, asked + [{"run": "r2", "turn": 0, "status": 200}] * 2)
+    assert once.model_calls == 2 and not once.duplicates["model call"]
+
+    # turn 0 answered twice, and no try of a model step was lost or failed to explain it
+    twice = Report(runs={"r1": "pydantic_ai"})
+    check_model_calls(twice, [*asked, {"run": "r1", "turn": 0, "status": 200}])
+    assert twice.model_calls_again == 1
+    assert twice.duplicates["model call"] == ["r1 x1 again, 0 unrecorded tries"]
+    assert not twice.ok and "duplicate model calls" in twice.table()

@@ -1,8 +1,9 @@
-"""``manage.py durable_chaos``: the chaos audit of the reference agents (examples/chaos.py).
+"""``manage.py durable_chaos``: the chaos audit of the example agents (examples/chaos.py).
 
-Starts N reference-agent runs on worker processes it starts itself, SIGKILLs them at
-random, decides approvals and sends signals as an operator would, then audits the
-payments service and the SMTP sink for duplicates and losses. It lives with the agents it
+Starts N runs of the reference, chaos and framework agents on worker processes it starts
+itself, SIGKILLs them at random, decides approvals and sends signals as an operator
+would, then audits the payments service and the SMTP sink for duplicates and losses, and
+the scripted LLM's log for model calls asked again. It lives with the agents it
 drives: ``durable/`` never imports the examples. Exit 1 on any duplicate or loss.
 """
 
@@ -42,15 +43,17 @@ def _lease(text: str) -> float | None:
 
 
 class Command(BaseCommand):
-    help = "chaos audit: N reference-agent runs on workers SIGKILLed at random"
+    help = "chaos audit: N agent runs (reference, chaos, framework) on workers SIGKILLed at random"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = (
             "Start N agent runs (examples.support, .invoice, .procurement, .fanout, "
-            ".family, .limited in turn) on "
+            ".family, .limited, and the framework agents .langgraph, .pydantic_ai, "
+            ".openai_agents, in turn) on "
             "worker processes this command starts, SIGKILL them at random, decide approvals "
             "and send signals as an operator would, then audit the payments service and the "
-            "SMTP sink for duplicates and losses. Exits 1 on any duplicate or loss "
+            "SMTP sink for duplicates and losses, and the scripted LLM's log for model calls "
+            "asked again after they were recorded. Exits 1 on any duplicate or loss "
             "(examples/chaos.py)."
         )
         parser.add_argument(
@@ -58,7 +61,7 @@ class Command(BaseCommand):
             type=_positive_int,
             default=30,
             metavar="N",
-            help="how many runs of the reference agents to start (default 30)",
+            help="how many agent runs to start, the nine kinds in turn (default 30)",
         )
         parser.add_argument(
             "--kill-every",
