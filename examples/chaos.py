@@ -115,9 +115,94 @@ class ClockStep:
         self.stepped = True
 
 
+#: what every chaos worker imports, once, in the fork server its workers are forked from:
+#: the three agent frameworks (seconds of CPU: a worker that imported them at each start
+#: would spend most of its short life importing, and a framework run could lose ten
+#: workers in a row) and Celery's and Django's machinery. None of them reads the settings
+#: or the worker's environment when imported; each worker sets up Django itself.
+WORKER_PRELOAD = (
+    "django.db.models",
+    "django.core.handlers.base",
+    "celery.bin.celery",
+    "celery.apps.worker",
+    "celery.worker.consumer",
+    "kombu.transport.redis",
+    "kombu.transport.filesystem",
+    "redis",
+    "psycopg",
+    "httpx",
+    "openai",
+    "langgraph.graph",
+    "pydantic_ai",
+    "agents",
+)
+
+_fork_server: Any = None
+
+
+def _fork_context() -> Any:
+    """multiprocessing's fork server with :data:`WORKER_PRELOAD` imported (started once)."""
+    global _fork_server
+    if _fork_server is None:
+        import multiprocessing
+
+        _fork_server = multiprocessing.get_context("forkserver")
+        _fork_server.set_forkserver_preload(list(WORKER_PRELOAD))
+    return _fork_server
+
+
+def _run_worker(argv: list[str], env: dict[str, str], log_path: str, clock: str) -> None:
+    """A forked worker: its own session (a kill takes its group), output to its log, its
+    environment, the stepped clock if ``clock`` names an offset file, then Celery."""
+    import io
+
+    os.setsid()
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    os.chdir(REPO)
+    os.environ.clear()
+    os.environ.update(env)
+    if clock:
+        from .clock_skew import install
+
+        install(clock)
+    sys.argv = argv
+    from celery.__main__ import main as celery
+
+    celery()
+
+
+class _Forked:
+    """A forked worker with the part of ``Popen``'s interface the audit uses."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, clock: str) -> None:
+        self.process = _fork_context().Process(
+            target=_run_worker, args=(argv, env, str(log_path), clock), daemon=True
+        )
+        self.process.start()
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def poll(self) -> int | None:
+        return None if self.process.is_alive() else self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+
 class ChaosWorker:
-    """A Celery worker process (solo pool); ``partition``: started inside that network
-    namespace, with ``env`` pointed at its gateway; ``clock``: with that host's clock."""
+    """A Celery worker process (solo pool), forked from the audit's fork server;
+    ``partition``: started inside that network namespace instead (``ip netns exec``),
+    with ``env`` pointed at its gateway; ``clock``: with that host's stepped clock."""
 
     def __init__(
         self,
@@ -130,9 +215,8 @@ class ChaosWorker:
         self.name = name
         self.partition = partition
         self.log_path = folder / f"{name}.log"
-        log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it
         argv = [
-            *(clock.command() if clock is not None else [str(CELERY)]),
+            "celery",
             "-A",
             "config",
             "worker",
@@ -144,16 +228,21 @@ class ChaosWorker:
             f"{name}@%h",
             "--loglevel=INFO",
         ]
-        self.proc = subprocess.Popen(
-            partition.command(argv) if partition else argv,
-            cwd=REPO,
-            env=partition.env(env) if partition else env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        self.proc: Any
+        if partition is None:
+            self.proc = _Forked(argv, env, self.log_path, str(clock.file) if clock else "")
+        else:
+            command = [*(clock.command() if clock is not None else [str(CELERY)]), *argv[1:]]
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    partition.command(command),
+                    cwd=REPO,
+                    env=partition.env(env),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
         #: started with the clock-stepped host's clock (:class:`ClockStep`)
         self.skewed = False
 

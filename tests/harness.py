@@ -220,6 +220,12 @@ PRELOAD = (
     "cryptography.fernet",
     "sqlparse",
     "yaml",
+    # the agent frameworks (seconds of CPU at each worker start that runs their agents);
+    # the chaos audit (examples/chaos.py) forks its workers from this same server
+    "openai",
+    "langgraph.graph",
+    "pydantic_ai",
+    "agents",
 )
 
 _forkserver: Any = None
