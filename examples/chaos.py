@@ -49,7 +49,8 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
 from .chaos_audit import EXPECTED, Report, audit
-from .chaos_inputs import KINDS, inputs
+from .chaos_inputs import KINDS, NOT_STARTED, inputs
+from .chaos_operator import Extras
 from .procs import REPO, ServiceSet, admin
 
 __all__ = ["EXPECTED", "KINDS", "Chaos", "Report", "main", "restart_services", "run_chaos"]
@@ -239,6 +240,7 @@ class Chaos:
         self.services: ServiceSet | None = None
         self.plans: dict[str, dict[str, Any]] = {}
         self.signalled: set[str] = set()
+        self.extras: Extras | None = None
         self._names = 0
 
     # ------------------------------------------------------------------ running
@@ -303,7 +305,8 @@ class Chaos:
                 # the reference and chaos agents only: a worker killed every few seconds
                 # must not spend them importing the framework agents' libraries
                 "DURABLE_AUTODISCOVER": "false",
-                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents",
+                "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents,"
+                "api.workflows",
                 "DURABLE_LEASE_SECONDS": str(self.lease),
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill
@@ -325,9 +328,15 @@ class Chaos:
         import durable
 
         stamp = datetime.now().strftime("%Y%m%d%H%M%S")
-        for i in range(self.n_runs):
-            kind = KINDS[i % len(KINDS)]
+        kinds = [KINDS[i % len(KINDS)] for i in range(self.n_runs)]
+        # schedule, webhooks, cascades: examples/chaos_operator.py
+        self.extras = Extras(self, stamp, slots=sum(k in NOT_STARTED for k in kinds))
+        assert self.services is not None
+        self.extras.setup(self.services.payments_url)
+        for i, kind in enumerate(kinds):
             data, plan = inputs(i, kind, self.rng)
+            if kind in NOT_STARTED:
+                continue  # a slot of the schedule: the tick starts its run
             # a known requester, not the operator: four-eyes lets the operator approve
             run = durable.start(
                 f"examples.{kind}",
@@ -351,18 +360,21 @@ class Chaos:
         next_sweep = 0.0
         next_note = time.monotonic() + 10
         midway_done = self.midway is None
+        waiting = ""
         while time.monotonic() < deadline:
             now = time.monotonic()
             try:
                 remaining = self._remaining()
-                if not remaining:
+                if not remaining and not (waiting := self.extras and self.extras.pending()):
                     return
                 if now >= next_sweep:
                     sweep()
                     next_sweep = now + 0.5
                 self._operate(remaining)
+                if self.extras is not None:
+                    self.extras.operate(remaining)
             except (DatabaseError, InterfaceError) as exc:  # PostgreSQL restarting
-                self.log(f"database unavailable ({type(exc).__name__}); retrying")
+                self.log(f"database unavailable ({type(exc).__name__}: {exc}); retrying")
                 close_old_connections()
                 connection.close()
                 time.sleep(0.5)
@@ -385,7 +397,10 @@ class Chaos:
                 if len([w for w in self.workers if w.alive()]) < self.n_workers:
                     self._start_worker(env)
             if now >= next_note:
-                self.log(f"{len(remaining)} runs not finished; {self.report.kills} kills")
+                self.log(
+                    f"{len(remaining)} runs not finished; {self.report.kills} kills"
+                    + (f"; {waiting}" if not remaining and waiting else "")
+                )
                 next_note = now + 10
             time.sleep(0.2)
         self.log(f"gave up waiting after {self.timeout:g} s")
@@ -457,7 +472,11 @@ class Chaos:
             payments_url=self.services.payments_url,
             sink_url=self.services.sink_url,
             llm_url=self.services.llm_url,
+            plans=self.plans,
+            extras=self.extras,
         )
+        if self.extras is not None:
+            self.extras.teardown()
 
 
 def run_chaos(**options: Any) -> Report:

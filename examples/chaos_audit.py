@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 
 from .chaos_agents import EXPECTED as NEW_EXPECTED
+from .chaos_agents import LIMITED_CALLS_PER_SECOND, LIMITED_CONCURRENCY
+from .chaos_checks import check_extras
 from .procs import admin
 
 #: what one succeeded run of each agent leaves in the services: (collection, count);
@@ -32,7 +34,10 @@ DUPLICATE_CHECKS = ("refund", "ticket", "email", "invoice", "order", "purchase_r
 
 
 def root_run_id(run_id: str) -> str:
-    """The top-level run of ``run_id``: a child's id is ``"{parent_run_id}.{child_id}"``."""
+    """The top-level run of ``run_id``: a child's id is ``"{parent_run_id}.{child_id}"``;
+    a schedule's run (``"schedule.<name>.<slot>"``) has no children."""
+    if run_id.startswith("schedule."):
+        return run_id
     return run_id.split(".", 1)[0]
 
 
@@ -57,6 +62,13 @@ class Report:
     plan_requests: int = 0
     child_runs: Counter = field(default_factory=Counter)  # status -> child runs
     limit_waits: int = 0
+    #: failures of the newer checks (examples/chaos_checks.py): check name -> items
+    violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    schedule_slots: tuple[int, int] = (0, 0)  # fired, expected
+    webhooks: tuple[int, int, int] = (0, 0, 0)  # events delivered, expected, repeats
+    cascades: Counter = field(default_factory=Counter)  # cancelled / compensated
+    compensated_writes: tuple[int, int] = (0, 0)  # undone exactly once, to undo
+    limit: tuple[int, int, int] = (0, 0, 0)  # max in flight, max per second, requests
     seconds: float = 0.0
 
     @property
@@ -65,7 +77,9 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.duplicate_count or self.lost or self.not_terminal)
+        return not (
+            self.duplicate_count or self.lost or self.not_terminal or any(self.violations.values())
+        )
 
     def table(self) -> str:
         rows: list[tuple[str, Any, str]] = [
@@ -99,6 +113,57 @@ class Report:
                 "",
             ),
             ("calls parked on the shared limit", self.limit_waits, ""),
+            (
+                "shared limit: max in flight / max per second",
+                f"{self.limit[0]} / {self.limit[1]}",
+                "FAIL" if self.violations.get("shared limit exceeded") else "ok",
+            ),
+            (
+                "  (limit; limited requests seen)",
+                f"{LIMITED_CONCURRENCY} / {LIMITED_CALLS_PER_SECOND}; {self.limit[2]}",
+                "",
+            ),
+            (
+                "schedule slots fired / expected",
+                f"{self.schedule_slots[0]} / {self.schedule_slots[1]}",
+                self._verdict("schedule slots missing or extra"),
+            ),
+            (
+                "webhook events delivered / expected",
+                f"{self.webhooks[0]} / {self.webhooks[1]}",
+                self._verdict("webhook events not delivered"),
+            ),
+            ("  webhook redeliveries (same id, same body)", self.webhooks[2], ""),
+            (
+                "webhook ids with two payloads",
+                len(self.violations.get("webhook ids with two payloads", [])),
+                self._verdict("webhook ids with two payloads"),
+            ),
+            (
+                "webhook events under two ids",
+                len(self.violations.get("webhook events under two ids", [])),
+                self._verdict("webhook events under two ids"),
+            ),
+            (
+                "cascades cancelled / cancelled + compensated",
+                f"{self.cascades['cancelled']} / {self.cascades['compensated']}",
+                "",
+            ),
+            (
+                "writes after a cancel",
+                len(self.violations.get("bodies after a cancel", [])),
+                self._verdict("bodies after a cancel"),
+            ),
+            (
+                "writes compensated exactly once / to undo",
+                f"{self.compensated_writes[0]} / {self.compensated_writes[1]}",
+                self._verdict("writes not compensated exactly once"),
+            ),
+            (
+                "runs not in their expected end state",
+                len(self.violations.get("runs not in their expected end state", [])),
+                self._verdict("runs not in their expected end state"),
+            ),
             ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
             ("PostgreSQL + Redis restarts", self.restarts, ""),
             ("wall time (s)", f"{self.seconds:.1f}", ""),
@@ -117,6 +182,7 @@ class Report:
                     **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
                     "lost": self.lost,
                     "not terminal": self.not_terminal,
+                    **self.violations,
                 }.items()
                 if v
             )
@@ -133,9 +199,28 @@ class Report:
             )
         return "\n".join(lines)
 
+    def _verdict(self, check: str) -> str:
+        return "FAIL" if self.violations.get(check) else "ok"
 
-def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> None:
-    """Fill ``report`` (its ``runs`` given) from the database and the services' state."""
+
+def audit(
+    report: Report,
+    *,
+    payments_url: str,
+    sink_url: str,
+    llm_url: str,
+    plans: dict[str, dict[str, Any]] | None = None,
+    extras: Any = None,
+) -> None:
+    """Fill ``report`` (its ``runs`` given) from the database and the services' state.
+
+    ``plans`` (run id -> the operator's plan) say which end state each run must reach;
+    ``extras`` (examples/chaos_operator.py) is the schedule, webhooks and cascades to
+    check (examples/chaos_checks.py).
+    """
+    from .chaos_checks import expected_end
+
+    plans = plans or {}
     from durable.models import TERMINAL, AttemptOutcome, Operation, Run, StepAttempt, Wait
     from durable.vocabulary import WaitKind
 
@@ -152,7 +237,7 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
         report.statuses[row["status"]] += 1
         if row["status"] not in TERMINAL:
             report.not_terminal.append(run_id)
-        elif row["status"] != "succeeded":
+        elif row["status"] != expected_end(report.runs[run_id], plans.get(run_id, {})):
             report.failed[run_id] = (
                 f"{row['status']}: " + str((row["error"] or {}).get("message", ""))[:160]
             )
@@ -185,6 +270,9 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
     subjects = [str(o["subject"]) for o in objects if o["object"] == "ticket"]
     by_subject = Counter(t for t in subjects if root_run_id(t.split(" ", 1)[0]) in report.runs)
     report.duplicates["ticket"] += [f"{t!r} x{n}" for t, n in by_subject.items() if n > 1]
+    customers = [str(o["customer"]) for o in objects if o["object"] == "invoice"]
+    by_customer = Counter(c for c in customers if root_run_id(c.split(" ", 1)[0]) in report.runs)
+    report.duplicates["invoice"] += [f"{c!r} x{n}" for c, n in by_customer.items() if n > 1]
     report.reconciled = Operation.objects.filter(
         run_id__in=every_run, resolution__startswith="reconciled"
     ).count()
@@ -192,6 +280,15 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
         run_id__in=every_run, outcome=AttemptOutcome.WORKER_LOST
     ).count()
     report.limit_waits = Wait.objects.filter(run_id__in=every_run, kind=WaitKind.LIMIT).count()
+    check_extras(
+        report,
+        extras,
+        plans=plans,
+        statuses={r: row["status"] for r, row in rows.items()},
+        objects=objects,
+        payments_url=payments_url,
+        root_of=root_run_id,
+    )
     asked = admin(llm_url, "GET", "/_admin/requests")["data"]
     report.plan_requests = sum(
         1 for r in asked if r["run"] in report.runs and r["turn"] == 0 and r["status"] == 200
