@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -397,11 +398,13 @@ class Chaos:
                 if len([w for w in self.workers if w.alive()]) < self.n_workers:
                     self._start_worker(env)
             if now >= next_note:
+                kinds = Counter(self.report.runs[r] for r in remaining)
                 self.log(
-                    f"{len(remaining)} runs not finished; {self.report.kills} kills"
+                    f"{len(remaining)} runs not finished ({', '.join(sorted(kinds))}); "
+                    f"{self.report.kills} kills"
                     + (f"; {waiting}" if not remaining and waiting else "")
                 )
-                next_note = now + 10
+                next_note = now + 5
             time.sleep(0.2)
         self.log(f"gave up waiting after {self.timeout:g} s")
 

@@ -16,9 +16,11 @@ table shows:
   ``webhook-id`` may arrive more than once, but always with the same body and event, and
   an event reaches the subscription under one ``webhook-id`` only;
 - **cancel**: after a cascade's cancel committed no write of its run tree started (every
-  operation, and every invoice request the service logged, belongs to a ledger row
-  created before the cancel; a write in flight at the cancel may land later), no child
-  was created after it, and every request had a ledger row;
+  operation of a run was created before that run's cancel -- the parent's transaction
+  cancels each child under the child's lock, so a child's own ``cancelled`` event is
+  when its fence closed; a write in flight at the cancel may land later), no child was
+  created after the parent's cancel, and every invoice request the service logged for
+  the tree had a ledger row (no write outside the ledger);
 - **compensation**: each invoice of a compensated cascade is refunded exactly once (the
   refund's charge is ``ch_<invoice id>``), and a cascade that was only cancelled is
   refunded nothing;
@@ -173,11 +175,19 @@ def check_cascades(
                 step_id__startswith="compensate:"
             )
         }
+        # each run of the tree is cancelled in the parent's transaction, under its own
+        # lock, which waits for a worker's checkpoint on that run to commit: the run's
+        # own cancelled event is when its fence closed
+        fenced = dict(
+            TraceEvent.objects.filter(run_id__in=tree, kind=EventKind.CANCELLED)
+            .order_by("-id")
+            .values_list("run_id", "created_at")
+        )
         after += [
-            f"{op.idempotency_key} started {(op.created_at - cancel_at).total_seconds():.2f}"
-            " s after the cancel"
+            f"{op.idempotency_key} started "
+            f"{(op.created_at - fenced[op.run_id]).total_seconds():.2f} s after the cancel"
             for op in ops.values()
-            if op.created_at > cancel_at
+            if op.run_id in fenced and op.created_at > fenced[op.run_id]
         ]
         after += [
             f"child {child} created after the cancel"
