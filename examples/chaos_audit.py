@@ -69,6 +69,9 @@ class Report:
     cascades: Counter = field(default_factory=Counter)  # cancelled / compensated
     compensated_writes: tuple[int, int] = (0, 0)  # undone exactly once, to undo
     limit: tuple[int, int, int] = (0, 0, 0)  # max in flight, max per second, requests
+    limit_admitted: int = 0  # the engine's most admissions within the period + guard
+    #: seconds with a call too many at the service, the admissions held (late arrivals)
+    limit_late: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -122,6 +125,12 @@ class Report:
                 "  (limit; limited requests seen)",
                 f"{LIMITED_CONCURRENCY} / {LIMITED_CALLS_PER_SECOND}; {self.limit[2]}",
                 "",
+            ),
+            ("  engine: most admitted in a period + guard", self.limit_admitted, ""),
+            (
+                "  seconds with a late call (beyond the guard)",
+                len(self.limit_late),
+                "late" if self.limit_late else "",
             ),
             (
                 "schedule slots fired / expected",
@@ -191,6 +200,11 @@ class Report:
             lines.append(
                 "failed runs: "
                 + "; ".join(f"{rid}: {why}" for rid, why in list(self.failed.items())[:10])
+            )
+        if self.limit_late:
+            lines.append(
+                "late limited calls (the engine admitted them within the limit; they "
+                "reached the service later than the guard allows): " + "; ".join(self.limit_late)
             )
         if self.missing:
             lines.append(

@@ -16,6 +16,9 @@ SIGKILLed, what Celery beat and an operator would:
   ``api.emit_webhooks``) every second; the workers deliver (``api.webhook_delivery``).
   The subscription starts at the newest trace event when no other subscription is
   active (events of older runs are not the audit's).
+- **The shared limit**: it samples the admissions of ``examples.chaos.limited_ticket``
+  from its limit row every turn, and slows the first limited call of each run down at
+  the payments service (:data:`SLOW_LIMITED_SECONDS`), so calls overlap there.
 - **Cancel and compensation cascades**: once an ``examples.cascade`` run's children have
   billed their first invoice, it cancels the parent (the children are cancelled with it)
   and, for the cascades whose plan says so, compensates it at once (the children's
@@ -40,6 +43,8 @@ SLOT_SECONDS = 1.0
 WEBHOOK_EVENTS = ("run.succeeded", "run.failed", "run.compensated")
 #: seconds between two runs of the webhook outbox
 EMIT_SECONDS = 1.0
+#: the key of the shared limit (docs/limits.md)
+LIMIT_KEY = "tool:examples.chaos.limited_ticket"
 #: seconds the payments service takes for the first limited call of each run
 SLOW_LIMITED_SECONDS = 0.4
 
@@ -57,6 +62,9 @@ class Extras:
         self.cancelled: set[str] = set()  # cascade parents the operator cancelled
         self.compensated: set[str] = set()  # ... and compensated
         self.handled: set[str] = set()
+        #: the shared limit's admissions (Unix seconds, the database's clock), sampled
+        #: from its row every turn (the row keeps the last period and a guard)
+        self.admissions: set[float] = set()
         self.next_emit = 0.0
 
     # ---------------------------------------------------------------------- setup
@@ -177,9 +185,12 @@ class Extras:
     def operate(self, remaining: list[str]) -> None:
         """One turn of beat and operator: tick, cancel and compensate, emit webhooks."""
         from api.webhooks_out import emit_webhooks
+        from durable.models import Limit
 
         self._tick()
         self._cascades()
+        admitted = Limit.objects.filter(key=LIMIT_KEY).values_list("admitted", flat=True).first()
+        self.admissions.update(float(t) for t in admitted or [])
         if time.monotonic() >= self.next_emit:
             emit_webhooks()
             self.next_emit = time.monotonic() + EMIT_SECONDS

@@ -159,8 +159,18 @@ def test_the_limit_check_counts_requests_in_flight_and_per_second_at_the_service
     check_limit(spread, [request(t, t + 0.1) for t in (0.0, 0.4, 0.8, 1.2, 1.6, 2.0)])
     assert spread.limit == (1, 3, 6) and not spread.violations["shared limit exceeded"]
     burst = Report()
-    check_limit(burst, [request(t, t + 0.01) for t in (0.0, 0.3, 0.6, 0.9)])
+    four = [request(t, t + 0.01) for t in (0.0, 0.3, 0.6, 0.9)]
+    check_limit(burst, four)
     assert burst.limit[1] == 4 and burst.violations["shared limit exceeded"]
+    # the engine admitted them 1.1 s apart: the calls reached the service late
+    late = Report()
+    check_limit(late, four, admissions=[-0.3, 0.2, 0.6, 0.85])
+    assert late.limit_admitted == 3 and not late.violations["shared limit exceeded"]
+    assert late.limit_late and "late limited calls" in late.table()
+    # the engine admitted four within the window: its fault
+    over = Report()
+    check_limit(over, four, admissions=[0.0, 0.3, 0.6, 0.9])
+    assert over.limit_admitted == 4 and over.violations["shared limit exceeded"]
 
 
 def test_every_kind_has_its_expected_effects_and_a_child_counts_for_its_parent():
