@@ -8,8 +8,8 @@ SIGKILLs and payments-service faults, and counts their effects (examples/chaos_a
 - ``examples.family``: a parent that starts two ``examples.family_child`` runs
   (``ctx.start_child`` / ``ctx.wait_child``, docs/children.md) and waits for both; each
   child writes one ticket and calls the limited tool once: four tickets per parent;
-- ``examples.limited``: three calls of the limited tool at once (a parallel group, one
-  more than its concurrency): three tickets;
+- ``examples.limited``: three calls of the limited tool at once (a parallel group, more
+  than its concurrency): three tickets;
 
 - ``examples.scheduled``: one ticket; the audit does not start these runs, a schedule
   (``durable.schedule``, docs/schedules.md) it declares does, one run per slot
@@ -42,7 +42,7 @@ from .tools import SERVICE_RETRY, _by_key, _object_id
 #: the shared limit of ``examples.chaos.limited_ticket``: calls per second, at once
 LIMITED_CALLS_PER_SECOND = 3
 LIMITED_RATE = f"{LIMITED_CALLS_PER_SECOND}/s"
-LIMITED_CONCURRENCY = 2
+LIMITED_CONCURRENCY = 1
 #: the invoices each ``examples.cascade_child`` bills before it waits for the operator
 CASCADE_BILLS = 3
 #: what one run of each agent leaves in the services at most: (collection, count); a
@@ -172,8 +172,8 @@ def family(ctx, data):
 
 @durable.workflow(name="examples.limited", version="1")
 def limited(ctx, data):
-    """Three limited writes at once (a parallel group): one more than the limit's
-    concurrency, so one of them waits for a slot, parking the run."""
+    """Three limited writes at once (a parallel group): more than the limit's
+    concurrency, so some wait for the slot, parking the run."""
     results = ctx.parallel(
         [
             durable.tool_call(

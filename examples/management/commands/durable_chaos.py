@@ -1,9 +1,11 @@
 """``manage.py durable_chaos``: the chaos audit of the reference agents (examples/chaos.py).
 
-Starts N reference-agent runs on worker processes it starts itself, SIGKILLs them at
-random, decides approvals and sends signals as an operator would, then audits the
-payments service and the SMTP sink for duplicates and losses. It lives with the agents it
-drives: ``durable/`` never imports the examples. Exit 1 on any duplicate or loss.
+Starts N agent runs on worker processes it starts itself, SIGKILLs them at random,
+decides approvals, sends signals, cancels and compensates as an operator would, ticks a
+schedule and the outgoing webhooks' outbox as beat would, then audits the payments
+service and the SMTP sink: duplicates, losses, end states, schedule slots, webhook
+deliveries, compensations and the shared limit. It lives with the agents it drives:
+``durable/`` never imports the examples. Exit 1 on any failed check.
 """
 
 from __future__ import annotations
@@ -30,23 +32,27 @@ def _positive_int(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "chaos audit: N reference-agent runs on workers SIGKILLed at random"
+    help = "chaos audit: N agent runs of eight kinds on workers SIGKILLed at random"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = (
             "Start N agent runs (examples.support, .invoice, .procurement, .fanout, "
-            ".family, .limited in turn) on "
-            "worker processes this command starts, SIGKILL them at random, decide approvals "
-            "and send signals as an operator would, then audit the payments service and the "
-            "SMTP sink for duplicates and losses. Exits 1 on any duplicate or loss "
-            "(examples/chaos.py)."
+            ".family, .limited, .scheduled, .cascade in turn; the .scheduled runs are "
+            "started by a schedule this command declares and ticks, one slot a second) on "
+            "worker processes this command starts, SIGKILL them at random, decide approvals, "
+            "send signals, cancel the cascades mid-flight and compensate every other one as "
+            "an operator would, deliver every run's end as a webhook to the payments "
+            "service, then audit the payments service and the SMTP sink: duplicates, "
+            "losses, end states, schedule slots, webhook deliveries, compensations and the "
+            "shared limit measured at the service. Exits 1 on any failed check "
+            "(examples/chaos.py, docs/examples.md)."
         )
         parser.add_argument(
             "--runs",
             type=_positive_int,
             default=30,
             metavar="N",
-            help="how many runs of the reference agents to start (default 30)",
+            help="how many runs to start, the schedule's slots included (default 30)",
         )
         parser.add_argument(
             "--kill-every",
@@ -100,5 +106,5 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if chaos.main(options, self.stdout) != 0:
             raise CommandError(
-                "the chaos audit found duplicates or losses", returncode=AUDIT_FAILED
+                "the chaos audit found duplicates, losses or failed checks", returncode=AUDIT_FAILED
             )
