@@ -1,11 +1,12 @@
 """The chaos audit: ``manage.py durable_chaos --runs N --kill-every SECONDS``.
 
 It starts its own example services (scripted LLM, payments service, SMTP sink) and its
-own Celery workers, starts N runs of six agents in turn -- the reference agents
+own Celery workers, starts N runs of eight kinds in turn -- the reference agents
 (support, invoice, procurement) and the agents of examples/chaos_agents.py (fanout: a
 parallel group of writes and reads; family: a parent and two child runs; limited: calls
-under a rate and concurrency limit shared by all the runs) -- and then, until every run
-has ended:
+under a rate and concurrency limit shared by all the runs; scheduled: runs a schedule
+starts, one per slot; cascade: a parent of billing children, cancelled mid-flight and
+compensated) -- and then, until every run has ended and every webhook is delivered:
 
 - SIGKILLs a random worker every ``--kill-every`` seconds (with jitter) and starts a
   fresh one, so runs lose their worker in the middle of LLM calls, refunds and emails;
@@ -14,13 +15,17 @@ has ended:
   approvals expire first so they escalate to finance;
 - sends the procurement runs their "goods_received" signal (some before the run
   waits for it, some after);
-- runs the sweeper, as Celery beat would.
+- runs the sweeper, as Celery beat would;
+- ticks the schedule and the outgoing webhooks' outbox, cancels and compensates the
+  cascades (examples/chaos_operator.py).
 
 Then it audits the services against the database (examples/chaos_audit.py): duplicate
 refunds, tickets, orders, invoices and emails (the payments service's objects and the
 SMTP sink's messages, per run with its child runs, per idempotency key and per business
-identity), effects missing from succeeded runs, lost runs (started but absent) and runs
-not terminal. It prints a table and the command exits non-zero on any duplicate or loss.
+identity), effects missing from succeeded runs, lost runs (started but absent), runs
+not terminal, and (examples/chaos_checks.py) end states per kind, schedule slots,
+webhook deliveries, writes after a cancel, compensations and the shared limit measured at
+the service. It prints a table and the command exits non-zero on any failed check.
 The runs' inputs are in examples/chaos_inputs.py.
 
 ``restart_services()`` restarts PostgreSQL and Redis in the middle of a run (opt-in:
