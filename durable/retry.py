@@ -165,6 +165,24 @@ def _is_request_not_sent(exc: BaseException) -> bool:
     return name in {"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "PoolTimeout"}
 
 
+def may_have_happened(exc: BaseException) -> bool:
+    """Whether a write whose call raised ``exc`` may have taken effect anyway.
+
+    ``False`` only when the failure shows the provider did not act on the request: it was
+    never sent (a connection error), or the provider answered with a status that refuses
+    it (a 4xx other than 409 -- Stripe's "a request with this key is in progress", which
+    may still commit). A reset connection, a read timeout, a 5xx or any other error may
+    come after the write committed (Stripe: "the result of a request that failed with a
+    network error or a 500 is unknown"), so its outcome is unknown.
+    """
+    if _is_request_not_sent(exc):
+        return False
+    status, _ = _http_status(exc)
+    if status is not None:
+        return status >= 500 or status == 409
+    return True
+
+
 class Verdict(NamedTuple):
     """A failure's classification, its parsed ``Retry-After`` (seconds or ``None``) and the
     rule that decided it (a sentence, shown with every failure for good: the run's

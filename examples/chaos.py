@@ -1,13 +1,14 @@
 """The chaos audit: ``manage.py durable_chaos --runs N --kill-every SECONDS``.
 
 It starts its own example services (scripted LLM, payments service, SMTP sink) and its
-own Celery workers, starts N runs of nine agents in turn -- the reference agents
+own Celery workers, starts N runs of eleven kinds in turn -- the reference agents
 (support, invoice, procurement), the agents of examples/chaos_agents.py (fanout: a
 parallel group of writes and reads; family: a parent and two child runs; limited: calls
-under a rate and concurrency limit shared by all the runs) and those of
-examples/chaos_frameworks.py (langgraph, pydantic_ai, openai_agents: the framework
-adapters with a scripted model, a ticket and a refund each; the workers import a
-framework on their first run of it) -- and then, until every run has ended:
+under a rate and concurrency limit shared by all the runs; scheduled: runs a schedule
+starts, one per slot; cascade: a parent of billing children, cancelled mid-flight and
+compensated) and those of examples/chaos_frameworks.py (langgraph, pydantic_ai,
+openai_agents: the framework adapters with a scripted model, a ticket and a refund each)
+-- and then, until every run has ended and every webhook is delivered:
 
 - SIGKILLs a random worker every ``--kill-every`` seconds (with jitter) and starts a
   fresh one, so runs lose their worker in the middle of LLM calls, refunds and emails;
@@ -16,15 +17,19 @@ framework on their first run of it) -- and then, until every run has ended:
   approvals expire first so they escalate to finance;
 - sends the procurement runs their "goods_received" signal (some before the run
   waits for it, some after);
-- runs the sweeper, as Celery beat would.
+- runs the sweeper, as Celery beat would;
+- ticks the schedule and the outgoing webhooks' outbox, cancels and compensates the
+  cascades (examples/chaos_operator.py).
 
 Then it audits the services against the database (examples/chaos_audit.py): duplicate
 refunds, tickets, orders, invoices and emails (the payments service's objects and the
 SMTP sink's messages, per run with its child runs, per idempotency key and per business
 identity), framework runs' model calls asked again after they were recorded, effects
-missing from succeeded runs, lost runs (started but absent) and runs not terminal. It
-prints a table and the command exits non-zero on any duplicate or loss. The runs' inputs
-are in examples/chaos_inputs.py.
+missing from succeeded runs, lost runs (started but absent), runs not terminal, and
+(examples/chaos_checks.py) end states per kind, schedule slots, webhook deliveries,
+writes after a cancel, compensations and the shared limit measured at the service. It
+prints a table and the command exits non-zero on any failed check. The runs' inputs are
+in examples/chaos_inputs.py.
 
 ``restart_services()`` restarts PostgreSQL and Redis in the middle of a run (opt-in:
 ``--restart-services``, for CI machines where those services belong to the test run).
@@ -49,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -65,7 +71,8 @@ from durable import conf
 from . import chaos_agents as _chaos_agents  # noqa: F401 - registers the new kinds' agents
 from . import chaos_frameworks as _chaos_frameworks  # noqa: F401 - the framework kinds
 from .chaos_audit import EXPECTED, Report, audit
-from .chaos_inputs import KINDS, inputs
+from .chaos_inputs import KINDS, NOT_STARTED, inputs
+from .chaos_operator import Extras
 from .chaos_partition import Partition, unavailable
 from .procs import REPO, ServiceSet, admin
 
@@ -411,6 +418,7 @@ class Chaos:
         self.services: ServiceSet | None = None
         self.plans: dict[str, dict[str, Any]] = {}
         self.signalled: set[str] = set()
+        self.extras: Extras | None = None
         self._names = 0
 
     # ------------------------------------------------------------------ running
@@ -498,7 +506,7 @@ class Chaos:
                 # chaos framework agents import theirs on their first execution)
                 "DURABLE_AUTODISCOVER": "false",
                 "DURABLE_WORKFLOW_MODULES": "examples.workflows,examples.chaos_agents,"
-                "examples.chaos_frameworks",
+                "examples.chaos_frameworks,api.workflows",
                 "DURABLE_INPROCESS_RETRY_MAX_SECONDS": "5",
                 # the audit is about duplicates and losses under random kills; with a kill
                 # every few seconds a slow step (under load) can be hit three times, which
@@ -533,9 +541,15 @@ class Chaos:
         import durable
 
         stamp = datetime.now().strftime("%Y%m%d%H%M%S")
-        for i in range(self.n_runs):
-            kind = KINDS[i % len(KINDS)]
+        kinds = [KINDS[i % len(KINDS)] for i in range(self.n_runs)]
+        # schedule, webhooks, cascades: examples/chaos_operator.py
+        self.extras = Extras(self, stamp, slots=sum(k in NOT_STARTED for k in kinds))
+        assert self.services is not None
+        self.extras.setup(self.services.payments_url)
+        for i, kind in enumerate(kinds):
             data, plan = inputs(i, kind, self.rng)
+            if kind in NOT_STARTED:
+                continue  # a slot of the schedule: the tick starts its run
             # a known requester, not the operator: four-eyes lets the operator approve
             run = durable.start(
                 f"examples.{kind}",
@@ -566,18 +580,23 @@ class Chaos:
         next_sweep = 0.0
         next_note = time.monotonic() + 10
         midway_done = self.midway is None
+        waiting = ""
         while time.monotonic() < deadline:
             now = time.monotonic()
             try:
                 remaining = self._remaining()
-                if not remaining and not (self.partition and self.partition.is_cut):
+                waiting = (self.extras and self.extras.pending()) if not remaining else ""
+                cut = self.partition is not None and self.partition.is_cut
+                if not remaining and not waiting and not cut:
                     return  # (a cut link is restored first: its late writes are audited)
                 if now >= next_sweep:
                     sweep()
                     next_sweep = now + 0.5
                 self._operate(remaining)
+                if self.extras is not None:
+                    self.extras.operate(remaining)
             except (DatabaseError, InterfaceError) as exc:  # PostgreSQL restarting
-                self.log(f"database unavailable ({type(exc).__name__}); retrying")
+                self.log(f"database unavailable ({type(exc).__name__}: {exc}); retrying")
                 close_old_connections()
                 connection.close()
                 time.sleep(0.5)
@@ -618,8 +637,13 @@ class Chaos:
                         env, partitioned=worker.partition is not None, skewed=worker.skewed
                     )
             if now >= next_note:
-                self.log(f"{len(remaining)} runs not finished; {self.report.kills} kills")
-                next_note = now + 10
+                kinds = Counter(self.report.runs[r] for r in remaining)
+                self.log(
+                    f"{len(remaining)} runs not finished ({', '.join(sorted(kinds))}); "
+                    f"{self.report.kills} kills"
+                    + (f"; {waiting}" if not remaining and waiting else "")
+                )
+                next_note = now + 5
             time.sleep(0.2)
         self.log(f"gave up waiting after {self.timeout:g} s")
 
@@ -860,7 +884,11 @@ class Chaos:
             payments_url=self.services.payments_url,
             sink_url=self.services.sink_url,
             llm_url=self.services.llm_url,
+            plans=self.plans,
+            extras=self.extras,
         )
+        if self.extras is not None:
+            self.extras.teardown()
 
 
 class ChaosConfigurationError(ImproperlyConfigured):

@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 
 from .chaos_agents import EXPECTED as NEW_EXPECTED
+from .chaos_agents import LIMITED_CALLS_PER_SECOND, LIMITED_CONCURRENCY
+from .chaos_checks import check_extras
 from .chaos_frameworks import EXPECTED as FRAMEWORK_EXPECTED
 from .chaos_frameworks import MODEL_STEPS
 from .procs import admin
@@ -46,7 +48,10 @@ DUPLICATE_CHECKS = (
 
 
 def root_run_id(run_id: str) -> str:
-    """The top-level run of ``run_id``: a child's id is ``"{parent_run_id}.{child_id}"``."""
+    """The top-level run of ``run_id``: a child's id is ``"{parent_run_id}.{child_id}"``;
+    a schedule's run (``"schedule.<name>.<slot>"``) has no children."""
+    if run_id.startswith("schedule."):
+        return run_id
     return run_id.split(".", 1)[0]
 
 
@@ -83,6 +88,16 @@ class Report:
     #: the framework runs' model calls answered by the scripted LLM / beyond one a turn
     model_calls: int = 0
     model_calls_again: int = 0
+    #: failures of the newer checks (examples/chaos_checks.py): check name -> items
+    violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    schedule_slots: tuple[int, int] = (0, 0)  # fired, expected
+    webhooks: tuple[int, int, int] = (0, 0, 0)  # events delivered, expected, repeats
+    cascades: Counter = field(default_factory=Counter)  # cancelled / compensated
+    compensated_writes: tuple[int, int] = (0, 0)  # undone exactly once, to undo
+    limit: tuple[int, int, int] = (0, 0, 0)  # max in flight, max per second, requests
+    limit_admitted: int = 0  # the engine's most admissions within the period + guard
+    #: seconds with a call too many at the service, the admissions held (late arrivals)
+    limit_late: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -91,7 +106,9 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.duplicate_count or self.lost or self.not_terminal)
+        return not (
+            self.duplicate_count or self.lost or self.not_terminal or any(self.violations.values())
+        )
 
     def table(self) -> str:
         rows: list[tuple[str, Any, str]] = [
@@ -125,6 +142,63 @@ class Report:
                 "",
             ),
             ("calls parked on the shared limit", self.limit_waits, ""),
+            (
+                "shared limit: max in flight / max per second",
+                f"{self.limit[0]} / {self.limit[1]}",
+                "FAIL" if self.violations.get("shared limit exceeded") else "ok",
+            ),
+            (
+                "  (limit; limited requests seen)",
+                f"{LIMITED_CONCURRENCY} / {LIMITED_CALLS_PER_SECOND}; {self.limit[2]}",
+                "",
+            ),
+            ("  engine: most admitted in a period + guard", self.limit_admitted, ""),
+            (
+                "  seconds with a late call (beyond the guard)",
+                len(self.limit_late),
+                "late" if self.limit_late else "",
+            ),
+            (
+                "schedule slots fired / expected",
+                f"{self.schedule_slots[0]} / {self.schedule_slots[1]}",
+                self._verdict("schedule slots missing or extra"),
+            ),
+            (
+                "webhook events delivered / expected",
+                f"{self.webhooks[0]} / {self.webhooks[1]}",
+                self._verdict("webhook events not delivered"),
+            ),
+            ("  webhook redeliveries (same id, same body)", self.webhooks[2], ""),
+            (
+                "webhook ids with two payloads",
+                len(self.violations.get("webhook ids with two payloads", [])),
+                self._verdict("webhook ids with two payloads"),
+            ),
+            (
+                "webhook events under two ids",
+                len(self.violations.get("webhook events under two ids", [])),
+                self._verdict("webhook events under two ids"),
+            ),
+            (
+                "cascades cancelled / cancelled + compensated",
+                f"{self.cascades['cancelled']} / {self.cascades['compensated']}",
+                "",
+            ),
+            (
+                "writes after a cancel",
+                len(self.violations.get("bodies after a cancel", [])),
+                self._verdict("bodies after a cancel"),
+            ),
+            (
+                "writes compensated exactly once / to undo",
+                f"{self.compensated_writes[0]} / {self.compensated_writes[1]}",
+                self._verdict("writes not compensated exactly once"),
+            ),
+            (
+                "runs not in their expected end state",
+                len(self.violations.get("runs not in their expected end state", [])),
+                self._verdict("runs not in their expected end state"),
+            ),
             ("LLM plan requests (incl. re-asked after a kill)", self.plan_requests, ""),
             (
                 "framework model calls / asked again (killed mid-call)",
@@ -160,6 +234,7 @@ class Report:
                     **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
                     "lost": self.lost,
                     "not terminal": self.not_terminal,
+                    **self.violations,
                 }.items()
                 if v
             )
@@ -169,6 +244,11 @@ class Report:
                 "failed runs: "
                 + "; ".join(f"{rid}: {why}" for rid, why in list(self.failed.items())[:10])
             )
+        if self.limit_late:
+            lines.append(
+                "late limited calls (the engine admitted them within the limit; they "
+                "reached the service later than the guard allows): " + "; ".join(self.limit_late)
+            )
         if self.missing:
             lines.append(
                 "missing effects: "
@@ -176,9 +256,28 @@ class Report:
             )
         return "\n".join(lines)
 
+    def _verdict(self, check: str) -> str:
+        return "FAIL" if self.violations.get(check) else "ok"
 
-def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> None:
-    """Fill ``report`` (its ``runs`` given) from the database and the services' state."""
+
+def audit(
+    report: Report,
+    *,
+    payments_url: str,
+    sink_url: str,
+    llm_url: str,
+    plans: dict[str, dict[str, Any]] | None = None,
+    extras: Any = None,
+) -> None:
+    """Fill ``report`` (its ``runs`` given) from the database and the services' state.
+
+    ``plans`` (run id -> the operator's plan) say which end state each run must reach;
+    ``extras`` (examples/chaos_operator.py) is the schedule, webhooks and cascades to
+    check (examples/chaos_checks.py).
+    """
+    from .chaos_checks import expected_end
+
+    plans = plans or {}
     from durable.models import TERMINAL, AttemptOutcome, Operation, Run, StepAttempt, Wait
     from durable.vocabulary import WaitKind
 
@@ -195,7 +294,7 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
         report.statuses[row["status"]] += 1
         if row["status"] not in TERMINAL:
             report.not_terminal.append(run_id)
-        elif row["status"] != "succeeded":
+        elif row["status"] != expected_end(report.runs[run_id], plans.get(run_id, {})):
             report.failed[run_id] = (
                 f"{row['status']}: " + str((row["error"] or {}).get("message", ""))[:160]
             )
@@ -228,6 +327,9 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
     subjects = [str(o["subject"]) for o in objects if o["object"] == "ticket"]
     by_subject = Counter(t for t in subjects if root_run_id(t.split(" ", 1)[0]) in report.runs)
     report.duplicates["ticket"] += [f"{t!r} x{n}" for t, n in by_subject.items() if n > 1]
+    customers = [str(o["customer"]) for o in objects if o["object"] == "invoice"]
+    by_customer = Counter(c for c in customers if root_run_id(c.split(" ", 1)[0]) in report.runs)
+    report.duplicates["invoice"] += [f"{c!r} x{n}" for c, n in by_customer.items() if n > 1]
     report.reconciled = Operation.objects.filter(
         run_id__in=every_run, resolution__startswith="reconciled"
     ).count()
@@ -235,6 +337,15 @@ def audit(report: Report, *, payments_url: str, sink_url: str, llm_url: str) -> 
         run_id__in=every_run, outcome=AttemptOutcome.WORKER_LOST
     ).count()
     report.limit_waits = Wait.objects.filter(run_id__in=every_run, kind=WaitKind.LIMIT).count()
+    check_extras(
+        report,
+        extras,
+        plans=plans,
+        statuses={r: row["status"] for r, row in rows.items()},
+        objects=objects,
+        payments_url=payments_url,
+        root_of=root_run_id,
+    )
     asked = admin(llm_url, "GET", "/_admin/requests")["data"]
     report.plan_requests = sum(
         1 for r in asked if r["run"] in report.runs and r["turn"] == 0 and r["status"] == 200

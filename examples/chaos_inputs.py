@@ -2,8 +2,10 @@
 
 Run number ``i`` is of kind ``KINDS[i % len(KINDS)]``; :func:`inputs` gives its input and
 the operator's plan for it (procurement: let the approval escalate, send the signal
-before the run waits for it). Faults the scripted LLM acts on ride in the support
-message (``[fault:429]``, ``[fault:malformed_json]``).
+before the run waits for it; cascade: cancel it mid-flight, and compensate it or not).
+A ``scheduled`` run is not started by the audit: its number is one slot of the audit's
+schedule (examples/chaos_operator.py), whose run the schedule starts. Faults the
+scripted LLM acts on ride in the support message (``[fault:429]``, ``[fault:malformed_json]``).
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ KINDS = (
     "fanout",
     "family",
     "limited",
+    "scheduled",
+    "cascade",
     "langgraph",
     "pydantic_ai",
     "openai_agents",
 )
+#: the kinds whose runs something else starts (a schedule): the audit counts their slots
+NOT_STARTED = ("scheduled",)
 
 
 def inputs(i: int, kind: str, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -49,6 +55,14 @@ def inputs(i: int, kind: str, rng: random.Random) -> tuple[dict[str, Any], dict[
         )
     if kind in ("fanout", "family", "limited"):
         return {"customer": f"Chaos Customer {i}"}, {}
+    if kind == "scheduled":
+        return {"customer": "Chaos Scheduled"}, {"slot": True}
+    if kind == "cascade":
+        # every other cascade (the first one too) is compensated after its cancel
+        return {"customer": f"Chaos Customer {i}"}, {
+            "cancel": True,
+            "compensate": (i // len(KINDS)) % 2 == 0,
+        }
     if kind in FRAMEWORK_EXPECTED:  # a message naming a charge only this run refunds
         return {"message": framework_message(i)}, {}
     if kind == "invoice":

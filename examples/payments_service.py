@@ -30,7 +30,15 @@ up by the key that created it (what the tools' ``reconcile`` hooks ask).
 connection is reset without a response, so the client cannot know it happened.
 
 Audit: ``GET /_admin/objects?kind=refund`` lists every object with the idempotency key
-and run id that created it; ``GET /_admin/stats`` counts requests, replays and faults.
+and run id that created it; ``GET /_admin/stats`` counts requests, replays and faults;
+``GET /_admin/requests`` lists every ``POST`` to :data:`LOGGED_PATHS` (tickets,
+invoices) with its idempotency key, the body's ``subject``, the status and its arrival
+and end time (Unix seconds), retries and faulted requests included.
+
+**A webhook receiver** for outgoing-webhook tests: ``POST /v1/webhooks`` records each
+delivery (its ``webhook-id`` header, the event's ``id``, ``type`` and ``data.run_id``,
+the SHA-256 of the body) and answers 200 (it checks no signature); the faults above
+apply to it like to any ``/v1/`` write. ``GET /_admin/webhooks`` lists the deliveries.
 """
 
 from __future__ import annotations
@@ -83,7 +91,16 @@ CREATE TABLE IF NOT EXISTS idempotency (
     params_hash TEXT NOT NULL, state TEXT NOT NULL, status INTEGER, body TEXT,
     created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (
+    path TEXT NOT NULL, idempotency_key TEXT, subject TEXT, status INTEGER,
+    arrived REAL NOT NULL, ended REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS webhooks (
+    webhook_id TEXT NOT NULL, event_id TEXT, type TEXT, run_id TEXT, body_sha TEXT NOT NULL,
+    received REAL NOT NULL);
 """
+#: the paths whose every request (faulted ones too) is logged with its arrival and end
+#: time (``GET /_admin/requests``): what a limit audit measures at the service
+LOGGED_PATHS = ("/v1/tickets", "/v1/invoices")
 
 
 class ValidationError(Exception):
@@ -224,10 +241,13 @@ class PaymentsService:
         r.route("POST", "/v1/purchase_requests")(self._guard(self._create_pr))
         r.route("POST", r"/v1/purchase_requests/(?P<id>pr_\w+)/close")(self._guard(self._close_pr))
         r.route("POST", "/v1/orders")(self._guard(self._create_order))
+        r.route("POST", "/v1/webhooks")(self._guard(self._receive_webhook))
         r.route("GET", r"/v1/(?P<collection>\w+)")(self._guard(self._list))
         r.route("GET", r"/v1/(?P<collection>\w+)/(?P<id>\w+)")(self._guard(self._get))
         r.route("GET", "/_admin/objects")(self._admin_objects)
         r.route("GET", "/_admin/stats")(self._admin_stats)
+        r.route("GET", "/_admin/requests")(self._admin_requests)
+        r.route("GET", "/_admin/webhooks")(self._admin_webhooks)
         r.route("POST", "/_admin/faults")(self._admin_add_fault)
         r.route("GET", "/_admin/faults")(
             lambda req: Response(200, {"rules": self.faults.rules, "chaos": self.faults.chaos})
@@ -241,6 +261,11 @@ class PaymentsService:
         """Authentication, fault injection and the idempotency contract around ``fn``."""
 
         def handler(req: Request) -> Response:
+            if req.method == "POST" and req.path in LOGGED_PATHS:
+                return self._logged(inner, req)
+            return inner(req)
+
+        def inner(req: Request) -> Response:
             key = req.header("idempotency-key")
             with self.store.tx() as db:
                 self.store.count(db, f"requests {req.method} {_template(req.path)}")
@@ -259,6 +284,26 @@ class PaymentsService:
             return response
 
         return handler
+
+    def _logged(self, handler: Any, req: Request) -> Response:
+        """``handler(req)``, logged with its arrival and end time (a dropped one too)."""
+        arrived, status = time.time(), None
+        try:
+            response = handler(req)
+            status = response.status
+            return response
+        finally:
+            ended = time.time()
+            try:
+                subject = str(req.json().get("subject") or "")[:300]
+            except (ValueError, AttributeError):
+                subject = ""
+            with self.store.tx() as db:
+                db.execute(
+                    "INSERT INTO requests (path, idempotency_key, subject, status, arrived, "
+                    "ended) VALUES (?, ?, ?, ?, ?, ?)",
+                    (req.path, req.header("idempotency-key"), subject, status, arrived, ended),
+                )
 
     def _idempotent(self, fn: Any, req: Request, key: str, fault: dict | None) -> Response:
         params = req.json()
@@ -437,6 +482,25 @@ class PaymentsService:
             },
         )
 
+    def _receive_webhook(self, db, req, key):
+        event = req.json()
+        if not isinstance(event, dict):
+            raise ValidationError("a webhook body is a JSON object")
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        db.execute(
+            "INSERT INTO webhooks (webhook_id, event_id, type, run_id, body_sha, received) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                req.header("webhook-id") or "",
+                str(event.get("id") or ""),
+                str(event.get("type") or ""),
+                str(data.get("run_id") or ""),
+                hashlib.sha256(req.body).hexdigest(),
+                time.time(),
+            ),
+        )
+        return 200, {"received": True}
+
     def _void_invoice(self, db, req, key):
         inv = self._load(db, "invoice", req.params["id"])
         if inv["status"] != "void":
@@ -550,6 +614,14 @@ class PaymentsService:
             },
         )
 
+    def _admin_requests(self, req: Request) -> Response:
+        rows = self.store.conn().execute("SELECT * FROM requests ORDER BY arrived").fetchall()
+        return Response(200, {"data": [dict(r) for r in rows]})
+
+    def _admin_webhooks(self, req: Request) -> Response:
+        rows = self.store.conn().execute("SELECT * FROM webhooks ORDER BY received").fetchall()
+        return Response(200, {"data": [dict(r) for r in rows]})
+
     def _admin_add_fault(self, req: Request) -> Response:
         try:
             return Response(200, self.faults.add(req.json()))
@@ -587,6 +659,8 @@ class PaymentsService:
             db.execute("DELETE FROM objects")
             db.execute("DELETE FROM idempotency")
             db.execute("DELETE FROM counters")
+            db.execute("DELETE FROM requests")
+            db.execute("DELETE FROM webhooks")
         with self.faults.lock:
             self.faults.rules.clear()
             self.faults.chaos = None

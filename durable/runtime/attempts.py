@@ -25,7 +25,15 @@ from durable.durations import check_retry_after
 from durable.exceptions import InvalidDuration, LeaseLost, RunStopped, StepTimeout, Suspend
 from durable.models.steps import StepAttempt
 from durable.observability import telemetry
-from durable.retry import AMBIGUOUS, MODEL_RECOVERABLE, PERMANENT, RetryPolicy, explain
+from durable.retry import (
+    AMBIGUOUS,
+    MODEL_RECOVERABLE,
+    PERMANENT,
+    TRANSIENT,
+    RetryPolicy,
+    explain,
+    may_have_happened,
+)
 from durable.runtime.failures import db_faults_stop_the_execution, safe_str
 from durable.runtime.ledger import AGAIN, PROCEED, OperationLedger
 from durable.runtime.llm import billed_tokens
@@ -308,6 +316,10 @@ class Attempts:
                     return self.checkpoints.record_success(
                         call, attempt=attempt, value=value, started_at=started_at, ledger=ledger
                     )
+                # a write's try that may have taken effect leaves its outcome unknown
+                unknown = classification == AMBIGUOUS or (
+                    classification == TRANSIENT and may_have_happened(exc)
+                )
                 if classification == AMBIGUOUS and ledger is not None and safety == "unsafe_write":
                     settled = ledger.unknown_outcome(
                         call, attempt=attempt, exc=exc, started_at=started_at
@@ -315,9 +327,14 @@ class Attempts:
                     if settled is not AGAIN:
                         return settled
                     classification = "transient"  # reconciled: it did not happen
+                    unknown = False
                 retryable = classification in ("transient", AMBIGUOUS)
                 if ledger is not None:
-                    ledger.after_failure(ambiguous=classification == AMBIGUOUS)
+                    # a retried write (an idempotent one: same key) whose try may have
+                    # taken effect stays ``started``: its outcome is unknown, not failed,
+                    # so a cancel before the retry leaves it to reconcile, and its
+                    # compensation undoes it if it happened (docs/compensation.md)
+                    ledger.after_failure(ambiguous=unknown)
                 reason = rule if retryable else f"{classification}: {rule}"
                 if retryable and retry_after is not None:
                     try:

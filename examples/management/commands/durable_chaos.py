@@ -1,10 +1,12 @@
 """``manage.py durable_chaos``: the chaos audit of the example agents (examples/chaos.py).
 
-Starts N runs of the reference, chaos and framework agents on worker processes it starts
-itself, SIGKILLs them at random, decides approvals and sends signals as an operator
-would, then audits the payments service and the SMTP sink for duplicates and losses, and
-the scripted LLM's log for model calls asked again. It lives with the agents it
-drives: ``durable/`` never imports the examples. Exit 1 on any duplicate or loss.
+Starts N agent runs on worker processes it starts itself, SIGKILLs them at random,
+decides approvals, sends signals, cancels and compensates as an operator would, ticks a
+schedule and the outgoing webhooks' outbox as beat would, then audits the payments
+service and the SMTP sink: duplicates, losses, end states, schedule slots, webhook
+deliveries, compensations and the shared limit; and the scripted LLM's log for model
+calls asked again. It lives with the agents it drives: ``durable/`` never imports the
+examples. Exit 1 on any failed check.
 """
 
 from __future__ import annotations
@@ -43,25 +45,30 @@ def _lease(text: str) -> float | None:
 
 
 class Command(BaseCommand):
-    help = "chaos audit: N agent runs (reference, chaos, framework) on workers SIGKILLed at random"
+    help = "chaos audit: N agent runs of eleven kinds on workers SIGKILLed at random"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = (
             "Start N agent runs (examples.support, .invoice, .procurement, .fanout, "
-            ".family, .limited, and the framework agents .langgraph, .pydantic_ai, "
-            ".openai_agents, in turn) on "
-            "worker processes this command starts, SIGKILL them at random, decide approvals "
-            "and send signals as an operator would, then audit the payments service and the "
-            "SMTP sink for duplicates and losses, and the scripted LLM's log for model calls "
-            "asked again after they were recorded. Exits 1 on any duplicate or loss "
-            "(examples/chaos.py)."
+            ".family, .limited, .scheduled, .cascade, and the framework agents .langgraph, "
+            ".pydantic_ai, .openai_agents, in turn; the .scheduled runs are "
+            "started by a schedule this command declares and ticks, one slot a second) on "
+            "worker processes this command starts, SIGKILL them at random, decide approvals, "
+            "send signals, cancel the cascades mid-flight and compensate every other one as "
+            "an operator would, deliver every run's end as a webhook to the payments "
+            "service, then audit the payments service and the SMTP sink: duplicates, "
+            "losses, end states, schedule slots, webhook deliveries, compensations and the "
+            "shared limit measured at the service; and the scripted LLM's log for model "
+            "calls asked again after they were recorded. Exits 1 on any failed check "
+            "(examples/chaos.py, docs/examples.md)."
         )
         parser.add_argument(
             "--runs",
             type=_positive_int,
             default=30,
             metavar="N",
-            help="how many agent runs to start, the nine kinds in turn (default 30)",
+            help="how many runs to start, the eleven kinds in turn, the schedule's slots "
+            "included (default 30)",
         )
         parser.add_argument(
             "--kill-every",
@@ -140,5 +147,5 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if status != 0:
             raise CommandError(
-                "the chaos audit found duplicates or losses", returncode=AUDIT_FAILED
+                "the chaos audit found duplicates, losses or failed checks", returncode=AUDIT_FAILED
             )

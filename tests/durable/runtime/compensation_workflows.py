@@ -184,3 +184,34 @@ def slow_void(ctx, data):
     SLOW_VOID["workflow"] += 1
     ctx.call_tool("comp.slow_void_refund", {"charge": "ch_1"}, step_id="refund")
     raise durable.PermanentError("the order was rejected after the refund")
+
+
+def find_charge(params: dict[str, Any], *, idempotency_key: str) -> Any:
+    """Reconcile of ``comp.charge``: the provider's object for the key, if committed."""
+    found = PROVIDER["refunds"].get(idempotency_key)
+    return dict(found) if found is not None else durable.NOT_FOUND
+
+
+@durable.tool(
+    name="comp.charge",
+    safety="idempotent_write",
+    compensate=void_refund,
+    reconcile=find_charge,
+    retry=RetryPolicy(max_attempts=3, initial_interval=60),
+)
+def charge(charge: str, amount: int, *, idempotency_key: str) -> dict[str, Any]:
+    """An idempotent write; ``PROVIDER["reset_after_commit"]`` commits it, then resets
+    the connection (the client cannot know it happened); ``PROVIDER["refused"]`` fails
+    it before it was sent (a connection refused)."""
+    if PROVIDER.pop("refused", False):
+        raise ConnectionRefusedError(111, "Connection refused")
+    committed = _commit({"charge": charge, "amount": amount}, idempotency_key)
+    if PROVIDER.pop("reset_after_commit", False):
+        raise ConnectionResetError(104, "Connection reset by peer")
+    return committed
+
+
+@durable.workflow(name="comp.charge_once", version="1")
+def charge_once(ctx, data):
+    """One idempotent write (its retry is a minute away: stored, not in the worker)."""
+    return ctx.call_tool("comp.charge", {"charge": "ch_c", "amount": 500})
