@@ -8,9 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
-from durable import conf, idempotency, postgres, registry, requesters
+from durable import clock, conf, idempotency, postgres, registry, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.durations import check_duration
 from durable.exceptions import DurableError, RunInputConflict, RunNotFound
@@ -131,7 +130,7 @@ def start_or_get(
         raise ValueError("max_steps must be >= 1")
     deadline = deadline_seconds or spec.deadline_seconds or conf.get("DEADLINE_SECONDS")
     starter, principal = requesters.resolve(started_by)
-    now = timezone.now()
+    now = clock.now()
     fields = dict(
         workflow_name=spec.name,
         workflow_version=spec.version,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from durable import postgres
+from durable import clock, postgres
 from durable.exceptions import IdempotencyConflict, PayloadError, Suspend
 from durable.models.events import TraceEvent
 from durable.models.operations import Operation
@@ -105,7 +105,7 @@ class OperationLedger:
         if postgres.available() and not ex.batch:
             # the common case in one fenced statement: no row yet for this key, run live
             # (with batched steps pending, the transaction below flushes them first)
-            now = timezone.now()
+            now = clock.now()
             started = Operation(**self._started_row(call, now))
             if started_in_one_statement(
                 run_id=ex.cursor.run_id,
@@ -124,7 +124,7 @@ class OperationLedger:
             op = Operation.objects.select_for_update().filter(idempotency_key=self.key).first()
             if op is not None and op.params_hash != self.params_hash:
                 raise IdempotencyConflict(self.key)
-            now = timezone.now()
+            now = clock.now()
             if op is None:
                 op = Operation.objects.create(**self._started_row(call, now))
                 decision["action"] = "call"

@@ -164,7 +164,7 @@ def test_a_worker_host_cut_off_past_its_lease_is_taken_over_and_its_late_write_f
     )
     print(report.table())
     assert report.ok, report.table()
-    assert report.statuses == {"succeeded": 10}, report.table()
+    assert not report.failed and sum(report.statuses.values()) == 10, report.table()
     assert report.partitions == 1 and report.partition_seconds >= 10.0, report.table()
     held = set(report.partition_held)
     assert held, report.table()
