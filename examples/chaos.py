@@ -53,6 +53,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -468,7 +469,16 @@ class Chaos:
                     skewed=self.clock_step is not None and i == self.n_workers - 1,
                 )
             self._start_runs()
-            self._loop(env, started)
+            stop = threading.Event()
+            killer = threading.Thread(
+                target=self._kill_and_replace, args=(env, stop), name="chaos-killer", daemon=True
+            )
+            killer.start()
+            try:
+                self._loop(env, started)
+            finally:
+                stop.set()
+                killer.join(timeout=30)
             if self.partition is not None and self.partition.is_cut:
                 self.partition.restore()  # the loop gave up while cut: the audit needs it
             if self.service_faults:
@@ -576,7 +586,6 @@ class Chaos:
         from durable.worker.sweeper import sweep
 
         deadline = started + self.timeout
-        next_kill = time.monotonic() + self._jitter()
         next_sweep = 0.0
         next_note = time.monotonic() + 10
         midway_done = self.midway is None
@@ -618,6 +627,24 @@ class Chaos:
                     self.log(f"database unavailable ({type(exc).__name__}); retrying")
                     close_old_connections()
                     connection.close()
+            if now >= next_note:
+                kinds = Counter(self.report.runs[r] for r in remaining)
+                self.log(
+                    f"{len(remaining)} runs not finished ({', '.join(sorted(kinds))}); "
+                    f"{self.report.kills} kills"
+                    + (f"; {waiting}" if not remaining and waiting else "")
+                )
+                next_note = now + 5
+            time.sleep(0.2)
+        self.log(f"gave up waiting after {self.timeout:g} s")
+
+    def _kill_and_replace(self, env: dict[str, str], stop: threading.Event) -> None:
+        """SIGKILL a random worker every ~``kill_every`` seconds and keep ``workers`` of
+        them alive, on a thread of its own: the operator's loop over 1,000 runs takes
+        seconds a turn, and must not space the kills out."""
+        next_kill = time.monotonic() + self._jitter()
+        while not stop.wait(0.1):
+            now = time.monotonic()
             if self.kill_every > 0 and now >= next_kill:
                 # a cut-off worker is not killed while cut: its late writes are the point
                 cut_off = self.partition is not None and self.partition.is_cut
@@ -636,16 +663,6 @@ class Chaos:
                     self._start_worker(
                         env, partitioned=worker.partition is not None, skewed=worker.skewed
                     )
-            if now >= next_note:
-                kinds = Counter(self.report.runs[r] for r in remaining)
-                self.log(
-                    f"{len(remaining)} runs not finished ({', '.join(sorted(kinds))}); "
-                    f"{self.report.kills} kills"
-                    + (f"; {waiting}" if not remaining and waiting else "")
-                )
-                next_note = now + 5
-            time.sleep(0.2)
-        self.log(f"gave up waiting after {self.timeout:g} s")
 
     def _skewed_worker_holds_a_run(self) -> bool:
         """Whether a run's lease is held by the clock-stepped worker (the moment to step)."""
@@ -656,7 +673,7 @@ class Chaos:
         from durable.models import Run
 
         owners = Q()
-        for worker in self.workers:
+        for worker in list(self.workers):
             if worker.skewed and worker.alive():
                 owners |= Q(lease_owner__startswith=f"{socket.gethostname()}:{worker.proc.pid}:")
         return bool(owners) and Run.objects.filter(owners, lease_token__gt="").exists()
@@ -747,7 +764,7 @@ class Chaos:
         from durable.vocabulary import EventKind
 
         inside = Q()
-        for worker in self.workers:
+        for worker in list(self.workers):
             if worker.partition is not None:
                 inside |= Q(actor__startswith=worker.lease_prefix)
         return sorted(
