@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from durable import conf, idempotency, postgres, registry, requesters
+from durable import clock, conf, idempotency, postgres, registry, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.durations import check_duration
 from durable.exceptions import DurableError, RunInputConflict, RunNotFound
@@ -141,7 +141,8 @@ def start_or_get(
         created_at=now,
         updated_at=now,
         max_steps=steps_budget,
-        deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
+        # judged by the sweeper and every worker: the shared clock, not this process's
+        deadline_at=clock.now() + timedelta(seconds=float(deadline)) if deadline else None,
         tags=list(tags or []),
         max_tokens=max_tokens if max_tokens is not None else conf.get("MAX_TOKENS"),
         started_by=starter,

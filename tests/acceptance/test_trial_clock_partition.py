@@ -132,12 +132,6 @@ def test_a_retry_backoff_written_by_a_worker_whose_clock_is_off_is_due_by_the_da
     assert Run.objects.get(pk=run.id).status == RunStatus.RETRYING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable/runtime/replay.py check_budgets judges run.deadline_at with "
-    "timezone.now() (the executing worker's wall clock), not durable.clock.now(): a "
-    "worker an hour ahead fails every run whose deadline is under an hour away",
-)
 def test_a_worker_whose_clock_is_ahead_does_not_fail_a_run_before_its_deadline(skew):
     """temporalio/documentation#2050 "Time Skew Deadline Exceeded": a worker's clock off
     from the cluster's by more than an activity's start-to-close timeout makes the
@@ -151,13 +145,6 @@ def test_a_worker_whose_clock_is_ahead_does_not_fail_a_run_before_its_deadline(s
     assert row.status == RunStatus.SUCCEEDED, (row.status, row.error)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable/client.py start() (and services/runs.py) write deadline_at from "
-    "timezone.now(), the starting process's wall clock, while the sweeper compares it "
-    "with durable.clock.now() (the database's): a starter an hour behind gives runs a "
-    "deadline already past",
-)
 def test_a_run_started_by_a_process_whose_clock_is_behind_keeps_its_whole_deadline(skew):
     """temporalio/features#616 "Warn when the server-provided task start time is fairly
     different than time SDK begins processes task" (clock skew between the server and
@@ -174,13 +161,6 @@ def test_a_run_started_by_a_process_whose_clock_is_behind_keeps_its_whole_deadli
     assert Run.objects.get(pk=run.id).status == RunStatus.WAITING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable/runtime/limit_store.py wake_waiters reads timezone.now() and "
-    "filters wake_at__gt=now, while limit waits' wake_at is written by "
-    "durable.clock.now() (limit_gate.py): a releasing worker ahead of the database "
-    "wakes no waiter (queued_ahead's grace has the same mix)",
-)
 def test_a_concurrency_slot_released_by_a_worker_whose_clock_is_ahead_wakes_the_next_run(skew):
     """margince/margince#1346 "capture sync-state schedules from the app clock and is read
     against the database's": a time written by one clock and compared with another makes
