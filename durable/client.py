@@ -140,7 +140,8 @@ def start_or_get(
         created_at=now,
         updated_at=now,
         max_steps=steps_budget,
-        deadline_at=now + timedelta(seconds=float(deadline)) if deadline else None,
+        # judged by the sweeper and every worker: the shared clock, not this process's
+        deadline_at=clock.now() + timedelta(seconds=float(deadline)) if deadline else None,
         tags=list(tags or []),
         max_tokens=max_tokens if max_tokens is not None else conf.get("MAX_TOKENS"),
         started_by=starter,

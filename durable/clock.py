@@ -14,8 +14,9 @@ process is on the one machine that holds the file, so its wall clock is the shar
 and :func:`now` is ``django.utils.timezone.now()``.
 
 Used where a time is written for another process to compare, or compared with one: the
-claim and the lease's extensions, the process beat, the sweeper, and the wake-up times
-of retries, timers and limit waits. Times shown to people (``created_at``,
+claim and the lease's extensions, the process beat, the sweeper, run deadlines (written
+at the start or a resume, judged at each step and by the sweeper), and the wake-up
+times of retries, timers and limit waits. Times shown to people (``created_at``,
 ``updated_at``) keep the writer's clock.
 """
 

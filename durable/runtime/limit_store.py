@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from durable import postgres
+from durable import clock, postgres
 from durable.dispatch import dispatch_now
 from durable.limits import Limits
 from durable.models.limits import Limit, LimitSlot
@@ -101,9 +101,9 @@ def queued_ahead(key: str, *, run_id: str, since: datetime | None) -> int:
     that first asked earlier, still due to come back (their wake time less than
     :data:`QUEUE_GRACE_SECONDS` ago), and those woken for it within that grace that have
     not been admitted yet. A run that does not come back within the grace lets the runs
-    behind it go first, and has its place again when it asks. Times are this machine's
-    clock, as the waits' are."""
-    grace = timezone.now() - timedelta(seconds=QUEUE_GRACE_SECONDS)
+    behind it go first, and has its place again when it asks. Times are the shared
+    clock's (:mod:`durable.clock`), as the waits' are."""
+    grace = clock.now() - timedelta(seconds=QUEUE_GRACE_SECONDS)
     parked = Q(status=WaitStatus.PENDING, wake_at__gt=grace)
     woken = Q(status=WaitStatus.RESOLVED, resolved_by=WOKEN_BY, resolved_at__gt=grace)
     ahead = Wait.objects.filter(parked | woken, kind=WaitKind.LIMIT, key=key[:255])
@@ -196,7 +196,7 @@ def release(key: str, slot_id: int) -> None:
 def wake_waiters(key: str, count: int) -> None:
     """Make the ``count`` oldest pending concurrency waits of ``key`` due now and
     dispatch their runs (a hint: the claim re-checks the limit)."""
-    now = timezone.now()
+    now = clock.now()  # the waits' wake_at are by the shared clock (limit_gate.py)
     waits = list(
         Wait.objects.filter(
             kind=WaitKind.LIMIT,

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.utils import timezone
-
+from durable import clock
 from durable.exceptions import BudgetExceeded, LeaseLost, NonDeterminismError, RunStopped
 from durable.models import transitions
 from durable.models.runs import Run
@@ -214,7 +213,7 @@ class ReplayCursor:
             exc = BudgetExceeded(
                 run_id=self.run_id, budget="max_steps", limit=run.max_steps, used=pos + 1
             )
-        elif run.deadline_at is not None and timezone.now() > run.deadline_at:
+        elif run.deadline_at is not None and clock.now() > run.deadline_at:
             exc = BudgetExceeded(
                 run_id=self.run_id, budget="deadline", limit=run.deadline_at.isoformat()
             )

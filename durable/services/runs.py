@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from durable import idempotency
+from durable import clock, idempotency
 from durable.dispatch import dispatch_on_commit
 from durable.models import (
     Operation,
@@ -140,7 +140,7 @@ def run_resume(
         if extra_steps:
             run.max_steps += int(extra_steps)
         if deadline_seconds:
-            run.deadline_at = now + timedelta(seconds=float(deadline_seconds))
+            run.deadline_at = clock.now() + timedelta(seconds=float(deadline_seconds))
         run.save(
             update_fields=[
                 "status",
