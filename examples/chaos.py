@@ -421,6 +421,8 @@ class Chaos:
         self.signalled: set[str] = set()
         self.extras: Extras | None = None
         self._names = 0
+        #: the run ids of this audit begin ``chaos-<stamp>-`` (set when the runs start)
+        self.stamp = ""
 
     # ------------------------------------------------------------------ running
 
@@ -430,6 +432,12 @@ class Chaos:
         saved_durable = dict(settings.DURABLE)
         if self.partition_seconds:
             self._check_partition()
+        if self.clock_step_seconds and connection.vendor != "postgresql":
+            raise ChaosConfigurationError(
+                "--clock-step needs PostgreSQL (DATABASE_URL=postgres://...): on the "
+                f"embedded default ({connection.vendor}) every worker runs on the one machine "
+                "that holds the database file, and shares its one clock"
+            )
         try:
             self.services = ServiceSet.start(self.folder / "services")
             os.environ.update(self.services.env())
@@ -550,7 +558,7 @@ class Chaos:
     def _start_runs(self) -> None:
         import durable
 
-        stamp = datetime.now().strftime("%Y%m%d%H%M%S")
+        stamp = self.stamp = datetime.now().strftime("%Y%m%d%H%M%S")
         kinds = [KINDS[i % len(KINDS)] for i in range(self.n_runs)]
         # schedule, webhooks, cascades: examples/chaos_operator.py
         self.extras = Extras(self, stamp, slots=sum(k in NOT_STARTED for k in kinds))
@@ -808,8 +816,13 @@ class Chaos:
         owned = Q()
         for worker in inside:
             owned |= Q(lease_owner__startswith=worker.lease_prefix)
+        # this audit's runs and their children (an earlier, interrupted audit's runs may
+        # still be in the database, and a worker may pick them up)
+        ours = Q(id__startswith=f"chaos-{self.stamp}-")
         return dict(
-            Run.objects.filter(owned, status=RunStatus.RUNNING).values_list("id", "lease_token")
+            Run.objects.filter(owned, ours, status=RunStatus.RUNNING).values_list(
+                "id", "lease_token"
+            )
         )
 
     def _audit_partition(self, wait: float = 60.0) -> None:
@@ -925,19 +938,25 @@ def main(options: dict[str, Any], stdout: Any) -> int:
         stdout.flush()
 
     midway = (lambda: restart_services(log)) if options.get("restart_services") else None
-    report = run_chaos(
-        runs=options["runs"],
-        kill_every=options["kill_every"],
-        workers=options["workers"],
-        lease=options["lease"],
-        timeout=options["timeout"],
-        seed=options.get("seed"),
-        service_faults=options["service_faults"],
-        clock_step=options.get("clock_step") or 0.0,
-        partition=options.get("partition") or 0.0,
-        midway=midway,
-        log=log,
-    )
+    # a SIGTERM (``timeout``, a CI job cancelled) ends the audit as Ctrl-C does: through
+    # the cleanup that kills the workers and services and deletes the network namespaces
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        report = run_chaos(
+            runs=options["runs"],
+            kill_every=options["kill_every"],
+            workers=options["workers"],
+            lease=options["lease"],
+            timeout=options["timeout"],
+            seed=options.get("seed"),
+            service_faults=options["service_faults"],
+            clock_step=options.get("clock_step") or 0.0,
+            partition=options.get("partition") or 0.0,
+            midway=midway,
+            log=log,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     stdout.write(report.table() + "\n")
     if options.get("json"):
         stdout.write(
@@ -957,3 +976,8 @@ def main(options: dict[str, Any], stdout: Any) -> int:
             + "\n"
         )
     return 0 if report.ok else 1
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM: leave through the ``finally`` blocks that clean up, as Ctrl-C does."""
+    raise SystemExit(128 + signum)

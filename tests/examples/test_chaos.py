@@ -299,3 +299,24 @@ def test_the_audit_fails_on_a_recorded_model_call_asked_again():
     assert twice.model_calls_again == 1
     assert twice.duplicates["model call"] == ["r1 x1 again, 0 unrecorded tries"]
     assert not twice.ok and "duplicate model calls" in twice.table()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--partition", "nan"], "--partition must be a finite number"),
+        (["--clock-step", "inf"], "--clock-step must be a finite number"),
+        (["--lease", "nan"], "must be more than 0 seconds"),
+    ],
+)
+def test_a_chaos_option_that_is_not_a_finite_number_is_refused(args, says):
+    with pytest.raises(CommandError, match=re.escape(says)):
+        call_command("durable_chaos", "--runs", "1", *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_clock_step_is_refused_where_every_worker_shares_one_clock():
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL: the step is meaningful there")
+    with pytest.raises(ChaosConfigurationError, match="--clock-step needs PostgreSQL"):
+        run_chaos(runs=1, kill_every=0, clock_step=3600.0)

@@ -12,6 +12,7 @@ examples. Exit 1 on any failed check.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -39,7 +40,7 @@ def _lease(text: str) -> float | None:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither seconds nor 'default'") from None
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError("must be more than 0 seconds")
     return value
 
@@ -141,6 +142,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["kill_every"] < 0 or options["partition"] < 0:
             raise CommandError("--kill-every and --partition take 0 or more seconds")
+        for name in ("kill_every", "partition", "clock_step", "timeout", "service_faults"):
+            if not math.isfinite(options[name]):
+                raise CommandError(f"--{name.replace('_', '-')} must be a finite number")
         try:
             status = chaos.main(options, self.stdout)
         except chaos.ChaosConfigurationError as exc:
