@@ -49,6 +49,8 @@ DEFAULT_REDACT_PATTERNS = (
         r"PRIVATE KEY( BLOCK)?-----|[\s\S]*)"
     ),
     r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",  # JWTs
+    # user:password in a URL (https://user:pass@host reads https://[REDACTED]@host)
+    r"(?<=://)[^/?#\s:@]*:[^/?#\s@]+(?=@)",
 )
 
 #: normalised keys that contain a REDACT_KEYS entry but name counts, not secrets (the

@@ -9,6 +9,11 @@ the Celery instrumentation carries the trace context in the task message to the 
 whose ``durable.run`` span joins it. A prefork child configures itself again after the
 fork (an exporter's thread does not survive one). Without the setting nothing is
 installed and the engine's spans are the API's no-ops.
+
+Every span is exported redacted, the instrumentations' too: the exporting processor sits
+behind :class:`~durable.observability.redacting.RedactingSpanProcessor`, which blanks
+secrets out of names, attributes, exception events and status descriptions with the
+redaction of stored values.
 """
 
 from __future__ import annotations
@@ -44,16 +49,19 @@ def configure(exporter: Any = None) -> bool:
     except ImportError as exc:
         logger.warning("DURABLE_OTEL is set but %s; pip install 'durable[otel]'", exc)
         return False
+    from durable.observability.redacting import RedactingSpanProcessor
+
     provider = TracerProvider(
         resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "durable")})
     )
     if exporter is not None:
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider.add_span_processor(RedactingSpanProcessor(SimpleSpanProcessor(exporter)))
     else:
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            exporting = BatchSpanProcessor(OTLPSpanExporter())
+            provider.add_span_processor(RedactingSpanProcessor(exporting))
         except ImportError:
             logger.warning("no OTLP exporter installed: spans are made but not exported")
     trace.set_tracer_provider(provider)

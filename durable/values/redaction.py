@@ -8,11 +8,13 @@ Two settings drive it (see :mod:`durable.conf`):
   not secret (``"total_tokens"``), matched exactly.
 - ``DURABLE["REDACT_PATTERNS"]`` -- regular expressions for tokens found anywhere in a
   string (by default: ``sk-...`` and Stripe keys, ``Authorization:`` values, ``Bearer``
-  and ``Basic`` credentials, GitHub, Slack and AWS keys, PEM private-key blocks, JWTs).
+  and ``Basic`` credentials, GitHub, Slack and AWS keys, PEM private-key blocks, JWTs,
+  ``user:password@`` in URLs).
 
 :mod:`durable.values.codec` encrypts the values these select -- every value under a secret
 key, whatever its type, and every string matching a pattern; :func:`redact_text` blanks
-pattern matches out of free text (error messages, tracebacks, logs, approval titles);
+pattern matches (and secret-named URL parameters) out of free text (error messages,
+tracebacks, logs, span data, approval titles);
 :func:`check_identifier` refuses identifiers that look like secrets.
 """
 
@@ -216,14 +218,30 @@ def redact_text(text: str) -> str:
     """Return ``text`` with every ``REDACT_PATTERNS`` match, and every secret known in
     this context (:func:`secrets_scope`), replaced by ``[REDACTED]``.
 
-    For free text that is stored or shown as is: error messages, tracebacks, logs.
+    The value of a URL query or form parameter whose name is a secret key
+    (:func:`is_secret_key`: ``?api_key=...``, ``&password=...``) is replaced too, its
+    name kept.
+
+    For free text that is stored or shown as is: error messages, tracebacks, logs, spans.
     """
     for p in _current_patterns().compiled:
         text = p.sub(REDACTED, text)
+    if "=" in text and key_matcher() is not None:
+        text = _PARAMETER.sub(_redact_parameter, text)
     for secret in known_secrets():
         if secret in text:
             text = text.replace(secret, REDACTED)
     return text
+
+
+#: ``?name=value`` / ``&name=value`` in a URL or a form body
+_PARAMETER = re.compile(r"(?<=[?&])([A-Za-z0-9_.\-\[\]]+)=([^&#\s\"'<>]+)")
+
+
+def _redact_parameter(match: re.Match[str]) -> str:
+    if match[2] == REDACTED or not is_secret_key(match[1]):
+        return match[0]
+    return f"{match[1]}={REDACTED}"
 
 
 def check_identifier(value: str, what: str) -> str:
