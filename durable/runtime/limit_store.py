@@ -36,6 +36,9 @@ GUARD_SECONDS = 0.1
 #: a call waiting for a concurrency slot checks again at least this often (seconds): a
 #: freed slot wakes the oldest waiter at once, this is the fallback
 CONCURRENCY_RECHECK_SECONDS = 2.0
+#: ... and those further back in the queue at most this long (seconds): each round of
+#: ``concurrency`` runs ahead of it adds CONCURRENCY_RECHECK_SECONDS
+MAX_RECHECK_SECONDS = 30.0
 #: seconds a run woken for its turn (or due to wake) keeps its place in the queue before
 #: the runs behind it may go first: a worker claims a woken run in well under a second
 #: when idle, in seconds when its queue is long or its machine loaded
@@ -133,9 +136,11 @@ def acquire(
     with a concurrency limit, a slot is taken (its id, for :func:`release`). When not,
     nothing is recorded and ``verdict.until`` says when the call may be admitted: the
     end of a 429's slow-down, the time enough admissions leave the window for this call
-    and the ones ahead of it, or for a concurrency limit the earliest of a holder's lease
-    expiry and :data:`CONCURRENCY_RECHECK_SECONDS` from now (a freed slot wakes the first
-    in the queue at once). One transaction under the key's lock.
+    and the ones ahead of it, or for a concurrency limit, first in line, the earliest of
+    a holder's lease expiry and :data:`CONCURRENCY_RECHECK_SECONDS` from now, further back
+    that many seconds more for each round of ``concurrency`` runs ahead (at most
+    :data:`MAX_RECHECK_SECONDS`; a freed slot wakes the first in the queue at once).
+    One transaction under the key's lock.
     """
     with transaction.atomic():
         row = _locked(limits.key)
@@ -150,9 +155,21 @@ def acquire(
             # this execution's own slots count too: a slot handed to a body that
             # outlived its timeout is held until that body ends (docs/limits.md)
             if len(live) + ahead >= limits.concurrency:
+                # a freed slot wakes the first in the queue at once; the rechecks are the
+                # fallback (a holder that died: its lease). The first in line recheck at
+                # a holder's lease expiry and every CONCURRENCY_RECHECK_SECONDS; those
+                # behind them, whom a slot reaches only after the ones ahead, less often:
+                # 132 runs parked on one slot rechecking every 2 s were 66 claims a second,
+                # and starved the workers (the chaos audit's 1,000 runs)
+                rounds = 1 + ahead // limits.concurrency
+                recheck = now + timedelta(
+                    seconds=min(CONCURRENCY_RECHECK_SECONDS * rounds, MAX_RECHECK_SECONDS)
+                )
                 leases = [s.run.lease_expires_at for s in live if s.run.lease_expires_at]
-                recheck = now + timedelta(seconds=CONCURRENCY_RECHECK_SECONDS)
-                return _wait(min([*leases, recheck]), "concurrency", now), None
+                first_in_line = ahead < limits.concurrency
+                return _wait(
+                    min([*leases, recheck] if first_in_line else [recheck]), "concurrency", now
+                ), None
         admitted = [float(t) for t in row.admitted or []]
         if limits.rate is not None:
             window = limits.rate.period + GUARD_SECONDS

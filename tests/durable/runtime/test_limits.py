@@ -217,6 +217,35 @@ def test_concurrency_slots_are_freed_on_completion_and_on_lease_expiry():
     assert not LimitSlot.objects.filter(pk=slot_b).exists()  # the dead slot was removed
 
 
+def test_runs_further_back_in_a_concurrency_queue_recheck_less_often():
+    """A freed slot wakes the first in line at once; the others' rechecks are a fallback,
+    spaced by their place, so a long queue does not wake every waiter every 2 s."""
+    limits = Limits("tool:long", None, 1)
+    holder, holder_token = _running_run()
+    assert limit_store.acquire(limits, run_id=holder, token=holder_token)[0].admitted
+    for i in range(9):
+        parked, _ = _running_run()
+        _parked(parked, "tool:long", since_seconds=60 - i, wake_in=2, title="concurrency")
+    first, first_token = _running_run(lease_seconds=30)
+    late, late_token = _running_run()
+    step = limit_store.CONCURRENCY_RECHECK_SECONDS
+    # queued behind the nine: the tenth in line checks again after ten rounds
+    refused, _ = limit_store.acquire(limits, run_id=late, token=late_token)
+    assert refused.reason == "concurrency"
+    assert 10 * step - 1 < refused.delay <= 10 * step
+    # the first in line checks at the holder's lease expiry or the recheck, whichever first
+    Wait.objects.filter(key="tool:long").update(status=WaitStatus.RESOLVED, resolved_by="x")
+    Run.objects.filter(pk=holder).update(lease_expires_at=timezone.now() + timedelta(seconds=1))
+    refused, _ = limit_store.acquire(limits, run_id=first, token=first_token)
+    assert refused.delay <= 1.0
+    # far back, at most MAX_RECHECK_SECONDS
+    for i in range(40):
+        parked, _ = _running_run()
+        _parked(parked, "tool:long", since_seconds=120 - i, wake_in=2, title="concurrency")
+    refused, _ = limit_store.acquire(limits, run_id=late, token=late_token)
+    assert refused.delay <= limit_store.MAX_RECHECK_SECONDS
+
+
 def test_a_slot_of_a_lease_that_was_taken_over_does_not_count():
     limits = Limits("tool:c2", None, 1)
     a, a_token = _running_run()
