@@ -221,7 +221,10 @@ def test_fifty_runs_on_a_5_per_second_limit_are_admitted_in_arrival_order(
         firsts.setdefault(event.run_id, event.created_at.timestamp())
         parks[event.run_id] = parks.get(event.run_id, 0) + 1
     for run_id, since in parked.items():
-        assert abs(since - firsts[run_id]) < 0.5, f"{run_id} lost its place when re-parked"
+        # its place is the time its first park began, before that park's "waiting" event
+        # was written (how long before depends on the machine's load: seconds on a busy
+        # one); a run that lost its place would have a later park's time, after that event
+        assert since <= firsts[run_id] + 0.01, f"{run_id} lost its place when re-parked"
     # a run that parked later ran a window (1 s) or more before one that parked earlier only
     # when the earlier one came late for its turn (its worker busy: the places of a window
     # go to the next in the queue meanwhile), so by at most a window's places (5); without
