@@ -143,3 +143,32 @@ def test_a_failed_send_is_logged_not_raised(settings, caplog, django_capture_on_
     assert Run.objects.filter(pk=run.id).exists()
     sent = [r for r in caplog.records if "could not send run" in r.getMessage()]
     assert [r.args[0] for r in sent] == ["some-run", run.id]
+
+
+def test_a_pending_run_is_dispatched_again_at_growing_intervals(
+    recording, django_capture_on_commit_callbacks
+):
+    """Each dispatch of a pending run waits as long as the run had waited before it (at
+    most 10 x REDISPATCH_AFTER_SECONDS): a backlog's queued messages are not copied every
+    30 s, and a lost message is still sent again."""
+    from durable.worker.sweeper import REDISPATCH_BACKOFF_CAP
+
+    run = durable.start("tests.add_twice", {"a": 1, "b": 2})
+    now = timezone.now()
+
+    def swept(created_ago: float, dispatched_ago: float) -> bool:
+        Run.objects.filter(pk=run.id).update(
+            created_at=now - timedelta(seconds=created_ago),
+            dispatched_at=now - timedelta(seconds=dispatched_ago),
+        )
+        recording.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            return run.id in sweep(now=now)["run_ids"]
+
+    after = 30.0
+    assert swept(created_ago=31, dispatched_ago=31)  # the first: after 30 s
+    assert not swept(created_ago=100, dispatched_ago=40)  # had waited 60 s before it
+    assert swept(created_ago=100, dispatched_ago=61)
+    cap = after * REDISPATCH_BACKOFF_CAP
+    assert not swept(created_ago=7200, dispatched_ago=cap - 1)  # waited 2 h: the cap
+    assert swept(created_ago=7200, dispatched_ago=cap + 1)
