@@ -107,7 +107,11 @@ class Report:
     @property
     def ok(self) -> bool:
         return not (
-            self.duplicate_count or self.lost or self.not_terminal or any(self.violations.values())
+            self.duplicate_count
+            or self.lost
+            or self.not_terminal
+            or self.missing
+            or any(self.violations.values())
         )
 
     def table(self) -> str:
@@ -234,6 +238,7 @@ class Report:
                     **{f"duplicate {n}": d for n, d in self.duplicates.items() if d},
                     "lost": self.lost,
                     "not terminal": self.not_terminal,
+                    **{f"missing {n}": m for n, m in self.missing.items()},
                     **self.violations,
                 }.items()
                 if v

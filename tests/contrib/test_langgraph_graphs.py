@@ -184,3 +184,30 @@ def test_pruning_a_graph_run_deletes_its_threads_checkpoints(lg_workflows):
     assert counts.get("langgraphcheckpoint", 0) > 0
     # another run's thread stays
     assert LangGraphCheckpoint.objects.filter(thread_id=other.id).exists()
+
+
+def test_a_super_step_cut_off_between_its_writes_and_its_checkpoint_resumes(
+    lg_workflows, monkeypatch
+):
+    """Found by the chaos audit: a worker killed after node ``a``'s writes were saved and
+    before the super-step's checkpoint left a task with writes and no ``next``; the retry
+    read that as "the graph finished" and the run succeeded with ``a``'s output missing
+    (and, in an agent, its tool calls never made). Now the retry applies the saved writes
+    and goes on, without running ``a`` again."""
+    from durable.contrib.langgraph.saver import DurableSaver
+
+    real_put = DurableSaver.put
+    cut = []
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        if metadata.get("step") == 1 and not cut:  # the checkpoint after node a
+            cut.append(True)
+            raise ConnectionError("the worker was killed before the checkpoint was saved")
+        return real_put(self, config, checkpoint, metadata, new_versions)
+
+    monkeypatch.setattr(DurableSaver, "put", put)
+    run = drive(durable.start("lg.chain", {"log": ["in"]}).id)
+    assert cut, "the cut never happened"
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["log"] == ["in", "a", "b", "c", "d"]
+    assert nodes_run(lg_workflows) == Counter("abcd")  # a's writes were kept, not redone

@@ -320,3 +320,16 @@ def test_a_clock_step_is_refused_where_every_worker_shares_one_clock():
         pytest.skip("PostgreSQL: the step is meaningful there")
     with pytest.raises(ChaosConfigurationError, match="--clock-step needs PostgreSQL"):
         run_chaos(runs=1, kill_every=0, clock_step=3600.0)
+
+
+def test_an_effect_missing_from_a_succeeded_run_fails_the_audit():
+    """The 1,000-run audit printed "AUDIT CLEAN" beside a FAIL row: three LangGraph runs
+    had succeeded without their ticket and refund (tests/contrib/test_langgraph_graphs.py
+    has the fix); a missing effect now fails the audit and its exit status."""
+    from examples.chaos import Report
+
+    report = Report(runs={"r1": "langgraph"})
+    report.statuses["succeeded"] = 1
+    report.missing["ticket"].append("r1")
+    assert not report.ok
+    assert "AUDIT FAILED: missing ticket: r1" in report.table()

@@ -211,7 +211,10 @@ def _superstep(graph: Any, thread_id: str, payload: dict[str, Any]) -> dict[str,
         still = {i.id for task in state.tasks for i in task.interrupts}
         answers = {k: v for k, v in payload["resume"].items() if k in still}
         arg = Command(resume=answers) if answers else None
-    if started and not state.next:  # finished before this step was recorded
+    if started and not state.tasks:  # finished before this step was recorded
+        # (not ``state.next``: a task whose writes were saved before its super-step's
+        # checkpoint -- the worker killed in between -- is not "next", but the graph is
+        # not done: resuming applies its writes and goes on)
         return _summary(graph, config, [])
     nodes: dict[str, dict[str, Any]] = {}
     for event in graph.stream(arg, config, stream_mode="tasks", interrupt_after="*"):
@@ -248,7 +251,7 @@ def _summary(
         for task in state.tasks
         for i in task.interrupts
     ]
-    done = not state.next and not interrupts
+    done = not state.tasks and not interrupts
     summary = {
         "langgraph_step": (state.metadata or {}).get("step"),
         "checkpoint_id": _checkpoint_id(state),
