@@ -120,6 +120,12 @@ def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:
             split = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
+            if len(body) < length:
+                # the client went away in the middle of its body (a worker SIGKILLed
+                # while sending): an incomplete request is not a request, as any HTTP
+                # server has it; handling it would record an empty webhook delivery
+                self.close_connection = True
+                return
             request = Request(
                 method=self.command,
                 path=split.path.rstrip("/") or "/",

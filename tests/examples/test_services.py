@@ -172,3 +172,33 @@ def test_the_smtp_sink_counts_every_message(services):
         f"{services.sink_url}/messages", params={"message_id": "<same@durable.local>"}
     ).json()["data"]
     assert len(found) == 2 and found[0]["to"] == ["b@example.com"]
+
+
+def test_a_request_cut_off_in_its_body_is_not_handled(payments, services):
+    """A worker SIGKILLed while sending a webhook delivery left the receiver an empty
+    body under a real ``webhook-id`` (the 1,000-run chaos audit's "webhook id with two
+    payloads"): an incomplete request is not a request."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(services.payments_url)
+    body = b'{"id": "evt_cut", "type": "run.succeeded", "data": {"run_id": "r-cut"}}'
+    head = (
+        f"POST /v1/webhooks HTTP/1.1\r\nHost: {url.hostname}\r\n"
+        f"Content-Type: application/json\r\nwebhook-id: wh-cut\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    for auth in [h for h in payments.headers.items() if h[0].lower() == "authorization"]:
+        head = head.replace(b"\r\n\r\n", f"\r\n{auth[0]}: {auth[1]}\r\n\r\n".encode())
+    with socket.create_connection((url.hostname, url.port), timeout=5) as sock:
+        sock.sendall(head)  # the headers only: then the sender is gone
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1024) == b""  # closed, unanswered
+    whole = payments.post(
+        "/v1/webhooks",
+        content=body,
+        headers={"webhook-id": "wh-whole", "Content-Type": "application/json"},
+    )
+    assert whole.status_code == 200, whole.text
+    ids = [w["webhook_id"] for w in admin(services.payments_url, "GET", "/_admin/webhooks")["data"]]
+    assert "wh-whole" in ids and "wh-cut" not in ids
