@@ -197,7 +197,9 @@ def find_charge(params: dict[str, Any], *, idempotency_key: str) -> Any:
     safety="idempotent_write",
     compensate=void_refund,
     reconcile=find_charge,
-    retry=RetryPolicy(max_attempts=3, initial_interval=60),
+    # no jitter: full jitter would draw a delay in [0, 60] s, and one under
+    # INPROCESS_RETRY_MAX_SECONDS is retried in the worker, not stored (1 run in 12)
+    retry=RetryPolicy(max_attempts=3, initial_interval=60, jitter=False),
 )
 def charge(charge: str, amount: int, *, idempotency_key: str) -> dict[str, Any]:
     """An idempotent write; ``PROVIDER["reset_after_commit"]`` commits it, then resets
