@@ -149,3 +149,19 @@ def _manual_dispatch(settings):
         "DISPATCH": "manual",
         "WORKFLOW_MODULES": ["tests.workflows", "tests.waits_workflows"],
     }
+
+
+@pytest.fixture
+def other_session():
+    """A second PostgreSQL session (psycopg, autocommit off), for row locks another
+    connection holds: a worker host cut off mid-transaction. Skips on SQLite."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks of another session: PostgreSQL only")
+    import psycopg
+
+    from tests.harness import database_url
+
+    with psycopg.connect(database_url().replace("postgres://", "postgresql://")) as conn:
+        yield conn

@@ -15,7 +15,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -27,7 +26,6 @@ from durable.postgres import database_now
 from durable.runtime import limit_store
 from durable.testing import drive
 from durable.worker.sweeper import sweep
-from tests.harness import database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -183,14 +181,6 @@ def test_a_concurrency_slot_released_by_a_worker_whose_clock_is_ahead_wakes_the_
     limit_store.wake_waiters(key, 1)
     skew(0)
     assert seconds_from_db_now(Wait.objects.get(pk=wait.pk).wake_at) <= 1
-
-
-@pytest.fixture
-def other_session():
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks of another session: PostgreSQL only")
-    with psycopg.connect(database_url().replace("postgres://", "postgresql://")) as conn:
-        yield conn
 
 
 def test_a_run_row_locked_by_an_idle_in_transaction_session_neither_hangs_nor_forks_the_claim(

@@ -7,24 +7,14 @@ PostgreSQL only: SQLite has one writer, and no row locks to skip.
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 from django.db import connection
 
 from durable.models import Run
 from durable.worker.sweeper import sweep
 from tests.durable.worker.test_worker_liveness import process, running
-from tests.harness import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def other_session():
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks of another session: PostgreSQL only")
-    with psycopg.connect(database_url().replace("postgres://", "postgresql://")) as conn:
-        yield conn
 
 
 @pytest.mark.parametrize("how", ["expired", "owner_dead"])
