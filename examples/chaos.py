@@ -75,7 +75,7 @@ from .chaos_audit import EXPECTED, Report, audit
 from .chaos_inputs import KINDS, NOT_STARTED, inputs
 from .chaos_operator import Extras
 from .chaos_partition import Partition, unavailable
-from .procs import REPO, ServiceSet, admin
+from .procs import REPO, Forked, ServiceSet, admin
 
 __all__ = [
     "EXPECTED",
@@ -123,90 +123,6 @@ class ClockStep:
         self.stepped = True
 
 
-#: what every chaos worker imports, once, in the fork server its workers are forked from:
-#: the three agent frameworks (seconds of CPU: a worker that imported them at each start
-#: would spend most of its short life importing, and a framework run could lose ten
-#: workers in a row) and Celery's and Django's machinery. None of them reads the settings
-#: or the worker's environment when imported; each worker sets up Django itself.
-WORKER_PRELOAD = (
-    "django.db.models",
-    "django.core.handlers.base",
-    "celery.bin.celery",
-    "celery.apps.worker",
-    "celery.worker.consumer",
-    "kombu.transport.redis",
-    "kombu.transport.filesystem",
-    "redis",
-    "psycopg",
-    "httpx",
-    "openai",
-    "langgraph.graph",
-    "pydantic_ai",
-    "agents",
-)
-
-_fork_server: Any = None
-
-
-def _fork_context() -> Any:
-    """multiprocessing's fork server with :data:`WORKER_PRELOAD` imported (started once)."""
-    global _fork_server
-    if _fork_server is None:
-        import multiprocessing
-
-        _fork_server = multiprocessing.get_context("forkserver")
-        _fork_server.set_forkserver_preload(list(WORKER_PRELOAD))
-    return _fork_server
-
-
-def _run_worker(argv: list[str], env: dict[str, str], log_path: str, clock: str) -> None:
-    """A forked worker: its own session (a kill takes its group), output to its log, its
-    environment, the stepped clock if ``clock`` names an offset file, then Celery."""
-    import io
-
-    os.setsid()
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True)
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-    os.chdir(REPO)
-    os.environ.clear()
-    os.environ.update(env)
-    if clock:
-        from .clock_skew import install
-
-        install(clock)
-    sys.argv = argv
-    from celery.__main__ import main as celery
-
-    celery()
-
-
-class _Forked:
-    """A forked worker with the part of ``Popen``'s interface the audit uses."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, clock: str) -> None:
-        self.process = _fork_context().Process(
-            target=_run_worker, args=(argv, env, str(log_path), clock), daemon=True
-        )
-        self.process.start()
-
-    @property
-    def pid(self) -> int:
-        return int(self.process.pid)
-
-    def poll(self) -> int | None:
-        return None if self.process.is_alive() else self.process.exitcode
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        self.process.join(timeout)
-        return self.process.exitcode
-
-
 class ChaosWorker:
     """A Celery worker process (solo pool), forked from the audit's fork server;
     ``partition``: started inside that network namespace instead (``ip netns exec``),
@@ -238,7 +154,8 @@ class ChaosWorker:
         ]
         self.proc: Any
         if partition is None:
-            self.proc = _Forked(argv, env, self.log_path, str(clock.file) if clock else "")
+            stepped = {"CLOCK_OFFSET_FILE": str(clock.file)} if clock is not None else {}
+            self.proc = Forked(argv, {**env, **stepped}, self.log_path)
         else:
             command = [*(clock.command() if clock is not None else [str(CELERY)]), *argv[1:]]
             with open(self.log_path, "wb") as log:
@@ -252,7 +169,7 @@ class ChaosWorker:
                     start_new_session=True,
                 )
         #: started with the clock-stepped host's clock (:class:`ClockStep`)
-        self.skewed = False
+        self.skewed = clock is not None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -551,7 +468,6 @@ class Chaos:
             name += "-skewed"
         partition = self.partition if partitioned else None
         worker = ChaosWorker(name, env, self.folder, partition, self.clock_step if skewed else None)
-        worker.skewed = skewed
         self.workers.append(worker)
         self.report.workers_started += 1
 

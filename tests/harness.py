@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from examples.procs import Forked
+
 REPO = Path(__file__).resolve().parent.parent
 CELERY = Path(sys.executable).parent / "celery"
 
@@ -193,115 +195,8 @@ def purge_broker() -> int:
     return removed
 
 
-# ------------------------------------------------------------------ the fork server
-
-#: third-party modules every worker imports, imported once by the fork server: none of
-#: them reads the settings or the worker's own environment at import time. Django's
-#: settings, the project's apps, anything that installs a reactor or an event loop
-#: (daphne, Twisted) and prometheus_client (it reads PROMETHEUS_MULTIPROC_DIR when
-#: imported) are imported in each worker, after its environment is set.
-PRELOAD = (
-    "django.db.models",
-    "django.core.handlers.base",
-    "django.http",
-    "django.urls",
-    "django.template.base",
-    "django.core.serializers.json",
-    "django.contrib.admin.options",
-    "celery.bin.celery",
-    "celery.apps.worker",
-    "celery.worker.consumer",
-    "kombu.transport.redis",
-    "kombu.transport.filesystem",
-    "redis",
-    "psycopg",
-    "httpx",
-    "pydantic",
-    "cryptography.fernet",
-    "sqlparse",
-    "yaml",
-    # the agent frameworks (seconds of CPU at each worker start that runs their agents);
-    # the chaos audit (examples/chaos.py) forks its workers from this same server
-    "openai",
-    "langgraph.graph",
-    "pydantic_ai",
-    "agents",
-)
-
-_forkserver: Any = None
-
-
-def _context() -> Any:
-    """multiprocessing's fork server, started once per test session with :data:`PRELOAD`
-    imported. Starting a worker forks it instead of starting a new interpreter: about a
-    second of CPU saved at each of the suite's ~100 worker starts (measured in
-    docs/testing.md)."""
-    global _forkserver
-    if _forkserver is None:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(PRELOAD))
-        _forkserver = ctx
-    return _forkserver
-
-
-def _run_celery(argv: list[str], env: dict[str, str], log_path: str) -> None:
-    """The forked child: its own session (a kill takes its process group), output to the
-    log, the worker's environment and arguments, then Celery's own command line."""
-    import io
-
-    os.setsid()
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    # the server's own sys.stdout and sys.stderr are block-buffered objects of its start
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True)
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-    os.chdir(REPO)
-    os.environ.clear()
-    os.environ.update(env)
-    if env.get("CLOCK_OFFSET_FILE"):  # a host whose wall clock is off (examples/clock_skew.py)
-        from examples.clock_skew import install
-
-        install(env["CLOCK_OFFSET_FILE"])
-    sys.argv = argv
-    from celery.__main__ import main
-
-    main()
-
-
-class Forked:
-    """A worker forked from the fork server, with the part of ``subprocess.Popen``'s
-    interface the tests use: ``pid``, ``poll()``, ``wait(timeout)``, ``returncode``
-    (negative: the signal that ended it, -9 after a SIGKILL)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.args = argv
-        self.process = _context().Process(
-            target=_run_celery, args=(argv, env, str(log_path)), daemon=True
-        )
-        self.process.start()
-
-    @property
-    def pid(self) -> int:
-        return int(self.process.pid)
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.exitcode
-
-    def poll(self) -> int | None:
-        return None if self.process.is_alive() else self.process.exitcode
-
-    def wait(self, timeout: float | None = None) -> int:
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(self.args, timeout or 0)
-        return self.process.exitcode
+# the fork server workers are forked from lives with the example processes
+# (examples/procs.py): the chaos audit forks its workers from the same one
 
 
 # -------------------------------------------------------------------------- workers
