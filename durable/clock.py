@@ -46,24 +46,28 @@ def now() -> datetime:
     Never raises for the clock itself: if the database cannot be read, the last reading
     carried forward, or this machine's clock when there is none yet.
     """
-    global _anchor
-    mono = time.monotonic()
     anchor = _anchor
-    if anchor is None or mono - anchor[1] >= RESYNC_SECONDS:
-        try:
-            db_now = postgres.database_now(wall_clock=True)
-        except DatabaseError:
-            db_now = None
-            if anchor is None:
-                return timezone.now()
-        if db_now is None and anchor is None:
-            return timezone.now()  # SQLite: this machine's clock is the shared one
-        if db_now is not None:
-            anchor = (db_now, time.monotonic())
-            with _lock:
-                _anchor = anchor
-    assert anchor is not None
+    if anchor is None or time.monotonic() - anchor[1] >= RESYNC_SECONDS:
+        anchor = _resync(anchor)
+    if anchor is None:  # SQLite, or no reading yet: this machine's clock is the shared one
+        return timezone.now()
     return anchor[0] + timedelta(seconds=time.monotonic() - anchor[1])
+
+
+def _resync(anchor: tuple[datetime, float] | None) -> tuple[datetime, float] | None:
+    """A fresh (database now, monotonic) anchor, kept for the next :func:`now`; ``anchor``
+    unchanged when the database cannot be read or has no clock to read (SQLite)."""
+    global _anchor
+    try:
+        db_now = postgres.database_now(wall_clock=True)
+    except DatabaseError:
+        return anchor
+    if db_now is None:
+        return anchor
+    fresh = (db_now, time.monotonic())
+    with _lock:
+        _anchor = fresh
+    return fresh
 
 
 def forget() -> None:
