@@ -165,3 +165,17 @@ def other_session():
 
     with psycopg.connect(database_url().replace("postgres://", "postgresql://")) as conn:
         yield conn
+
+
+@pytest.fixture
+def steady_clock(monkeypatch):
+    """The shared clock (durable/clock.py) read now and not again during the test: a test
+    that counts the statements a path sends must not count the clock's resync, due once
+    every RESYNC_SECONDS and so at any moment of a slow run."""
+    from durable import clock
+
+    clock.forget()
+    clock.now()
+    monkeypatch.setattr(clock, "RESYNC_SECONDS", float("inf"))
+    yield
+    clock.forget()

@@ -41,7 +41,7 @@ RUN_FIELDS = (
 
 
 @pytest.fixture(autouse=True)
-def _postgresql_only():
+def _postgresql_only(steady_clock):
     if connection.vendor != "postgresql":
         pytest.skip("the one-statement paths are PostgreSQL's (SQLite takes the transactions)")
     flows.WRITES.clear()
