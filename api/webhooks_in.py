@@ -49,6 +49,7 @@ import hashlib
 import hmac
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -118,7 +119,7 @@ def sign_legacy(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-class _Unverified(Exception):
+class Unverified(Exception):
     """Why a request's signature does not check (shown to the sender: nothing secret)."""
 
 
@@ -132,16 +133,16 @@ class Verified:
 def _event_id(request: HttpRequest, header: str) -> str:
     value = request.headers.get(header, "")
     if not EVENT_ID.fullmatch(value):
-        raise _Unverified(f"{header}: missing, or not 1-200 printable ASCII characters")
+        raise Unverified(f"{header}: missing, or not 1-200 printable ASCII characters")
     return value
 
 
 def _timestamp(request: HttpRequest, header: str) -> int:
     stamp = request.headers.get(header, "")
     if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
-        raise _Unverified(f"{header}: missing, or not Unix seconds")
+        raise Unverified(f"{header}: missing, or not Unix seconds")
     if abs(time.time() - int(stamp)) > tolerance_seconds():
-        raise _Unverified(f"{header}: more than {tolerance_seconds()} seconds from now")
+        raise Unverified(f"{header}: more than {tolerance_seconds()} seconds from now")
     return int(stamp)
 
 
@@ -155,9 +156,9 @@ def _verify_standard(hook: IncomingWebhook, request: HttpRequest, run_id: str) -
     try:
         expected = sign_standard(hook.secret, msg_id, stamp, request.body)
     except ValueError:  # a whsec_ secret that is not base64: nothing can match
-        raise _Unverified("the endpoint's whsec_ secret is not base64") from None
+        raise Unverified("the endpoint's whsec_ secret is not base64") from None
     if not _matches(request.headers.get("webhook-signature", "").split(), expected):
-        raise _Unverified("webhook-signature: no v1 signature matches")
+        raise Unverified("webhook-signature: no v1 signature matches")
     return Verified(msg_id, signs_target=False)
 
 
@@ -167,7 +168,7 @@ def _verify_v2(hook: IncomingWebhook, request: HttpRequest, run_id: str) -> Veri
     expected = sign_v2(hook.secret, event_id, stamp, run_id, hook.signal, request.body)
     given = re.split(r"[\s,]+", request.headers.get("X-Signature", ""))
     if not _matches(given, expected):
-        raise _Unverified(
+        raise Unverified(
             "X-Signature: no v2= signature matches (over the event id, timestamp, run id, "
             "signal and body)"
         )
@@ -179,16 +180,19 @@ def _verify_legacy(hook: IncomingWebhook, request: HttpRequest, run_id: str) -> 
     if not _matches(
         [request.headers.get("X-Signature", "")], sign_legacy(hook.secret, request.body)
     ):
-        raise _Unverified("X-Signature: the sha256= signature does not match")
+        raise Unverified("X-Signature: the sha256= signature does not match")
     return Verified(event_id, signs_target=False)
 
 
-_VERIFIERS = {WebhookScheme.STANDARD: _verify_standard, WebhookScheme.HMAC_V2: _verify_v2}
+_VERIFIERS: dict[str, Callable[[IncomingWebhook, HttpRequest, str], Verified]] = {
+    WebhookScheme.STANDARD: _verify_standard,
+    WebhookScheme.HMAC_V2: _verify_v2,
+}
 
 
 def verify(hook: IncomingWebhook, request: HttpRequest, run_id: str) -> Verified:
     """The verified event id of ``request`` for ``hook``'s scheme (and the legacy
-    body-only one when the endpoint allows it); raises :class:`_Unverified` saying why not."""
+    body-only one when the endpoint allows it); raises :class:`Unverified` saying why not."""
     reasons = []
     verifiers = [_VERIFIERS.get(hook.scheme)]
     if hook.allow_legacy_signature:
@@ -204,9 +208,9 @@ def verify(hook: IncomingWebhook, request: HttpRequest, run_id: str) -> Verified
             continue
         try:
             return check(hook, request, run_id)
-        except _Unverified as exc:
+        except Unverified as exc:
             reasons.append(str(exc))
-    raise _Unverified("; ".join(reasons))
+    raise Unverified("; ".join(reasons))
 
 
 def _refuse(request: HttpRequest, detail: str) -> NoReturn:
@@ -278,7 +282,7 @@ def webhook_signal(
         _refuse(request, f"No active incoming webhook receives the signal {name!r}.")
     try:
         verified = verify(hook, request, run_id)
-    except _Unverified as exc:
+    except Unverified as exc:
         _refuse(request, f"The webhook's signature for the signal {name!r} does not check: {exc}.")
     try:
         text = request.body.decode("utf-8")
@@ -291,12 +295,12 @@ def webhook_signal(
     except ValueError as exc:
         raise ApiProblem(422, str(exc)) from None
     if not verified.signs_target:
-        named = _named_run(payload, hook.run_id_pointer or "/run_id")
-        if named != run_id:
+        pointer = hook.run_id_pointer or "/run_id"
+        if _named_run(payload, pointer) != run_id:
             _refuse(
                 request,
-                f"The webhook is signed for the run named at {hook.run_id_pointer!r} in its "
-                f"body, not for {run_id!r}.",
+                f"The webhook is signed for the run named at {pointer!r} in its body, "
+                f"not for {run_id!r}.",
             )
     workflow = Run.objects.filter(pk=run_id).values_list("workflow_name", flat=True).first()
     if workflow is None:

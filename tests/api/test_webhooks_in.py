@@ -405,7 +405,15 @@ def test_the_admin_form_refuses_a_binding_that_cannot_work(admin_user):
     assert "JSON Pointer" in str(errors["run_id_pointer"])
     form.update(run_id_pointer="/run_id")
     assert client.post("/admin/api/incomingwebhook/add/", form).status_code == 302
-    assert IncomingWebhook.objects.get().workflows == ["tests.signal"]
+    endpoint = IncomingWebhook.objects.get()
+    assert endpoint.workflows == ["tests.signal"]
+    assert client.get(f"/admin/api/incomingwebhook/{endpoint.pk}/change/").status_code == 200
+    event = IncomingWebhookEvent.objects.create(webhook=endpoint, event_id="evt_1", run_id="r-1")
+    listed = client.get("/admin/api/incomingwebhookevent/")
+    assert listed.status_code == 200 and b"evt_1" in listed.content
+    page = client.get(f"/admin/api/incomingwebhookevent/{event.pk}/change/")
+    assert page.status_code == 200 and b"r-1" in page.content
+    assert client.get("/admin/api/incomingwebhookevent/add/").status_code == 403
 
 
 # --- fuzzing --------------------------------------------------------------------------
