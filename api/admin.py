@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.utils import timezone
 
-from .models import ApiToken, IncomingWebhook, WebhookSubscription
+from .models import ApiToken, IncomingWebhook, IncomingWebhookEvent, WebhookSubscription
 
 
 @admin.register(ApiToken)
@@ -31,9 +31,48 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 @admin.register(IncomingWebhook)
 class IncomingWebhookAdmin(admin.ModelAdmin):
-    list_display = ("signal", "scheme", "active", "created_at")
-    list_filter = ("scheme", "active")
+    """An endpoint: its signal, secret and scheme, the workflows it may signal and where
+    a body-signed request names its run (docs/security.md#incoming-webhooks). The
+    model's ``clean`` turns a binding that cannot work into form errors."""
+
+    list_display = (
+        "signal",
+        "scheme",
+        "workflows",
+        "run_id_pointer",
+        "allow_legacy_signature",
+        "active",
+        "created_at",
+    )
+    list_filter = ("scheme", "allow_legacy_signature", "active")
     search_fields = ("signal",)
+    fields = (
+        "signal",
+        "secret",
+        "scheme",
+        "workflows",
+        "run_id_pointer",
+        "allow_legacy_signature",
+        "active",
+        "created_at",
+    )
+
+
+@admin.register(IncomingWebhookEvent)
+class IncomingWebhookEventAdmin(admin.ModelAdmin):
+    """The event ids the endpoints accepted and the run each went to (read only: they
+    are what refuses an event id sent to a second run)."""
+
+    list_display = ("event_id", "webhook", "run_id", "received_at")
+    list_filter = ("webhook",)
+    search_fields = ("event_id", "run_id")
+    readonly_fields = ("webhook", "event_id", "run_id", "received_at")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(WebhookSubscription)

@@ -4,8 +4,12 @@ Failed token authentications are counted per client address in Django's cache; a
 ``API_AUTH_FAILURE_LIMIT`` failures within ``API_AUTH_FAILURE_WINDOW`` seconds that
 address gets 429 (with ``Retry-After``) for the rest of the window, even with a good
 token, so a token cannot be guessed by trying (the dashboard's login has django-axes for
-the same). The client address is the one django-axes uses (``AXES_IPWARE_*``). With
-several web processes, configure a shared cache (e.g. Redis) so that they count together.
+the same). Incoming webhooks' failed signatures count in a bucket of their own
+(:data:`WEBHOOK`), with the same limit and window: junk posted to a webhook URL throttles
+webhooks from that address, never the API tokens of people behind the same address
+(and the other way round). The client address is the one django-axes uses
+(``AXES_IPWARE_*``). With several web processes, configure a shared cache (e.g. Redis)
+so that they count together.
 """
 
 from __future__ import annotations
@@ -37,22 +41,32 @@ def _window() -> int:
     return int(getattr(settings, "API_AUTH_FAILURE_WINDOW", 300))
 
 
-def _key(request: HttpRequest) -> str:
-    return f"api:auth-failures:{get_client_ip_address(request) or '-'}"
+#: the failure buckets: API tokens, incoming webhooks' signatures
+TOKENS = "auth-failures"
+WEBHOOK = "webhook-failures"
+_WHAT = {TOKENS: "failed authentications", WEBHOOK: "failed webhook signatures"}
 
 
-def refuse_if_locked(request: HttpRequest) -> None:
-    if (cache.get(_key(request)) or 0) >= _limit():
+def _key(request: HttpRequest, bucket: str) -> str:
+    return f"api:{bucket}:{get_client_ip_address(request) or '-'}"
+
+
+def refuse_if_locked(request: HttpRequest, bucket: str = TOKENS) -> None:
+    """Raise a 429 :class:`ApiProblem` (with ``Retry-After``, seconds) when the client's
+    address has ``API_AUTH_FAILURE_LIMIT`` failures in ``bucket`` (:data:`TOKENS` or
+    :data:`WEBHOOK`) within the window."""
+    if (cache.get(_key(request, bucket)) or 0) >= _limit():
         raise ApiProblem(
             429,
-            f"Too many failed authentications from this address; try again in up to "
-            f"{_window()} seconds.",
+            f"Too many {_WHAT[bucket]} from this address; try again in up to {_window()} seconds.",
             headers={"Retry-After": str(_window())},
         )
 
 
-def count_failure(request: HttpRequest) -> None:
-    key = _key(request)
+def count_failure(request: HttpRequest, bucket: str = TOKENS) -> None:
+    """Count one failure of the client's address in ``bucket`` (the window starts at the
+    first)."""
+    key = _key(request, bucket)
     if not cache.add(key, 1, _window()):
         try:
             cache.incr(key)

@@ -133,8 +133,10 @@ class ApprovalLinkUse(models.Model):
 
 
 class WebhookScheme(models.TextChoices):
+    """How an incoming webhook is signed (``api/webhooks_in.py`` verifies each)."""
+
     STANDARD = "standard", "Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"
-    HMAC_HEX = "hmac-sha256", "X-Signature: sha256=<hex HMAC of the body>, X-Event-Id"
+    HMAC_V2 = "hmac-sha256-v2", "X-Signature: v2=<hex HMAC>, X-Event-Id, X-Timestamp"
 
 
 class EncryptedSecretField(models.TextField):
@@ -154,18 +156,53 @@ class EncryptedSecretField(models.TextField):
         return value if value in (None, "") else encrypt(value)
 
 
+def _check_pointer(value: str) -> None:
+    from django.core.exceptions import ValidationError
+
+    if value and not value.startswith("/"):
+        raise ValidationError(
+            "A JSON Pointer (RFC 6901) starts with '/', e.g. /run_id or "
+            "/data/object/metadata/run_id."
+        )
+
+
 class IncomingWebhook(models.Model):
-    """A provider allowed to send one signal name to runs, with its secret.
+    """A provider allowed to send one signal name to the runs of some workflows.
 
     ``POST /api/v1/runs/{id}/signals/{signal}`` is accepted when its signature checks
-    against ``secret`` (``api/webhooks_in.py``); the provider's event id is the signal's
-    dedupe key, so a redelivered event is delivered to the run once.
+    against ``secret`` with ``scheme`` (``api/webhooks_in.py``), the run's workflow is one
+    of ``workflows`` and the signed request names that run: the ``hmac-sha256-v2``
+    signature covers the run id, a Standard Webhooks (or legacy) body names it at
+    ``run_id_pointer``. The provider's event id names one run for this endpoint
+    (:class:`IncomingWebhookEvent`) and is the signal's dedupe key, so a redelivered
+    event is delivered once. ``allow_legacy_signature`` also accepts the old body-only
+    ``X-Signature: sha256=<hex>``, which has no timestamp (docs/security.md#incoming-webhooks).
     """
 
     signal = StorableCharField(max_length=200, unique=True, help_text="the signal name")
     secret = EncryptedSecretField(help_text="shared with the provider (encrypted at rest)")
     scheme = models.CharField(
         max_length=16, choices=WebhookScheme.choices, default=WebhookScheme.STANDARD
+    )
+    workflows = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="names of the workflows whose runs it may signal (a JSON list); "
+        "empty: none, every request is refused",
+    )
+    run_id_pointer = StorableCharField(
+        max_length=200,
+        default="/run_id",
+        blank=True,
+        validators=[_check_pointer],
+        help_text="where the signed JSON body names the run it is for (a JSON Pointer, "
+        "RFC 6901); required for Standard Webhooks and legacy signatures, ignored by "
+        "hmac-sha256-v2, whose signature covers the run id",
+    )
+    allow_legacy_signature = models.BooleanField(
+        default=False,
+        help_text="also accept the old body-only X-Signature: sha256=<hex> with X-Event-Id "
+        "(no timestamp: a captured request stays valid); only while a sender migrates",
     )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -175,6 +212,51 @@ class IncomingWebhook(models.Model):
 
     def __str__(self) -> str:
         return f"webhook → signal {self.signal}"
+
+    def clean(self) -> None:
+        """Form errors (admin) for a binding that cannot work: ``workflows`` not a list of
+        names, or no ``run_id_pointer`` where the signature does not cover the run id."""
+        from django.core.exceptions import ValidationError
+
+        errors: dict[str, str] = {}
+        if not isinstance(self.workflows, list) or not all(
+            isinstance(w, str) and w for w in self.workflows
+        ):
+            errors["workflows"] = 'A JSON list of workflow names, e.g. ["billing.checkout"].'
+        needs_pointer = self.scheme == WebhookScheme.STANDARD or self.allow_legacy_signature
+        if needs_pointer and not self.run_id_pointer:
+            errors["run_id_pointer"] = (
+                "Standard Webhooks and legacy signatures do not sign the run id: the signed "
+                "body must name the run, give where (e.g. /run_id)."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
+class IncomingWebhookEvent(models.Model):
+    """An event id an incoming webhook accepted, and the run it went to.
+
+    One row per endpoint and event id (a unique constraint, so two racing requests
+    with the same id cannot both pass): the same event id sent to another run is
+    refused (409), while a provider's retry to the same run is answered as the first
+    (the signal's dedupe key). Rows older than ``DURABLE_WEBHOOK_EVENT_RETENTION_SECONDS``
+    are deleted as new events arrive; by then the signed timestamp refuses a replay.
+    """
+
+    webhook = models.ForeignKey(IncomingWebhook, on_delete=models.CASCADE, related_name="events")
+    event_id = models.CharField(max_length=200)
+    run_id = models.CharField(max_length=128)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["webhook", "event_id"], name="incoming_event_once")
+        ]
+        indexes = [models.Index(fields=["webhook", "received_at"], name="incoming_event_age")]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} → run {self.run_id}"
 
 
 #: the events a subscription may ask for

@@ -444,6 +444,10 @@ DURABLE = {
 # failed token authentications from one address before it gets 429, and the window (s)
 API_AUTH_FAILURE_LIMIT = env_int("DURABLE_API_AUTH_FAILURE_LIMIT", 20)
 API_AUTH_FAILURE_WINDOW = env_int("DURABLE_API_AUTH_FAILURE_WINDOW", 300)
+# incoming webhooks (api/webhooks_in.py): how far a signed timestamp may be from now, and
+# how long an accepted event id is remembered per endpoint (at least twice the tolerance)
+WEBHOOK_TOLERANCE_SECONDS = env_int("DURABLE_WEBHOOK_TOLERANCE_SECONDS", 300)
+WEBHOOK_EVENT_RETENTION_SECONDS = env_int("DURABLE_WEBHOOK_EVENT_RETENTION_SECONDS", 259200)
 # the site's address as people reach it, for links in emails and webhook payloads
 DURABLE_BASE_URL = os.environ.get("DURABLE_BASE_URL", "http://127.0.0.1:8000")
 # how long a signed approval link works (seconds; the request's deadline still applies)
