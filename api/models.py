@@ -288,6 +288,20 @@ class WebhookSubscription(models.Model):
     def __str__(self) -> str:
         return f"{self.url} ({', '.join(self.events or [])})"
 
+    def clean(self) -> None:
+        """Refuse a URL the server may not reach (``api.egress.check_url``): a form
+        error on ``url`` in the admin."""
+        from django.core.exceptions import ValidationError
+
+        from .egress import EgressRefused, check_url
+
+        super().clean()
+        if self.url:
+            try:
+                check_url(self.url)
+            except EgressRefused as exc:
+                raise ValidationError({"url": str(exc)}) from None
+
 
 class WebhookCursor(models.Model):
     """How far the outbox has read the trace events (one row, ``name="events"``)."""

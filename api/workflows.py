@@ -4,6 +4,11 @@ The POST is an ``idempotent_write`` tool: its idempotency key (``"{run_id}:{step
 the same on every retry) is the ``webhook-id`` header, by which a receiver drops a
 repeat. 429, 5xx and network errors are transient (retried with backoff, up to a day);
 any other 4xx is permanent (the run fails and shows in the delivery log).
+
+The POST goes through :func:`api.egress.post`: a destination that is not a public address
+(nor allow-listed, ``DURABLE_WEBHOOK_ALLOWED_NETWORKS``) is refused for good, checked
+after resolving the name and connected to as checked; a redirect is not followed and
+fails the delivery for good.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import httpx
 import durable
 from durable import PermanentError, RetryPolicy, TransientError
 
+from . import egress
 from .webhooks_in import sign_standard
 
 RETRY = RetryPolicy(max_attempts=12, initial_interval=5, backoff_coefficient=2, max_interval=3600)
@@ -41,11 +47,18 @@ def post_webhook(subscription: int, event: dict, *, idempotency_key: str) -> dic
         "user-agent": "Durable-Webhooks/1",
     }
     try:
-        response = httpx.post(sub.url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
+        response = egress.post(sub.url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
+    except egress.EgressRefused as exc:
+        raise PermanentError(f"POST {sub.url}: refused: {exc}") from None
     except httpx.HTTPError as exc:
         raise TransientError(f"POST {sub.url}: {type(exc).__name__}: {exc}") from None
     if response.status_code == 429 or response.status_code >= 500:
         raise TransientError(f"POST {sub.url}: {response.status_code}")
+    if 300 <= response.status_code < 400:
+        where = response.headers.get("location", "")[:200]
+        raise PermanentError(
+            f"POST {sub.url}: {response.status_code} redirect to {where!r} not followed"
+        )
     if response.status_code >= 400:
         raise PermanentError(f"POST {sub.url}: {response.status_code} {response.text[:200]}")
     return {"status": response.status_code}
