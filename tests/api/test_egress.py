@@ -1,0 +1,313 @@
+"""Outgoing webhooks reach public addresses only (api/egress.py): every spelling of an
+internal address is refused when a subscription is made (API, admin) and again when a
+delivery resolves the name, which then connects to the address it checked; the
+allow-list (DURABLE_WEBHOOK_ALLOWED_NETWORKS) lets an internal receiver through."""
+
+from __future__ import annotations
+
+import http.server
+import ipaddress
+import socket
+import threading
+
+import pytest
+from django.core.checks import run_checks
+from django.test import Client
+from hypothesis import given, settings as hsettings, strategies as st
+
+import durable
+from api import egress
+from api import workflows as _delivery  # noqa: F401  (registers the delivery workflow)
+from api.models import WebhookSubscription
+from durable.models import Run
+from durable.testing import drive
+from tests.api.test_runs import assert_problem
+from tests.api.test_webhooks_out import PUBLIC, Receiver, fake_dns
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: each spelling of an address no webhook may reach, as a URL
+INTERNAL = [
+    "http://127.0.0.1/",
+    "http://2130706433/",
+    "http://0x7f.1/",
+    "http://0x7f000001/",
+    "http://0177.0.0.1/",
+    "http://017700000001/",
+    "http://127.1/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::1]/",
+    "http://[::]/",
+    "http://0.0.0.0/",
+    "http://0/",
+    "http://localhost/",
+    "http://LOCALHOST./",
+    "http://api.localhost/",
+    "http://10.0.0.1/",
+    "http://172.16.5.4/",
+    "http://192.168.1.1:8080/",
+    "http://100.64.0.1/",
+    "http://[fc00::1]/",
+    "http://169.254.1.1/",
+    "http://[fe80::1]/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://[fd00:ec2::254]/",
+    "http://224.0.0.1/",
+    "http://[ff02::1]/",
+    "http://240.0.0.1/",
+    "http://[64:ff9b::7f00:1]/",
+    "http://[2002:7f00:1::]/",
+    "https://internal.example.test/hook",  # resolves to 10.1.2.3 (fake_dns)
+]
+EVENT = {"type": "run.failed", "data": {"run_id": "r1"}}
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    return fake_dns(
+        monkeypatch,
+        {"internal.example.test": ["10.1.2.3"], "hooks.example.test": [PUBLIC]},
+    )
+
+
+def deliver(sub: WebhookSubscription) -> Run:
+    start = durable.start("api.webhook_delivery", {"subscription": sub.pk, "event": EVENT})
+    return drive(start.id, wait_for_retries=False)
+
+
+# ------------------------------------------------------------------------ creation
+
+
+@pytest.mark.parametrize("url", INTERNAL)
+def test_the_api_refuses_an_internal_destination_naming_the_url_field(url, admin_api, dns):
+    body = {"url": url, "secret": "x" * 20, "events": ["run.failed"]}
+    made = admin_api.post("/webhooks/subscriptions", body)
+    problem = assert_problem(made, 422, "url: ")
+    (error,) = problem["errors"]
+    assert error["loc"] == ["body", "url"]
+    assert "public" in error["msg"] or "this machine" in error["msg"]
+    assert not WebhookSubscription.objects.exists()
+
+
+def test_the_api_refuses_credentials_in_the_url_and_takes_a_public_one(admin_api, dns):
+    body = {"url": "https://bob:pw@hooks.example.test/", "secret": "x" * 20, "events": ["run.failed"]}
+    problem = assert_problem(admin_api.post("/webhooks/subscriptions", body), 422, "url: ")
+    assert "user name and password" in problem["errors"][0]["msg"]
+    body["url"] = "https://hooks.example.test/"
+    assert admin_api.post("/webhooks/subscriptions", body).status_code == 201
+    # a name that does not resolve now is taken: the delivery checks it again
+    body["url"] = "https://not-yet.example.test/"
+    assert admin_api.post("/webhooks/subscriptions", body).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "url", ["http://2130706433/", "http://[::ffff:127.0.0.1]/", "http://LOCALHOST./", INTERNAL[-1]]
+)
+def test_the_admin_form_refuses_an_internal_destination(url, admin_user, dns):
+    browser = Client()
+    browser.force_login(admin_user)
+    page = browser.post(
+        "/admin/api/webhooksubscription/add/",
+        {"url": url, "secret": "x" * 20, "events": '["run.failed"]', "active": "on"},
+    )
+    assert page.status_code == 200  # the form again, with its error
+    errors = page.context["adminform"].form.errors
+    assert "public" in str(errors["url"]) or "this machine" in str(errors["url"]), errors
+    assert not WebhookSubscription.objects.exists()
+
+
+def test_the_admin_form_takes_a_public_destination(admin_user, dns):
+    browser = Client()
+    browser.force_login(admin_user)
+    page = browser.post(
+        "/admin/api/webhooksubscription/add/",
+        {"url": "https://hooks.example.test/x", "secret": "x" * 20, "events": '["run.failed"]'},
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    sub = WebhookSubscription.objects.get()
+    assert sub.url == "https://hooks.example.test/x" and sub.created_by == admin_user
+    # the secret is never shown again; a change that leaves it empty keeps it
+    change = f"/admin/api/webhooksubscription/{sub.pk}/change/"
+    assert "x" * 20 not in browser.get(change).content.decode()
+    page = browser.post(
+        change, {"url": sub.url, "secret": "", "events": '["run.succeeded"]', "active": "on"}
+    )
+    assert page.status_code == 302
+    sub.refresh_from_db()
+    assert sub.secret == "x" * 20 and sub.events == ["run.succeeded"]
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["int", "hex", "dotted-octal", "short", "hex-dotted"]),
+)
+def test_every_ipv4_spelling_reads_as_the_resolver_reads_it(number, form):
+    """Whatever way an IPv4 address is written, it is judged as the address it is."""
+    ip = ipaddress.IPv4Address(number)
+    a, b, c, d = ip.packed
+    text = {
+        "int": str(number),
+        "hex": hex(number),
+        "dotted-octal": ".".join(f"0{x:o}" for x in (a, b, c, d)),
+        "short": f"{a}.{number & 0xFFFFFF}",
+        "hex-dotted": ".".join(hex(x) for x in (a, b, c, d)),
+    }[form]
+    assert egress.literal_address(text) == ip
+    assert ipaddress.IPv4Address(socket.inet_aton(text)) == ip  # as the C library reads it
+    why = egress.refusal(ip, [])
+    if ip.is_global and not ip.is_multicast and not ip.is_reserved:
+        assert why is None
+    else:
+        assert why and str(ip) in why
+        with pytest.raises(egress.EgressRefused):
+            egress.check_url(f"http://{text}/", resolve_names=False)
+
+
+# ------------------------------------------------------------------------ delivery
+
+
+def test_a_name_that_resolves_elsewhere_at_delivery_is_refused(monkeypatch, settings):
+    """DNS rebinding: public when the subscription is made, loopback when delivered."""
+    settings.DURABLE = {**settings.DURABLE, "INPROCESS_RETRY_MAX_SECONDS": 0}
+    receiver = Receiver()
+    monkeypatch.setattr(
+        egress.httpx.HTTPTransport, "handle_request", lambda _t, r: receiver.handle_request(r)
+    )
+    asked = fake_dns(monkeypatch, {"rebind.example.test": [PUBLIC, "127.0.0.1"]})
+    url = "https://rebind.example.test/hook"
+    assert egress.check_url(url) == [ipaddress.ip_address(PUBLIC)]
+    sub = WebhookSubscription.objects.create(url=url, secret="s" * 20, events=["run.failed"])
+    run = deliver(sub)
+    assert run.status == "failed"  # for good: not retried
+    assert "refused: rebind.example.test resolves to 127.0.0.1" in run.error["message"]
+    assert receiver.calls == [] and asked == ["rebind.example.test"] * 2
+
+
+def test_a_delivery_connects_to_the_address_it_checked(monkeypatch):
+    """The name is resolved once: the request goes to that address, whatever the name
+    resolves to afterwards (the transport never resolves it)."""
+    receiver = Receiver()
+    monkeypatch.setattr(
+        egress.httpx.HTTPTransport, "handle_request", lambda _t, r: receiver.handle_request(r)
+    )
+    asked = fake_dns(monkeypatch, {"once.example.test": [PUBLIC, "127.0.0.1"]})
+    sub = WebhookSubscription.objects.create(
+        url="https://once.example.test:8443/hook", secret="s" * 20, events=["run.failed"]
+    )
+    assert deliver(sub).status == "succeeded"
+    (call,) = receiver.calls
+    assert call["url"] == f"https://{PUBLIC}:8443/hook"
+    assert call["headers"]["host"] == "once.example.test:8443"
+    assert call["extensions"]["sni_hostname"] == "once.example.test"
+    assert asked == ["once.example.test"]
+
+
+class LocalReceiver:
+    """A real HTTP server on 127.0.0.1 that records each POST and answers ``status``."""
+
+    def __init__(self, status: int = 200, headers: dict[str, str] | None = None):
+        got: list[dict] = []
+        self.got = got
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("content-length", 0))
+                got.append({"path": self.path, "body": self.rfile.read(length)})
+                self.send_response(status)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def local():
+    made: list[LocalReceiver] = []
+
+    def start(status: int = 200, headers: dict[str, str] | None = None) -> LocalReceiver:
+        made.append(LocalReceiver(status, headers))
+        return made[-1]
+
+    yield start
+    for server in made:
+        server.close()
+
+
+def test_loopback_is_refused_unless_allow_listed(local, settings):
+    server = local()
+    sub = WebhookSubscription.objects.create(
+        url=f"{server.url}/hook", secret="s" * 20, events=["run.failed"]
+    )
+    refused = deliver(sub)
+    assert refused.status == "failed" and "127.0.0.1 is a loopback address" in refused.error["message"]
+    assert server.got == []
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    assert deliver(sub).status == "succeeded"
+    (post,) = server.got
+    assert post["path"] == "/hook" and b'"run.failed"' in post["body"]
+
+
+def test_the_metadata_address_is_refused_even_when_allow_listed(settings):
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["169.254.0.0/16"]
+    with pytest.raises(egress.EgressRefused, match="cloud metadata"):
+        egress.check_url("http://169.254.169.254/")
+    assert egress.check_url("http://169.254.1.1/") == [ipaddress.ip_address("169.254.1.1")]
+
+
+def test_an_allow_listed_name_is_let_through(settings, dns):
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["internal.example.test"]
+    assert egress.check_url("https://Internal.Example.Test./hook") == []
+
+
+def test_a_redirect_is_not_followed(local, settings):
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    target = local()
+    server = local(302, {"location": f"{target.url}/elsewhere"})
+    sub = WebhookSubscription.objects.create(
+        url=f"{server.url}/hook", secret="s" * 20, events=["run.failed"]
+    )
+    run = deliver(sub)
+    assert run.status == "failed" and "302 redirect" in run.error["message"]
+    assert len(server.got) == 1 and target.got == []
+
+
+# ------------------------------------------------------------------ system checks
+
+
+def ids(allowed: list[str], settings) -> list[str]:
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = allowed
+    return sorted(m.id for m in run_checks() if m.id and m.id.startswith("api."))
+
+
+@pytest.mark.parametrize(
+    "allowed, expected",
+    [
+        ([], []),
+        (["10.1.2.0/24", "10.1.2.3", "fd12:3456::/64", "receiver.internal"], []),
+        (["127.0.0.1/32"], ["api.W011"]),
+        (["::1"], ["api.W011"]),
+        (["localhost"], ["api.W011"]),
+        (["::ffff:127.0.0.1"], ["api.W011"]),
+        (["10.0.0.0/8"], ["api.W012"]),
+        (["192.168.0.0/23"], ["api.W012"]),
+        (["0.0.0.0/0"], ["api.W011"]),
+        (["fd00::/48"], ["api.W012"]),
+        (["10.0.0.300/8"], ["api.W010"]),
+    ],
+)
+def test_the_system_check_warns_of_a_wide_allow_list(allowed, expected, settings):
+    assert ids(allowed, settings) == expected
