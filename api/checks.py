@@ -56,8 +56,7 @@ def check_webhook_allow_list(app_configs: Any = None, **kwargs: Any) -> list:
                 messages.append(
                     Warning(
                         f"{setting}: {text!r} is neither a CIDR, an address nor a host name",
-                        hint="write e.g. 10.1.2.0/24, 10.1.2.3 or receiver.internal; "
-                        "it is ignored",
+                        hint="write e.g. 10.1.2.0/24, 10.1.2.3 or receiver.internal; it is ignored",
                         id="api.W010",
                     )
                 )

@@ -13,7 +13,9 @@ import threading
 import pytest
 from django.core.checks import run_checks
 from django.test import Client
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 import durable
 from api import egress
@@ -90,7 +92,8 @@ def test_the_api_refuses_an_internal_destination_naming_the_url_field(url, admin
 
 
 def test_the_api_refuses_credentials_in_the_url_and_takes_a_public_one(admin_api, dns):
-    body = {"url": "https://bob:pw@hooks.example.test/", "secret": "x" * 20, "events": ["run.failed"]}
+    url = "https://bob:pw@hooks.example.test/"
+    body = {"url": url, "secret": "x" * 20, "events": ["run.failed"]}
     problem = assert_problem(admin_api.post("/webhooks/subscriptions", body), 422, "url: ")
     assert "user name and password" in problem["errors"][0]["msg"]
     body["url"] = "https://hooks.example.test/"
@@ -211,7 +214,7 @@ class LocalReceiver:
         self.got = got
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 got.append({"path": self.path, "body": self.rfile.read(length)})
                 self.send_response(status)
@@ -253,7 +256,8 @@ def test_loopback_is_refused_unless_allow_listed(local, settings):
         url=f"{server.url}/hook", secret="s" * 20, events=["run.failed"]
     )
     refused = deliver(sub)
-    assert refused.status == "failed" and "127.0.0.1 is a loopback address" in refused.error["message"]
+    assert refused.status == "failed"
+    assert "127.0.0.1 is a loopback address" in refused.error["message"]
     assert server.got == []
     settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     assert deliver(sub).status == "succeeded"
