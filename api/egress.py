@@ -247,13 +247,11 @@ def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -
     except OSError as exc:
         raise httpx.ConnectError(f"{host} does not resolve: {exc}") from None
     wire = dict(headers)
+    name = parsed.raw_host.decode("ascii")  # an internationalised name as IDNA (punycode)
+    shown = f"[{name}]" if ":" in name else name
     default_port = parsed.port is None or parsed.port == (443 if parsed.scheme == "https" else 80)
-    wire["host"] = parsed.host if default_port else f"{parsed.host}:{parsed.port}"
-    if ":" in parsed.host and default_port:
-        wire["host"] = f"[{parsed.host}]"
-    elif ":" in parsed.host:
-        wire["host"] = f"[{parsed.host}]:{parsed.port}"
-    extensions = {"sni_hostname": parsed.host} if parsed.scheme == "https" else {}
+    wire["host"] = shown if default_port else f"{shown}:{parsed.port}"
+    extensions = {"sni_hostname": name} if parsed.scheme == "https" else {}
     last: httpx.HTTPError | None = None
     with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
         for ip in addresses:

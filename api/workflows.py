@@ -8,13 +8,15 @@ any other 4xx is permanent (the run fails and shows in the delivery log).
 The POST goes through :func:`api.egress.post`: a destination that is not a public address
 (nor allow-listed, ``DURABLE_WEBHOOK_ALLOWED_NETWORKS``) is refused for good, checked
 after resolving the name and connected to as checked; a redirect is not followed and
-fails the delivery for good.
+fails the delivery for good. A failure's message is ours: the status code and its
+standard phrase, never the receiver's body, reason phrase or ``Location``.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -53,15 +55,21 @@ def post_webhook(subscription: int, event: dict, *, idempotency_key: str) -> dic
     except httpx.HTTPError as exc:
         raise TransientError(f"POST {sub.url}: {type(exc).__name__}: {exc}") from None
     if response.status_code == 429 or response.status_code >= 500:
-        raise TransientError(f"POST {sub.url}: {response.status_code}")
+        raise TransientError(f"POST {sub.url}: {_status(response)}")
     if 300 <= response.status_code < 400:
-        where = response.headers.get("location", "")[:200]
-        raise PermanentError(
-            f"POST {sub.url}: {response.status_code} redirect to {where!r} not followed"
-        )
+        raise PermanentError(f"POST {sub.url}: {_status(response)}: a redirect, not followed")
     if response.status_code >= 400:
-        raise PermanentError(f"POST {sub.url}: {response.status_code} {response.text[:200]}")
+        raise PermanentError(f"POST {sub.url}: {_status(response)}")
     return {"status": response.status_code}
+
+
+def _status(response: httpx.Response) -> str:
+    """``"410 Gone"``: the code and the standard phrase (RFC 9110), never the receiver's
+    own words -- its reason phrase, body or ``Location`` are not shown as ours."""
+    try:
+        return f"{response.status_code} {HTTPStatus(response.status_code).phrase}"
+    except ValueError:
+        return str(response.status_code)
 
 
 @durable.workflow(name="api.webhook_delivery", version="1")

@@ -10,6 +10,7 @@ import ipaddress
 import socket
 import threading
 
+import httpx
 import pytest
 from django.core.checks import run_checks
 from django.test import Client
@@ -206,6 +207,21 @@ def test_a_delivery_connects_to_the_address_it_checked(monkeypatch):
     assert asked == ["once.example.test"]
 
 
+def test_an_internationalised_name_is_sent_as_idna(monkeypatch):
+    receiver = Receiver()
+    monkeypatch.setattr(
+        egress.httpx.HTTPTransport, "handle_request", lambda _t, r: receiver.handle_request(r)
+    )
+    fake_dns(monkeypatch, {"bücher.example": [PUBLIC]})
+    sub = WebhookSubscription.objects.create(
+        url="https://Bücher.example/hook", secret="s" * 20, events=["run.failed"]
+    )
+    assert deliver(sub).status == "succeeded"
+    (call,) = receiver.calls
+    assert call["headers"]["host"] == "xn--bcher-kva.example"
+    assert call["extensions"]["sni_hostname"] == "xn--bcher-kva.example"
+
+
 class LocalReceiver:
     """A real HTTP server on 127.0.0.1 that records each POST and answers ``status``."""
 
@@ -285,8 +301,32 @@ def test_a_redirect_is_not_followed(local, settings):
         url=f"{server.url}/hook", secret="s" * 20, events=["run.failed"]
     )
     run = deliver(sub)
-    assert run.status == "failed" and "302 redirect" in run.error["message"]
+    assert run.status == "failed" and "302 Found: a redirect, not followed" in run.error["message"]
     assert len(server.got) == 1 and target.got == []
+
+
+def test_nothing_the_receiver_says_is_shown_as_ours(monkeypatch, operator):
+    """A refusal's body, reason phrase or Location are the receiver's words: the failure,
+    and the delivery log, say only the status and its standard phrase."""
+    words = "Your account is locked: call +1 555 0100 at once"
+    answer = httpx.Response(
+        403,
+        text=words,
+        headers={"location": "https://evil.example/"},
+        extensions={"reason_phrase": words.encode()},
+    )
+    monkeypatch.setattr(egress.httpx.HTTPTransport, "handle_request", lambda *a: answer)
+    fake_dns(monkeypatch, {"hooks.example.test": [PUBLIC]})
+    sub = WebhookSubscription.objects.create(
+        url="https://hooks.example.test/x", secret="s" * 20, events=["run.failed"]
+    )
+    run = deliver(sub)
+    assert run.status == "failed"
+    assert run.error["message"] == "POST https://hooks.example.test/x: 403 Forbidden"
+    browser = Client()
+    browser.force_login(operator)
+    page = browser.get("/webhooks/").content.decode()
+    assert "403 Forbidden" in page and "account is locked" not in page and "evil" not in page
 
 
 # ------------------------------------------------------------------ system checks
