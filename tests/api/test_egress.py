@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import durable
 from api import egress
 from api import workflows as _delivery  # noqa: F401  (registers the delivery workflow)
-from api.models import WebhookSubscription
+from api.models import WebhookAnswer, WebhookSubscription
 from durable.models import Run
 from durable.testing import drive
 from tests.api.test_runs import assert_problem
@@ -305,13 +305,16 @@ def test_a_redirect_is_not_followed(local, settings):
     assert len(server.got) == 1 and target.got == []
 
 
-def test_nothing_the_receiver_says_is_shown_as_ours(monkeypatch, operator):
-    """A refusal's body, reason phrase or Location are the receiver's words: the failure,
-    and the delivery log, say only the status and its standard phrase."""
+def test_nothing_the_receiver_says_is_shown_as_ours(monkeypatch, operator, viewer):
+    """A refusal's body, reason phrase or Location are the receiver's words: the failure
+    says only the status and its standard phrase; a bounded, redacted excerpt of the body
+    is kept apart and shown, marked as the receiver's, to operators only."""
     words = "Your account is locked: call +1 555 0100 at once"
+    leaked = "sk-" + "A1b2C3d4" * 6  # a key the receiver echoes back
+    body = f"{words}\x1b[2J {leaked} " + "x" * 2000
     answer = httpx.Response(
         403,
-        text=words,
+        text=body,
         headers={"location": "https://evil.example/"},
         extensions={"reason_phrase": words.encode()},
     )
@@ -323,10 +326,20 @@ def test_nothing_the_receiver_says_is_shown_as_ours(monkeypatch, operator):
     run = deliver(sub)
     assert run.status == "failed"
     assert run.error["message"] == "POST https://hooks.example.test/x: 403 Forbidden"
-    browser = Client()
-    browser.force_login(operator)
-    page = browser.get("/webhooks/").content.decode()
-    assert "403 Forbidden" in page and "account is locked" not in page and "evil" not in page
+    kept = WebhookAnswer.objects.get(run_id=run.id)
+    assert kept.status == 403 and len(kept.excerpt) == WebhookAnswer.EXCERPT_CHARS
+    assert kept.excerpt.startswith(words) and "\x1b" not in kept.excerpt
+    assert leaked not in kept.excerpt and "[REDACTED]" in kept.excerpt
+    pages = {}
+    for user in (viewer, operator):
+        browser = Client()
+        browser.force_login(user)
+        pages[user.username] = browser.get("/webhooks/").content.decode()
+    seen = pages[viewer.username]
+    assert "403 Forbidden" in seen and "account is locked" not in seen and "evil" not in seen
+    page = pages[operator.username]
+    assert "The receiver answered 403 (its words, not ours)" in page
+    assert page.count("account is locked") == 1 and "evil" not in page and leaked not in page
 
 
 # ------------------------------------------------------------------ system checks
