@@ -198,7 +198,11 @@ def check_url(url: str, *, resolve_names: bool = True) -> list[IPAddress]:
     parts, host, port = _split(url)
     if parts.username is not None or parts.password is not None:
         raise EgressRefused("remove the user name and password from the URL")
-    return _check_host(host, port, resolve_names=resolve_names, unresolved_ok=True)
+    if "%" in host:
+        raise EgressRefused(f"{host}: a percent-encoded host is not taken")
+    addresses = _check_host(host, port, resolve_names=resolve_names, unresolved_ok=True)
+    _parts(url)  # httpx, which delivers, must read the same host
+    return addresses
 
 
 def _check_host(host: str, port: int, *, resolve_names: bool, unresolved_ok: bool) -> list[Any]:
