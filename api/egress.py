@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
@@ -234,7 +235,14 @@ def _check_host(host: str, port: int, *, resolve_names: bool, unresolved_ok: boo
     return addresses
 
 
-def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -> httpx.Response:
+def post(
+    url: str,
+    *,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: float,
+    verify: ssl.SSLContext | bool = True,
+) -> httpx.Response:
     """POST ``content`` to ``url``, connecting only to an address :func:`refusal` admits.
 
     The host name is resolved once and every address checked; the request then goes to
@@ -243,7 +251,8 @@ def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -
     Redirects are not followed (a 3xx is the answer); proxies from the environment are
     not used (a proxy would resolve the name again). Raises :class:`EgressRefused` for a
     refused destination, ``httpx.HTTPError`` for network errors (a name that does not
-    resolve is an ``httpx.ConnectError``).
+    resolve is an ``httpx.ConnectError``). ``verify``: as httpx's (default: the public
+    certificate authorities, ``certifi``).
     """
     parsed, host, port = _parts(url)
     try:
@@ -257,7 +266,8 @@ def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -
     wire["host"] = shown if default_port else f"{shown}:{parsed.port}"
     extensions = {"sni_hostname": name} if parsed.scheme == "https" else {}
     last: httpx.HTTPError | None = None
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    client = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=verify)
+    with client:
         for ip in addresses:
             request = client.build_request(
                 "POST",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import ipaddress
 import socket
+import ssl
 import threading
 
 import httpx
@@ -370,3 +371,109 @@ def ids(allowed: list[str], settings) -> list[str]:
 )
 def test_the_system_check_warns_of_a_wide_allow_list(allowed, expected, settings):
     assert ids(allowed, settings) == expected
+
+
+# ------------------------------------------------------------------ TLS to the address
+
+
+def _certificates(tmp_path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A test authority and a server certificate for ``name`` only (not for 127.0.0.1):
+    (the server's context, a client context trusting the authority)."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.now(UTC)
+
+    def made(subject: str, key, issuer=None, issuer_key=None, ca=False):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(issuer or x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False
+            )
+        return builder.sign(issuer_key or key, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = made("Durable test CA", ca_key, ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = made(name, key, issuer=ca.subject, issuer_key=ca_key)
+    pem = serialization.Encoding.PEM
+    (tmp_path / "leaf.pem").write_bytes(
+        leaf.public_bytes(pem)
+        + key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "leaf.pem")
+    client = ssl.create_default_context(cadata=ca.public_bytes(pem).decode())
+    return server, client
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """An HTTPS server on 127.0.0.1 whose certificate names hooks.example.test; records
+    the TLS server name (SNI) and the Host header of each request."""
+    server_ctx, client_ctx = _certificates(tmp_path, "hooks.example.test")
+    seen: list[dict] = []
+
+    def sni(sock, server_name, _ctx):
+        seen.append({"sni": server_name})
+
+    server_ctx.sni_callback = sni
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            seen[-1]["host"] = self.headers["host"]
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1], client_ctx, seen
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def test_tls_goes_to_the_checked_address_with_the_name_for_sni_and_the_certificate(
+    tls_server, monkeypatch, settings
+):
+    port, trust, seen = tls_server
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    loopback = ["127.0.0.1"]
+    fake_dns(monkeypatch, {"hooks.example.test": loopback, "other.example.test": loopback})
+    answer = egress.post(
+        f"https://hooks.example.test:{port}/hook",
+        content=b"{}",
+        headers={"content-type": "application/json"},
+        timeout=5,
+        verify=trust,
+    )
+    assert answer.status_code == 204
+    assert seen == [{"sni": "hooks.example.test", "host": f"hooks.example.test:{port}"}]
+    # the certificate is checked against the name, not the address connected to
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED|match"):
+        egress.post(
+            f"https://other.example.test:{port}/hook",
+            content=b"{}",
+            headers={},
+            timeout=5,
+            verify=trust,
+        )
