@@ -118,7 +118,7 @@ class ReasonIn(Schema):
 
 class ResumeIn(ReasonIn):
     extra_steps: int = Field(default=0, ge=0, le=10_000_000)
-    deadline_seconds: float | None = Field(default=None, ge=6, le=600_000_000)
+    deadline_seconds: float | None = Field(default=None, ge=6, le=315_360_000)  # 10 years
 
 
 class ForkIn(ReasonIn):

@@ -87,3 +87,34 @@ def test_api_conforms_to_its_schema(token):
 @pytest.mark.slow
 def test_api_conforms_to_its_schema_long(token):
     _fuzz(token, examples=300, derandomize=False)
+
+
+def _properties(node, path=""):
+    """(path, name, property schema) of every object property in an OpenAPI document."""
+    if isinstance(node, dict):
+        for name, prop in (node.get("properties") or {}).items():
+            yield path, name, prop
+        for key, value in node.items():
+            yield from _properties(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _properties(value, f"{path}/{i}")
+
+
+def test_every_duration_the_schema_allows_is_one_the_engine_takes(client):
+    """The schema's bound on a ``*_seconds`` field is never above the engine's
+    (``durable.durations.MAX_DURATION_SECONDS``, ten years): the resume's deadline said
+    600,000,000 s, and a schema-valid 400,000,000 s answered 422 (found by schemathesis'
+    "schema-valid data is accepted" check)."""
+    from durable.durations import MAX_DURATION_SECONDS
+
+    document = client.get("/api/v1/schema").json()
+    bounded = []
+    for path, name, prop in _properties(document):
+        if not name.endswith("_seconds"):
+            continue
+        for choice in prop.get("anyOf", [prop]):
+            if "maximum" in choice:
+                bounded.append((path, name))
+                assert choice["maximum"] <= MAX_DURATION_SECONDS, (path, name, choice)
+    assert any("Resume" in p for p, _ in bounded), bounded
