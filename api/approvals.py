@@ -3,9 +3,10 @@
 Reading a request (and so minting its links) needs the right to decide it: the
 permission and the request's approver group (:func:`approvals.services.authority_problems`,
 the rule of the inbox's decision); the links a caller gets are bound to the caller
-(``api/links.py``). The decision goes through :func:`approvals.services.approval_decide`, the inbox's
-service: the approver's authority, four-eyes, N-of-M, the deadline and the version of the
-arguments are checked there, exactly as for a decision in the dashboard.
+(``api/links.py``). The decision goes through
+:func:`approvals.services.approval_decide`, the inbox's service: the approver's
+authority, four-eyes, N-of-M, the deadline and the version of the arguments are checked
+there, exactly as for a decision in the dashboard.
 """
 
 from __future__ import annotations
@@ -54,9 +55,7 @@ def approval_out(req: ApprovalRequest, recipient: Any) -> dict[str, Any]:
         "expires_at": req.expires_at,
         "version": version.number if version is not None else None,
         # one-time signed links to approve or reject after a confirmation (api/links.py)
-        "links": (
-            approval_links(req.pk, recipient=recipient) if req.status == "pending" else None
-        ),
+        "links": (approval_links(req.pk, recipient=recipient) if req.status == "pending" else None),
         "arguments": (
             version.value_for_display() if version is not None else req.payload_for_display()
         ),

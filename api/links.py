@@ -78,8 +78,7 @@ def approval_links(
     """``{"approve": url, "reject": url}`` for an email or a webhook payload, bound to
     ``recipient`` when given (:func:`approval_link`)."""
     return {
-        d: approval_link(request_id, d, recipient=recipient, base_url=base_url)
-        for d in DECISIONS
+        d: approval_link(request_id, d, recipient=recipient, base_url=base_url) for d in DECISIONS
     }
 
 

@@ -45,4 +45,3 @@ def check(request: Any, scope: str) -> None:
     perm = SCOPES[scope][1]
     if not request.user.has_perm(perm):
         raise Refused(missing_message(perm))
-

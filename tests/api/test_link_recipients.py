@@ -23,9 +23,7 @@ SECRET_ARGUMENT = "IBAN-DE89-3704"
 
 def two_of_m() -> ApprovalRequest:
     run = drive(
-        durable.start(
-            "apf.approve", {"required": 2, "payload": {"account": SECRET_ARGUMENT}}
-        ).id
+        durable.start("apf.approve", {"required": 2, "payload": {"account": SECRET_ARGUMENT}}).id
     )
     return ApprovalRequest.objects.get(run=run, status="pending")
 

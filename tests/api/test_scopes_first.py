@@ -9,7 +9,6 @@ import re
 
 import pytest
 from django.core.cache import cache
-from ninja.constants import NOT_SET
 
 from api.main import SCOPE_OF, api
 from api.scopes import SCOPES
