@@ -22,7 +22,6 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import pending_for
 from approvals.services import approval_decide, authority_problems
 
-from . import scopes
 from .links import approval_links
 from .problems import REFUSALS, ApiProblem
 from .schemas import ApprovalOut, DecisionIn, Problem
@@ -67,7 +66,6 @@ def approval_out(req: ApprovalRequest, recipient: Any) -> dict[str, Any]:
 )
 def list_approvals(request: HttpRequest, limit: int = Query(100, ge=1, le=500)) -> list[dict]:
     """The pending requests the caller may decide, oldest first (the dashboard's inbox)."""
-    scopes.check(request, "approvals:read")
     qs = pending_for(request.user).select_related("arguments")[:limit]
     return [approval_out(req, request.user) for req in qs]
 
@@ -76,7 +74,6 @@ def list_approvals(request: HttpRequest, limit: int = Query(100, ge=1, le=500)) 
     "/approvals/{request_id}", response={200: ApprovalOut, REFUSALS: Problem}, summary="One"
 )
 def get_approval(request: HttpRequest, request_id: int = ApprovalIdPath) -> dict:
-    scopes.check(request, "approvals:read")
     req = (
         ApprovalRequest.objects.select_related("approver_group", "arguments")
         .filter(pk=request_id)
@@ -104,7 +101,6 @@ def decide_approval(
     required: the agent receives it). ``version``: the arguments' version you read; a
     decision on an older one is refused (409). 403 for missing authority or the
     four-eyes rule, 409 when already decided, expired or the run finished."""
-    scopes.check(request, "approvals:decide")
     if body.decision == "reject" and not body.comment.strip():
         raise ApiProblem(
             422,
