@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.utils import timezone
 
+from .egress import EgressRefused, check_url
 from .models import ApiToken, IncomingWebhook, IncomingWebhookEvent, WebhookSubscription
 
 
@@ -75,8 +77,53 @@ class IncomingWebhookEventAdmin(admin.ModelAdmin):
         return False
 
 
+class WebhookSubscriptionForm(forms.ModelForm):
+    """The secret is written, never shown: a password input that renders empty; left
+    empty on a change page, the stored secret stays."""
+
+    # checked here first (api.egress.check_url), so a refused address is named as such
+    # rather than as an invalid URL; the model's URLField validates it afterwards
+    url = forms.CharField(max_length=500)
+    secret = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="signs each delivery (HMAC-SHA256); not shown again -- leave empty to keep",
+    )
+
+    class Meta:
+        model = WebhookSubscription
+        fields = ("url", "secret", "events", "active", "description")
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"].strip()
+        try:
+            check_url(url)
+        except EgressRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return url
+
+    def clean_secret(self) -> str:
+        given = self.cleaned_data.get("secret") or ""
+        if given:
+            return given
+        if self.instance.pk:
+            return self.instance.secret
+        raise forms.ValidationError("give the secret that signs the deliveries")
+
+
 @admin.register(WebhookSubscription)
 class WebhookSubscriptionAdmin(admin.ModelAdmin):
+    """Where run events are POSTed. The URL must be a public address (the model's
+    ``clean``: ``api.egress.check_url``); the secret is never shown."""
+
+    form = WebhookSubscriptionForm
     list_display = ("url", "events", "active", "created_at")
     list_filter = ("active",)
     search_fields = ("url", "description")
+    readonly_fields = ("created_by", "created_at")
+
+    def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
+        if not change and obj.created_by_id is None:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)

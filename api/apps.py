@@ -9,6 +9,7 @@ class ApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import checks  # noqa: F401  (system checks of the webhook allow-list)
         from .retention import register
 
         register()  # retention keeps runs whose webhook events are not delivered yet

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from durable.values.fields import StorableCharField
+from durable.values.fields import StorableCharField, StorableTextField
 from durable.values.secrets import decrypt, encrypt
 
 TOKEN_PREFIX = "dur_"
@@ -287,6 +287,42 @@ class WebhookSubscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.url} ({', '.join(self.events or [])})"
+
+    def clean(self) -> None:
+        """Refuse a URL the server may not reach (``api.egress.check_url``): a form
+        error on ``url`` in the admin."""
+        from django.core.exceptions import ValidationError
+
+        from .egress import EgressRefused, check_url
+
+        super().clean()
+        if self.url:
+            try:
+                check_url(self.url)
+            except EgressRefused as exc:
+                raise ValidationError({"url": str(exc)}) from None
+
+
+class WebhookAnswer(models.Model):
+    """What a receiver answered the last failed attempt of a delivery (one row per
+    delivery run, gone with the run): its status and at most :data:`EXCERPT_CHARS` of
+    its body, with secrets blanked out (``durable.values.redaction.redact_text``).
+
+    These are the receiver's words, not ours: the delivery log shows them, marked as
+    such, only to those who may operate runs (``durable.operate_run``)."""
+
+    #: at most this many characters of a receiver's body are kept
+    EXCERPT_CHARS = 500
+
+    run = models.OneToOneField(
+        "durable.Run", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    status = models.PositiveSmallIntegerField()
+    excerpt = StorableTextField(blank=True, default="")
+    received_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.status}"
 
 
 class WebhookCursor(models.Model):

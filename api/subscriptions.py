@@ -2,7 +2,8 @@
 
 Managing them needs the scope ``webhooks:manage`` and the permission
 ``api.change_webhooksubscription`` (superusers, or a group an administrator gives it):
-a subscription sends run data to an outside URL.
+a subscription sends run data to an outside URL, which must be a public address
+(``api/egress.py``; docs/security.md#outgoing-webhooks).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Path, Router, Status
 
-from . import scopes
+from . import egress, scopes
 from .models import WEBHOOK_EVENTS, WebhookSubscription
 from .problems import REFUSALS, ApiProblem
 from .schemas import Problem, SubscriptionIn, SubscriptionOut
@@ -45,15 +46,24 @@ def list_subscriptions(request: HttpRequest) -> list[dict]:
     summary="Subscribe a URL to events",
 )
 def create_subscription(request: HttpRequest, body: SubscriptionIn) -> Status:
-    """Each event is POSTed to ``url`` signed with ``secret`` (Standard Webhooks)."""
+    """Each event is POSTed to ``url`` signed with ``secret`` (Standard Webhooks).
+
+    ``url`` must be http(s), without credentials, and its host a public address (or
+    allow-listed by ``DURABLE_WEBHOOK_ALLOWED_NETWORKS``): else 422 naming ``url``."""
     scopes.check(request, "webhooks:manage")
     unknown = [e for e in body.events if e not in WEBHOOK_EVENTS]
     if unknown:
         raise ApiProblem(
             422, f"events: unknown {', '.join(unknown)}; choose from {', '.join(WEBHOOK_EVENTS)}"
         )
-    if not body.url.startswith(("https://", "http://")):
-        raise ApiProblem(422, "url: give an http(s) URL")
+    try:
+        egress.check_url(body.url)
+    except egress.EgressRefused as exc:
+        raise ApiProblem(
+            422,
+            f"url: {exc}",
+            errors=[{"loc": ["body", "url"], "msg": str(exc), "type": "value_error"}],
+        ) from None
     sub = WebhookSubscription.objects.create(
         url=body.url,
         secret=body.secret,

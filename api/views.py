@@ -12,11 +12,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from approvals.access import require_perm
-from approvals.roles import VIEW_RUN
+from approvals.roles import OPERATE_RUN, VIEW_RUN
 from durable.models import Run
 from durable.values import codec
 
-from .models import ApiToken, WebhookSubscription, token_create, token_revoke
+from .models import ApiToken, WebhookAnswer, WebhookSubscription, token_create, token_revoke
 from .scopes import SCOPES
 from .webhooks_out import DELIVERY_WORKFLOW
 
@@ -92,7 +92,8 @@ def _error_text(error: Any) -> str:
 @require_GET
 @require_perm(VIEW_RUN)
 def deliveries_page(request: HttpRequest) -> HttpResponse:
-    """The newest outgoing webhook deliveries: event, subscriber, status, attempts."""
+    """The newest outgoing webhook deliveries: event, subscriber, status, attempts; to
+    those who may operate runs, also what the receiver answered a failed attempt."""
     runs = (
         Run.objects.filter(workflow_name=DELIVERY_WORKFLOW)
         .prefetch_related("steps")
@@ -100,4 +101,11 @@ def deliveries_page(request: HttpRequest) -> HttpResponse:
     )
     urls = dict(WebhookSubscription.objects.values_list("pk", "url"))
     rows = [_delivery_row(run, urls) for run in runs]
-    return render(request, "api/deliveries.html", {"rows": rows, "nav": "webhooks"})
+    # what the receivers answered is their words, not ours: for operators only
+    may_operate = request.user.has_perm(OPERATE_RUN)
+    if may_operate:
+        answers = WebhookAnswer.objects.in_bulk([row["run"].pk for row in rows])
+        for row in rows:
+            row["answer"] = answers.get(row["run"].pk)
+    context = {"rows": rows, "nav": "webhooks", "may_operate": may_operate}
+    return render(request, "api/deliveries.html", context)

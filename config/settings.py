@@ -448,6 +448,9 @@ API_AUTH_FAILURE_WINDOW = env_int("DURABLE_API_AUTH_FAILURE_WINDOW", 300)
 # how long an accepted event id is remembered per endpoint (at least twice the tolerance)
 WEBHOOK_TOLERANCE_SECONDS = env_int("DURABLE_WEBHOOK_TOLERANCE_SECONDS", 300)
 WEBHOOK_EVENT_RETENTION_SECONDS = env_int("DURABLE_WEBHOOK_EVENT_RETENTION_SECONDS", 259200)
+# outgoing webhooks reach public addresses only (api/egress.py); these CIDRs, addresses or
+# host names are let through too (internal receivers), comma-separated
+DURABLE_WEBHOOK_ALLOWED_NETWORKS = env_list("DURABLE_WEBHOOK_ALLOWED_NETWORKS")
 # the site's address as people reach it, for links in emails and webhook payloads
 DURABLE_BASE_URL = os.environ.get("DURABLE_BASE_URL", "http://127.0.0.1:8000")
 # how long a signed approval link works (seconds; the request's deadline still applies)

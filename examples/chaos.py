@@ -450,6 +450,12 @@ class Chaos:
                 # framework (1-3 s), so near the end, when kills hit the few runs left, one
                 # can lose 9 workers in a row at one step (seen on a loaded 2-core machine)
                 "DURABLE_MAX_WORKER_LOST_ATTEMPTS": "20",
+                # the audit's webhook receiver is the payments service on 127.0.0.1, and
+                # outgoing webhooks reach public addresses only unless allow-listed
+                # (docs/security.md#outgoing-webhooks). A range, not 127.0.0.1/32: a
+                # partitioned worker's environment has 127.0.0.1 pointed at its gateway
+                # (Partition.env), while the subscription's URL still names 127.0.0.1
+                "DURABLE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
                 **self.services.env(),
             }
         )

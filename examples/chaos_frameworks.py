@@ -47,6 +47,7 @@ import durable
 from durable import registry
 
 from . import clients
+from .tools import SERVICE_RETRY
 
 SCRIPT = "durable-script: chaos-frameworks"
 INSTRUCTIONS = (
@@ -293,6 +294,9 @@ def _build_openai_agents() -> str:
         name=name,
         version="1",
         model_provider=lambda: MultiProvider(openai_use_responses=False),
+        # the function tools call the flaky services: the reference agents' retry policy,
+        # not the default step's three attempts (three 429s in a row failed a run)
+        tool_retry=SERVICE_RETRY,
     )
     return name
 

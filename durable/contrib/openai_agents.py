@@ -54,7 +54,7 @@ from pydantic_core import to_jsonable_python
 from durable import registry
 from durable.contrib._bridge import LoopBridge, current_idempotency_key, with_key
 from durable.exceptions import AmbiguousOutcomeError, TransientError
-from durable.retry import AMBIGUOUS, TRANSIENT, classify
+from durable.retry import AMBIGUOUS, TRANSIENT, RetryPolicy, classify
 from durable.types import Decision
 
 __all__ = [
@@ -73,9 +73,11 @@ _runners: dict[int, DurableRunner] = {}
 class _Session:
     ctx: Any
     bridge: LoopBridge
+    #: the retry policy of the agents' function-tool steps (None: the default step's)
+    tool_retry: RetryPolicy | None = None
 
-    async def step(self, step_id: str, body: Any) -> Any:
-        return await self.bridge.call(lambda: self.ctx.step(step_id, body))
+    async def step(self, step_id: str, body: Any, retry: RetryPolicy | None = None) -> Any:
+        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
 
 
 def _dump(response: ModelResponse) -> dict[str, Any]:
@@ -194,7 +196,7 @@ class _Clones:
 
                 return to_jsonable_python(session.bridge.run_on_loop(call))
 
-            return await session.step(f"tool:{tool.name}", body)
+            return await session.step(f"tool:{tool.name}", body, session.tool_retry)
 
         wrapped = copy.copy(tool)
         wrapped.on_invoke_tool = durable_invoke
@@ -227,6 +229,10 @@ class DurableRunner:
     ``ModelProvider`` resolving agents' model names, called once per execution so its
     clients live on that execution's event loop (default ``MultiProvider()``; e.g.
     ``lambda: MultiProvider(openai_use_responses=False)`` for a chat-completions endpoint).
+    ``tool_retry``: the :class:`~durable.RetryPolicy` of each function tool's step, for
+    the failures Durable retries (:func:`retried_by_durable`); ``None``: the default
+    step policy (3 attempts). Give the policy a flaky service needs: three 429s in a
+    row fail the run under the default.
     """
 
     def __init__(
@@ -238,8 +244,10 @@ class DurableRunner:
         approval_timeout: float | None = None,
         max_turns: int = 10,
         model_provider: Callable[[], ModelProvider] = MultiProvider,
+        tool_retry: RetryPolicy | None = None,
     ) -> None:
         self.agent = agent
+        self.tool_retry = tool_retry
         self.model_provider = model_provider
         self.name = name
         self.version = str(version)
@@ -265,7 +273,7 @@ class DurableRunner:
                 f"DurableRunner {self.name!r}: input must be a string or a list of input items"
             )
         bridge = LoopBridge()
-        return bridge.run(lambda: self._converse(_Session(ctx, bridge), input))
+        return bridge.run(lambda: self._converse(_Session(ctx, bridge, self.tool_retry), input))
 
     async def _converse(self, session: _Session, input: Any) -> Any:
         start = _Clones(session, self.model_provider()).agent(self.agent)

@@ -60,6 +60,7 @@ from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge, current_idempotency_key, with_key
+from durable.retry import RetryPolicy
 from durable.types import Decision, ModelRecoverable
 
 __all__ = [
@@ -79,9 +80,13 @@ class _Session:
 
     ctx: Any
     bridge: LoopBridge
+    #: the retry policy of the agent's tool steps (None: the default step's)
+    tool_retry: RetryPolicy | None = None
 
-    async def step(self, step_id: str, body: Callable[..., Any]) -> Any:
-        return await self.bridge.call(lambda: self.ctx.step(step_id, body))
+    async def step(
+        self, step_id: str, body: Callable[..., Any], retry: RetryPolicy | None = None
+    ) -> Any:
+        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
 
 
 def _stamps(messages: list[ModelMessage]) -> list[list[str]]:
@@ -196,7 +201,7 @@ class DurableToolset(WrapperToolset[Any]):
 
             return session.bridge.run_on_loop(run)
 
-        outcome = await session.step(f"tool:{name}", body)
+        outcome = await session.step(f"tool:{name}", body, session.tool_retry)
         if "approval" in outcome:
             raise ApprovalRequired(outcome["approval"])
         if "deferred" in outcome:
@@ -283,7 +288,10 @@ class DurableAgent:
     ``approval_timeout`` (seconds) bounds each approval, ``None``: no limit. ``model``:
     the model to use instead of the agent's, or a factory of it called at each execution
     (so a provider reads its settings, e.g. ``OPENAI_BASE_URL``, when the run executes,
-    not when the module is imported); one of the two is required.
+    not when the module is imported); one of the two is required. ``tool_retry``: the
+    :class:`~durable.RetryPolicy` of each tool's step (a transient error -- 429, 5xx, a
+    dropped connection -- is tried again with the same idempotency key); ``None``: the
+    default step policy (3 attempts).
 
     Raises :class:`~durable.DurableConfigurationError` for a bad name or version.
     """
@@ -297,6 +305,7 @@ class DurableAgent:
         durability: str = "sync",
         approval_timeout: float | None = None,
         model: Model | Callable[[], Model] | None = None,
+        tool_retry: RetryPolicy | None = None,
     ) -> None:
         if agent.model is None and model is None:
             raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
@@ -305,6 +314,7 @@ class DurableAgent:
         self.name = name
         self.version = str(version)
         self.approval_timeout = approval_timeout
+        self.tool_retry = tool_retry
         output_type = agent.output_type
         self._output_types: list[Any] = (
             list(output_type) if isinstance(output_type, Sequence) else [output_type]
@@ -361,7 +371,7 @@ class DurableAgent:
                 '{"prompt": str, "message_history": [...] | None}'
             )
         bridge = LoopBridge()
-        session = _Session(ctx, bridge)
+        session = _Session(ctx, bridge, self.tool_retry)
         history_data = input.get("message_history")
         history = ModelMessagesTypeAdapter.validate_python(history_data) if history_data else None
         return bridge.run(lambda: self._converse(session, input.get("prompt"), history))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from django.test import Client
 
@@ -41,7 +40,7 @@ def test_the_pages_need_a_login():
 
 
 def test_the_delivery_log_shows_each_delivery(operator, monkeypatch):
-    monkeypatch.setattr(httpx, "post", Receiver(410))
+    Receiver(410).install(monkeypatch)
     WebhookSubscription.objects.create(
         url="https://hooks.example.test/x", secret="s", events=["run.succeeded"]
     )

@@ -4,6 +4,7 @@ POSTs the event signed (Standard Webhooks) with a stable webhook-id, retrying on
 from __future__ import annotations
 
 import json
+import socket
 from datetime import timedelta
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 import durable
+from api import egress
 from api import workflows as delivery  # noqa: F401  (registers the delivery workflow)
 from api.models import WebhookSubscription
 from api.webhooks_in import sign_standard
@@ -25,24 +27,61 @@ SECRET = "whsec_" + "b3V0Z29pbmctc2VjcmV0LWZvci10ZXN0cw=="
 LATER = timezone.now() + timedelta(hours=1)
 
 
+#: a public address (example.com's) the test names resolve to; nothing connects to it
+PUBLIC = "93.184.215.14"
+
+
+def fake_dns(monkeypatch, answers: dict[str, list[str]]) -> list[str]:
+    """Make ``api.egress`` resolve each name to its answers in turn (the last one stays);
+    other names do not resolve. Returns the names asked, in order."""
+    asked: list[str] = []
+
+    def getaddrinfo(host, port):
+        asked.append(host)
+        if host not in answers:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        queue = answers[host]
+        ip = queue.pop(0) if len(queue) > 1 else queue[0]
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, 6, "", (ip, port))]
+
+    monkeypatch.setattr(egress, "_getaddrinfo", getaddrinfo)
+    return asked
+
+
 class Receiver:
-    """Stands in for the subscriber: records each POST, answers the queued statuses."""
+    """Stands in for the subscriber behind the transport: records each request as it
+    would go on the wire (its URL names the address connected to), answers the queued
+    statuses."""
 
     def __init__(self, *statuses: int):
         self.statuses = list(statuses)
         self.calls: list[dict] = []
 
-    def __call__(self, url, *, content, headers, timeout):
-        self.calls.append({"url": url, "body": content, "headers": dict(headers)})
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(
+            {
+                "url": str(request.url),
+                "body": request.read(),
+                "headers": dict(request.headers),
+                "extensions": dict(request.extensions),
+            }
+        )
         status = self.statuses.pop(0) if self.statuses else 200
         return httpx.Response(status, text="ok")
+
+    def install(self, monkeypatch) -> Receiver:
+        """Resolve hooks.example.test to :data:`PUBLIC` and answer its requests."""
+        fake_dns(monkeypatch, {"hooks.example.test": [PUBLIC]})
+        monkeypatch.setattr(
+            httpx.HTTPTransport, "handle_request", lambda _t, request: self.handle_request(request)
+        )
+        return self
 
 
 @pytest.fixture
 def receiver(monkeypatch):
-    got = Receiver()
-    monkeypatch.setattr(httpx, "post", got)
-    return got
+    return Receiver().install(monkeypatch)
 
 
 def subscribe(*events: str) -> WebhookSubscription:
@@ -64,6 +103,10 @@ def test_a_succeeded_run_is_delivered_signed_once(receiver):
     assert job.id.startswith(f"webhook.{sub.pk}.")
     assert drive(job.id).status == "succeeded"
     (call,) = receiver.calls
+    # sent to the address checked, named as the subscription names it (Host, SNI)
+    assert call["url"] == f"https://{PUBLIC}/durable"
+    assert call["headers"]["host"] == "hooks.example.test"
+    assert call["extensions"]["sni_hostname"] == "hooks.example.test"
     event = json.loads(call["body"])
     assert event["type"] == "run.succeeded" and event["data"]["run_id"] == run.id
     h = call["headers"]
@@ -151,7 +194,7 @@ def test_events_nobody_subscribed_to_start_nothing(receiver):
     assert emit_webhooks(now=LATER)["started"] == 0 and deliveries() == []
 
 
-def test_subscriptions_through_the_api(admin_api, operator_api):
+def test_subscriptions_through_the_api(admin_api, operator_api, receiver):
     from tests.api.test_runs import assert_problem
 
     body = {"url": "https://hooks.example.test/a", "secret": "x" * 20, "events": ["run.failed"]}

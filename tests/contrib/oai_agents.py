@@ -14,6 +14,7 @@ import json
 from agents import Agent, function_tool
 from agents.models.multi_provider import MultiProvider
 
+from durable import RetryPolicy
 from durable.contrib.openai_agents import current_idempotency_key, register
 from tests.contrib.pai_agents import record
 
@@ -76,4 +77,14 @@ refund_desk = register(
     name="oai.refund-desk",
     version="1",
     model_provider=lambda: MultiProvider(openai_use_responses=False),
+)
+
+#: the same agent, its function tools' steps with their own retry policy (tool_retry)
+patient_refunds = flaky_refunds.clone(name="PatientRefunds")
+patient_desk = register(
+    patient_refunds,
+    name="oai.patient-desk",
+    version="1",
+    model_provider=lambda: MultiProvider(openai_use_responses=False),
+    tool_retry=RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False),
 )

@@ -152,3 +152,29 @@ durable_ledger_agent = DurableAgent(ledger_agent, name="pai.ledger-agent", versi
 def pai_note(summary: Summary, *, idempotency_key: str) -> str:
     """Note a summary (its annotation is a model of this module)."""
     return summary.status
+
+
+#: ``flaky_lookup``'s failures still to raise (transient: a 503 from the service)
+FLAKY: list[Exception] = []
+
+
+def flaky_lookup(order_id: str) -> dict[str, Any]:
+    """Look an order up (raises ``FLAKY``'s next exception first)."""
+    record("tool", "lookup", key=current_idempotency_key())
+    if FLAKY:
+        raise FLAKY.pop(0)
+    return {"order_id": order_id, "amount": 30}
+
+
+patient_agent: Agent[None, Summary] = Agent(
+    FunctionModel(_script("refund")), output_type=Summary, name="patient"
+)
+patient_agent.tool_plain(flaky_lookup, name="lookup")
+patient_agent.tool_plain(refund, requires_approval=True)
+#: its tools' steps with their own retry policy (``tool_retry``)
+patient_refund_agent = DurableAgent(
+    patient_agent,
+    name="pai.patient-agent",
+    version="1",
+    tool_retry=durable.RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False),
+)

@@ -114,6 +114,26 @@ def test_a_tool_failure_that_may_have_written_is_retried_with_its_key_not_shown_
     assert not Step.objects.filter(run=run, step_id="tool:lookup_order#2").exists()
 
 
+def _unavailable() -> httpx.HTTPStatusError:
+    response = httpx.Response(503, request=httpx.Request("POST", "http://payments/v1/refunds"))
+    return httpx.HTTPStatusError("503", request=response.request, response=response)
+
+
+@pytest.mark.parametrize(("failures", "ends"), [(4, RunStatus.WAITING), (5, RunStatus.FAILED)])
+def test_tool_retry_is_the_policy_of_the_function_tools_steps(scripted_llm, failures, ends):
+    """Found by the 1,000-run chaos audit: a function tool's step had the default step
+    policy (3 attempts), so three 429s in a row from a service failed the run, while the
+    same tool as a Durable tool (5-8 attempts) went on. ``tool_retry`` sets it: five
+    attempts, every one with the step's key."""
+    oa.FLAKY[:] = [_unavailable() for _ in range(failures)]
+    run = drive(durable_run(oa.patient_refunds, "Please refund order B-7").id)
+    assert run.status == ends, run.error
+    lookups = [c for c in pa.CALLS if c["name"] == "lookup_order"]
+    assert [c["key"] for c in lookups] == [f"{run.id}:tool:lookup_order"] * 5
+    step = Step.objects.get(run=run, step_id="tool:lookup_order")
+    assert step.attempts == 5
+
+
 def test_a_tool_error_that_did_not_write_still_reaches_the_model(scripted_llm):
     oa.FLAKY[:] = [ValueError("order B-7 is archived")]
     run = drive(durable_run(oa.flaky_refunds, "Please refund order B-7").id)

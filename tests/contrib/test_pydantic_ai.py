@@ -27,6 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _fresh_calls(monkeypatch):
     monkeypatch.delenv("CRASH_TEST_DIR", raising=False)
     pa.CALLS.clear()
+    pa.FLAKY.clear()
 
 
 @pytest.fixture
@@ -154,3 +155,22 @@ def test_bad_input_fails_the_run_saying_what_the_input_must_be():
     run = drive(durable.start("pai.refund-agent", {"question": "?"}).id)
     assert run.status == RunStatus.FAILED
     assert "input must be" in run.error["message"]
+
+
+@pytest.mark.parametrize(("failures", "ends"), [(4, RunStatus.WAITING), (5, RunStatus.FAILED)])
+def test_tool_retry_is_the_policy_of_the_agents_tool_steps(failures, ends):
+    """As the OpenAI Agents runner's ``tool_retry`` (found by the 1,000-run chaos audit):
+    a plain tool's step tries a transient failure again up to the given policy's five
+    attempts, each with the step's idempotency key, then the run fails."""
+    import httpx
+
+    response = httpx.Response(503, request=httpx.Request("GET", "http://orders/A-1"))
+    pa.FLAKY[:] = [
+        httpx.HTTPStatusError("503", request=response.request, response=response)
+        for _ in range(failures)
+    ]
+    run = drive(pa.patient_refund_agent.start("refund order A-1").id)
+    assert run.status == ends, run.error
+    keys = [c["key"] for c in pa.CALLS if c["name"] == "lookup"]
+    assert keys == [f"{run.id}:tool:lookup"] * 5
+    assert Step.objects.get(run=run, step_id="tool:lookup").attempts == 5

@@ -144,15 +144,16 @@ def test_an_llm_call_span_carries_no_secret(monkeypatch):
     assert_context_kept(exception_message(call))
 
 
-def test_a_webhook_delivery_span_carries_no_url_credential(monkeypatch):
+def test_a_webhook_delivery_span_carries_no_url_credential(monkeypatch, settings):
     """A tool call (api.webhook.post) whose failure names its URL."""
     import httpx
 
-    from api import workflows
+    from api import workflows  # noqa: F401  (registers the delivery workflow)
     from api.models import WebhookSubscription
 
+    settings.DURABLE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # outgoing: public only
     refused = httpx.Response(401, text="no")
-    monkeypatch.setattr(workflows.httpx, "post", lambda *a, **kw: refused)  # permanent
+    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", lambda *a: refused)  # permanent
 
     sub = WebhookSubscription.objects.create(
         url=f"http://bob:{PASSWORD}@127.0.0.1:9/hook",
@@ -171,7 +172,7 @@ def test_a_webhook_delivery_span_carries_no_url_credential(monkeypatch):
     for post in posts:
         assert_clean(post)
         message = exception_message(post)
-        assert message.startswith("POST http://[REDACTED]@127.0.0.1:9/hook: "), message
+        assert message.startswith("POST http://[REDACTED]@127.0.0.1:9/hook: 401"), message
 
 
 def test_an_api_request_span_carries_no_credential_from_the_url_or_headers(client, monkeypatch):
