@@ -9,25 +9,33 @@ the same). Incoming webhooks' failed signatures count in a bucket of their own
 webhooks from that address, never the API tokens of people behind the same address
 (and the other way round). The client address is the one django-axes uses
 (``AXES_IPWARE_*``). With several web processes, configure a shared cache (e.g. Redis)
-so that they count together.
+so that they count together. The Prometheus endpoint's token counts in :data:`TOKENS`
+too (:func:`throttled_bearer`).
+
+Both authentications take the operation's ``scope``: once the caller is known, the
+scope and its permission are checked (:func:`api.scopes.check`, 403), still in ninja's
+authentication step, so before the body is parsed or validated.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from axes.helpers import get_client_ip_address
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja.security import HttpBearer
 from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 
 from .models import ApiToken, digest_of
-from .problems import ApiProblem
+from .problems import ApiProblem, problem
+from .scopes import SCOPES, check
 
 #: seconds between two writes of a token's last_used_at
 LAST_USED_RESOLUTION = 60
@@ -74,8 +82,28 @@ def count_failure(request: HttpRequest, bucket: str = TOKENS) -> None:
             cache.add(key, 1, _window())
 
 
+def _scope_of(scope: str | None) -> str | None:
+    if scope is not None and scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; the scopes are {sorted(SCOPES)}")
+    return scope
+
+
 class TokenAuth(HttpBearer):
-    """``Authorization: Bearer dur_...``: a live token; the request acts as its user."""
+    """``Authorization: Bearer dur_...``: a live token; the request acts as its user.
+
+    ``scope``: what the operation needs (``None``: nothing beyond a live token); a token
+    without it, or a user without its permission, is refused with :class:`api.scopes.Refused` (403).
+    """
+
+    def __init__(self, scope: str | None = None) -> None:
+        self.scope = _scope_of(scope)
+        super().__init__()
+
+    def __call__(self, request: HttpRequest) -> Any:
+        found = super().__call__(request)
+        if found and self.scope is not None:
+            check(request, self.scope)
+        return found
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         refuse_if_locked(request)
@@ -107,9 +135,10 @@ class SessionAuth(AuthBase):
 
     openapi_type = "apiKey"
 
-    def __init__(self) -> None:
+    def __init__(self, scope: str | None = None) -> None:
         self.openapi_in = "cookie"
         self.openapi_name = settings.SESSION_COOKIE_NAME
+        self.scope = _scope_of(scope)
         super().__init__()
 
     def __call__(self, request: HttpRequest) -> Any:
@@ -122,4 +151,29 @@ class SessionAuth(AuthBase):
                 "CSRF check failed: a request from the browser session must send the "
                 "CSRF token in the X-CSRFToken header.",
             )
+        if self.scope is not None:
+            check(request, self.scope)  # a session has every scope: the permission
         return user
+
+
+def throttled_bearer(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``view`` (a plain Django view taking a bearer token, such as ``/metrics``) under
+    the same throttle as the API's tokens: an address locked out in :data:`TOKENS` gets
+    429 (``Retry-After``) before the view runs, and an answer of 401 or 403 to a request
+    that sent an ``Authorization`` header counts as one failed authentication."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            refuse_if_locked(request)
+        except ApiProblem as exc:
+            response = problem(exc.status, exc.detail, request=request)
+            for name, value in exc.extra.get("headers", {}).items():
+                response[name] = value
+            return response
+        response = view(request, *args, **kwargs)
+        if response.status_code in (401, 403) and "Authorization" in request.headers:
+            count_failure(request)
+        return response
+
+    return wrapped

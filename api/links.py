@@ -8,12 +8,19 @@ so a mail scanner that follows links cannot decide. The POST from that page need
 logged-in user and goes through :func:`approvals.services.approval_decide`, the inbox's
 service: authority, four-eyes, N-of-M and the deadline are checked exactly as there. The
 link's nonce is recorded in the same transaction as the decision, so a link decides once.
+
+A link minted for a ``recipient`` (the approval emails, ``GET /api/v1/approvals``) is
+bound to that user: only they may decide with it, and its decision is theirs. So with
+N-of-M each approver gets links of their own, an approver's vote counts once however many
+of their links they follow (the service counts people, not links), and nobody else's
+link adds to it. The page shows the action's arguments only to a user who may decide the
+request (:func:`approvals.services.authority_problems`); others see it without them.
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, NamedTuple
 
 from django import forms
 from django.conf import settings
@@ -44,24 +51,35 @@ def link_seconds() -> int:
     return int(getattr(settings, "DURABLE_APPROVAL_LINK_SECONDS", 3 * 86_400))
 
 
-def approval_link(request_id: int, decision: str, *, base_url: str | None = None) -> str:
+def approval_link(
+    request_id: int, decision: str, *, recipient: Any = None, base_url: str | None = None
+) -> str:
     """An absolute URL that approves or rejects ``request_id`` after a confirmation.
 
     ``decision``: ``"approve"`` or ``"reject"`` (``ValueError`` otherwise). Each call
-    makes a new link (its own nonce). ``base_url``: default ``DURABLE_BASE_URL``.
+    makes a new link (its own nonce). ``recipient``: the user (or their primary key) the
+    link is bound to: only they may decide with it; ``None`` makes an unbound link, which
+    decides as whoever logs in (the outgoing webhooks' payload). ``base_url``: default
+    ``DURABLE_BASE_URL``.
     """
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
-    token = signing.dumps(
-        {"r": int(request_id), "d": decision, "n": secrets.token_urlsafe(16)}, salt=SALT
-    )
+    data: dict[str, Any] = {"r": int(request_id), "d": decision, "n": secrets.token_urlsafe(16)}
+    if recipient is not None:
+        data["u"] = int(getattr(recipient, "pk", recipient))
+    token = signing.dumps(data, salt=SALT)
     base = (base_url or getattr(settings, "DURABLE_BASE_URL", "")).rstrip("/")
     return base + reverse("approval_link", args=[token])
 
 
-def approval_links(request_id: int, *, base_url: str | None = None) -> dict[str, str]:
-    """``{"approve": url, "reject": url}`` for an email or a webhook payload."""
-    return {d: approval_link(request_id, d, base_url=base_url) for d in DECISIONS}
+def approval_links(
+    request_id: int, *, recipient: Any = None, base_url: str | None = None
+) -> dict[str, str]:
+    """``{"approve": url, "reject": url}`` for an email or a webhook payload, bound to
+    ``recipient`` when given (:func:`approval_link`)."""
+    return {
+        d: approval_link(request_id, d, recipient=recipient, base_url=base_url) for d in DECISIONS
+    }
 
 
 class LinkRefused(Exception):
@@ -70,9 +88,19 @@ class LinkRefused(Exception):
         super().__init__(message)
 
 
-def read_link(token: str) -> tuple[ApprovalRequest, str, str]:
-    """The request, decision and nonce a link names; :class:`LinkRefused` (410 expired
-    or used, 404 forged or unknown) otherwise."""
+class Link(NamedTuple):
+    """What a valid link names: the request, ``"approve"``/``"reject"``, its nonce, and
+    the primary key of the user it is bound to (``None``: unbound)."""
+
+    req: ApprovalRequest
+    decision: str
+    nonce: str
+    recipient_id: int | None
+
+
+def read_link(token: str) -> Link:
+    """The :class:`Link` a token names; :class:`LinkRefused` (410 expired or used, 404
+    forged or unknown) otherwise."""
     try:
         data = signing.loads(token, salt=SALT, max_age=link_seconds())
     except signing.SignatureExpired:
@@ -80,6 +108,9 @@ def read_link(token: str) -> tuple[ApprovalRequest, str, str]:
     except (signing.BadSignature, ValueError, TypeError):
         raise LinkRefused("This link is not valid.", 404) from None
     if not isinstance(data, dict) or data.get("d") not in DECISIONS:
+        raise LinkRefused("This link is not valid.", 404)
+    recipient = data.get("u")
+    if recipient is not None and not isinstance(recipient, int):
         raise LinkRefused("This link is not valid.", 404)
     req = (
         ApprovalRequest.objects.select_related("run", "arguments", "approver_group")
@@ -91,7 +122,18 @@ def read_link(token: str) -> tuple[ApprovalRequest, str, str]:
     nonce = str(data.get("n", ""))[:64]
     if ApprovalLinkUse.objects.filter(nonce=nonce).exists():
         raise LinkRefused("This link was already used; a link decides only once.", 410)
-    return req, data["d"], nonce
+    return Link(req, data["d"], nonce, recipient)
+
+
+def _not_the_recipient(user: Any, link: Link) -> str:
+    """Why ``user`` may not decide with ``link`` although they may decide the request
+    (empty: they may)."""
+    if link.recipient_id is None or link.recipient_id == user.pk:
+        return ""
+    return (
+        "this link was sent to another approver and decides only as them; "
+        "decide in the approvals inbox or with your own link"
+    )
 
 
 class ConfirmForm(forms.Form):
@@ -107,15 +149,24 @@ def _page(request: HttpRequest, status: int = 200, **context: Any) -> HttpRespon
 def approval_link_view(request: HttpRequest, token: str) -> HttpResponse:
     """GET: the confirmation page (no change). POST: the decision, once."""
     try:
-        req, decision, nonce = read_link(token)
+        link = read_link(token)
     except LinkRefused as exc:
         return _page(request, exc.status, refused=str(exc))
+    req, decision, nonce = link.req, link.decision, link.nonce
     context: dict[str, Any] = {"req": req, "decision": decision}
-    arguments = req.arguments.value_for_display() if req.arguments else req.payload_for_display()
-    context["arguments"] = arguments
+    problems = authority_problems(request.user, req)
+    if not problems:  # the arguments only to who may decide (the recipient among them)
+        context["show_arguments"] = True
+        context["arguments"] = (
+            req.arguments.value_for_display() if req.arguments else req.payload_for_display()
+        )
+    elsewhere = _not_the_recipient(request.user, link)
     if request.method == "GET":
-        context["problems"] = authority_problems(request.user, req)
+        context["problems"] = problems
+        context["elsewhere"] = elsewhere
         return _page(request, form=ConfirmForm(), **context)
+    if elsewhere:
+        return _page(request, 403, refused=f"Not allowed: {elsewhere}.")
     form = ConfirmForm(request.POST)
     comment = form.data.get("comment", "") if form.is_valid() else ""
     if not form.is_valid() or (decision == "reject" and not comment.strip()):

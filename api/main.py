@@ -10,13 +10,15 @@ same service the dashboard calls (``durable/services/runs.py``, ``approvals/serv
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Router
+from ninja.constants import NOT_SET
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
@@ -156,12 +158,59 @@ def _service_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     return problem(status, str(exc), request=request, **extra)
 
 
-api.add_router("", runs.router)
-api.add_router("", approvals.router)
-api.add_router("", tokens.router)
-api.add_router("", webhooks_in.router)
-api.add_router("", subscriptions.router)
-api.add_router("", schedules.router)
+#: the scope each operation needs, checked in its authentication step (``api/auth.py``),
+#: before ninja reads the body: a caller without it gets a 403, never a 422 about a body
+#: it may not send. Every operation that authenticates must be listed (a new one that is
+#: not stops the start-up); an operation with its own ``auth=None`` (the signed incoming
+#: webhooks) is not.
+SCOPE_OF: dict[Callable[..., Any], str] = {
+    runs.start_run: "runs:start",
+    runs.list_runs: "runs:read",
+    runs.get_run: "runs:read",
+    runs.list_steps: "runs:read",
+    runs.cancel_run: "runs:operate",
+    runs.compensate_run: "runs:operate",
+    runs.resume_run: "runs:operate",
+    runs.fork_run: "runs:operate",
+    runs.signal_run: "runs:signal",
+    runs.reconcile_operation: "runs:operate",
+    approvals.list_approvals: "approvals:read",
+    approvals.get_approval: "approvals:read",
+    approvals.decide_approval: "approvals:decide",
+    tokens.list_tokens: "tokens:manage",
+    tokens.create_token: "tokens:manage",
+    tokens.revoke_token: "tokens:manage",
+    subscriptions.list_subscriptions: "webhooks:manage",
+    subscriptions.create_subscription: "webhooks:manage",
+    subscriptions.delete_subscription: "webhooks:manage",
+    schedules.list_schedules: "runs:read",
+    schedules.schedule_action: "runs:operate",
+}
+
+
+def _scoped(router: Router) -> Router:
+    """``router`` with each operation authenticating with the scope of :data:`SCOPE_OF`.
+
+    Raises ``ImproperlyConfigured`` naming an operation that authenticates but is not in
+    the table."""
+    for path, view in router.path_operations.items():
+        for operation in view.operations:
+            if operation.auth_param is not NOT_SET:  # its own auth (None: public, signed)
+                continue
+            scope = SCOPE_OF.get(operation.view_func)
+            if scope is None:
+                raise ImproperlyConfigured(
+                    f"{operation.methods} {path} ({operation.view_func.__qualname__}) has no "
+                    "scope: add it to api.main.SCOPE_OF"
+                )
+            auth = [TokenAuth(scope), SessionAuth(scope)]
+            operation.auth_param = auth
+            operation._set_auth(auth)
+    return router
+
+
+for _router in (runs, approvals, tokens, webhooks_in, subscriptions, schedules):
+    api.add_router("", _scoped(_router.router))
 
 
 def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:

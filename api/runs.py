@@ -1,7 +1,8 @@
 """Runs: start, list (the dashboard's filters, keyset pages), read with steps, cancel,
 compensate, resume, fork, signal; and the operator's decision on an unknown outcome.
 
-Each endpoint checks its scope and permission (:func:`api.scopes.check`), then calls the
+Each endpoint's scope and permission are checked when the caller is authenticated, before
+the body is read (``api.main.SCOPE_OF``, ``api/auth.py``); the endpoint calls the
 dashboard's service; the services check the transition and raise, and
 ``api/main.py`` turns their refusals into problem details (409 for an illegal
 transition, 422 for invalid input).
@@ -33,7 +34,6 @@ from durable.services.runs import (
 )
 from durable.values import codec
 
-from . import scopes
 from .problems import REFUSALS, ApiProblem
 from .schemas import (
     ForkIn,
@@ -151,7 +151,6 @@ def start_run(
     (docs/requesters-and-signals.md#a-key-names-one-request). Of requests racing with
     one key exactly one answers 201. 422 for both ``run_id`` and ``Idempotency-Key``:
     each is a key, and two keys cannot name one request."""
-    scopes.check(request, "runs:start")
     run_id = body.run_id
     if run_id is not None and idempotency_key:
         raise ApiProblem(
@@ -199,7 +198,6 @@ def list_runs(
 ) -> dict:
     """The dashboard's runs list as JSON: the same filters (``durable/queries/filters.py``) and
     keyset pagination on (created_at, id) or (duration, id)."""
-    scopes.check(request, "runs:read")
     params = {
         "status": status,
         "workflow": workflow,
@@ -240,7 +238,6 @@ def list_runs(
 @router.get("/runs/{run_id}", response={200: RunDetailOut, REFUSALS: Problem}, summary="A run")
 def get_run(request: HttpRequest, run_id: str = RunIdPath) -> dict:
     """The run with its first 200 steps (``steps_truncated`` says whether there are more)."""
-    scopes.check(request, "runs:read")
     return _detail(run_id)
 
 
@@ -254,7 +251,6 @@ def list_steps(
     limit: int = Query(STEPS_SHOWN, ge=1, le=1000),
 ) -> dict:
     """A run's steps in position order, after position ``after``."""
-    scopes.check(request, "runs:read")
     if not Run.objects.filter(pk=run_id).exists():
         raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
     steps = list(
@@ -268,7 +264,6 @@ def list_steps(
 
 
 def _run_action(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict:
-    scopes.check(request, "runs:operate")
     action(run_id=run_id, by=request.user, **kwargs)
     return _detail(run_id)
 
@@ -317,7 +312,6 @@ def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Sta
     201; 200 with the fork when ``new_run_id`` was used before for this same fork; 409,
     naming it, when it names another run
     (docs/requesters-and-signals.md#a-key-names-one-request)."""
-    scopes.check(request, "runs:operate")
     fork, created = run_fork_or_get(
         run_id=run_id,
         from_step=body.from_step,
@@ -334,7 +328,6 @@ def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Sta
 def signal_run(request: HttpRequest, body: SignalIn, run_id: str = RunIdPath) -> dict:
     """Send a signal; a repeated ``dedupe_key`` is stored and delivered once
     (``duplicate``: true)."""
-    scopes.check(request, "runs:signal")
     sent = run_signal(
         run_id=run_id,
         name=body.name,
@@ -365,7 +358,6 @@ def reconcile_operation(
     """An operator's decision on a write whose outcome is unknown: ``happened`` (with
     its ``result``), ``not_happened`` (the run calls it again with the same
     idempotency key) or ``abort``."""
-    scopes.check(request, "runs:operate")
     try:
         op = operation_reconcile(
             operation_id=operation_id,

@@ -12,7 +12,6 @@ from ninja import Path, Router
 from durable.models import RUN_ID_PATTERN, Schedule
 from durable.services import schedules as service
 
-from . import scopes
 from .problems import REFUSALS
 from .schemas import Problem, ScheduleOut
 
@@ -35,7 +34,6 @@ def schedule_out(row: Schedule, started: str = "") -> dict:
 
 @router.get("/schedules", response={200: list[ScheduleOut], REFUSALS: Problem}, summary="List")
 def list_schedules(request: HttpRequest) -> list[dict]:
-    scopes.check(request, "runs:read")
     return [schedule_out(row) for row in Schedule.objects.all()[:500]]
 
 
@@ -51,7 +49,6 @@ def schedule_action(
 ) -> dict:
     """``run-now`` starts one run outside the slots (``started_run_id``); 404 for an
     unknown schedule, 422 when its workflow is not registered here."""
-    scopes.check(request, "runs:operate")
     started = ""
     if action == "pause":
         row = service.pause(name, by=request.user)

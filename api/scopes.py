@@ -3,6 +3,10 @@
 A scope narrows a token, it never widens its user: a request needs the scope in the
 token *and* the permission on the user (the same permissions as the dashboard,
 ``approvals/roles.py``). A browser session has every scope; its permissions decide.
+
+Each operation's scope is checked in its authentication step (``api/auth.py``, with the
+scope of ``api/main.py``'s table), before ninja reads the body: a caller without the scope gets a
+403, never a 422 about a body it may not send.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ SCOPES: dict[str, tuple[str, str]] = {
     "approvals:read": ("list and read approval requests", DECIDE_APPROVAL),
     "approvals:decide": ("approve or reject approval requests", DECIDE_APPROVAL),
     "webhooks:manage": ("manage webhook subscriptions", "api.change_webhooksubscription"),
+    "tokens:manage": ("list and revoke your own API tokens", VIEW_RUN),
 }
 
 

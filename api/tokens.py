@@ -1,7 +1,8 @@
 """The caller's own API tokens: list, make (from a browser session only) and revoke.
 
-A token cannot make tokens: a leaked token must not be able to outlive its revocation
-by minting a successor. Revoking works from either (a token may revoke itself).
+Every operation needs the scope ``tokens:manage`` (``api/main.py``): a token made to read
+runs cannot list or revoke its user's tokens. A token cannot make tokens, even with that
+scope: a leaked token must not be able to outlive its revocation by minting a successor.
 """
 
 from __future__ import annotations

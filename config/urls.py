@@ -4,6 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from api import views as api_views
+from api.auth import throttled_bearer
 from api.links import approval_link_view
 from api.main import not_found as api_not_found
 from api.main import urls as api_urls
@@ -13,8 +14,9 @@ urlpatterns = [
     # browsers ask for /favicon.ico whatever the page's <link rel="icon"> says
     path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
-    # Prometheus (durable/observability/metrics.py): a bearer token or a logged-in viewer
-    path("metrics", metrics_view, name="metrics"),
+    # Prometheus (durable/observability/metrics.py): a bearer token or a logged-in viewer;
+    # a wrong token counts as a failed authentication, as the API's tokens do
+    path("metrics", throttled_bearer(metrics_view), name="metrics"),
     path("accounts/", include("django.contrib.auth.urls")),
     # the JSON API: api/main.py (schema at /api/v1/schema, docs at /api/v1/docs)
     path("api/v1/", api_urls()),

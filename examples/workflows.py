@@ -459,26 +459,56 @@ def procurement(ctx, data):
     }
 
 
-@durable.workflow(name="examples.approval_email", version="1")
+def approver_links(approval_id: int, address: str) -> list[dict[str, Any]]:
+    """The links of each user at ``address`` who may decide the request, bound to that
+    user (``api/links.py``): ``[{"user": username, "approve": url, "reject": url}]``.
+    A step of :func:`approval_email`, so a replay sends the links it minted once."""
+    from django.contrib.auth import get_user_model
+
+    from api.links import approval_links
+    from approvals.models import ApprovalRequest
+    from approvals.services import authority_problems
+
+    req = ApprovalRequest.objects.filter(pk=approval_id).select_related("approver_group").first()
+    if req is None:
+        return []
+    users = get_user_model().objects.filter(email=address, is_active=True).order_by("pk")
+    return [
+        {"user": user.get_username(), **approval_links(req.pk, recipient=user)}
+        for user in users
+        if not authority_problems(user, req)
+    ]
+
+
+@durable.workflow(name="examples.approval_email", version="2")
 def approval_email(ctx, data):
-    """Email the approvers of a request its one-time links to approve or reject.
+    """Email each approver of a request their own one-time links to approve or reject.
 
     Started by the outgoing-webhook outbox for each ``approval.requested`` event when
     ``DURABLE_APPROVAL_EMAIL_WORKFLOW`` names it (``api/webhooks_out.py``); ``data``:
-    ``{"event": <the event>, "to": [addresses]}``. Each email is the ``email.send``
+    ``{"event": <the event>, "to": [addresses]}``. The links are minted per approver, bound
+    to them (a step, :func:`approver_links`), so with N-of-M each approver's link is their
+    vote and one approver's links cannot count twice. Each email is the ``email.send``
     tool, so an approver gets it once, even after a crash.
     """
     approval = data["event"]["data"]["approval"]
     run_id = data["event"]["data"]["run_id"]
-    links = approval["links"]
     deadline = f"\nDecide before {approval['expires_at']}.\n" if approval.get("expires_at") else ""
-    body = (
-        f"Run {run_id} asks for your approval: {approval['title']}\n{deadline}\n"
-        f"Approve: {links['approve']}\nReject:  {links['reject']}\n\n"
-        "Each link opens a confirmation page; it works once and expires."
-    )
     sent = []
-    for address in data["to"]:
+    for n, address in enumerate(data["to"]):  # by position: an address may be long
+        mine = ctx.step(f"links.{n}", approver_links, approval["id"], address)
+        if not mine:  # nobody at this address may decide it any more
+            continue
+        links = "\n".join(
+            (f"As {m['user']}:\n" if len(mine) > 1 else "")
+            + f"Approve: {m['approve']}\nReject:  {m['reject']}"
+            for m in mine
+        )
+        body = (
+            f"Run {run_id} asks for your approval: {approval['title']}\n{deadline}\n"
+            f"{links}\n\n"
+            "Each link opens a confirmation page; it is yours, works once and expires."
+        )
         ctx.call_tool(
             "examples.email.send",
             {"to": address, "subject": f"Approval needed: {approval['title']}", "body": body},

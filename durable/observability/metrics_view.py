@@ -3,7 +3,9 @@
 A scraper sends ``Authorization: Bearer <DURABLE['METRICS_TOKEN']>`` (compared in
 constant time); a logged-in user with the ``durable.view_run`` permission may look too
 (``make up``'s admin). Anyone else gets 401 (no credentials) or 403; with no token set
-only logged-in viewers can read it, so the endpoint is never open by accident.
+only logged-in viewers can read it, so the endpoint is never open by accident. The URL
+conf wraps it in the API's throttle (``config/urls.py``): a wrong token counts as a failed
+authentication and a locked-out address gets 429 (docs/observability.md#metrics).
 """
 
 from __future__ import annotations

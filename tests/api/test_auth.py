@@ -135,3 +135,32 @@ def test_schema_and_docs_are_served_without_credentials():
 
 def test_an_unknown_api_path_is_a_404_problem():
     assert_problem(Client().get("/api/v1/nope/nothing"), 404, "/api/v1/schema")
+
+
+def test_the_metrics_token_is_throttled_like_the_api_tokens(operator, settings):
+    """A wrong metrics token counts as a failed authentication; after the limit the
+    address is locked out of /metrics (and the API) even with the right token."""
+    settings.API_AUTH_FAILURE_LIMIT = 3
+    settings.DURABLE = {**settings.DURABLE, "METRICS_TOKEN": "s3cret-metrics"}
+    scraper = Client()
+    good = {"Authorization": "Bearer s3cret-metrics"}
+    assert scraper.get("/metrics", headers=good).status_code == 200
+    for _ in range(3):
+        wrong = scraper.get("/metrics", headers={"Authorization": "Bearer guess"})
+        assert wrong.status_code == 401
+    locked = scraper.get("/metrics", headers=good)
+    assert_problem(locked, 429, "Too many failed authentications")
+    assert int(locked["Retry-After"]) > 0
+    _, token = token_create(user=operator, name="ci", scopes=["runs:read"])
+    assert_problem(Api(token).get("/runs"), 429)  # one count for every token
+    cache.clear()  # the window passed
+    assert scraper.get("/metrics", headers=good).status_code == 200
+
+
+def test_a_session_without_a_token_is_not_counted_at_metrics(viewer, settings):
+    settings.API_AUTH_FAILURE_LIMIT = 1
+    settings.DURABLE = {**settings.DURABLE, "METRICS_TOKEN": "s3cret-metrics"}
+    assert Client().get("/metrics").status_code == 401  # no header: nothing guessed
+    browser = Client()
+    browser.force_login(viewer)
+    assert browser.get("/metrics").status_code == 200

@@ -228,6 +228,28 @@ def test_approvers_get_an_email_with_the_signed_links(receiver, settings, mailou
     assert req.status == "pending"
 
 
+def test_each_approver_gets_links_of_their_own(receiver, settings, mailoutbox):
+    """N-of-M by email: every approver's links are bound to them (api/links.py)."""
+    import re
+
+    from api.links import read_link
+    from examples import workflows as _examples  # noqa: F401  (registers the workflow)
+    from tests.api.conftest import make_user
+
+    settings.DURABLE_APPROVAL_EMAIL_WORKFLOW = "examples.approval_email"
+    alice = make_user("alice", "approver", email="alice@example.test")
+    bob = make_user("bob", "approver", email="bob@example.test")
+    drive(durable.start("tests.approval", {"amount": 3}).id)
+    assert emit_webhooks(now=LATER)["started"] == 1
+    (job,) = Run.objects.filter(workflow_name="examples.approval_email")
+    assert drive(job.id).output_value() == {"sent": ["alice@example.test", "bob@example.test"]}
+    mails = {m.to[0]: m.body for m in mailoutbox}
+    for user in (alice, bob):
+        tokens = re.findall(r"/approvals/link/([^/\s]+)/", mails[user.email])
+        assert len(tokens) == 2
+        assert {read_link(t).recipient_id for t in tokens} == {user.pk}
+
+
 def test_an_approval_event_read_again_before_it_settles_starts_nothing_twice(
     receiver, settings, mailoutbox
 ):
