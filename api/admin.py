@@ -95,6 +95,11 @@ class WebhookSubscriptionForm(forms.ModelForm):
         model = WebhookSubscription
         fields = ("url", "secret", "events", "active", "description")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:  # credentials in an older URL are not shown: give a new URL
+            self.initial["url"] = self.instance.display_url
+
     def clean_url(self) -> str:
         url = self.cleaned_data["url"].strip()
         try:
@@ -118,10 +123,14 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     ``clean``: ``api.egress.check_url``); the secret is never shown."""
 
     form = WebhookSubscriptionForm
-    list_display = ("url", "events", "active", "created_at")
+    list_display = ("shown_url", "events", "active", "created_at")
     list_filter = ("active",)
     search_fields = ("url", "description")
     readonly_fields = ("created_by", "created_at")
+
+    @admin.display(description="URL", ordering="url")
+    def shown_url(self, obj: WebhookSubscription) -> str:
+        return obj.display_url
 
     def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
         if not change and obj.created_by_id is None:

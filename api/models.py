@@ -286,7 +286,17 @@ class WebhookSubscription(models.Model):
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.url} ({', '.join(self.events or [])})"
+        return f"{self.display_url} ({', '.join(self.events or [])})"
+
+    @property
+    def display_url(self) -> str:
+        """The URL as shown anywhere (API, admin, delivery log, errors): credentials in it
+        (``user:pass@``, a ``token=`` parameter) as ``[REDACTED]``
+        (``durable.values.redaction.redact_text``). New subscriptions cannot hold
+        ``user:pass@`` (``api.egress.check_url``); older ones may."""
+        from durable.values.redaction import redact_text
+
+        return redact_text(self.url)
 
     def clean(self) -> None:
         """Refuse a URL the server may not reach (``api.egress.check_url``): a form

@@ -22,7 +22,7 @@ router = Router(tags=["webhooks"])
 def subscription_out(sub: WebhookSubscription) -> dict:
     return {
         "id": sub.pk,
-        "url": sub.url,
+        "url": sub.display_url,
         "events": list(sub.events or []),
         "active": sub.active,
         "description": sub.description,

@@ -99,7 +99,7 @@ def deliveries_page(request: HttpRequest) -> HttpResponse:
         .prefetch_related("steps")
         .order_by("-created_at", "-id")[:DELIVERIES_SHOWN]
     )
-    urls = dict(WebhookSubscription.objects.values_list("pk", "url"))
+    urls = {sub.pk: sub.display_url for sub in WebhookSubscription.objects.only("pk", "url")}
     rows = [_delivery_row(run, urls) for run in runs]
     # what the receivers answered is their words, not ours: for operators only
     may_operate = request.user.has_perm(OPERATE_RUN)

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 import durable
 from durable import PermanentError, RetryPolicy, TransientError
+from durable.values.redaction import redact_text
 
 from . import egress
 from .webhooks_in import sign_standard
@@ -54,17 +55,21 @@ def post_webhook(subscription: int, event: dict, *, idempotency_key: str) -> dic
     try:
         response = egress.post(sub.url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
     except egress.EgressRefused as exc:
-        raise PermanentError(f"POST {sub.url}: refused: {exc}") from None
+        raise PermanentError(f"POST {sub.display_url}: refused: {exc}") from None
     except httpx.HTTPError as exc:
-        raise TransientError(f"POST {sub.url}: {type(exc).__name__}: {exc}") from None
+        raise TransientError(
+            redact_text(f"POST {sub.display_url}: {type(exc).__name__}: {exc}")
+        ) from None
     if response.status_code >= 300:
         _keep_answer(idempotency_key, response)
     if response.status_code == 429 or response.status_code >= 500:
-        raise TransientError(f"POST {sub.url}: {_status(response)}")
+        raise TransientError(f"POST {sub.display_url}: {_status(response)}")
     if 300 <= response.status_code < 400:
-        raise PermanentError(f"POST {sub.url}: {_status(response)}: a redirect, not followed")
+        raise PermanentError(
+            f"POST {sub.display_url}: {_status(response)}: a redirect, not followed"
+        )
     if response.status_code >= 400:
-        raise PermanentError(f"POST {sub.url}: {_status(response)}")
+        raise PermanentError(f"POST {sub.display_url}: {_status(response)}")
     return {"status": response.status_code}
 
 

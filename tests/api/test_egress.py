@@ -23,7 +23,7 @@ import durable
 from api import egress
 from api import workflows as _delivery  # noqa: F401  (registers the delivery workflow)
 from api.models import WebhookAnswer, WebhookSubscription
-from durable.models import Run
+from durable.models import Run, TraceEvent
 from durable.testing import drive
 from tests.api.test_runs import assert_problem
 from tests.api.test_webhooks_out import PUBLIC, Receiver, fake_dns
@@ -477,3 +477,49 @@ def test_tls_goes_to_the_checked_address_with_the_name_for_sni_and_the_certifica
             timeout=5,
             verify=trust,
         )
+
+
+# ------------------------------------------------- credentials in an older URL
+
+
+def test_credentials_in_an_older_subscription_url_are_shown_nowhere(
+    monkeypatch, admin_api, admin_user, operator
+):
+    """A subscription made before URLs with credentials were refused keeps delivering,
+    but its ``user:pass@`` and ``token=`` show as ``[REDACTED]`` everywhere: the API's
+    list, the admin's list and change page, the delivery log and a failed delivery's
+    error."""
+    answer = httpx.Response(503)
+    monkeypatch.setattr(egress.httpx.HTTPTransport, "handle_request", lambda *a: answer)
+    fake_dns(monkeypatch, {"hooks.example.test": [PUBLIC]})
+    sub = WebhookSubscription.objects.create(  # as an older release stored it
+        url="https://bob:hunter2@hooks.example.test/x?token=tok-777",
+        secret="s" * 20,
+        events=["run.failed"],
+    )
+    run = deliver(sub)
+    assert run.status == "retrying"
+    shown = "https://[REDACTED]@hooks.example.test/x?token=[REDACTED]"
+    failures = TraceEvent.objects.filter(run=run, kind="attempt_failed")
+    assert failures and all(
+        e.message.startswith("POST https://[REDACTED]@hooks.example.test/x?token=[REDACTED]")
+        and e.message.endswith("503 Service Unavailable")
+        and "hunter2" not in e.message
+        and "tok-777" not in e.message
+        for e in failures
+    ), [e.message for e in failures]
+
+    listed = admin_api.get("/webhooks/subscriptions")
+    assert [s["url"] for s in listed.json()] == [shown]
+    pages = []
+    staff = Client()
+    staff.force_login(admin_user)
+    pages.append(staff.get("/admin/api/webhooksubscription/").content.decode())
+    pages.append(staff.get(f"/admin/api/webhooksubscription/{sub.pk}/change/").content.decode())
+    browser = Client()
+    browser.force_login(operator)
+    pages.append(browser.get("/webhooks/").content.decode())
+    for page in pages:
+        assert "hunter2" not in page and "tok-777" not in page
+        assert "hooks.example.test/x" in page
+    assert str(sub) == f"{shown} (run.failed)"
