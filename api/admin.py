@@ -31,6 +31,40 @@ class ApiTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {count} token(s).")
 
 
+class WriteOnlySecretForm(forms.ModelForm):
+    """A model form whose ``secret`` is written, never shown: a password input that
+    renders empty; left empty on a change page, the stored secret stays."""
+
+    secret = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="not shown again once saved -- leave empty to keep the stored one",
+    )
+
+    def clean_secret(self) -> str:
+        given = self.cleaned_data.get("secret") or ""
+        if given:
+            return given
+        if self.instance.pk:
+            return self.instance.secret
+        raise forms.ValidationError("give the secret")
+
+
+class IncomingWebhookForm(WriteOnlySecretForm):
+    class Meta:
+        model = IncomingWebhook
+        fields = (
+            "signal",
+            "secret",
+            "scheme",
+            "workflows",
+            "run_id_pointer",
+            "allow_legacy_signature",
+            "active",
+        )
+
+
 @admin.register(IncomingWebhook)
 class IncomingWebhookAdmin(admin.ModelAdmin):
     """An endpoint: its signal, secret and scheme, the workflows it may signal and where
@@ -48,16 +82,8 @@ class IncomingWebhookAdmin(admin.ModelAdmin):
     )
     list_filter = ("scheme", "allow_legacy_signature", "active")
     search_fields = ("signal",)
-    fields = (
-        "signal",
-        "secret",
-        "scheme",
-        "workflows",
-        "run_id_pointer",
-        "allow_legacy_signature",
-        "active",
-        "created_at",
-    )
+    form = IncomingWebhookForm
+    readonly_fields = ("created_at",)
 
 
 @admin.register(IncomingWebhookEvent)
@@ -77,19 +103,12 @@ class IncomingWebhookEventAdmin(admin.ModelAdmin):
         return False
 
 
-class WebhookSubscriptionForm(forms.ModelForm):
-    """The secret is written, never shown: a password input that renders empty; left
-    empty on a change page, the stored secret stays."""
+class WebhookSubscriptionForm(WriteOnlySecretForm):
+    """The subscription's secret signs each delivery (HMAC-SHA256); its URL is checked
+    (``api.egress.check_url``) before the model's URLField validates it, so a refused
+    address is named as such rather than as an invalid URL."""
 
-    # checked here first (api.egress.check_url), so a refused address is named as such
-    # rather than as an invalid URL; the model's URLField validates it afterwards
     url = forms.CharField(max_length=500)
-    secret = forms.CharField(
-        required=False,
-        strip=False,
-        widget=forms.PasswordInput(render_value=False),
-        help_text="signs each delivery (HMAC-SHA256); not shown again -- leave empty to keep",
-    )
 
     class Meta:
         model = WebhookSubscription
@@ -107,14 +126,6 @@ class WebhookSubscriptionForm(forms.ModelForm):
         except EgressRefused as exc:
             raise forms.ValidationError(str(exc)) from None
         return url
-
-    def clean_secret(self) -> str:
-        given = self.cleaned_data.get("secret") or ""
-        if given:
-            return given
-        if self.instance.pk:
-            return self.instance.secret
-        raise forms.ValidationError("give the secret that signs the deliveries")
 
 
 @admin.register(WebhookSubscription)

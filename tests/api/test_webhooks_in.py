@@ -416,6 +416,29 @@ def test_the_admin_form_refuses_a_binding_that_cannot_work(admin_user):
     assert client.get("/admin/api/incomingwebhookevent/add/").status_code == 403
 
 
+def test_the_admin_never_shows_an_endpoints_secret_and_keeps_it_when_left_empty(admin_user):
+    secret = "incoming-secret-" + "q7" * 10
+    endpoint = IncomingWebhook.objects.create(
+        signal="go", secret=secret, workflows=["tests.signal"], run_id_pointer="/run_id"
+    )
+    client = Client()
+    client.force_login(admin_user)
+    change = f"/admin/api/incomingwebhook/{endpoint.pk}/change/"
+    assert secret not in client.get(change).content.decode()
+    form = {
+        "signal": "go",
+        "secret": "",
+        "scheme": "standard",
+        "workflows": '["tests.signal", "tests.approval"]',
+        "run_id_pointer": "/run_id",
+        "active": "on",
+    }
+    page = client.post(change, form)
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    endpoint.refresh_from_db()
+    assert endpoint.secret == secret and endpoint.workflows == ["tests.signal", "tests.approval"]
+
+
 # --- fuzzing --------------------------------------------------------------------------
 
 HEADER_TEXT = st.one_of(
