@@ -176,6 +176,17 @@ def _manual_dispatch(_manual_dispatch, settings):
     tour_workflows.reset()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test of this folder is a ``browser`` test, whatever its module says: CI's
+    PostgreSQL suite leaves them out by that marker (``.ci/run``). tryfirst: before
+    pytest's own ``-m`` deselection reads the markers."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
