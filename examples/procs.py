@@ -171,9 +171,11 @@ def admin(base_url: str, method: str, path: str, body: Any = None) -> Any:
 
 #: third-party modules every worker imports, imported once by the fork server: none of
 #: them reads the settings or the worker's own environment at import time. Django's
-#: settings, the project's apps, anything that installs a reactor or an event loop
-#: (daphne, Twisted) and prometheus_client (it reads PROMETHEUS_MULTIPROC_DIR when
-#: imported) are imported in each worker, after its environment is set.
+#: settings, the project's apps, ninja (it reads the settings), anything that installs a
+#: reactor or an event loop (daphne.server, twisted.internet.reactor) and
+#: prometheus_client (it reads PROMETHEUS_MULTIPROC_DIR when imported) are imported in
+#: each worker, after its environment is set. Twisted's modules below install nothing
+#: (tests/test_fork_server.py checks it); the daphne app imports them (0.2 s a start).
 PRELOAD = (
     "django.db.models",
     "django.core.handlers.base",
@@ -194,6 +196,11 @@ PRELOAD = (
     "cryptography.fernet",
     "sqlparse",
     "yaml",
+    "attr",
+    "twisted.internet.interfaces",
+    "twisted.internet.abstract",
+    "twisted.internet.tcp",
+    "twisted.internet.posixbase",
     # the agent frameworks (seconds of CPU at each worker start that runs their agents);
     "openai",
     "langgraph.graph",
