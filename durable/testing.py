@@ -7,11 +7,21 @@ executes a run in the calling thread until it finishes, waits, or has nothing du
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 
-from django.utils import timezone
-
+from durable import clock
 from durable.models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
 from durable.worker.engine import execute
+
+
+def due_time() -> datetime:
+    """A time every executor already sees as past, to bring a scheduled retry, a step's
+    next attempt or a timer forward in a test (``Run.objects.filter(...).update(
+    wake_at=due_time())``): the shared clock's now (:func:`durable.clock.now`, the
+    database's on PostgreSQL) less a second. ``timezone.now()`` is this machine's clock:
+    the shared one, read through an anchor, may be a few milliseconds behind it, and a
+    retry made due "now" by it is not due yet for the executor."""
+    return clock.now() - timedelta(seconds=1)
 
 
 def drive(
@@ -43,7 +53,7 @@ def drive(
         if scheduled:
             if not wait_for_retries:
                 return run
-            delay = (run.wake_at - timezone.now()).total_seconds() if run.wake_at else 0
+            delay = (run.wake_at - clock.now()).total_seconds() if run.wake_at else 0
             if delay > 0:
                 time.sleep(delay)
         execute(run_id, worker_id=worker_id)

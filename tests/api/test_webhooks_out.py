@@ -19,7 +19,7 @@ from api.webhooks_in import sign_standard
 from api.webhooks_out import emit_webhooks
 from approvals.models import ApprovalRequest
 from durable.models import Run
-from durable.testing import drive
+from durable.testing import drive, due_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,8 +133,8 @@ def _drive_until_settled(run_id: str) -> Run:
         run = drive(run_id)
         if run.status != "retrying":
             return run
-        Run.objects.filter(pk=run_id).update(wake_at=timezone.now())
-        Step.objects.filter(run_id=run_id).update(next_attempt_at=timezone.now())
+        Run.objects.filter(pk=run_id).update(wake_at=due_time())
+        Step.objects.filter(run_id=run_id).update(next_attempt_at=due_time())
     return run
 
 

@@ -464,13 +464,10 @@ def s14(ctx, data):
 
 def make_due(run_id: str) -> None:
     """Move a RETRYING run's due time to now (a scheduled retry has come due)."""
-    from django.utils import timezone
-
     from durable.models import Run, RunStatus
+    from durable.testing import due_time
 
-    updated = Run.objects.filter(pk=run_id, status=RunStatus.RETRYING).update(
-        wake_at=timezone.now()
-    )
+    updated = Run.objects.filter(pk=run_id, status=RunStatus.RETRYING).update(wake_at=due_time())
     assert updated == 1, "the run is not retrying"
 
 

@@ -9,13 +9,12 @@ import threading
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.utils import timezone
 
 import durable
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable.models import Operation, Run, RunStatus, Step, StepStatus, TraceEvent
-from durable.testing import drive
+from durable.testing import drive, due_time
 from tests.durable.runtime import parallel_workflows as pw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,8 +34,8 @@ def _rows(run_id: str) -> list[tuple[str, str]]:
 
 
 def _make_due(run_id: str) -> None:
-    Run.objects.filter(pk=run_id).update(wake_at=timezone.now())
-    Step.objects.filter(run_id=run_id).update(next_attempt_at=timezone.now())
+    Run.objects.filter(pk=run_id).update(wake_at=due_time())
+    Step.objects.filter(run_id=run_id).update(next_attempt_at=due_time())
 
 
 def _run(workflow: str, data: dict) -> Run:
