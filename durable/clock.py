@@ -58,16 +58,13 @@ def _resync(anchor: tuple[datetime, float] | None) -> tuple[datetime, float] | N
     """A fresh (database now, monotonic) anchor, kept for the next :func:`now`; ``anchor``
     unchanged when the database cannot be read or has no clock to read (SQLite)."""
     global _anchor
-    sent = time.monotonic()
     try:
         db_now = postgres.database_now(wall_clock=True)
     except DatabaseError:
         return anchor
     if db_now is None:
         return anchor
-    # the database read its clock between the query's send and its answer: take the
-    # middle (Cristian's algorithm), not the answer, or the anchor lags by the round trip
-    fresh = (db_now, (sent + time.monotonic()) / 2)
+    fresh = (db_now, time.monotonic())
     with _lock:
         _anchor = fresh
     return fresh
