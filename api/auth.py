@@ -1,10 +1,15 @@
 """Who calls the API: a bearer token (machines) or the browser's session (with CSRF).
 
-Failed token authentications are counted per client address in Django's cache; after
-``API_AUTH_FAILURE_LIMIT`` failures within ``API_AUTH_FAILURE_WINDOW`` seconds that
-address gets 429 (with ``Retry-After``) for the rest of the window, even with a good
-token, so a token cannot be guessed by trying (the dashboard's login has django-axes for
-the same). Incoming webhooks' failed signatures count in a bucket of their own
+Failed token authentications are counted in Django's cache, per client address and
+per what was tried: a token whose public prefix (``dur_<prefix>_...``) names a live
+token counts against that prefix from that address; anything else (no token, junk, an
+unknown prefix) against the address. After ``API_AUTH_FAILURE_LIMIT`` failures within
+``API_AUTH_FAILURE_WINDOW`` seconds, what they counted against gets 429 (with
+``Retry-After``) for the rest of the window, a right secret included, so a token's
+secret cannot be guessed by trying (the dashboard's login has django-axes for the same).
+Junk from an address (a scanner, a fuzzer's authentication probes, a neighbour behind
+the same NAT) so never locks out the live tokens used from it, and guesses at one
+token's secret lock out only that token, from that address. Incoming webhooks' failed signatures count in a bucket of their own
 (:data:`WEBHOOK`), with the same limit and window: junk posted to a webhook URL throttles
 webhooks from that address, never the API tokens of people behind the same address
 (and the other way round). The client address is the one django-axes uses
@@ -20,6 +25,7 @@ authentication step, so before the body is parsed or validated.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -36,6 +42,9 @@ from ninja.utils import check_csrf
 from .models import ApiToken, digest_of
 from .problems import ApiProblem, problem
 from .scopes import SCOPES, check
+
+#: a token's text, ``dur_<prefix>_<secret>`` (:func:`api.models.token_create`)
+_TOKEN_TEXT = re.compile(r"dur_([0-9a-f]{8})_[A-Za-z0-9_-]+")
 
 #: seconds between two writes of a token's last_used_at
 LAST_USED_RESOLUTION = 60
@@ -55,15 +64,17 @@ WEBHOOK = "webhook-failures"
 _WHAT = {TOKENS: "failed authentications", WEBHOOK: "failed webhook signatures"}
 
 
-def _key(request: HttpRequest, bucket: str) -> str:
-    return f"api:{bucket}:{get_client_ip_address(request) or '-'}"
+def _key(request: HttpRequest, bucket: str, prefix: str = "") -> str:
+    address = get_client_ip_address(request) or "-"
+    return f"api:{bucket}:{address}:{prefix}" if prefix else f"api:{bucket}:{address}"
 
 
-def refuse_if_locked(request: HttpRequest, bucket: str = TOKENS) -> None:
+def refuse_if_locked(request: HttpRequest, bucket: str = TOKENS, prefix: str = "") -> None:
     """Raise a 429 :class:`ApiProblem` (with ``Retry-After``, seconds) when the client's
     address has ``API_AUTH_FAILURE_LIMIT`` failures in ``bucket`` (:data:`TOKENS` or
-    :data:`WEBHOOK`) within the window."""
-    if (cache.get(_key(request, bucket)) or 0) >= _limit():
+    :data:`WEBHOOK`) within the window; with ``prefix`` (a live token's public prefix),
+    the failures of that address against that token."""
+    if (cache.get(_key(request, bucket, prefix)) or 0) >= _limit():
         raise ApiProblem(
             429,
             f"Too many {_WHAT[bucket]} from this address; try again in up to {_window()} seconds.",
@@ -71,10 +82,10 @@ def refuse_if_locked(request: HttpRequest, bucket: str = TOKENS) -> None:
         )
 
 
-def count_failure(request: HttpRequest, bucket: str = TOKENS) -> None:
-    """Count one failure of the client's address in ``bucket`` (the window starts at the
-    first)."""
-    key = _key(request, bucket)
+def count_failure(request: HttpRequest, bucket: str = TOKENS, prefix: str = "") -> None:
+    """Count one failure of the client's address in ``bucket`` (against the live token
+    ``prefix`` names, if given); the window starts at the first."""
+    key = _key(request, bucket, prefix)
     if not cache.add(key, 1, _window()):
         try:
             cache.incr(key)
@@ -106,14 +117,21 @@ class TokenAuth(HttpBearer):
         return found
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        refuse_if_locked(request)
+        match = _TOKEN_TEXT.fullmatch(token) if len(token) <= 100 else None
         found = None
-        if token.startswith("dur_") and len(token) <= 100:
+        if match is not None:
             found = (
                 ApiToken.objects.live().select_related("user").filter(digest=digest_of(token))
             ).first()
-        if found is None:
-            count_failure(request)
+        if found is not None:
+            refuse_if_locked(request, prefix=found.prefix)
+        else:
+            # a live token's prefix: the failure counts against it; else the address's
+            prefix = ""
+            if match is not None and ApiToken.objects.live().filter(prefix=match[1]).exists():
+                prefix = match[1]
+            refuse_if_locked(request, prefix=prefix)
+            count_failure(request, prefix=prefix)
             raise ApiProblem(
                 401,
                 "The bearer token is unknown, revoked or expired. Make a new token on the "

@@ -55,15 +55,34 @@ def test_a_revoked_or_expired_token_or_inactive_user_is_refused(operator):
     assert old.pk
 
 
-def test_failed_token_authentications_are_rate_limited(operator, settings):
+def test_guesses_at_a_tokens_secret_lock_that_token_out_from_that_address(operator, settings):
+    """Failures with a live token's prefix count against that prefix from that address:
+    after the limit the right secret is refused there too (429, ``Retry-After``), so the
+    secret cannot be found by trying; from another address the token still works."""
     settings.API_AUTH_FAILURE_LIMIT = 3
     _, good = token_create(user=operator, name="ci", scopes=["runs:read"])
+    guess = good[: len("dur_") + 9] + "x" * 43  # its prefix, a wrong secret
     for _ in range(3):
-        assert_problem(Api("dur_guess_" + "x" * 20).get("/runs"), 401)
+        assert_problem(Api(guess).get("/runs"), 401)
     locked = Api(good).get("/runs")
     assert_problem(locked, 429, "Too many failed authentications")
     assert int(locked["Retry-After"]) > 0
+    elsewhere = Api(good, Client(REMOTE_ADDR="203.0.113.9"))
+    assert elsewhere.get("/runs").status_code == 200
     cache.clear()  # the window passed
+    assert Api(good).get("/runs").status_code == 200
+
+
+def test_junk_from_an_address_never_locks_out_the_live_tokens_used_from_it(operator, settings):
+    """No token, an unknown prefix or junk counts against the address: after the limit
+    junk answers 429, while a live token from the same address (a neighbour behind one
+    NAT, or a fuzzer's own authentication probes beside its real token) is still
+    served."""
+    settings.API_AUTH_FAILURE_LIMIT = 3
+    _, good = token_create(user=operator, name="ci", scopes=["runs:read"])
+    for junk in ("dur_guess_" + "x" * 20, "dur_0000000a_" + "y" * 43, "not-a-token"):
+        assert_problem(Api(junk).get("/runs"), 401)
+    assert_problem(Api("dur_0000000b_" + "z" * 43).get("/runs"), 429)
     assert Api(good).get("/runs").status_code == 200
 
 
@@ -138,8 +157,9 @@ def test_an_unknown_api_path_is_a_404_problem():
 
 
 def test_the_metrics_token_is_throttled_like_the_api_tokens(operator, settings):
-    """A wrong metrics token counts as a failed authentication; after the limit the
-    address is locked out of /metrics (and the API) even with the right token."""
+    """A wrong metrics token counts as a failed authentication of the address (the
+    metrics token has no public prefix); after the limit the address is locked out of
+    /metrics even with the right token, while the API's live tokens are still served."""
     settings.API_AUTH_FAILURE_LIMIT = 3
     settings.DURABLE = {**settings.DURABLE, "METRICS_TOKEN": "s3cret-metrics"}
     scraper = Client()
@@ -152,7 +172,8 @@ def test_the_metrics_token_is_throttled_like_the_api_tokens(operator, settings):
     assert_problem(locked, 429, "Too many failed authentications")
     assert int(locked["Retry-After"]) > 0
     _, token = token_create(user=operator, name="ci", scopes=["runs:read"])
-    assert_problem(Api(token).get("/runs"), 429)  # one count for every token
+    assert Api(token).get("/runs").status_code == 200  # its own count
+    assert_problem(Api("dur_0000000b_" + "z" * 43).get("/runs"), 429)  # the address's
     cache.clear()  # the window passed
     assert scraper.get("/metrics", headers=good).status_code == 200
 
