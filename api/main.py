@@ -28,6 +28,7 @@ from durable.values.jsontext import JSONInputError, loads_bounded
 from . import approvals, runs, schedules, subscriptions, tokens, webhooks_in
 from .auth import SessionAuth, TokenAuth
 from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
+from .schemas import QUERY_RULES
 from .scopes import Refused
 
 
@@ -47,6 +48,8 @@ class DurableAPI(NinjaAPI):
 
     def get_openapi_schema(self, **kwargs: Any) -> Any:
         schema = super().get_openapi_schema(**kwargs)
+        declare_rules(schema)
+        self._declare_scopes(schema)
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 for code, response in (operation.get("responses") or {}).items():
@@ -54,6 +57,58 @@ class DurableAPI(NinjaAPI):
                     if str(code) >= "400" and "application/json" in content:
                         content[CONTENT_TYPE] = content.pop("application/json")
         return schema
+
+    def _declare_scopes(self, schema: dict[str, Any]) -> None:
+        """Each operation's security requirement names its scope (OpenAPI 3.1 allows role
+        names for non-OAuth schemes), and its description says it."""
+        paths = schema.get("paths", {})
+        for _prefix, router in self._routers:
+            for path, view in router.path_operations.items():
+                for operation in view.operations:
+                    scope = next(
+                        (a.scope for a in operation.auth_callbacks if getattr(a, "scope", None)),
+                        None,
+                    )
+                    if scope is None:
+                        continue
+                    for method in operation.methods:
+                        documented = paths.get(f"/api/v1{path}", {}).get(method.lower())
+                        if documented is None:
+                            continue
+                        documented["security"] = [{"TokenAuth": [scope]}, {"SessionAuth": [scope]}]
+                        needs = f"Needs the scope `{scope}` (else 403)."
+                        text = documented.get("description")
+                        documented["description"] = f"{text}\n\n{needs}" if text else needs
+
+
+def declare_rules(schema: dict[str, Any]) -> None:
+    """Say in ``schema`` (an OpenAPI document) the rules the server enforces that
+    pydantic's models cannot carry, so that a request the schema allows is one the server
+    takes (schemathesis' "schema-valid data is accepted"): the registered workflows and
+    their versions (known only at run time) and the runs list's query values
+    (:data:`api.schemas.QUERY_RULES`)."""
+    from durable import registry
+
+    versions: dict[str, list[str]] = {}
+    for spec in registry.workflows():
+        versions.setdefault(spec.name, []).append(str(spec.version))
+    start = schema.get("components", {}).get("schemas", {}).get("StartIn")
+    if start is not None and versions:
+        start["properties"]["workflow"]["enum"] = sorted(versions)
+        start["anyOf"] = [
+            {
+                "properties": {
+                    "workflow": {"const": name},
+                    "version": {"enum": [None, *sorted(known)]},
+                }
+            }
+            for name, known in sorted(versions.items())
+        ]
+    for (path, method), rules in QUERY_RULES.items():
+        operation = schema.get("paths", {}).get(f"/api/v1{path}", {}).get(method)
+        for parameter in (operation or {}).get("parameters", []):
+            if parameter.get("in") == "query" and parameter["name"] in rules:
+                parameter["schema"].update(rules[parameter["name"]])
 
 
 api = DurableAPI(

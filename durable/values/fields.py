@@ -28,6 +28,7 @@ schema: :meth:`deconstruct` reports the plain Django field, so migrations never 
 
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from typing import Any
@@ -43,6 +44,7 @@ __all__ = [
     "storable_json",
     "storable_text",
     "hidden_character",
+    "visible_text_pattern",
 ]
 
 #: ints wider than this are written as hex text in JSON columns (as the codec does)
@@ -96,6 +98,38 @@ def hidden_character(text: str) -> tuple[int, str] | None:
         ):
             return index, char
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _hidden_class() -> str:
+    """The body of a regular-expression character class of every character
+    :func:`hidden_character` refuses, as literal characters and ranges (valid in Python's
+    ``re`` and in ECMA-262 with the ``u`` flag, the dialect of JSON Schema's
+    ``pattern``)."""
+    hidden = [False] * 0x110000
+    for low, high in DEFAULT_IGNORABLE:
+        hidden[low : high + 1] = [True] * (high - low + 1)
+    category = unicodedata.category
+    for code in range(0x110000):
+        if not hidden[code] and category(chr(code)) in HIDDEN_CATEGORIES:
+            hidden[code] = True
+    ranges: list[list[int]] = []
+    for code in range(0x110000):
+        if hidden[code] and not 0xD800 <= code <= 0xDFFF:
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    return "".join(chr(low) if low == high else f"{chr(low)}-{chr(high)}" for low, high in ranges)
+
+
+def visible_text_pattern(min_length: int = 1, max_length: int = 200) -> str:
+    """A regular expression (``^...$``) matching the text of ``min_length`` to
+    ``max_length`` characters that :func:`hidden_character` accepts: for the ``pattern``
+    of an identifier in a published schema (the API's OpenAPI document), so that what
+    the schema allows is what the server takes. Built once per process from
+    :data:`HIDDEN_CATEGORIES` and :data:`DEFAULT_IGNORABLE` (about 0.3 s)."""
+    return f"^[^{_hidden_class()}]{{{min_length},{max_length}}}$"
 
 
 def storable_text(text: str) -> str:

@@ -416,3 +416,23 @@ def test_approval_comment_and_edit_round_trip(comment, edited, approve):
 @given(texts, values, st.booleans())
 def test_approval_comment_and_edit_round_trip_many(comment, edited, approve):
     _approval(comment, edited, approve)
+
+
+def test_the_published_identifier_pattern_is_exactly_the_rule():
+    """``visible_text_pattern`` (the ``pattern`` the API's schema gives an identifier)
+    matches a character exactly when :func:`hidden_character` lets it through, for every
+    code point, so a client that follows the schema is never refused for a character."""
+    import re
+
+    from durable.values.fields import visible_text_pattern
+
+    pattern = re.compile(visible_text_pattern(1, 2))
+    disagree = [
+        hex(code)
+        for code in range(0x110000)
+        if not 0xD800 <= code <= 0xDFFF
+        and (pattern.fullmatch("a" + chr(code)) is None)
+        != (hidden_character("a" + chr(code)) is not None)
+    ]
+    assert not disagree
+    assert pattern.fullmatch("") is None and pattern.fullmatch("abc") is None  # the lengths
