@@ -1,21 +1,21 @@
 """Who calls the API: a bearer token (machines) or the browser's session (with CSRF).
 
-Failed token authentications are counted in Django's cache, per client address and
-per what was tried: a token whose public prefix (``dur_<prefix>_...``) names a live
-token counts against that prefix from that address; anything else (no token, junk, an
-unknown prefix) against the address. After ``API_AUTH_FAILURE_LIMIT`` failures within
-``API_AUTH_FAILURE_WINDOW`` seconds, what they counted against gets 429 (with
-``Retry-After``) for the rest of the window, a right secret included, so a token's
-secret cannot be guessed by trying (the dashboard's login has django-axes for the same).
-Junk from an address (a scanner, a fuzzer's authentication probes, a neighbour behind
-the same NAT) so never locks out the live tokens used from it, and guesses at one
-token's secret lock out only that token, from that address. Incoming webhooks' failed signatures count in a bucket of their own
-(:data:`WEBHOOK`), with the same limit and window: junk posted to a webhook URL throttles
-webhooks from that address, never the API tokens of people behind the same address
-(and the other way round). The client address is the one django-axes uses
+Failed token authentications are counted in Django's cache per live token and client
+address: a token whose public prefix (``dur_<prefix>_...``) names a live token, with a
+wrong secret, counts against that prefix from that address. After
+``API_AUTH_FAILURE_LIMIT`` failures within ``API_AUTH_FAILURE_WINDOW`` seconds that
+token gets 429 (with ``Retry-After``) from that address for the rest of the window, the
+right secret included, so a secret cannot be guessed by trying (the dashboard's login
+has django-axes for the same). Anything else (no token, junk, an unknown or revoked
+prefix) cannot be a right guess, so it is a 401 and counts against nothing: a scanner, a
+fuzzer's authentication probes or a neighbour behind the same NAT never lock out the
+live tokens used from that address. Incoming webhooks' failed signatures count in a
+bucket of their own (:data:`WEBHOOK`), with the same limit and window: junk posted to a
+webhook URL throttles webhooks from that address, never the API tokens of people behind
+the same address (and the other way round). The client address is the one django-axes uses
 (``AXES_IPWARE_*``). With several web processes, configure a shared cache (e.g. Redis)
-so that they count together. The Prometheus endpoint's token counts in :data:`TOKENS`
-too (:func:`throttled_bearer`).
+so that they count together. The Prometheus endpoint's token has no prefix, so its
+failures count against the address (:func:`throttled_bearer`), in :data:`TOKENS`.
 
 Both authentications take the operation's ``scope``: once the caller is known, the
 scope and its permission are checked (:func:`api.scopes.check`, 403), still in ninja's
@@ -125,13 +125,11 @@ class TokenAuth(HttpBearer):
             ).first()
         if found is not None:
             refuse_if_locked(request, prefix=found.prefix)
-        else:
-            # a live token's prefix: the failure counts against it; else the address's
-            prefix = ""
-            if match is not None and ApiToken.objects.live().filter(prefix=match[1]).exists():
-                prefix = match[1]
-            refuse_if_locked(request, prefix=prefix)
-            count_failure(request, prefix=prefix)
+        elif match is not None and ApiToken.objects.live().filter(prefix=match[1]).exists():
+            # a wrong secret for a live token: a guess, counted against that token
+            refuse_if_locked(request, prefix=match[1])
+            count_failure(request, prefix=match[1])
+        if found is None:
             raise ApiProblem(
                 401,
                 "The bearer token is unknown, revoked or expired. Make a new token on the "
