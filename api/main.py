@@ -21,6 +21,7 @@ from ninja import NinjaAPI, Router
 from ninja.constants import NOT_SET
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from ninja.responses import Response
 
 from durable import postgres
 from durable.values.jsontext import JSONInputError, loads_bounded
@@ -84,31 +85,58 @@ class DurableAPI(NinjaAPI):
 def declare_rules(schema: dict[str, Any]) -> None:
     """Say in ``schema`` (an OpenAPI document) the rules the server enforces that
     pydantic's models cannot carry, so that a request the schema allows is one the server
-    takes (schemathesis' "schema-valid data is accepted"): the registered workflows and
-    their versions (known only at run time) and the runs list's query values
-    (:data:`api.schemas.QUERY_RULES`)."""
+    takes (schemathesis' "schema-valid data is accepted"): the runs list's query values
+    (:data:`api.schemas.QUERY_RULES`). The registered workflows are said only to a caller
+    who authenticates (:func:`declare_workflows`, :func:`schema_view`)."""
+    for (path, method), rules in QUERY_RULES.items():
+        operation = schema.get("paths", {}).get(f"/api/v1{path}", {}).get(method)
+        for parameter in (operation or {}).get("parameters", []):
+            if parameter.get("in") == "query" and parameter["name"] in rules:
+                parameter["schema"].update(rules[parameter["name"]])
+
+
+def declare_workflows(schema: dict[str, Any]) -> None:
+    """The start's ``workflow``: an ``enum`` of the registered workflows, and for each
+    its registered versions (``anyOf``), known only at run time."""
     from durable import registry
 
     versions: dict[str, list[str]] = {}
     for spec in registry.workflows():
         versions.setdefault(spec.name, []).append(str(spec.version))
     start = schema.get("components", {}).get("schemas", {}).get("StartIn")
-    if start is not None and versions:
-        start["properties"]["workflow"]["enum"] = sorted(versions)
-        start["anyOf"] = [
-            {
-                "properties": {
-                    "workflow": {"const": name},
-                    "version": {"enum": [None, *sorted(known)]},
-                }
+    if start is None or not versions:
+        return
+    start["properties"]["workflow"]["enum"] = sorted(versions)
+    start["anyOf"] = [
+        {
+            "properties": {
+                "workflow": {"const": name},
+                "version": {"enum": [None, *sorted(known)]},
             }
-            for name, known in sorted(versions.items())
-        ]
-    for (path, method), rules in QUERY_RULES.items():
-        operation = schema.get("paths", {}).get(f"/api/v1{path}", {}).get(method)
-        for parameter in (operation or {}).get("parameters", []):
-            if parameter.get("in") == "query" and parameter["name"] in rules:
-                parameter["schema"].update(rules[parameter["name"]])
+        }
+        for name, known in sorted(versions.items())
+    ]
+
+
+def _authenticates(request: HttpRequest) -> bool:
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return True
+    try:
+        return bool(TokenAuth()(request))
+    except ApiProblem:
+        return False
+
+
+def schema_view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+    """``GET /api/v1/schema``, public: the API's shape. To a caller who authenticates (a
+    live token, or the dashboard's session) it also names this server's registered
+    workflows and their versions (:func:`declare_workflows`); anyone else learns no
+    names."""
+    schema = api.get_openapi_schema(path_params=kwargs)
+    if _authenticates(request):
+        declare_workflows(schema)
+    return Response(schema)
 
 
 api = DurableAPI(
@@ -299,6 +327,8 @@ def urls() -> tuple[list[Any], str, str]:
     """``api.urls`` with every refusal a problem, a wrong method's 405 included."""
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
+        if isinstance(pattern, URLPattern) and pattern.name == "openapi-json":
+            pattern.callback = schema_view
         if isinstance(pattern, URLPattern):
             pattern.callback = _with_problem_405(pattern.callback)
     return patterns, app_name, namespace

@@ -34,7 +34,14 @@ from durable.testing import drive
 from tests import waits_workflows as ww  # noqa: F401  (registers the approval workflows)
 from tests.dashboard.conftest import make_user
 
-schema = schemathesis.openapi.from_wsgi("/api/v1/schema", get_wsgi_application())
+
+def _schema(token: str):
+    """The schema as a caller holding ``token`` reads it: with this server's workflows
+    (an anonymous reader gets the shape without their names)."""
+    return schemathesis.openapi.from_wsgi(
+        "/api/v1/schema", get_wsgi_application(), headers={"Authorization": f"Bearer {token}"}
+    )
+
 
 HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much]
 
@@ -112,7 +119,9 @@ def _needs_its_scope(held: set[str]):
     return scope_is_enforced
 
 
-def _fuzz(token: str, examples: int, derandomize: bool, held: set[str] | None = None) -> list:
+def _fuzz(
+    schema, token: str, examples: int, derandomize: bool, held: set[str] | None = None
+) -> list:
     """Run every operation's strategy; returns the operations fuzzed."""
     done = []
     extra = [_needs_its_scope(held)] if held is not None else []
@@ -143,22 +152,23 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_api_conforms_to_its_schema(token):
-    done = _fuzz(token, examples=10, derandomize=True)
+    done = _fuzz(_schema(token), token, examples=10, derandomize=True)
     assert "POST /api/v1/runs" in done and len(done) >= 15
 
 
-def test_each_scope_opens_its_operations_and_no_other(admin):
+def test_each_scope_opens_its_operations_and_no_other(admin, token):
     """A token of one scope, for each scope: its operations conform; every other
     operation answers 403 whatever the request."""
+    schema = _schema(token)
     for scope in SCOPES:
         _, text = token_create(user=admin, name=f"fuzz {scope}", scopes=[scope])
-        _fuzz(text, examples=2, derandomize=True, held={scope})
+        _fuzz(schema, text, examples=2, derandomize=True, held={scope})
 
 
 def test_stateful_sequences_conform(token):
     """Operations chained by the links schemathesis infers from the schema (a run's id
     from the list or a start into its actions, an approval's id into its decision)."""
-    chained = schemathesis.openapi.from_wsgi("/api/v1/schema", get_wsgi_application())
+    chained = _schema(token)
     chained.config.update(headers={"Authorization": f"Bearer {token}"})
 
     @chained.hook
@@ -181,7 +191,19 @@ def test_stateful_sequences_conform(token):
 
 @pytest.mark.slow
 def test_api_conforms_to_its_schema_long(token):
-    _fuzz(token, examples=300, derandomize=False)
+    _fuzz(_schema(token), token, examples=300, derandomize=False)
+
+
+def test_the_public_schema_names_no_workflow(client, token):
+    """Anyone may read the schema (the API's shape); the registered workflows' names are
+    in it only for a caller who authenticates."""
+    public = client.get("/api/v1/schema").json()
+    assert "enum" not in public["components"]["schemas"]["StartIn"]["properties"]["workflow"]
+    assert "dash.echo" not in client.get("/api/v1/schema").content.decode()
+    junk = client.get("/api/v1/schema", headers={"Authorization": "Bearer dur_junk"})
+    assert "dash.echo" not in junk.content.decode()
+    mine = client.get("/api/v1/schema", headers={"Authorization": f"Bearer {token}"}).json()
+    assert "dash.echo" in mine["components"]["schemas"]["StartIn"]["properties"]["workflow"]["enum"]
 
 
 def _properties(node, path=""):
