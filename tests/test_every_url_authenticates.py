@@ -33,7 +33,7 @@ PUBLIC = {
     "accounts/reset/done/": "Django's password reset: 'done' page",
     "admin/login/": "the admin's login page",
     "admin/logout/": "the admin's logout",
-    "api/v1/schema": "the OpenAPI schema: the API's shape, no data (workflow names only to a caller who authenticates)",
+    "api/v1/schema": "the OpenAPI schema: the API's shape, no data (no workflow names)",
     "api/v1/docs": "the OpenAPI viewer of that schema",
     "api/v1/": "the API's root: a 404 (nothing is served there)",
     "api/v1/<path:rest>": "the API's 404 for an unknown path (problem+json)",
