@@ -10,18 +10,43 @@ import time
 from datetime import datetime, timedelta
 
 from durable import clock
-from durable.models import TERMINAL, Run, RunStatus, WaitKind, WaitStatus
+from durable.models import TERMINAL, Run, RunStatus, Step, Wait, WaitKind, WaitStatus
 from durable.worker.engine import execute
 
 
 def due_time() -> datetime:
     """A time every executor already sees as past, to bring a scheduled retry, a step's
-    next attempt or a timer forward in a test (``Run.objects.filter(...).update(
-    wake_at=due_time())``): the shared clock's now (:func:`durable.clock.now`, the
+    next attempt or a timer forward in a test (:func:`make_due` does it for all of a
+    run's scheduled times; ``Wait.objects.filter(pk=...).update(wake_at=due_time())``
+    for one): the shared clock's now (:func:`durable.clock.now`, the
     database's on PostgreSQL) less a second. ``timezone.now()`` is this machine's clock:
     the shared one, read through an anchor, may be a few milliseconds behind it, and a
     retry made due "now" by it is not due yet for the executor."""
     return clock.now() - timedelta(seconds=1)
+
+
+def make_due(run_id: str) -> int:
+    """Bring every time ``run_id`` has scheduled forward to :func:`due_time`, as if it had
+    come: the run's ``wake_at`` (a stored retry, a compensation's retry), its steps'
+    ``next_attempt_at`` and its pending waits' ``wake_at`` (a timer, a wait's timeout).
+
+    Only times that are set move: a run or a wait without a ``wake_at`` is not given one
+    (that would turn a wait without a timeout into one that times out). Nothing is
+    executed or woken: drive the run, and for a wait let the sweeper close it
+    (``durable.waits.closing.wake_due``). Returns the number of rows moved (runs + steps
+    + waits); 0 for a run that does not exist or has nothing scheduled. Raises nothing of
+    its own (database errors propagate).
+    """
+    due = due_time()
+    return (
+        Run.objects.filter(pk=run_id, wake_at__isnull=False).update(wake_at=due)
+        + Step.objects.filter(run_id=run_id, next_attempt_at__isnull=False).update(
+            next_attempt_at=due
+        )
+        + Wait.objects.filter(
+            run_id=run_id, status=WaitStatus.PENDING, wake_at__isnull=False
+        ).update(wake_at=due)
+    )
 
 
 def drive(

@@ -21,8 +21,9 @@ SIGKILLed, what Celery beat and an operator would:
   the payments service (:data:`SLOW_LIMITED_SECONDS`), so calls overlap there.
 - **Cancel and compensation cascades**: once an ``examples.cascade`` run's children have
   billed their first invoice, it cancels the parent (the children are cancelled with it)
-  and, for the cascades whose plan says so, compensates it at once (the children's
-  invoices are refunded), writes in flight and all.
+  and reads :func:`cancel_mark` (what the audit orders the tree's writes by), then, for
+  the cascades whose plan says so, compensates it at once (the children's invoices are
+  refunded), writes in flight and all.
 
 :meth:`Extras.pending` keeps the chaos loop going until every slot has fired and every
 expected webhook delivery has ended; examples/chaos_checks.py audits the outcome.
@@ -33,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from .procs import admin
 
@@ -49,6 +50,27 @@ LIMIT_KEY = "tool:examples.chaos.limited_ticket"
 SLOW_LIMITED_SECONDS = 0.4
 
 
+class CancelMark(NamedTuple):
+    """The highest ids committed when a cascade's cancel had committed (ids, not times:
+    examples/chaos_checks.py's ``late_writes``)."""
+
+    #: the newest ``durable.models.Operation`` (ledger row) id; 0: none yet
+    operation: int
+    #: the newest ``durable.models.TraceEvent`` id; 0: none yet
+    event: int
+
+
+def cancel_mark() -> CancelMark:
+    """The highest ledger row and trace event ids committed now; read after a cancel has
+    committed, a row of the cancelled tree with a higher id committed after the cancel."""
+    from durable.models import Operation, TraceEvent
+
+    def newest(model: Any) -> int:
+        return model.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+    return CancelMark(operation=newest(Operation), event=newest(TraceEvent))
+
+
 class Extras:
     """Schedule, webhooks and cascades of one chaos audit (``chaos``: its Chaos)."""
 
@@ -61,6 +83,8 @@ class Extras:
         self.subscription: int | None = None
         self.cancelled: set[str] = set()  # cascade parents the operator cancelled
         self.compensated: set[str] = set()  # ... and compensated
+        #: cascade parent -> the ids read once its cancel had committed
+        self.cancel_marks: dict[str, CancelMark] = {}
         self.handled: set[str] = set()
         #: the shared limit's admissions (Unix seconds, the database's clock), sampled
         #: from its row every turn (the row keeps the last period and a guard)
@@ -173,6 +197,10 @@ class Extras:
                     )
                 except DurableError:
                     continue  # it ended meanwhile: the audit says whether it should have
+            if run_id not in self.cancel_marks:
+                # after the commit (a turn that failed after it reads it later: a higher
+                # mark, which misses more but never blames a write before the cancel)
+                self.cancel_marks[run_id] = cancel_mark()
             self.cancelled.add(run_id)
             if plan.get("compensate"):
                 # a turn that failed after the compensate committed (a deadlock) finds it

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 import durable
 from durable.models import Limit, LimitSlot, Run, RunStatus, Wait, WaitKind, WaitStatus
-from durable.testing import drive, due_time
+from durable.testing import drive, make_due
 from durable.waits.closing import wake_due, wake_due_for_run
 from tests import limit_workflows as lw
 from tests.acceptance import workflows as tw
@@ -126,7 +126,7 @@ def test_another_runs_call_waits_for_the_timed_out_body_that_holds_the_slot():
         # B's try timed out waiting for the slot (the timeout counts from the first ask,
         # docs/limits.md): bring its stored retry forward; A's body has ended by now
         assert tw.ENDED.is_set()
-        Run.objects.filter(pk=b.id).update(wake_at=due_time())
+        make_due(b.id)
         status = drive(b.id).status
     assert status == RunStatus.SUCCEEDED, status
     assert tw.STATE["peak"] == 1, "two bodies of a concurrency=1 tool ran at once"

@@ -19,7 +19,7 @@ from api.webhooks_in import sign_standard
 from api.webhooks_out import emit_webhooks
 from approvals.models import ApprovalRequest
 from durable.models import Run
-from durable.testing import drive, due_time
+from durable.testing import drive, make_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,14 +127,11 @@ def test_reading_an_event_again_starts_no_second_delivery(receiver):
 
 def _drive_until_settled(run_id: str) -> Run:
     """Drive a delivery; a retry that was scheduled for later is made due now."""
-    from durable.models import Step
-
     for _ in range(5):
         run = drive(run_id)
         if run.status != "retrying":
             return run
-        Run.objects.filter(pk=run_id).update(wake_at=due_time())
-        Step.objects.filter(run_id=run_id).update(next_attempt_at=due_time())
+        make_due(run_id)
     return run
 
 

@@ -463,12 +463,15 @@ def s14(ctx, data):
 
 
 def make_due(run_id: str) -> None:
-    """Move a RETRYING run's due time to now (a scheduled retry has come due)."""
+    """:func:`durable.testing.make_due` for a run whose retry is stored: asserts that the
+    run is RETRYING (these tests mean a scheduled retry, not any time the run has)."""
     from durable.models import Run, RunStatus
-    from durable.testing import due_time
+    from durable.testing import make_due
 
-    updated = Run.objects.filter(pk=run_id, status=RunStatus.RETRYING).update(wake_at=due_time())
-    assert updated == 1, "the run is not retrying"
+    assert Run.objects.filter(pk=run_id, status=RunStatus.RETRYING).exists(), (
+        "the run is not retrying"
+    )
+    make_due(run_id)
 
 
 def expire_lease(run_id: str) -> None:

@@ -338,3 +338,80 @@ def test_an_effect_missing_from_a_succeeded_run_fails_the_audit():
     report.missing["ticket"].append("r1")
     assert not report.ok
     assert "AUDIT FAILED: missing ticket: r1" in report.table()
+
+
+@pytest.mark.django_db
+def test_a_write_after_a_cancel_is_told_by_the_ledger_order_not_by_two_clocks():
+    """A correct fenced write once showed up as "0.00 s after the cancel": the audit
+    compared the worker's clock with the canceller's. It now orders by the ids the
+    operator reads once its cancel committed (``Extras.cancel_marks``): a ledger row committed
+    before the cancel passes whatever its ``created_at`` says (the cancel's instant, or
+    a few milliseconds after it), and a row or a child inserted after it is reported
+    even with a time before the cancel."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    import durable
+    from durable.models import Operation, OperationStatus, RunStatus, TraceEvent
+    from durable.vocabulary import EventKind
+    from examples.chaos import Report
+    from examples.chaos_audit import root_run_id
+    from examples.chaos_checks import check_cascades
+    from examples.chaos_operator import Extras
+    from tests.durable import engine_workflows  # noqa: F401  (registers eng.three_steps)
+
+    parent = durable.start("eng.three_steps", None, run_id="chaos-20261204-009-cascade")
+
+    def child(suffix: str) -> str:
+        run = durable.start("eng.three_steps", None, run_id=f"{parent.id}.{suffix}")
+        Run.objects.filter(pk=run.id).update(parent_run_id=parent.id)
+        return run.id
+
+    def write(run_id: str, step_id: str) -> Operation:
+        return Operation.objects.create(
+            idempotency_key=f"{run_id}:{step_id}",
+            run_id=run_id,
+            step_id=step_id,
+            tool_name="examples.chaos.bill",
+            safety="unsafe",
+            params_hash="0" * 64,
+        )
+
+    a = child("a")
+    at_cancel, just_after = write(a, "bill-1"), write(a, "bill-2")
+    Operation.objects.filter(pk=at_cancel.pk).update(status=OperationStatus.SUCCEEDED)
+    # the operator cancels the cascade once a child billed, and reads the mark
+    extras = Extras(
+        SimpleNamespace(plans={parent.id: {"cancel": True}}, operator="chaos operator"),
+        "20261204",
+        slots=0,
+    )
+    extras._cascades()
+    assert Run.objects.get(pk=a).status == RunStatus.CANCELLED
+    assert extras.cancel_marks[parent.id] == (just_after.pk, TraceEvent.objects.latest("id").pk)
+    late = write(a, "bill-3")  # inserted after the cancel committed
+    late_child = child("b")
+    cancelled_at = TraceEvent.objects.get(run_id=a, kind=EventKind.CANCELLED).created_at
+    # the writers' clocks: the cancel's instant, 3 ms after it, and a second before it
+    Operation.objects.filter(pk=at_cancel.pk).update(created_at=cancelled_at)
+    Operation.objects.filter(pk=just_after.pk).update(
+        created_at=cancelled_at + timedelta(milliseconds=3)
+    )
+    Operation.objects.filter(pk=late.pk).update(created_at=cancelled_at - timedelta(seconds=1))
+    Run.objects.filter(pk=late_child).update(created_at=cancelled_at - timedelta(seconds=1))
+
+    report = Report(runs={parent.id: "cascade"})
+    check_cascades(report, extras, [], [], root_run_id)
+    after = report.violations["bodies after a cancel"]
+    assert [line.split(" ")[:2] for line in after] == [
+        [late.idempotency_key, "started"],
+        ["child", late_child],
+    ], after
+    assert report.cascades["cancelled"] == 1
+    assert re.search(r"writes after a cancel +2  FAIL", report.table()), report.table()
+
+    unmarked = Report(runs={parent.id: "cascade"})
+    check_cascades(unmarked, SimpleNamespace(compensated=set(), cancel_marks={}), [], [], str)
+    assert unmarked.violations["bodies after a cancel"] == [
+        f"{parent.id}: cancelled, but no ledger mark was read at its cancel"
+    ]

@@ -17,9 +17,9 @@ import pytest
 import durable
 from durable.checks import check_durable
 from durable.exceptions import DurableConfigurationError
-from durable.models import RunStatus, Step, StepAttempt, StepStatus, TraceEvent, Wait
+from durable.models import RunStatus, Step, StepAttempt, StepStatus, TraceEvent
 from durable.runtime import llm as llm_module
-from durable.testing import drive, due_time
+from durable.testing import drive, make_due
 from durable.waits.closing import wake_due
 from durable.worker.engine import execute
 from tests.durable import engine_workflows as ew
@@ -95,7 +95,7 @@ def test_a_chain_of_reads_is_committed_together_and_recorded_as_batched(batch_si
 def test_replaying_a_batched_run_reruns_nothing(batch_size):
     run_id = _start(["read", "read", "sleep", "read"])
     assert drive(run_id).status == RunStatus.WAITING
-    Wait.objects.filter(run_id=run_id).update(wake_at=due_time())
+    make_due(run_id)
     wake_due()
     run = drive(run_id)
 

@@ -18,7 +18,7 @@ import durable
 from durable.exceptions import IllegalTransition
 from durable.models import Operation, OperationStatus, Run, RunStatus, Wait, WaitStatus
 from durable.services.runs import operation_reconcile, run_compensate
-from durable.testing import drive
+from durable.testing import drive, make_due
 from durable.worker.engine import execute
 from tests.durable.runtime import compensation_workflows as cw
 
@@ -221,7 +221,7 @@ def test_a_compensation_retry_due_later_keeps_the_run_compensating_until_it_is_d
     assert execute(run_id, worker_id="w2") is None  # not due: not claimed
     assert cw.SLOW_VOID["hook"] == 1
 
-    Run.objects.filter(pk=run_id).update(wake_at=timezone.now() - timedelta(seconds=1))
+    make_due(run_id)
     run = drive(run_id)
     assert run.status == RunStatus.COMPENSATED, run.error
     assert cw.SLOW_VOID == {"workflow": 1, "hook": 2}

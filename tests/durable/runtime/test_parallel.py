@@ -14,7 +14,7 @@ import durable
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable.models import Operation, Run, RunStatus, Step, StepStatus, TraceEvent
-from durable.testing import drive, due_time
+from durable.testing import drive, make_due
 from tests.durable.runtime import parallel_workflows as pw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,11 +31,6 @@ def _rows(run_id: str) -> list[tuple[str, str]]:
     return list(
         Step.objects.filter(run_id=run_id).order_by("position").values_list("step_id", "status")
     )
-
-
-def _make_due(run_id: str) -> None:
-    Run.objects.filter(pk=run_id).update(wake_at=due_time())
-    Step.objects.filter(run_id=run_id).update(next_attempt_at=due_time())
 
 
 def _run(workflow: str, data: dict) -> Run:
@@ -119,7 +114,7 @@ def test_a_replay_returns_recorded_calls_and_runs_only_unrecorded_ones():
         ("parallel[1]", StepStatus.SUCCEEDED),
         ("parallel[2]", StepStatus.RETRYING),
     ]
-    _make_due(run.id)
+    make_due(run.id)
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert dict(pw.CALLS) == {"a": 1, "b": 1, "c": 2, "d": 2}
@@ -133,7 +128,7 @@ def test_a_group_whose_length_changed_under_a_run_is_non_determinism():
     run = drive(durable.start("par.steps", data).id, wait_for_retries=False)
     assert run.status == RunStatus.RETRYING
     pw.FLAGS["labels"] = ["a", "b"]  # the code changed: one call fewer
-    _make_due(run.id)
+    make_due(run.id)
     run = drive(run.id)
     assert run.status == RunStatus.FAILED
     assert run.error["type"] == "NonDeterminismError"
@@ -315,7 +310,7 @@ def test_s20_a_rejected_write_skips_the_turns_later_writes_and_a_replay_says_the
     pw.FAILS["after"] = [durable.TransientError("busy")]  # released once more: a replay
     run = drive(run.id, wait_for_retries=False)
     assert run.status == RunStatus.RETRYING
-    _make_due(run.id)
+    make_due(run.id)
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
 

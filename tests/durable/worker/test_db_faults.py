@@ -8,14 +8,13 @@ A fault is injected with ``connection.execute_wrapper``: the chosen statement ra
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
 
 import pytest
 from django.db import OperationalError, connection
-from django.utils import timezone
 
 import durable
 from durable.models import Operation, OperationStatus, Run, RunStatus, TraceEvent
+from durable.testing import make_due
 from durable.worker.engine import execute
 from tests import dbfault_workflows as dw
 from tests.crash_workflows import read_jsonl
@@ -48,10 +47,6 @@ def step_insert(sql: str) -> bool:
     return "INSERT INTO durable_step" in sql
 
 
-def due_now(run_id: str) -> None:
-    Run.objects.filter(pk=run_id).update(wake_at=timezone.now() - timedelta(seconds=1))
-
-
 def invocations(folder, run_id: str) -> Counter:
     return Counter(
         i["step"]
@@ -75,7 +70,7 @@ def test_checkpoint_fault_releases_the_run_for_a_retry_instead_of_failing_it(cra
     assert not TraceEvent.objects.filter(run=run, kind="failed").exists()
 
     assert execute(run.id) is None  # not due yet: a hint that comes early does nothing
-    due_now(run.id)
+    make_due(run.id)
     assert execute(run.id) == RunStatus.SUCCEEDED
     run = Run.objects.get(pk=run.id)
     assert run.output_value()["ticket"] == "T-1"
@@ -96,7 +91,7 @@ def test_workflow_code_cannot_swallow_a_checkpoint_fault(crash_dir):
         assert execute(run.id) == RunStatus.RETRYING
     row = Run.objects.get(pk=run.id)
     assert row.status == RunStatus.RETRYING and row.output is None
-    due_now(run.id)
+    make_due(run.id)
     assert execute(run.id) == RunStatus.SUCCEEDED
     assert Run.objects.get(pk=run.id).output_value() == "recorded"
 
@@ -118,7 +113,7 @@ def test_fault_after_an_unsafe_write_is_settled_by_reconcile_not_repeated(crash_
     assert op.status == OperationStatus.STARTED  # called; its result not recorded
     assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
 
-    due_now(run.id)
+    make_due(run.id)
     assert execute(run.id) == RunStatus.SUCCEEDED
     op.refresh_from_db()
     assert op.status == OperationStatus.SUCCEEDED and op.resolution == "reconciled: happened"
