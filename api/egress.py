@@ -151,13 +151,19 @@ def _getaddrinfo(host: str, port: int) -> list[Any]:
 def resolve(host: str, port: int) -> list[IPAddress]:
     """The addresses ``host`` resolves to, in the resolver's order, without repeats.
 
-    Raises ``OSError`` (``socket.gaierror``) when it does not resolve.
+    Raises ``OSError`` (``socket.gaierror``) when it does not resolve, and
+    :class:`EgressRefused` when it is not a name the resolver can encode (IDNA: an empty
+    label, or one over 63 characters).
     """
     literal = literal_address(host)
     if literal is not None:
         return [literal]
+    try:
+        answers = _getaddrinfo(normal_host(host), port)
+    except UnicodeError as exc:  # the idna codec, before any lookup
+        raise EgressRefused(f"{normal_host(host)} is not a valid host name: {exc}") from None
     found: dict[IPAddress, None] = {}
-    for *_, sockaddr in _getaddrinfo(normal_host(host), port):
+    for *_, sockaddr in answers:
         found[ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])] = None
     return list(found)
 
@@ -180,10 +186,11 @@ def _parts(url: str) -> tuple[httpx.URL, str, int]:
     _, host, port = _split(url)
     try:
         parsed = httpx.URL(url)
+        parsed_host = parsed.host  # decodes an A-label (xn--): an IDNAError, a ValueError
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
         raise EgressRefused(f"not a valid URL: {exc}") from None
-    if normal_host(parsed.host) != host:  # the two parsers must agree on the host
-        raise EgressRefused(f"the URL's host is ambiguous ({host} or {parsed.host})")
+    if normal_host(parsed_host) != host:  # the two parsers must agree on the host
+        raise EgressRefused(f"the URL's host is ambiguous ({host} or {parsed_host})")
     return parsed, host, port
 
 
