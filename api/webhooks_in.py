@@ -94,10 +94,14 @@ def retention_seconds() -> int:
 def sign_standard(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value for a message, as Standard Webhooks:
     ``v1,<base64 HMAC-SHA256 of "{msg_id}.{timestamp}.{body}">``; a ``whsec_`` secret is
-    base64 after its prefix (``ValueError`` when it is not)."""
+    base64 after its prefix (``ValueError`` when it is not, or decodes to no bytes: a
+    permissive decoder would drop every character of ``whsec_!!!!`` and sign with the
+    empty key, which anyone can)."""
     key = secret.encode()
     if secret.startswith("whsec_"):  # Standard Webhooks' secrets are base64 after the prefix
-        key = base64.b64decode(secret.removeprefix("whsec_"))
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+        if not key:
+            raise ValueError("a whsec_ secret decodes to no bytes")
     signed = f"{msg_id}.{timestamp}.".encode() + body
     digest = hmac.new(key, signed, hashlib.sha256).digest()
     return "v1," + base64.b64encode(digest).decode()
@@ -155,8 +159,8 @@ def _verify_standard(hook: IncomingWebhook, request: HttpRequest, run_id: str) -
     stamp = _timestamp(request, "webhook-timestamp")
     try:
         expected = sign_standard(hook.secret, msg_id, stamp, request.body)
-    except ValueError:  # a whsec_ secret that is not base64: nothing can match
-        raise Unverified("the endpoint's whsec_ secret is not base64") from None
+    except ValueError:  # a whsec_ secret that is not base64 (or empty): nothing can match
+        raise Unverified("the endpoint's whsec_ secret is not base64, or is empty") from None
     if not _matches(request.headers.get("webhook-signature", "").split(), expected):
         raise Unverified("webhook-signature: no v1 signature matches")
     return Verified(msg_id, signs_target=False)
