@@ -94,7 +94,7 @@ def test_the_signature_is_over_the_raw_bytes_not_a_reserialised_body():
     signature over the body re-serialised (same JSON value) does not."""
     hook()
     run = waiting_run()
-    raw = ('{ "z" : 1,\n  "run_id":"%s" ,"a":[1 ,2],"n":1.0 }' % run.id).encode()
+    raw = b'{ "z" : 1,\n  "run_id":"' + run.id.encode() + b'" ,"a":[1 ,2],"n":1.0 }'
     stamp = int(time.time())
     key = base64.b64decode(SECRET.removeprefix("whsec_"))
     headers = standard_headers("msg_raw", stamp, hmac_b64(key, "msg_raw", stamp, raw))
@@ -134,10 +134,10 @@ def test_a_rotating_x_forwarded_for_does_not_escape_the_failed_signature_count(s
     for n in range(3):
         headers = {
             **standard_headers(f"m{n}", stamp, "v1,AAAA"),
-            "X-Forwarded-For": f"198.51.100.{n + 1}",
+            "X-Forwarded-For": f"81.2.69.{n + 1}",
         }
         assert_problem(post(run.id, raw, headers), 401)
-    fresh = {"X-Forwarded-For": "198.51.100.99", "X-Real-IP": "198.51.100.98"}
+    fresh = {"X-Forwarded-For": "81.2.69.99", "X-Real-IP": "81.2.69.98"}
     locked = Client().post(
         f"/api/v1/runs/{run.id}/signals/go",
         raw,
@@ -146,6 +146,43 @@ def test_a_rotating_x_forwarded_for_does_not_escape_the_failed_signature_count(s
     )
     assert_problem(locked, 429, "failed webhook signatures")
     assert_problem(post_standard(run.id, {}), 429)  # a good one too, from that address
+
+
+def test_behind_a_trusted_proxy_each_client_has_its_own_failure_count(settings):
+    """jazzband/django-axes#1099 and opengisch/QFieldCloud#1836 (django-axes reads
+    ``X-Forwarded-For`` only when django-ipware is installed -- an optional extra since
+    axes 6 -- and silently falls back to ``REMOTE_ADDR``, the proxy's address): with
+    ``DURABLE_TRUSTED_PROXY_COUNT=1`` (the axes settings config/settings.py derives from
+    it, set here) behind the proxy docs/security.md shows (nginx sets
+    ``X-Forwarded-For $remote_addr``), one client's junk must not throttle another
+    client's webhooks -- else anyone throttles every provider at once."""
+    settings.AXES_IPWARE_PROXY_COUNT = 1
+    settings.AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+    settings.API_AUTH_FAILURE_LIMIT = 3
+    hook()
+    run = waiting_run()
+    raw = json.dumps({"run_id": run.id}).encode()
+    stamp = int(time.time())
+    proxy = Client(REMOTE_ADDR="127.0.0.1")  # every request arrives from the proxy
+    for n in range(4):
+        junk = proxy.post(
+            f"/api/v1/runs/{run.id}/signals/go",
+            raw,
+            content_type="application/json",
+            headers={**standard_headers(f"j{n}", stamp, "v1,AAAA"), "X-Forwarded-For": "81.2.69.1"},
+        )
+        assert junk.status_code == (401 if n < 3 else 429), junk.content
+    key = base64.b64decode(SECRET.removeprefix("whsec_"))
+    good = proxy.post(
+        f"/api/v1/runs/{run.id}/signals/go",
+        raw,
+        content_type="application/json",
+        headers={
+            **standard_headers("ok1", stamp, hmac_b64(key, "ok1", stamp, raw)),
+            "X-Forwarded-For": "81.2.69.2",
+        },
+    )
+    assert good.status_code == 200, good.content
 
 
 # --- outgoing: where deliveries may go ------------------------------------------------
