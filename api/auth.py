@@ -12,9 +12,9 @@ fuzzer's authentication probes or a neighbour behind the same NAT never lock out
 live tokens used from that address. Incoming webhooks' failed signatures count in a
 bucket of their own (:data:`WEBHOOK`), with the same limit and window: junk posted to a
 webhook URL throttles webhooks from that address, never the API tokens of people behind
-the same address (and the other way round). The client address is the one django-axes uses
-(``AXES_IPWARE_*``). With several web processes, configure a shared cache (e.g. Redis)
-so that they count together. The Prometheus endpoint's token has no prefix, so its
+the same address (and the other way round). The client address is the one django-axes
+uses (``config/client_address.py``, ``DURABLE_TRUSTED_PROXY_COUNT``). With several web
+processes, configure a shared cache (e.g. Redis) so that they count together. The Prometheus endpoint's token has no prefix, so its
 failures count against the address (:func:`throttled_bearer`), in :data:`TOKENS`.
 
 Both authentications take the operation's ``scope``: once the caller is known, the

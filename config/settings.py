@@ -201,12 +201,11 @@ AXES_FAILURE_LIMIT = env_int("DURABLE_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_float("DURABLE_LOGIN_COOLOFF_HOURS", 0.25)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-# the client address: REMOTE_ADDR, unless a trusted proxy count is configured, in which
-# case the address the proxy put into X-Forwarded-For (docs/security.md)
-AXES_IPWARE_PROXY_COUNT = env_int("DURABLE_TRUSTED_PROXY_COUNT", 0) or None
-AXES_IPWARE_META_PRECEDENCE_ORDER = (
-    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
-)
+# the client address every throttle counts: REMOTE_ADDR, unless a trusted proxy count is
+# configured, in which case the address the proxy put into X-Forwarded-For
+# (config/client_address.py, docs/security.md)
+TRUSTED_PROXY_COUNT = env_int("DURABLE_TRUSTED_PROXY_COUNT", 0)
+AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
 
 ROOT_URLCONF = "config.urls"
 TEMPLATES = [

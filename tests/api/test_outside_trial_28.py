@@ -152,12 +152,11 @@ def test_behind_a_trusted_proxy_each_client_has_its_own_failure_count(settings):
     """jazzband/django-axes#1099 and opengisch/QFieldCloud#1836 (django-axes reads
     ``X-Forwarded-For`` only when django-ipware is installed -- an optional extra since
     axes 6 -- and silently falls back to ``REMOTE_ADDR``, the proxy's address): with
-    ``DURABLE_TRUSTED_PROXY_COUNT=1`` (the axes settings config/settings.py derives from
-    it, set here) behind the proxy docs/security.md shows (nginx sets
-    ``X-Forwarded-For $remote_addr``), one client's junk must not throttle another
+    ``DURABLE_TRUSTED_PROXY_COUNT=1`` (``settings.TRUSTED_PROXY_COUNT``, set here)
+    behind the proxy docs/security.md shows (nginx sets ``X-Forwarded-For
+    $remote_addr``), one client's junk must not throttle another
     client's webhooks -- else anyone throttles every provider at once."""
-    settings.AXES_IPWARE_PROXY_COUNT = 1
-    settings.AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+    settings.TRUSTED_PROXY_COUNT = 1
     settings.API_AUTH_FAILURE_LIMIT = 3
     hook()
     run = waiting_run()
