@@ -1,0 +1,189 @@
+"""The durable steps of an agent run: model requests and tool calls."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic_ai import (
+    ApprovalRequired,
+    CallDeferred,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ModelRetry,
+    RunContext,
+    ToolDenied,
+)
+from pydantic_ai.models import (
+    CompletedStreamedResponse,
+    Model,
+    ModelRequestParameters,
+    StreamedResponse,
+)
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.toolsets import WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import to_jsonable_python
+
+from durable.contrib._bridge import LoopBridge, with_key
+from durable.retry import RetryPolicy
+from durable.types import ModelRecoverable
+
+#: the metadata key marking a PydanticAI tool that stands for a registered ``@durable.tool``
+DURABLE_TOOL_KEY = "durable_tool"
+
+
+@dataclass
+class _Session:
+    """One execution of one agent run: the workflow's ctx and the bridge to its thread."""
+
+    ctx: Any
+    bridge: LoopBridge
+    #: the retry policy of the agent's tool steps (None: the default step's)
+    tool_retry: RetryPolicy | None = None
+
+    async def step(
+        self, step_id: str, body: Callable[..., Any], retry: RetryPolicy | None = None
+    ) -> Any:
+        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
+
+
+def _stamps(messages: list[ModelMessage]) -> list[list[str]]:
+    """The timestamps of the requests sent (ISO 8601), each request's then its parts'."""
+    return [
+        [m.timestamp.isoformat() if m.timestamp else ""]
+        + [p.timestamp.isoformat() for p in m.parts if hasattr(p, "timestamp")]
+        for m in messages
+        if isinstance(m, ModelRequest)
+    ]
+
+
+def _pin_stamps(messages: list[ModelMessage], stamps: list[list[str]]) -> None:
+    """Give a replayed run's requests the timestamps they had when the model saw them,
+    so the history a resumed run ends with is the one its model requests recorded."""
+    requests = [m for m in messages if isinstance(m, ModelRequest)]
+    for message, recorded in zip(requests, stamps, strict=False):
+        if recorded and recorded[0]:
+            message.timestamp = datetime.fromisoformat(recorded[0])
+        parts = [p for p in message.parts if hasattr(p, "timestamp")]
+        for part, stamp in zip(parts, recorded[1:], strict=False):
+            part.timestamp = datetime.fromisoformat(stamp)
+
+
+def _dump_response(response: ModelResponse) -> Any:
+    return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
+
+
+def _load_response(data: Any) -> ModelResponse:
+    message = ModelMessagesTypeAdapter.validate_python([data])[0]
+    assert isinstance(message, ModelResponse)
+    return message
+
+
+class DurableModel(WrapperModel):
+    """A model whose requests are durable steps named ``model`` (``model#2``, ...)."""
+
+    def __init__(self, model: Model, session: _Session) -> None:
+        super().__init__(model)
+        self._session = session
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        wrapped = self.wrapped
+        bridge = self._session.bridge
+
+        def body() -> Any:
+            async def send() -> ModelResponse:
+                return await wrapped.request(messages, model_settings, model_request_parameters)
+
+            response = _dump_response(bridge.run_on_loop(send))
+            return {"response": response, "stamps": _stamps(messages)}
+
+        recorded = await self._session.step("model", body)
+        _pin_stamps(messages, recorded["stamps"])
+        return _load_response(recorded["response"])
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        # a stream cannot be replayed: the step records the whole response, and the
+        # stream yields it as events once it is complete
+        response = await self.request(messages, model_settings, model_request_parameters)
+        yield CompletedStreamedResponse(
+            response, model_request_parameters=model_request_parameters, replay_events=True
+        )
+
+
+@dataclass
+class DurableToolset(WrapperToolset[Any]):
+    """A toolset whose calls are durable steps named ``tool:<name>``.
+
+    A tool marked by :func:`durable_tool` is ``ctx.call_tool`` (its safety class, ledger
+    and approval); any other tool's call is a ``ctx.step`` recording its JSON-able
+    result, or that it asked for approval, was deferred, or asked the model to retry.
+    """
+
+    session: _Session | None = None
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        session = self.session
+        assert session is not None
+        durable_name = (tool.tool_def.metadata or {}).get(DURABLE_TOOL_KEY)
+        if durable_name:
+            return await self._call_durable_tool(session, name, str(durable_name), tool_args)
+        wrapped = self.wrapped
+
+        def body(*, idempotency_key: str) -> Any:
+            async def run() -> Any:
+                try:
+                    result = await with_key(
+                        idempotency_key, lambda: wrapped.call_tool(name, tool_args, ctx, tool)
+                    )
+                except ApprovalRequired as exc:
+                    return {"approval": exc.metadata}
+                except CallDeferred as exc:
+                    return {"deferred": exc.metadata, "kind": exc.kind}
+                except ModelRetry as exc:
+                    return {"retry": exc.message}
+                return {"return": to_jsonable_python(result)}
+
+            return session.bridge.run_on_loop(run)
+
+        outcome = await session.step(f"tool:{name}", body, session.tool_retry)
+        if "approval" in outcome:
+            raise ApprovalRequired(outcome["approval"])
+        if "deferred" in outcome:
+            raise CallDeferred(outcome["deferred"], kind=outcome.get("kind") or "external")
+        if "retry" in outcome:
+            raise ModelRetry(outcome["retry"])
+        return outcome["return"]
+
+    @staticmethod
+    async def _call_durable_tool(
+        session: _Session, name: str, durable_name: str, tool_args: dict[str, Any]
+    ) -> Any:
+        result = await session.bridge.call(
+            lambda: session.ctx.call_tool(durable_name, dict(tool_args), step_id=f"tool:{name}")
+        )
+        if isinstance(result, ModelRecoverable):
+            if result.error_type == "ApprovalRejected":  # the inbox said no: a denial
+                return ToolDenied(result.message)
+            raise ModelRetry(result.message)
+        return to_jsonable_python(result)
