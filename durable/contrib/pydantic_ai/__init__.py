@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from durable.contrib._bridge import current_idempotency_key
 from durable.contrib.pydantic_ai._agent import DurableAgent, DurableAgentResult
+from durable.contrib.pydantic_ai._options import STEP_SETTINGS_KEY, StepSettings
 from durable.contrib.pydantic_ai._steps import DurableModel, DurableToolset
 from durable.contrib.pydantic_ai._tools import DURABLE_TOOL_KEY, durable_tool
 
@@ -28,6 +29,8 @@ __all__ = [
     "DurableAgentResult",
     "DurableModel",
     "DurableToolset",
+    "STEP_SETTINGS_KEY",
+    "StepSettings",
     "current_idempotency_key",
     "durable_tool",
 ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,23 @@ from pydantic_ai import (
 from pydantic_ai.models import (
     Model,
 )
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge
+from durable.contrib.pydantic_ai._options import (
+    StepSettings,
+    load_deps,
+    load_usage_limits,
+    store_deps,
+    store_model_settings,
+    store_usage_limits,
+    toolset_ids,
+)
 from durable.contrib.pydantic_ai._steps import DurableModel, DurableToolset, _Session
 from durable.retry import RetryPolicy
 from durable.types import Decision
@@ -46,18 +58,28 @@ class DurableAgent:
     """Wrap a PydanticAI ``Agent`` so that a run of it is the Durable workflow ``name``.
 
     ``DurableAgent(agent, name="support-agent", version="1")`` registers the workflow
-    (input ``{"prompt": str, "message_history": [...] | None}``; output
-    ``{"output": <JSON>, "messages": [...]}``, the messages in PydanticAI's JSON form).
-    The agent needs its model set (``Agent("openai:...", ...)``, a ``TestModel``...).
-    ``approval_timeout`` (seconds) bounds each approval, ``None``: no limit. ``model``:
-    the model to use instead of the agent's, or a factory of it called at each execution
-    (so a provider reads its settings, e.g. ``OPENAI_BASE_URL``, when the run executes,
-    not when the module is imported); one of the two is required. ``tool_retry``: the
-    :class:`~durable.RetryPolicy` of each tool's step (a transient error -- 429, 5xx, a
-    dropped connection -- is tried again with the same idempotency key); ``None``: the
-    default step policy (3 attempts).
+    (input ``{"prompt": str, "message_history": [...] | None}`` plus the run options
+    :meth:`start` stores; output ``{"output": <JSON>, "messages": [...]}``, the messages
+    in PydanticAI's JSON form). The agent needs its model set (``Agent("openai:...",
+    ...)``, a ``TestModel``...). ``approval_timeout`` (seconds) bounds each approval,
+    ``None``: no limit. ``model``: the model to use instead of the agent's, or a factory
+    of it called at each execution (so a provider reads its settings, e.g.
+    ``OPENAI_BASE_URL``, when the run executes, not when the module is imported); one of
+    the two is required. ``deps_factory``: called at each execution (on the agent's
+    event loop) with what ``start(deps=...)`` stored, it returns the run's deps -- for
+    deps that cannot be stored (an ``httpx.AsyncClient``, a connection); without it the
+    stored deps are rebuilt into the agent's ``deps_type``. ``toolsets``: toolsets a
+    run may add with ``start(toolsets=...)``, each with a unique ``id``.
 
-    Raises :class:`~durable.DurableConfigurationError` for a bad name or version.
+    Step settings (as PydanticAI's Temporal integration's activity configs):
+    ``model_step`` (:class:`StepSettings`: timeout, retry policy) for each model request;
+    ``tool_step`` for each tool call, overridden per tool by ``tool_steps`` (tool name ->
+    settings) or by the tool's own ``metadata={"durable": StepSettings(...)}``;
+    ``tool_retry`` is ``tool_step``'s retry policy (kept for existing callers). A
+    ``durable_tool`` keeps its registered tool's own policy.
+
+    Raises :class:`~durable.DurableConfigurationError` for a bad name or version,
+    ``ValueError`` for an agent without a model or two toolsets with one id.
     """
 
     def __init__(
@@ -70,6 +92,11 @@ class DurableAgent:
         approval_timeout: float | None = None,
         model: Model | Callable[[], Model] | None = None,
         tool_retry: RetryPolicy | None = None,
+        deps_factory: Callable[[Any], Any] | None = None,
+        toolsets: Sequence[AbstractToolset[Any]] = (),
+        model_step: StepSettings | None = None,
+        tool_step: StepSettings | None = None,
+        tool_steps: Mapping[str, StepSettings] | None = None,
     ) -> None:
         if agent.model is None and model is None:
             raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
@@ -79,6 +106,18 @@ class DurableAgent:
         self.version = str(version)
         self.approval_timeout = approval_timeout
         self.tool_retry = tool_retry
+        self.deps_factory = deps_factory
+        self.model_step = model_step or StepSettings()
+        self.tool_step = (tool_step or StepSettings()).over(StepSettings(retry=tool_retry))
+        self.tool_steps = dict(tool_steps or {})
+        self.toolsets: dict[str, AbstractToolset[Any]] = {}
+        for toolset in toolsets:
+            if not toolset.id or toolset.id in self.toolsets:
+                raise ValueError(
+                    f"DurableAgent {name!r}: each of toolsets= needs a unique id "
+                    f"(FunctionToolset(id=...)); {toolset!r} has {toolset.id!r}"
+                )
+            self.toolsets[toolset.id] = toolset
         output_type = agent.output_type
         self._output_types: list[Any] = (
             list(output_type) if isinstance(output_type, Sequence) else [output_type]
@@ -98,9 +137,28 @@ class DurableAgent:
         *,
         run_id: str | None = None,
         message_history: Sequence[ModelMessage] | None = None,
+        deps: Any = None,
+        usage_limits: UsageLimits | None = None,
+        model_settings: ModelSettings | None = None,
+        toolsets: Sequence[AbstractToolset[Any] | str] | None = None,
         **options: Any,
     ) -> Any:
-        """Start a run (``durable.start``; idempotent on ``run_id``); returns the Run."""
+        """Start a run (``durable.start``; idempotent on ``run_id``); returns the Run.
+
+        The options are PydanticAI's ``Agent.run`` options, stored with the run so that
+        every execution (a resume, a recovery on another worker) passes the same:
+        ``deps`` (the agent's ``deps_type``; see the class for ``deps_factory``),
+        ``usage_limits`` (counted over the whole run, across its approvals),
+        ``model_settings`` (a JSON-able dict: a timeout in seconds, not an
+        ``httpx.Timeout``) and ``toolsets`` (registered with the agent, given as
+        themselves or their ids). ``options``: ``durable.start``'s (``started_by``,
+        ``tags``, budgets).
+
+        Raises :class:`~durable.PayloadError` naming the field of ``deps`` or
+        ``model_settings`` that cannot be stored, ``ValueError`` for a toolset that is
+        not registered, ``TypeError`` for ``usage_limits`` that are not a
+        ``UsageLimits``; no run is written then.
+        """
         from durable import start
 
         history = (
@@ -108,7 +166,19 @@ class DurableAgent:
             if message_history
             else None
         )
-        return start(self.name, {"prompt": prompt, "message_history": history}, run_id, **options)
+        given: dict[str, Any] = {
+            "deps": None
+            if deps is None
+            else store_deps(deps, self.agent.deps_type, factory=self.deps_factory is not None),
+            "usage_limits": store_usage_limits(usage_limits),
+            "model_settings": store_model_settings(model_settings),
+            "toolsets": toolset_ids(toolsets, self.toolsets),
+        }
+        # only the options given: the input of a run without them is as before
+        stored = {k: v for k, v in given.items() if v is not None}
+        return start(
+            self.name, {"prompt": prompt, "message_history": history, **stored}, run_id, **options
+        )
 
     def result(self, run_id: str, timeout: float | None = 60.0) -> DurableAgentResult:
         """Wait up to ``timeout`` seconds for the run; its output validated into the
@@ -134,25 +204,48 @@ class DurableAgent:
                 f"DurableAgent {self.name!r}: input must be "
                 '{"prompt": str, "message_history": [...] | None}'
             )
+        unknown = [t for t in input.get("toolsets") or () if t not in self.toolsets]
+        if unknown:
+            raise ValueError(
+                f"DurableAgent {self.name!r}: the run's toolsets {unknown} are not registered "
+                f"on this worker (registered: {sorted(self.toolsets)})"
+            )
         bridge = LoopBridge()
-        session = _Session(ctx, bridge, self.tool_retry)
+        session = _Session(
+            ctx,
+            bridge,
+            model_step=self.model_step,
+            tool_step=self.tool_step,
+            tool_steps=self.tool_steps,
+        )
         history_data = input.get("message_history")
         history = ModelMessagesTypeAdapter.validate_python(history_data) if history_data else None
-        return bridge.run(lambda: self._converse(session, input.get("prompt"), history))
+        return bridge.run(lambda: self._converse(session, input, history))
 
     async def _converse(
-        self, session: _Session, prompt: str | None, history: list[ModelMessage] | None
+        self, session: _Session, input: dict[str, Any], history: list[ModelMessage] | None
     ) -> Any:
         agent = self.agent
+        prompt: str | None = input.get("prompt")
         chosen = self.model if self.model is not None else agent.model
         if chosen is not None and not isinstance(chosen, Model | str) and callable(chosen):
             chosen = chosen()
         model = DurableModel(chosen if isinstance(chosen, Model) else _infer(chosen), session)
+        extra = [self.toolsets[t] for t in input.get("toolsets") or ()]
         toolsets: list[AbstractToolset[Any]] = [
-            DurableToolset(toolset, session=session) for toolset in agent.toolsets
+            DurableToolset(toolset, session=session) for toolset in [*agent.toolsets, *extra]
         ]
+        deps = load_deps(input.get("deps"), agent.deps_type, self.deps_factory)
+        if inspect.isawaitable(deps):
+            deps = await deps
+        options: dict[str, Any] = {
+            "deps": deps,
+            "usage_limits": load_usage_limits(input.get("usage_limits")),
+            "model_settings": input.get("model_settings"),
+        }
         output_type = [*self._output_types, DeferredToolRequests]
         results: DeferredToolResults | None = None
+        usage: RunUsage | None = None
         with (
             agent.override(model=model, tools=[], toolsets=toolsets),
             ToolManager.parallel_execution_mode("sequential"),
@@ -165,8 +258,11 @@ class DurableAgent:
                     output_type=output_type,
                     conversation_id=session.ctx.run_id,  # the same on every replay
                     run_id=f"{session.ctx.run_id}:{turn}",
+                    usage=usage,  # the limits count the whole run, not one turn
+                    **options,
                 )
                 history = run.all_messages()
+                usage = run.usage
                 if not isinstance(run.output, DeferredToolRequests):
                     return {
                         "output": to_jsonable_python(run.output),

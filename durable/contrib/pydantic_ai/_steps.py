@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic_ai import (
     ApprovalRequired,
@@ -32,8 +33,11 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import to_jsonable_python
 
 from durable.contrib._bridge import LoopBridge, with_key
-from durable.retry import RetryPolicy
+from durable.contrib.pydantic_ai._options import StepSettings, tool_settings
+from durable.exceptions import StepTimeout
 from durable.types import ModelRecoverable
+
+T = TypeVar("T")
 
 #: the metadata key marking a PydanticAI tool that stands for a registered ``@durable.tool``
 DURABLE_TOOL_KEY = "durable_tool"
@@ -41,17 +45,37 @@ DURABLE_TOOL_KEY = "durable_tool"
 
 @dataclass
 class _Session:
-    """One execution of one agent run: the workflow's ctx and the bridge to its thread."""
+    """One execution of one agent run: the workflow's ctx, the bridge to its thread, and
+    the step settings of its model requests and tool calls."""
 
     ctx: Any
     bridge: LoopBridge
-    #: the retry policy of the agent's tool steps (None: the default step's)
-    tool_retry: RetryPolicy | None = None
+    model_step: StepSettings = field(default_factory=StepSettings)
+    tool_step: StepSettings = field(default_factory=StepSettings)
+    tool_steps: dict[str, StepSettings] = field(default_factory=dict)
 
-    async def step(
-        self, step_id: str, body: Callable[..., Any], retry: RetryPolicy | None = None
-    ) -> Any:
-        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
+    def tool_settings(self, name: str, metadata: dict[str, Any] | None) -> StepSettings:
+        """A tool's settings: ``tool_steps[name]``, else its metadata's, over ``tool_step``."""
+        own = self.tool_steps.get(name) or tool_settings(metadata)
+        return own.over(self.tool_step) if own is not None else self.tool_step
+
+    async def step(self, step_id: str, body: Callable[..., Any], settings: StepSettings) -> Any:
+        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=settings.retry))
+
+    def on_loop(self, make: Callable[[], Awaitable[T]], settings: StepSettings, what: str) -> T:
+        """From a step's body: ``make()`` on the agent's loop, cancelled at the settings'
+        timeout (then :class:`~durable.StepTimeout`, tried again under the retry policy)."""
+        timeout = settings.timeout
+        if timeout is None:
+            return self.bridge.run_on_loop(make)
+
+        async def bounded() -> T:
+            try:
+                return await asyncio.wait_for(make(), timeout)
+            except TimeoutError:
+                raise StepTimeout(f"{what} did not finish within {timeout:g} s") from None
+
+        return self.bridge.run_on_loop(bounded)
 
 
 def _stamps(messages: list[ModelMessage]) -> list[list[str]]:
@@ -100,16 +124,17 @@ class DurableModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         wrapped = self.wrapped
-        bridge = self._session.bridge
+        session = self._session
+        settings = session.model_step
 
         def body() -> Any:
             async def send() -> ModelResponse:
                 return await wrapped.request(messages, model_settings, model_request_parameters)
 
-            response = _dump_response(bridge.run_on_loop(send))
+            response = _dump_response(session.on_loop(send, settings, "the model request"))
             return {"response": response, "stamps": _stamps(messages)}
 
-        recorded = await self._session.step("model", body)
+        recorded = await session.step("model", body, settings)
         _pin_stamps(messages, recorded["stamps"])
         return _load_response(recorded["response"])
 
@@ -149,6 +174,7 @@ class DurableToolset(WrapperToolset[Any]):
         if durable_name:
             return await self._call_durable_tool(session, name, str(durable_name), tool_args)
         wrapped = self.wrapped
+        settings = session.tool_settings(name, tool.tool_def.metadata)
 
         def body(*, idempotency_key: str) -> Any:
             async def run() -> Any:
@@ -164,9 +190,9 @@ class DurableToolset(WrapperToolset[Any]):
                     return {"retry": exc.message}
                 return {"return": to_jsonable_python(result)}
 
-            return session.bridge.run_on_loop(run)
+            return session.on_loop(run, settings, f"the tool call {name}")
 
-        outcome = await session.step(f"tool:{name}", body, session.tool_retry)
+        outcome = await session.step(f"tool:{name}", body, settings)
         if "approval" in outcome:
             raise ApprovalRequired(outcome["approval"])
         if "deferred" in outcome:
