@@ -78,6 +78,11 @@ class DurableAgent:
     ``tool_retry`` is ``tool_step``'s retry policy (kept for existing callers). A
     ``durable_tool`` keeps its registered tool's own policy.
 
+    The tool calls of one model response run as one ``ctx.parallel`` group (recorded in
+    the order of the calls): reads at once, at most ``tool_concurrency`` of them
+    (``None``: all), writes of ``durable_tool``s one by one. The calls needing approval
+    are in the inbox together, and the run continues once all are decided.
+
     Raises :class:`~durable.DurableConfigurationError` for a bad name or version,
     ``ValueError`` for an agent without a model or two toolsets with one id.
     """
@@ -97,6 +102,7 @@ class DurableAgent:
         model_step: StepSettings | None = None,
         tool_step: StepSettings | None = None,
         tool_steps: Mapping[str, StepSettings] | None = None,
+        tool_concurrency: int | None = None,
     ) -> None:
         if agent.model is None and model is None:
             raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
@@ -110,6 +116,7 @@ class DurableAgent:
         self.model_step = model_step or StepSettings()
         self.tool_step = (tool_step or StepSettings()).over(StepSettings(retry=tool_retry))
         self.tool_steps = dict(tool_steps or {})
+        self.tool_concurrency = tool_concurrency
         self.toolsets: dict[str, AbstractToolset[Any]] = {}
         for toolset in toolsets:
             if not toolset.id or toolset.id in self.toolsets:
@@ -217,6 +224,7 @@ class DurableAgent:
             model_step=self.model_step,
             tool_step=self.tool_step,
             tool_steps=self.tool_steps,
+            tool_concurrency=self.tool_concurrency,
         )
         history_data = input.get("message_history")
         history = ModelMessagesTypeAdapter.validate_python(history_data) if history_data else None
@@ -248,7 +256,8 @@ class DurableAgent:
         usage: RunUsage | None = None
         with (
             agent.override(model=model, tools=[], toolsets=toolsets),
-            ToolManager.parallel_execution_mode("sequential"),
+            # a turn's calls as one parallel group, settled in the order of the calls
+            ToolManager.parallel_execution_mode("parallel_ordered_events"),
         ):
             for turn in itertools.count(1):
                 run: AgentRunResult[Any] = await agent.run(
@@ -278,17 +287,23 @@ class DurableAgent:
     def _decide(self, ctx: Any, requests: DeferredToolRequests) -> DeferredToolResults:
         """Ask the inbox about each call needing approval (workflow thread); a deferred
         external call waits for the signal ``tool-result:<tool_call_id>``."""
-        approvals: dict[str, ToolApproved | ToolDenied] = {}
-        for call in requests.approvals:
-            args = call.args_as_dict()
-            decision: Decision = ctx.wait_for_approval(
-                f"{call.tool_name}:{call.tool_call_id}",
-                title=f"Run {call.tool_name}",
-                payload={"tool": call.tool_name, "params": args},
-                allow_edit=True,
-                timeout=self.approval_timeout,
-            )
-            approvals[call.tool_call_id] = _answer(call.tool_name, args, decision)
+        asked = [(call, call.args_as_dict()) for call in requests.approvals]
+        decisions: list[Decision] = ctx.wait_for_approvals(
+            [
+                {
+                    "key": f"{call.tool_name}:{call.tool_call_id}",
+                    "title": f"Run {call.tool_name}",
+                    "payload": {"tool": call.tool_name, "params": args},
+                    "allow_edit": True,
+                    "timeout": self.approval_timeout,
+                }
+                for call, args in asked
+            ]
+        )
+        approvals: dict[str, ToolApproved | ToolDenied] = {
+            call.tool_call_id: _answer(call.tool_name, args, decision)
+            for (call, args), decision in zip(asked, decisions, strict=True)
+        }
         calls: dict[str, Any] = {}
         for call in requests.calls:
             calls[call.tool_call_id] = ctx.wait_for_signal(f"tool-result:{call.tool_call_id}")

@@ -18,6 +18,7 @@ from pydantic_ai import (
     ModelResponse,
     ModelRetry,
     RunContext,
+    ToolCallPart,
     ToolDenied,
 )
 from pydantic_ai.models import (
@@ -32,6 +33,8 @@ from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import to_jsonable_python
 
+from durable.calls import Call, tool_call
+from durable.calls import call as durable_call
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.pydantic_ai._options import StepSettings, tool_settings
 from durable.exceptions import StepTimeout
@@ -53,6 +56,12 @@ class _Session:
     model_step: StepSettings = field(default_factory=StepSettings)
     tool_step: StepSettings = field(default_factory=StepSettings)
     tool_steps: dict[str, StepSettings] = field(default_factory=dict)
+    #: at most this many of a turn's tool calls run at once (None: all of them)
+    tool_concurrency: int | None = None
+    turn: _Turn = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.turn = _Turn(self)
 
     def tool_settings(self, name: str, metadata: dict[str, Any] | None) -> StepSettings:
         """A tool's settings: ``tool_steps[name]``, else its metadata's, over ``tool_step``."""
@@ -170,9 +179,16 @@ class DurableToolset(WrapperToolset[Any]):
     ) -> Any:
         session = self.session
         assert session is not None
+        order = _order(ctx)
         durable_name = (tool.tool_def.metadata or {}).get(DURABLE_TOOL_KEY)
         if durable_name:
-            return await self._call_durable_tool(session, name, str(durable_name), tool_args)
+            call = tool_call(str(durable_name), dict(tool_args), step_id=f"tool:{name}")
+            result = await session.turn.run(call, order)
+            if isinstance(result, ModelRecoverable):
+                if result.error_type == "ApprovalRejected":  # the inbox said no: a denial
+                    return ToolDenied(result.message)
+                raise ModelRetry(result.message)
+            return to_jsonable_python(result)
         wrapped = self.wrapped
         settings = session.tool_settings(name, tool.tool_def.metadata)
 
@@ -192,7 +208,8 @@ class DurableToolset(WrapperToolset[Any]):
 
             return session.on_loop(run, settings, f"the tool call {name}")
 
-        outcome = await session.step(f"tool:{name}", body, settings)
+        step = durable_call(body, step_id=f"tool:{name}", retry=settings.retry)
+        outcome = await session.turn.run(step, order)
         if "approval" in outcome:
             raise ApprovalRequired(outcome["approval"])
         if "deferred" in outcome:
@@ -201,15 +218,60 @@ class DurableToolset(WrapperToolset[Any]):
             raise ModelRetry(outcome["retry"])
         return outcome["return"]
 
-    @staticmethod
-    async def _call_durable_tool(
-        session: _Session, name: str, durable_name: str, tool_args: dict[str, Any]
-    ) -> Any:
-        result = await session.bridge.call(
-            lambda: session.ctx.call_tool(durable_name, dict(tool_args), step_id=f"tool:{name}")
-        )
-        if isinstance(result, ModelRecoverable):
-            if result.error_type == "ApprovalRejected":  # the inbox said no: a denial
-                return ToolDenied(result.message)
-            raise ModelRetry(result.message)
-        return to_jsonable_python(result)
+
+def _order(ctx: RunContext[Any]) -> int:
+    """The call's place among the tool calls of the model response it answers."""
+    for message in reversed(ctx.messages):
+        if isinstance(message, ModelResponse):
+            ids = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
+            return ids.index(ctx.tool_call_id) if ctx.tool_call_id in ids else len(ids)
+    return 0
+
+
+#: event-loop rounds without a new call after which a turn's group is complete: every
+#: tool call of a model turn is a task PydanticAI starts at once, and each reaches its
+#: toolset without waiting for anything outside the loop
+_SETTLE_ROUNDS = 3
+
+
+@dataclass
+class _Pending:
+    order: int
+    call: Call
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class _Turn:
+    """Gathers the tool calls of one model turn into one ``ctx.parallel`` group."""
+
+    session: _Session
+    pending: list[_Pending] = field(default_factory=list)
+
+    async def run(self, call: Call, order: int) -> Any:
+        """``call``'s result, run in the group of the calls made alongside it."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append(_Pending(order, call, future))
+        if len(self.pending) == 1:  # the first call of the group gathers and runs it
+            await self._gather_and_run()
+        return await future
+
+    async def _gather_and_run(self) -> None:
+        seen, still = len(self.pending), 0
+        while still < _SETTLE_ROUNDS:
+            await asyncio.sleep(0)
+            seen, still = (seen, still + 1) if len(self.pending) == seen else (len(self.pending), 0)
+        # in the order of the model's calls: positions (and step ids) the same on replay
+        group, self.pending = sorted(self.pending, key=lambda p: p.order), []
+        ctx = self.session.ctx
+        try:
+            results = await self.session.bridge.call(
+                lambda: ctx.parallel([p.call for p in group], self.session.tool_concurrency)
+            )
+        except BaseException as exc:  # the run fails or stops: every call of it does
+            for p in group:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return
+        for p, result in zip(group, results, strict=True):
+            p.future.set_result(result)
