@@ -40,10 +40,37 @@ from durable.contrib.pydantic_ai._options import StepSettings, tool_settings
 from durable.exceptions import StepTimeout
 from durable.types import ModelRecoverable
 
+try:  # the optional extra durable[otel]; PydanticAI depends on opentelemetry-api itself
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel_trace
+except ImportError:  # pragma: no cover
+    otel_context = None  # type: ignore[assignment]
+    otel_trace = None  # type: ignore[assignment]
+
 T = TypeVar("T")
 
 #: the metadata key marking a PydanticAI tool that stands for a registered ``@durable.tool``
 DURABLE_TOOL_KEY = "durable_tool"
+
+
+def in_span(fn: Callable[[], T], *, parent: bool = False) -> Callable[[], T]:
+    """``fn`` bound to the caller's OpenTelemetry context (``parent``: to its current
+    span's parent, when the SDK knows it), to run on another thread."""
+    if otel_context is None:  # pragma: no cover - without the durable[otel] extra
+        return fn
+    captured = otel_context.get_current()
+    above = getattr(otel_trace.get_current_span(), "parent", None)
+    if parent and above is not None:
+        captured = otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(above))
+
+    def bound() -> T:
+        token = otel_context.attach(captured)
+        try:
+            return fn()
+        finally:
+            otel_context.detach(token)
+
+    return bound
 
 
 @dataclass
@@ -69,7 +96,13 @@ class _Session:
         return own.over(self.tool_step) if own is not None else self.tool_step
 
     async def step(self, step_id: str, body: Callable[..., Any], settings: StepSettings) -> Any:
-        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=settings.retry))
+        return await self.call(lambda: self.ctx.step(step_id, body, retry=settings.retry))
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the workflow thread, inside the agent's current OpenTelemetry span
+        (PydanticAI's ``chat``/``execute_tool`` span when instrumented): the step's span
+        is its child, in the run's trace."""
+        return await self.bridge.call(in_span(fn))
 
     def on_loop(self, make: Callable[[], Awaitable[T]], settings: StepSettings, what: str) -> T:
         """From a step's body: ``make()`` on the agent's loop, cancelled at the settings'
@@ -264,10 +297,12 @@ class _Turn:
         # in the order of the model's calls: positions (and step ids) the same on replay
         group, self.pending = sorted(self.pending, key=lambda p: p.order), []
         ctx = self.session.ctx
+        run_group = lambda: ctx.parallel([p.call for p in group], self.session.tool_concurrency)  # noqa: E731
         try:
-            results = await self.session.bridge.call(
-                lambda: ctx.parallel([p.call for p in group], self.session.tool_concurrency)
-            )
+            if len(group) == 1:  # its step's span under the call's own span
+                results = await self.session.call(run_group)
+            else:  # the group's under the span the calls were made in (the agent run's)
+                results = await self.session.bridge.call(in_span(run_group, parent=True))
         except BaseException as exc:  # the run fails or stops: every call of it does
             for p in group:
                 if not p.future.done():
