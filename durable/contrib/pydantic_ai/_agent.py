@@ -293,7 +293,9 @@ class DurableAgent:
                 {
                     "key": f"{call.tool_name}:{call.tool_call_id}",
                     "title": f"Run {call.tool_name}",
-                    "payload": {"tool": call.tool_name, "params": args},
+                    "payload": _payload(
+                        call.tool_name, args, requests.metadata.get(call.tool_call_id)
+                    ),
                     "allow_edit": True,
                     "timeout": self.approval_timeout,
                 }
@@ -308,6 +310,12 @@ class DurableAgent:
         for call in requests.calls:
             calls[call.tool_call_id] = ctx.wait_for_signal(f"tool-result:{call.tool_call_id}")
         return DeferredToolResults(approvals=dict(approvals), calls=calls)
+
+
+def _payload(tool: str, args: dict[str, Any], metadata: Any) -> dict[str, Any]:
+    """What the inbox shows: the call, and the metadata its ``ApprovalRequired`` gave."""
+    payload = {"tool": tool, "params": args}
+    return {**payload, "metadata": metadata} if metadata else payload
 
 
 def _answer(tool: str, args: dict[str, Any], decision: Decision) -> ToolApproved | ToolDenied:
