@@ -75,7 +75,7 @@ def scripted(example: str, script: Any) -> FunctionModel:
 
 
 # --------------------------------------------------------------------------------------
-# 1. docs/agent.md, "roulette_wheel.py" (https://ai.pydantic.dev/agent/)
+# 1. "roulette_wheel.py" (https://ai.pydantic.dev/agent/)
 
 NUMBERS = {"eighteen": 18, "five": 5}
 
@@ -107,7 +107,7 @@ async def roulette_wheel(ctx: RunContext[int], square: int) -> str:  # (2)!
 
 
 # --------------------------------------------------------------------------------------
-# 2. docs/tools.md, "dice_game.py" (https://ai.pydantic.dev/tools/)
+# 2. "dice_game.py" (https://ai.pydantic.dev/tools/)
 
 
 def _dice(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -157,7 +157,7 @@ def get_player_name(ctx: RunContext[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# 3. docs/agent.md, "Usage Limits", restricting the number of requests
+# 3. "Usage Limits", restricting the number of requests
 #    (https://ai.pydantic.dev/agent/#usage-limits)
 
 
@@ -189,7 +189,7 @@ def infinite_retry_tool() -> int:
 
 
 # --------------------------------------------------------------------------------------
-# 4. docs/deferred-tools.md, "tool_requires_approval.py"
+# 4. "tool_requires_approval.py"
 #    (https://ai.pydantic.dev/deferred-tools/#human-in-the-loop-tool-approval)
 
 
@@ -232,7 +232,7 @@ def delete_file(path: str) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# 5. docs/index.md, "bank_support.py" (https://ai.pydantic.dev/), with the documentation
+# 5. "bank_support.py" (https://ai.pydantic.dev/), with the documentation
 #    tests' ``bank_database.DatabaseConn`` (tests/example_modules/bank_database.py)
 
 

@@ -38,7 +38,7 @@ def models_called() -> Counter:
 
 
 def test_roulette_wheel_agent_md():
-    """docs/agent.md "roulette_wheel.py": with ``deps=18``, "Put my money on square
+    """ai.pydantic.dev/agent "roulette_wheel.py": with ``deps=18``, "Put my money on square
     eighteen" is ``True`` and "I bet five is the winner" is ``False``."""
     success_number = 18
     result = docs.durable_roulette.decode(
@@ -56,7 +56,7 @@ def test_roulette_wheel_agent_md():
 
 
 def test_dice_game_tools_md():
-    """docs/tools.md "dice_game.py": the agent rolls the die, gets the player's name from
+    """ai.pydantic.dev/tools "dice_game.py": the agent rolls the die, gets the player's name from
     the deps (``deps='Anne'``) and answers with it: a winner exactly when the roll is the
     guess. Both tools of the turn are one parallel group."""
     run = drive(docs.durable_dice.start("My guess is 4", deps="Anne").id)
@@ -70,7 +70,7 @@ def test_dice_game_tools_md():
 
 
 def test_usage_limits_request_limit_agent_md():
-    """docs/agent.md "Usage Limits": an infinite retry loop stops after 3 requests with
+    """ai.pydantic.dev/agent "Usage Limits": an infinite retry loop stops after 3 requests with
     ``UsageLimitExceeded``: "The next request would exceed the request_limit of 3"."""
     from pydantic_ai import UsageLimits
 
@@ -86,7 +86,7 @@ def test_usage_limits_request_limit_agent_md():
 
 
 def test_tool_requires_approval_deferred_tools_md():
-    """docs/deferred-tools.md "tool_requires_approval.py": updating README.md runs at once;
+    """ai.pydantic.dev/deferred-tools "tool_requires_approval.py": updating README.md runs at once;
     clearing the protected ``.env`` (``ApprovalRequired(metadata={'reason': 'protected'})``)
     and deleting ``__init__.py`` (``requires_approval=True``) wait for approval -- in the
     inbox together; the update is approved, the delete denied with "Deleting files is not
@@ -128,7 +128,7 @@ def test_tool_requires_approval_deferred_tools_md():
 
 
 def test_bank_support_index_md():
-    """docs/index.md "bank_support.py": "What is my balance?" gets the balance including
+    """ai.pydantic.dev "bank_support.py": "What is my balance?" gets the balance including
     pending transactions, addressed to John (the customer name the instructions add from
     the deps' database), ``block_card=False, risk=1``; "I just lost my card!" blocks the
     card, ``risk=8``. The database connection is no stored value: ``deps_factory`` opens

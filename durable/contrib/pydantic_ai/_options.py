@@ -134,9 +134,7 @@ def store_deps(deps: Any, deps_type: Any, *, factory: bool) -> Any:
     return stored
 
 
-def load_deps(
-    stored: Any, deps_type: Any, factory: Callable[[Any], Any] | None
-) -> Any:  # pragma: no branch
+def load_deps(stored: Any, deps_type: Any, factory: Callable[[Any], Any] | None) -> Any:
     """The deps of an execution: ``factory(stored)``, else ``stored`` as ``deps_type``."""
     if factory is not None:
         return factory(stored)
@@ -177,7 +175,11 @@ def toolset_ids(toolsets: Sequence[Any] | None, known: Mapping[str, Any]) -> lis
     ids: list[str] = []
     for toolset in toolsets:
         tid = toolset if isinstance(toolset, str) else getattr(toolset, "id", None)
-        if tid not in known or (not isinstance(toolset, str) and known[tid] is not toolset):
+        if (
+            not isinstance(tid, str)
+            or tid not in known
+            or (not isinstance(toolset, str) and known[tid] is not toolset)
+        ):
             raise ValueError(
                 f"toolsets: {toolset!r} is not one of the agent's registered toolsets "
                 f"({sorted(known) or 'none'}); register it with DurableAgent(..., toolsets=[...]) "
