@@ -104,3 +104,35 @@ def test_a_turns_approvals_are_in_the_inbox_together_and_decided_in_any_order():
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert RAN == ["A-1"]
     assert refunds.decode(run.output_value()).output == "r-1=success r-2=denied"
+
+
+def test_a_run_waiting_on_approvals_asked_one_by_one_resumes_unchanged(monkeypatch):
+    """A run that parked when a turn's approvals were asked one after the other (the
+    release before ``ctx.wait_for_approvals``) resumes on this one: the same positions
+    and ids, the first decision replayed, the second asked then."""
+    from durable.context import WorkflowContext
+
+    RAN.clear()
+    alice = User.objects.create_user("alice", password="x")
+    alice.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+
+    def one_by_one(ctx, requests):
+        return [ctx.wait_for_approval(**request) for request in requests]
+
+    monkeypatch.setattr(WorkflowContext, "wait_for_approvals", one_by_one)
+    run = drive(refunds.start("refund A-1 and B-2").id)
+    assert run.status == RunStatus.WAITING, run.error
+    (first,) = ApprovalRequest.objects.filter(run=run)
+    assert first.key == "refund:r-1"
+    monkeypatch.undo()
+
+    approval_decide(request_id=first.pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.WAITING, run.error
+    second = ApprovalRequest.objects.get(run=run, status=ApprovalStatus.PENDING)
+    assert second.key == "refund:r-2"
+    approval_decide(request_id=second.pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert sorted(RAN) == ["A-1", "B-2"]
+    assert refunds.decode(run.output_value()).output == "r-1=success r-2=success"
