@@ -323,3 +323,39 @@ def test_per_tool_step_settings(agent, attempts, ends):
     run = drive(agent.start("refund order A-1").id)
     assert run.status == ends, run.error
     assert Step.objects.get(run=run, step_id="tool:lookup").attempts == attempts
+
+
+# ------------------------------------------------------------------ model at run time
+
+
+def _named(name: str) -> FunctionModel:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        SEEN.append({"model": name})
+        return ModelResponse(parts=[TextPart(f"from {name}")])
+
+    return FunctionModel(model)
+
+
+fast = _named("fast")
+chooser_agent: Agent[None, str] = Agent(_named("default"))
+durable_chooser = DurableAgent(
+    chooser_agent,
+    name="pai.chooser",
+    version="1",
+    models={"fast": fast, "slow": lambda: _named("slow")},
+)
+
+
+def test_a_run_chooses_a_registered_model_by_name_or_instance_or_a_model_name():
+    outputs = [
+        durable_chooser.decode(drive(durable_chooser.start("hi", **kw).id).output_value()).output
+        for kw in ({}, {"model": "fast"}, {"model": fast}, {"model": "slow"})
+    ]
+    assert outputs == ["from default", "from fast", "from fast", "from slow"]
+    run = drive(durable_chooser.start("hi", model="test").id)  # PydanticAI's TestModel
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert Run.objects.get(pk=run.id).input_value()["model"] == "test"
+    before = Run.objects.count()
+    with pytest.raises(ValueError, match="not one of the agent's registered models"):
+        durable_chooser.start("hi", model=_named("other"))
+    assert Run.objects.count() == before

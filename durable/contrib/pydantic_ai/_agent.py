@@ -69,7 +69,9 @@ class DurableAgent:
     event loop) with what ``start(deps=...)`` stored, it returns the run's deps -- for
     deps that cannot be stored (an ``httpx.AsyncClient``, a connection); without it the
     stored deps are rebuilt into the agent's ``deps_type``. ``toolsets``: toolsets a
-    run may add with ``start(toolsets=...)``, each with a unique ``id``.
+    run may add with ``start(toolsets=...)``, each with a unique ``id``. ``models``: the
+    models a run may choose with ``start(model=...)`` by name (each a ``Model`` or a
+    factory of one, as ``model``), as Temporal's ``TemporalDurability(models=...)``.
 
     Step settings (as PydanticAI's Temporal integration's activity configs):
     ``model_step`` (:class:`StepSettings`: timeout, retry policy) for each model request;
@@ -103,11 +105,13 @@ class DurableAgent:
         tool_step: StepSettings | None = None,
         tool_steps: Mapping[str, StepSettings] | None = None,
         tool_concurrency: int | None = None,
+        models: Mapping[str, Model | Callable[[], Model]] | None = None,
     ) -> None:
         if agent.model is None and model is None:
             raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
         self.agent = agent
         self.model = model
+        self.models = dict(models or {})
         self.name = name
         self.version = str(version)
         self.approval_timeout = approval_timeout
@@ -148,6 +152,7 @@ class DurableAgent:
         usage_limits: UsageLimits | None = None,
         model_settings: ModelSettings | None = None,
         toolsets: Sequence[AbstractToolset[Any] | str] | None = None,
+        model: Model | str | None = None,
         **options: Any,
     ) -> Any:
         """Start a run (``durable.start``; idempotent on ``run_id``); returns the Run.
@@ -158,13 +163,15 @@ class DurableAgent:
         ``usage_limits`` (counted over the whole run, across its approvals),
         ``model_settings`` (a JSON-able dict: a timeout in seconds, not an
         ``httpx.Timeout``) and ``toolsets`` (registered with the agent, given as
-        themselves or their ids). ``options``: ``durable.start``'s (``started_by``,
+        themselves or their ids), ``model`` (a name of ``models=``, one of those models,
+        or a PydanticAI model name such as ``"openai:gpt-4o"``, built at each execution).
+        ``options``: ``durable.start``'s (``started_by``,
         ``tags``, budgets).
 
         Raises :class:`~durable.PayloadError` naming the field of ``deps`` or
-        ``model_settings`` that cannot be stored, ``ValueError`` for a toolset that is
-        not registered, ``TypeError`` for ``usage_limits`` that are not a
-        ``UsageLimits``; no run is written then.
+        ``model_settings`` that cannot be stored, ``ValueError`` for a toolset or a model
+        instance that is not registered, ``TypeError`` for ``usage_limits`` that are not
+        a ``UsageLimits``; no run is written then.
         """
         from durable import start
 
@@ -180,11 +187,27 @@ class DurableAgent:
             "usage_limits": store_usage_limits(usage_limits),
             "model_settings": store_model_settings(model_settings),
             "toolsets": toolset_ids(toolsets, self.toolsets),
+            "model": self._model_name(model),
         }
         # only the options given: the input of a run without them is as before
         stored = {k: v for k, v in given.items() if v is not None}
         return start(
             self.name, {"prompt": prompt, "message_history": history, **stored}, run_id, **options
+        )
+
+    def _model_name(self, model: Model | str | None) -> str | None:
+        """What a run stores of ``start(model=...)``: a registered model's name, or a
+        PydanticAI model name (``"openai:gpt-4o"``); ``ValueError`` for an instance that
+        is not registered (it cannot be stored)."""
+        if model is None or isinstance(model, str):
+            return model
+        for name, registered in self.models.items():
+            if registered is model:
+                return name
+        raise ValueError(
+            f"model: {model!r} is not one of the agent's registered models "
+            f"({sorted(self.models) or 'none'}); a model instance cannot be stored with the "
+            "run: register it with DurableAgent(..., models={name: model}) or pass a model name"
         )
 
     def result(self, run_id: str, timeout: float | None = 60.0) -> DurableAgentResult:
@@ -235,7 +258,10 @@ class DurableAgent:
     ) -> Any:
         agent = self.agent
         prompt: str | None = input.get("prompt")
-        chosen = self.model if self.model is not None else agent.model
+        chosen: Any = self.model if self.model is not None else agent.model
+        if input.get("model") is not None:
+            name = input["model"]
+            chosen = self.models.get(name, name)  # else a model name, as "openai:gpt-4o"
         if chosen is not None and not isinstance(chosen, Model | str) and callable(chosen):
             chosen = chosen()
         model = DurableModel(chosen if isinstance(chosen, Model) else _infer(chosen), session)
