@@ -359,3 +359,17 @@ def test_a_run_chooses_a_registered_model_by_name_or_instance_or_a_model_name():
     with pytest.raises(ValueError, match="not one of the agent's registered models"):
         durable_chooser.start("hi", model=_named("other"))
     assert Run.objects.count() == before
+
+
+def test_stored_deps_that_no_longer_fit_the_deps_type_fail_the_run_saying_so(monkeypatch):
+    @dataclasses.dataclass
+    class Renamed:
+        client: str
+
+    run = drive(durable_shop.start("quote 100", deps=SHOP).id)
+    assert run.status == RunStatus.WAITING, run.error
+    monkeypatch.setattr(shop_agent, "_deps_type", Renamed)  # a deploy changed the type
+    run = approve_all(run)
+    assert run.status == RunStatus.FAILED
+    assert "no longer fit the agent's deps_type" in run.error["message"]
+    assert "new workflow version" in run.error["message"]

@@ -135,10 +135,17 @@ def store_deps(deps: Any, deps_type: Any, *, factory: bool) -> Any:
 
 
 def load_deps(stored: Any, deps_type: Any, factory: Callable[[Any], Any] | None) -> Any:
-    """The deps of an execution: ``factory(stored)``, else ``stored`` as ``deps_type``."""
+    """The deps of an execution: ``factory(stored)``, else ``stored`` as ``deps_type``
+    (``ValueError`` when it no longer fits: the type changed under a waiting run)."""
     if factory is not None:
         return factory(stored)
-    return _rebuild(stored, deps_type)
+    try:
+        return _rebuild(stored, deps_type)
+    except Exception as exc:  # noqa: BLE001 - the run fails saying why, once
+        raise ValueError(
+            f"the run's stored deps no longer fit the agent's deps_type {deps_type!r} "
+            f"({exc}); a change of the deps type needs a new workflow version"
+        ) from None
 
 
 # ---------------------------------------------------------------- other options
