@@ -340,34 +340,38 @@ class WorkflowContext:
         ``requesters`` (e.g. the person a purchase is for, named in the input). When the
         starter is unknown, a four-eyes request needs two different approvers.
         """
-        if on_timeout not in ("reject", "escalate"):
-            raise ValueError("ctx.wait_for_approval: on_timeout must be 'reject' or 'escalate'")
-        if on_timeout == "escalate" and not escalate_to:
-            raise ValueError("ctx.wait_for_approval: on_timeout='escalate' needs escalate_to")
-        if int(required) < 1:
-            raise ValueError("ctx.wait_for_approval: required must be >= 1")
-        wake_in, invalid = _checked(
-            timeout, call="ctx.wait_for_approval(timeout=...)", positive=True
+        base, key, title, spec, invalid = _approval(
+            key,
+            title=title,
+            payload=payload,
+            approvers=approvers,
+            timeout=timeout,
+            on_timeout=on_timeout,
+            escalate_to=escalate_to,
+            required=required,
+            allow_edit=allow_edit,
+            four_eyes=four_eyes,
+            requesters=requesters,
         )
-        title = redact_text(str(title))  # free text shown to approvers: redacted, not refused
-        spec = {
-            "title": title,
-            "payload": payload,
-            "approvers": approvers,
-            "on_timeout": on_timeout,
-            "escalate_to": escalate_to,
-            "required": int(required),
-            "allow_edit": bool(allow_edit),
-            "four_eyes": bool(four_eyes),
-            "timeout": wake_in,
-        }
-        if requesters:
-            if isinstance(requesters, str) or not all(isinstance(r, str) for r in requesters):
-                raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
-            spec["requesters"] = [r[:200] for r in requesters]
-        return self._execution.parking.approval(
-            f"approval:{key}", key, title, spec, invalid=invalid
-        )
+        return self._execution.parking.approval(base, key, title, spec, invalid=invalid)
+
+    @db_faults_stop_the_execution
+    def wait_for_approvals(self, requests: list[dict[str, Any]]) -> list[Decision]:
+        """Several approvals asked together; returns their decisions in ``requests``' order.
+
+        Each request is a dict of :meth:`wait_for_approval`'s arguments (``key``,
+        ``title``, and any of its keywords). Every one not yet answered is in the inbox
+        before the run suspends, so approvers see them side by side and may decide them
+        in any order; the run continues once all are decided. Each takes its own
+        position (``approval:<key>``), as consecutive ``wait_for_approval`` calls would,
+        so a replay answers each from its record. Raises ``ValueError`` as
+        :meth:`wait_for_approval`, and for two requests with one key.
+        """
+        items = [_approval(**dict(request)) for request in requests]
+        keys = [item[1] for item in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError("ctx.wait_for_approvals: two requests have the same key")
+        return self._execution.parking.approvals(items)
 
     # ------------------------------------------------------------------- children
 
@@ -419,3 +423,44 @@ class WorkflowContext:
 
 
 _checked = tool_calls.checked
+
+
+def _approval(
+    key: str,
+    *,
+    title: str,
+    payload: Any = None,
+    approvers: str | None = None,
+    timeout: float | timedelta | None = None,
+    on_timeout: str = "reject",
+    escalate_to: str | None = None,
+    required: int = 1,
+    allow_edit: bool = False,
+    four_eyes: bool = False,
+    requesters: list[str] | tuple[str, ...] = (),
+) -> tuple[str, str, str, dict[str, Any], Any]:
+    """An approval's ``(wait base, key, title, spec, invalid timeout)``, checked."""
+    if on_timeout not in ("reject", "escalate"):
+        raise ValueError("ctx.wait_for_approval: on_timeout must be 'reject' or 'escalate'")
+    if on_timeout == "escalate" and not escalate_to:
+        raise ValueError("ctx.wait_for_approval: on_timeout='escalate' needs escalate_to")
+    if int(required) < 1:
+        raise ValueError("ctx.wait_for_approval: required must be >= 1")
+    wake_in, invalid = _checked(timeout, call="ctx.wait_for_approval(timeout=...)", positive=True)
+    title = redact_text(str(title))  # free text shown to approvers: redacted, not refused
+    spec = {
+        "title": title,
+        "payload": payload,
+        "approvers": approvers,
+        "on_timeout": on_timeout,
+        "escalate_to": escalate_to,
+        "required": int(required),
+        "allow_edit": bool(allow_edit),
+        "four_eyes": bool(four_eyes),
+        "timeout": wake_in,
+    }
+    if requesters:
+        if isinstance(requesters, str) or not all(isinstance(r, str) for r in requesters):
+            raise ValueError("ctx.wait_for_approval: requesters must be a list of names")
+        spec["requesters"] = [r[:200] for r in requesters]
+    return f"approval:{key}", key, title, spec, invalid

@@ -62,6 +62,60 @@ class WaitParking:
         )
         return Decision.from_dict(value or {})
 
+    def approvals(
+        self, items: list[tuple[str, str, str, dict[str, Any], InvalidDuration | None]]
+    ) -> list[Decision]:
+        """Wait for the decisions on several approvals ``(base, key, title, spec,
+        invalid)`` asked together; returns them in order.
+
+        All positions are taken first; every approval without an answer or a wait row
+        gets its pending wait (and so its inbox entry) in one fenced transaction, before
+        the run parks on the first one still pending."""
+        calls = [self.cursor.next_call(item[0], kind=StepKind.WAIT) for item in items]
+        fresh = [
+            (call, item)
+            for call, item in zip(calls, items, strict=True)
+            if not call.succeeded and item[4] is None
+        ]
+        if len(fresh) > 1:
+            self._announce(fresh)
+        return [
+            self.approval(base, key, title, spec, invalid=invalid, call=call)
+            for call, (base, key, title, spec, invalid) in zip(calls, items, strict=True)
+        ]
+
+    def _announce(
+        self, fresh: list[tuple[StepCall, tuple[str, str, str, dict[str, Any], Any]]]
+    ) -> None:
+        """Create the approval waits of ``fresh`` that have no row yet, without parking."""
+        run_id = self.cursor.run_id
+
+        def work() -> None:
+            now = clock.now()
+            existing = set(
+                Wait.objects.filter(
+                    run_id=run_id, wait_id__in=[c.step_id for c, _ in fresh]
+                ).values_list("wait_id", flat=True)
+            )
+            for call, (_, key, title, spec, _invalid) in fresh:
+                if call.step_id in existing:
+                    continue
+                timeout = spec.get("timeout")
+                w = Wait.objects.create(
+                    run_id=run_id,
+                    wait_id=call.step_id,
+                    position=call.position,
+                    kind=WaitKind.APPROVAL,
+                    key=key,
+                    title=(title or "")[:300],
+                    wake_at=now + timedelta(seconds=timeout) if timeout is not None else None,
+                    created_at=now,
+                    payload=codec.dumps_checked(spec, what="wait options", step_id=call.step_id),
+                )
+                wait_created.send(sender=Wait, wait=w, spec=spec)
+
+        self.checkpoints.write({}, work, record_if_stopped=False)
+
     def wait(
         self,
         base: str,

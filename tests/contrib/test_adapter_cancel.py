@@ -41,7 +41,9 @@ def look(label: str) -> str:
 
 _agent: Agent[None, str] = Agent(FunctionModel(_model), name="cancel-turn")
 _agent.tool_plain(look)
-cancel_turn = DurableAgent(_agent, name="contrib.cancel-turn", version="1")
+# one call at a time (S30's max_concurrency=1): with more, the turn's other calls start
+# alongside the first, before the cancel, as any parallel group's
+cancel_turn = DurableAgent(_agent, name="contrib.cancel-turn", version="1", tool_concurrency=1)
 
 
 def test_a_cancel_during_an_adapters_first_tool_call_starts_none_of_the_others():
