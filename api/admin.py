@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from .egress import EgressRefused, check_url
 from .models import ApiToken, IncomingWebhook, IncomingWebhookEvent, WebhookSubscription
+from .webhooks_in import secret_problem
 
 
 @admin.register(ApiToken)
@@ -45,6 +46,9 @@ class WriteOnlySecretForm(forms.ModelForm):
     def clean_secret(self) -> str:
         given = self.cleaned_data.get("secret") or ""
         if given:
+            problem = secret_problem(given)
+            if problem:
+                raise forms.ValidationError(problem)
             return given
         if self.instance.pk:
             return self.instance.secret

@@ -14,8 +14,9 @@ bucket of their own (:data:`WEBHOOK`), with the same limit and window: junk post
 webhook URL throttles webhooks from that address, never the API tokens of people behind
 the same address (and the other way round). The client address is the one django-axes
 uses (``config/client_address.py``, ``DURABLE_TRUSTED_PROXY_COUNT``). With several web
-processes, configure a shared cache (e.g. Redis) so that they count together. The Prometheus endpoint's token has no prefix, so its
-failures count against the address (:func:`throttled_bearer`), in :data:`TOKENS`.
+processes, configure a shared cache (e.g. Redis) so that they count together. The
+Prometheus endpoint's token has no prefix, so its failures count against the address
+(:func:`throttled_bearer`), in :data:`TOKENS`.
 
 Both authentications take the operation's ``scope``: once the caller is known, the
 scope and its permission are checked (:func:`api.scopes.check`, 403), still in ninja's

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
+import time
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
@@ -242,6 +243,40 @@ def _check_host(host: str, port: int, *, resolve_names: bool, unresolved_ok: boo
     return addresses
 
 
+#: the most of a receiver's answer read, in bytes (what is kept is shorter still:
+#: ``api.models.WebhookAnswer``)
+MAX_ANSWER_BYTES = 64 * 1024
+
+
+def _bounded(
+    response: httpx.Response, request: httpx.Request, *, deadline: float
+) -> httpx.Response:
+    """``response`` (streamed) with at most :data:`MAX_ANSWER_BYTES` of its body, read
+    before ``deadline`` (``time.monotonic()``); the stream is closed."""
+    body = bytearray()
+    try:
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) >= MAX_ANSWER_BYTES or time.monotonic() > deadline:
+                break
+    except httpx.HTTPError:  # the answer's status is what counts; its body is a courtesy
+        pass
+    finally:
+        response.close()
+    headers = [
+        (name, value)
+        for name, value in response.headers.multi_items()
+        if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        response.status_code,
+        headers=headers,
+        content=bytes(body[:MAX_ANSWER_BYTES]),
+        request=request,
+        extensions={"reason_phrase": response.extensions.get("reason_phrase", b"")},
+    )
+
+
 def post(
     url: str,
     *,
@@ -256,7 +291,10 @@ def post(
     the first one that accepts a connection (the others on a connect error), with the
     ``Host`` header and the TLS server name (SNI and certificate check) of the name.
     Redirects are not followed (a 3xx is the answer); proxies from the environment are
-    not used (a proxy would resolve the name again). Raises :class:`EgressRefused` for a
+    not used (a proxy would resolve the name again). Of the answer's body at most
+    :data:`MAX_ANSWER_BYTES` are read, within ``timeout`` seconds in all (an endless or
+    dribbling body neither holds the worker nor fills its memory); the returned
+    response holds what was read. Raises :class:`EgressRefused` for a
     refused destination, ``httpx.HTTPError`` for network errors (a name that does not
     resolve is an ``httpx.ConnectError``). ``verify``: as httpx's (default: the public
     certificate authorities, ``certifi``).
@@ -284,8 +322,10 @@ def post(
                 extensions=extensions,
             )
             try:
-                return client.send(request)
+                response = client.send(request, stream=True)
             except httpx.ConnectError as exc:
                 last = exc
+                continue
+            return _bounded(response, request, deadline=time.monotonic() + timeout)
     assert last is not None  # resolve() returns at least one address or raises
     raise last

@@ -15,6 +15,7 @@ from . import egress, scopes
 from .models import WEBHOOK_EVENTS, WebhookSubscription
 from .problems import REFUSALS, ApiProblem
 from .schemas import Problem, SubscriptionIn, SubscriptionOut
+from .webhooks_in import secret_problem
 
 router = Router(tags=["webhooks"])
 
@@ -55,6 +56,13 @@ def create_subscription(request: HttpRequest, body: SubscriptionIn) -> Status:
     if unknown:
         raise ApiProblem(
             422, f"events: unknown {', '.join(unknown)}; choose from {', '.join(WEBHOOK_EVENTS)}"
+        )
+    problem = secret_problem(body.secret)
+    if problem:
+        raise ApiProblem(
+            422,
+            f"secret: {problem}",
+            errors=[{"loc": ["body", "secret"], "msg": problem, "type": "value_error"}],
         )
     try:
         egress.check_url(body.url)

@@ -91,6 +91,29 @@ def retention_seconds() -> int:
     )
 
 
+#: the shortest secret taken, in bytes (a ``whsec_`` secret's decoded key, or the text):
+#: Standard Webhooks asks for 24 to 64 random bytes; 16 (128 bits) is the floor here
+MIN_SECRET_BYTES = 16
+
+
+def secret_problem(secret: str) -> str | None:
+    """Why ``secret`` cannot sign webhooks, or ``None``: a ``whsec_`` secret must be
+    strict base64 after its prefix, decoding to at least :data:`MIN_SECRET_BYTES`; any
+    other at least that many characters. Checked where a secret is entered (the admin,
+    ``POST /api/v1/webhooks/subscriptions``), so that no delivery fails for it later."""
+    if secret.startswith("whsec_"):
+        try:
+            key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+        except ValueError:
+            return "a whsec_ secret must be base64 after the prefix"
+        if len(key) < MIN_SECRET_BYTES:
+            return f"a whsec_ secret must decode to at least {MIN_SECRET_BYTES} bytes"
+        return None
+    if len(secret) < MIN_SECRET_BYTES:
+        return f"give at least {MIN_SECRET_BYTES} characters"
+    return None
+
+
 def sign_standard(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value for a message, as Standard Webhooks:
     ``v1,<base64 HMAC-SHA256 of "{msg_id}.{timestamp}.{body}">``; a ``whsec_`` secret is

@@ -219,14 +219,14 @@ def redact_text(text: str) -> str:
     this context (:func:`secrets_scope`), replaced by ``[REDACTED]``.
 
     The value of a URL query or form parameter whose name is a secret key
-    (:func:`is_secret_key`: ``?api_key=...``, ``&password=...``) is replaced too, its
-    name kept.
+    (:func:`is_secret_key`: ``?api_key=...``, ``&password=...``) or one of
+    :data:`URL_SECRET_PARAMETERS` (``?key=``, ``&sig=``) is replaced too, its name kept.
 
     For free text that is stored or shown as is: error messages, tracebacks, logs, spans.
     """
     for p in _current_patterns().compiled:
         text = p.sub(REDACTED, text)
-    if "=" in text and key_matcher() is not None:
+    if "=" in text:
         text = _PARAMETER.sub(_redact_parameter, text)
     for secret in known_secrets():
         if secret in text:
@@ -238,8 +238,15 @@ def redact_text(text: str) -> str:
 _PARAMETER = re.compile(r"(?<=[?&])([A-Za-z0-9_.\-\[\]]+)=([^&#\s\"'<>]+)")
 
 
+#: URL parameters that carry a credential by their exact name, though too short to be a
+#: ``REDACT_KEYS`` substring (``"key"`` would blank every ``monkey``): Google's and many
+#: other APIs' ``?key=``, and signed URLs' ``sig=``/``signature=`` (Azure SAS, S3)
+URL_SECRET_PARAMETERS = frozenset({"key", "sig", "signature"})
+
+
 def _redact_parameter(match: re.Match[str]) -> str:
-    if match[2] == REDACTED or not is_secret_key(match[1]):
+    secret = match[1].lower() in URL_SECRET_PARAMETERS or is_secret_key(match[1])
+    if match[2] == REDACTED or not secret:
         return match[0]
     return f"{match[1]}={REDACTED}"
 

@@ -339,3 +339,28 @@ def test_a_key_parameter_in_a_subscription_url_is_shown_nowhere(admin_api, monke
         "error": key in run.error["message"],
     }
     assert not any(leaks.values()), leaks
+
+
+@pytest.mark.parametrize(
+    ("secret", "refused"),
+    [
+        ("whsec_!!!!!!!!!!!!!!!!!!!!", "base64"),  # openai/openai-node#1887: garbage
+        ("whsec_" + base64.b64encode(b"x" * 8).decode(), "at least 16 bytes"),  # 8 bytes
+        ("short", "at least 16 characters"),
+        ("whsec_" + base64.b64encode(b"k" * 24).decode(), None),
+        ("s" * 16, None),
+    ],
+)
+def test_a_secret_that_cannot_sign_is_refused_where_it_is_entered(admin_api, secret, refused):
+    """A secret that decodes to nothing (or one byte) is refused when it is given, with
+    the field named, not when a delivery first signs with it (a ValueError in the tool,
+    every retry)."""
+    made = admin_api.post(
+        "/webhooks/subscriptions",
+        {"url": "https://93.184.215.14/in", "secret": secret, "events": ["run.failed"]},
+    )
+    if refused is None:
+        assert made.status_code == 201, made.content
+    else:
+        assert_problem(made, 422, refused)
+        assert made.json()["errors"][0]["loc"] == ["body", "secret"]

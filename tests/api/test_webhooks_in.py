@@ -400,7 +400,9 @@ def test_the_admin_form_refuses_a_binding_that_cannot_work(admin_user):
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
     assert "workflows" in errors and "run_id_pointer" in errors
+    assert "at least 16 characters" in str(errors["secret"])  # too short to sign
     assert not IncomingWebhook.objects.exists()
+    form.update(secret="s" * 16)
     form.update(workflows='["tests.signal"]', run_id_pointer="run_id")
     errors = client.post("/admin/api/incomingwebhook/add/", form).context["adminform"].form.errors
     assert "JSON Pointer" in str(errors["run_id_pointer"])
