@@ -58,7 +58,8 @@ def test_model_calls_tools_and_the_handoff_are_steps_each_run_once(scripted_llm,
     assert model_requests(scripted_llm) == 3 and tools_run() == Counter({"lookup_order": 1})
     req = ApprovalRequest.objects.get(run=run)
     assert "refund_order" in req.title
-    assert '"amount": 30' in req.payload_for_display()["payload"]["arguments"]
+    # the arguments as the object the model wrote, not its JSON text
+    assert req.payload_for_display()["payload"]["arguments"] == {"order_id": "B-7", "amount": 30}
     approval_decide(request_id=req.pk, user=alice, approve=True)
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error

@@ -1,228 +1,50 @@
-"""The OpenAI Agents SDK on Durable: a ``Runner`` whose model calls and tool calls are steps.
-
-Invariant: a run started with :func:`durable_run` replays to the same state after a
-crash. Every agent reachable from the starting agent (its handoffs, recursively) runs as
-a clone whose model is wrapped so that ``get_response`` is one ``ctx.step`` (``model``,
-``model#2``, ...) recording the ``ModelResponse`` (output items as the Responses API's
-JSON), whose function tools' ``on_invoke_tool`` is one step (``tool:<name>``), and whose
-handoffs record a step ``handoff:<agent>``, so the run page shows which agent took over.
-A tool's body gets the step's idempotency key (:func:`current_idempotency_key`). A tool
-failure that may have reached a service (:func:`retried_by_durable`: a 429 or 5xx, a
-dropped connection, a timeout) fails the step's try and Durable tries it again with the
-same key, as its retry policy says; it is not handed to the model as the SDK's "Please
-try again" message, after which the model would call again under a new key and a write
-whose answer was lost would be made twice. Other tool errors reach the model as the
-SDK's ``failure_error_function`` makes them, recorded with the step.
-A tool with ``needs_approval`` interrupts the SDK's run; each interruption waits for a
-decision in the inbox and the run continues through the SDK's own
-``RunState.approve`` / ``RunState.reject(rejection_message=...)``. Needs the
-``durable[openai-agents]`` extra; the core never imports this module.
-"""
+"""The Durable workflow that runs one agent with the SDK's ``Runner.run``."""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import functools
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
 from typing import Any
 
-import httpx
-import openai
 from agents import (
     Agent,
-    FunctionTool,
-    Handoff,
-    Model,
     ModelProvider,
-    ModelResponse,
+    ModelSettings,
     RunConfig,
+    RunHooks,
     Runner,
     ToolApprovalItem,
-    Usage,
-    handoff,
 )
 from agents.models.multi_provider import MultiProvider
-from agents.tool import (
-    maybe_invoke_function_tool_failure_error_function,
-    set_function_tool_failure_error_function,
-)
-from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from durable import registry
-from durable.contrib._bridge import LoopBridge, current_idempotency_key, with_key
-from durable.exceptions import AmbiguousOutcomeError, TransientError
-from durable.retry import AMBIGUOUS, TRANSIENT, RetryPolicy, classify
+from durable.contrib._bridge import LoopBridge
+from durable.contrib.openai_agents._steps import (
+    _Clones,
+    _running,
+    _Session,
+    _StepSession,
+    install_runner,
+)
+from durable.retry import RetryPolicy
 from durable.types import Decision
 
-__all__ = [
-    "DurableRunner",
-    "current_idempotency_key",
-    "durable_run",
-    "register",
-    "retried_by_durable",
-]
-
-_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 _runners: dict[int, DurableRunner] = {}
 
-
-@dataclass
-class _Session:
-    ctx: Any
-    bridge: LoopBridge
-    #: the retry policy of the agents' function-tool steps (None: the default step's)
-    tool_retry: RetryPolicy | None = None
-
-    async def step(self, step_id: str, body: Any, retry: RetryPolicy | None = None) -> Any:
-        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
-
-
-def _dump(response: ModelResponse) -> dict[str, Any]:
-    usage = response.usage
-    return {
-        "output": [item.model_dump(mode="json") for item in response.output],
-        "usage": {
-            "requests": usage.requests,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "total_tokens": usage.total_tokens,
-        },
-        "response_id": response.response_id,
-    }
-
-
-def _load(data: dict[str, Any]) -> ModelResponse:
-    return ModelResponse(
-        output=[_OUTPUT_ITEM.validate_python(item) for item in data["output"]],
-        usage=Usage(**data["usage"]),
-        response_id=data.get("response_id"),
-    )
-
-
-def retried_by_durable(exc: BaseException) -> bool:
-    """Whether a function tool's exception fails its step's try, so that Durable tries
-    the call again with the same idempotency key, instead of reaching the model as the
-    SDK's error message ("An error occurred while running the tool. Please try again").
-
-    True for a failure of a request that may have reached a service: an HTTP answer
-    Durable retries (408, 409, 425, 429, 5xx: :func:`durable.retry.classify`), a network
-    error or timeout (``httpx.TransportError``, ``openai.APIConnectionError``,
-    ``ConnectionError``, ``TimeoutError``), :class:`~durable.TransientError`,
-    :class:`~durable.AmbiguousOutcomeError`. Told "please try again", a model would call
-    the tool anew, as a new step with a new key: a write whose answer was lost would be
-    made twice. Anything else (a refused request, the tool's own error) reaches the model
-    as the SDK's message, as without Durable.
-    """
-    if isinstance(exc, (TransientError, AmbiguousOutcomeError, ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, (httpx.TransportError, openai.APIConnectionError)):
-        return True
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return isinstance(status, int) and classify(exc)[0] in (TRANSIENT, AMBIGUOUS)
-
-
-class DurableModel(Model):
-    """A model whose ``get_response`` is a durable step; streaming is refused."""
-
-    def __init__(self, model: Model, session: _Session) -> None:
-        self.model = model
-        self._session = session
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        model = self.model
-        bridge = self._session.bridge
-
-        def body() -> dict[str, Any]:
-            async def send() -> ModelResponse:
-                return await model.get_response(*args, **kwargs)
-
-            return _dump(bridge.run_on_loop(send))
-
-        return _load(await self._session.step("model", body))
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError(
-            "a durable OpenAI Agents run records whole responses: use durable_run "
-            "(Runner.run), not Runner.run_streamed"
-        )
-
-
-class _Clones:
-    """The durable clones of one run's agents, built once per agent (handoff cycles)."""
-
-    def __init__(self, session: _Session, provider: ModelProvider) -> None:
-        self.session = session
-        self.made: dict[int, Agent[Any]] = {}
-        self.provider = provider
-
-    def agent(self, agent: Agent[Any]) -> Agent[Any]:
-        if id(agent) in self.made:
-            return self.made[id(agent)]
-        clone = agent.clone()
-        self.made[id(agent)] = clone
-        model = agent.model
-        if not isinstance(model, Model):
-            model = self.provider.get_model(model)
-        clone.model = DurableModel(model, self.session)
-        clone.tools = [self.tool(t) for t in agent.tools]
-        clone.handoffs = [self.handoff(h) for h in agent.handoffs]
-        return clone
-
-    def tool(self, tool: Any) -> Any:
-        if not isinstance(tool, FunctionTool):
-            return tool  # hosted tools run at the provider, inside the model step
-        session = self.session
-        # the tool without the SDK's failure handling: its exceptions reach the step
-        raising = set_function_tool_failure_error_function(copy.copy(tool), None)
-        invoke = raising.on_invoke_tool
-
-        async def durable_invoke(tool_ctx: Any, arguments: str) -> Any:
-            def body(*, idempotency_key: str) -> Any:
-                async def call() -> Any:
-                    try:
-                        return await with_key(idempotency_key, lambda: invoke(tool_ctx, arguments))
-                    except Exception as exc:
-                        if retried_by_durable(exc):
-                            raise  # Durable tries the step again, with the same key
-                        handled = await maybe_invoke_function_tool_failure_error_function(
-                            function_tool=tool, context=tool_ctx, error=exc
-                        )
-                        if handled is None:  # the tool's failure_error_function=None
-                            raise
-                        return handled  # the model sees the SDK's message, as without us
-
-                return to_jsonable_python(session.bridge.run_on_loop(call))
-
-            return await session.step(f"tool:{tool.name}", body, session.tool_retry)
-
-        wrapped = copy.copy(tool)
-        wrapped.on_invoke_tool = durable_invoke
-        return wrapped
-
-    def handoff(self, target: Any) -> Handoff[Any, Any]:
-        spec: Handoff[Any, Any] = handoff(target) if isinstance(target, Agent) else target
-        invoke = spec.on_invoke_handoff
-        session = self.session
-
-        async def durable_invoke(run_ctx: Any, input_json: str) -> Agent[Any]:
-            chosen = await invoke(run_ctx, input_json)
-            await session.step(
-                f"handoff:{chosen.name}", lambda: {"to": chosen.name, "input": input_json}
-            )
-            return self.agent(chosen)
-
-        wrapped = copy.copy(spec)
-        wrapped.on_invoke_handoff = durable_invoke
-        return wrapped
+#: the keys of a run's input besides the SDK's ``input`` (``durable_run``'s options)
+RUN_KEYS = ("input", "context", "session_id", "run_config")
+_RUN_CONFIG_FIELDS = {f.name for f in dataclasses.fields(RunConfig) if f.init}
 
 
 class DurableRunner:
     """The Durable workflow ``name`` running ``agent`` with the OpenAI Agents SDK.
 
-    Input: the SDK's ``input`` (a string or a list of input items, JSON); output
+    Input: the SDK's ``input`` (a string or a list of input items, JSON), or a dict of
+    :data:`RUN_KEYS` (what :func:`durable_run` starts with its options); output
     ``{"final_output": <JSON>, "last_agent": str, "items": [...]}`` (``items``: the
     run's ``to_input_list()``). ``approval_timeout``: seconds per approval (``None``: no
     limit); ``max_turns``: as ``Runner.run``. ``model_provider``: a factory of the
@@ -233,6 +55,21 @@ class DurableRunner:
     the failures Durable retries (:func:`retried_by_durable`); ``None``: the default
     step policy (3 attempts). Give the policy a flaky service needs: three 429s in a
     row fail the run under the default.
+
+    ``run_config``: the SDK's ``RunConfig`` of every run (its ``model_provider``
+    replaces ``model_provider``; tracing stays as it says; default: tracing off);
+    ``hooks``: the ``RunHooks`` of every run (they see replayed calls again, as code
+    re-executed). ``context_type``: the type a run's ``context`` is rebuilt as from its
+    JSON (a pydantic model, a dataclass, a TypedDict; ``None``: the JSON as is); the
+    context is recorded with every tool and guardrail step, so a replay sees what their
+    bodies changed. ``session``: a factory ``session_id -> Session`` (the SDK's memory,
+    e.g. ``lambda sid: SQLiteSession(sid, "conversations.db")``) for runs started with
+    ``session_id``; its reads and writes are steps. ``rejection_message``: ``(item,
+    decision) -> str | None``, the text the model gets for a refused call (``None``:
+    the run config's ``tool_error_formatter``, else the SDK's default); without it, a
+    ``tool_error_formatter`` answers, else "The call to <tool> was rejected by <who>:
+    <comment>". ``allow_edit``: approvers may edit a call's arguments (an object); the
+    tool receives the edited ones.
     """
 
     def __init__(
@@ -245,6 +82,12 @@ class DurableRunner:
         max_turns: int = 10,
         model_provider: Callable[[], ModelProvider] = MultiProvider,
         tool_retry: RetryPolicy | None = None,
+        run_config: RunConfig | None = None,
+        hooks: RunHooks[Any] | None = None,
+        context_type: Any = None,
+        session: Callable[[str], Any] | None = None,
+        rejection_message: Callable[[ToolApprovalItem, Decision], str | None] | None = None,
+        allow_edit: bool = True,
     ) -> None:
         self.agent = agent
         self.tool_retry = tool_retry
@@ -253,6 +96,15 @@ class DurableRunner:
         self.version = str(version)
         self.approval_timeout = approval_timeout
         self.max_turns = max_turns
+        self.run_config = run_config
+        self.hooks = hooks
+        self.context_adapter: TypeAdapter[Any] = TypeAdapter(
+            context_type if context_type is not None else Any
+        )
+        self.session = session
+        self.rejection_message = rejection_message
+        self.allow_edit = allow_edit
+        install_runner()
 
         def run_agent(ctx: Any, input: Any) -> Any:
             return self._run(ctx, input)
@@ -268,17 +120,52 @@ class DurableRunner:
         return start(self.name, to_jsonable_python(input), run_id, **options)
 
     def _run(self, ctx: Any, input: Any) -> Any:
-        if not isinstance(input, (str, list)):
+        payload = input if isinstance(input, dict) else {"input": input}
+        if not isinstance(payload.get("input"), (str, list)):
             raise ValueError(
                 f"DurableRunner {self.name!r}: input must be a string or a list of input items"
             )
+        if payload.get("session_id") is not None and self.session is None:
+            raise ValueError(
+                f"DurableRunner {self.name!r}: a session_id needs register(..., session=...)"
+            )
         bridge = LoopBridge()
-        return bridge.run(lambda: self._converse(_Session(ctx, bridge, self.tool_retry), input))
+        provider = (
+            self.run_config.model_provider if self.run_config is not None else self.model_provider()
+        )
+        session = _Session(
+            ctx,
+            bridge,
+            provider,
+            self.tool_retry,
+            self.context_adapter if "context" in payload else None,
+        )
+        return bridge.run(lambda: self._converse(session, payload))
 
-    async def _converse(self, session: _Session, input: Any) -> Any:
-        start = _Clones(session, self.model_provider()).agent(self.agent)
-        config = RunConfig(tracing_disabled=True)
-        result = await Runner.run(start, input, max_turns=self.max_turns, run_config=config)
+    def _config(self, session: _Session, overrides: dict[str, Any] | None) -> RunConfig:
+        base = self.run_config or RunConfig(tracing_disabled=True)
+        base = dataclasses.replace(base, model_provider=session.provider)
+        if overrides:
+            changes = dict(overrides)
+            if isinstance(changes.get("model_settings"), dict):
+                changes["model_settings"] = ModelSettings(**changes["model_settings"])
+            base = dataclasses.replace(base, **changes)
+        return session.config(base)
+
+    async def _converse(self, session: _Session, payload: dict[str, Any]) -> Any:
+        _running.set(session)  # this task's context: the SDK's tasks inherit it
+        start = _Clones(session).agent(self.agent)
+        config = self._config(session, payload.get("run_config"))
+        options: dict[str, Any] = {"max_turns": self.max_turns, "run_config": config}
+        if self.hooks is not None:
+            options["hooks"] = self.hooks
+        if payload.get("session_id") is not None:
+            assert self.session is not None
+            options["session"] = _StepSession(self.session(payload["session_id"]), session)
+        first = dict(options)
+        if session.context_adapter is not None:
+            first["context"] = session.context_adapter.validate_python(payload["context"])
+        result = await Runner.run(start, payload["input"], **first)
         while result.interruptions:
             state = result.to_state()
             pending = list(result.interruptions)
@@ -287,62 +174,94 @@ class DurableRunner:
             )
             for item, decision in zip(pending, decisions, strict=True):
                 if decision.approved:
+                    _apply_edit(item, decision)
                     state.approve(item)
                 else:
-                    state.reject(item, rejection_message=_rejection(item, decision))
-            result = await Runner.run(start, state, max_turns=self.max_turns, run_config=config)
+                    state.reject(item, rejection_message=self._message(item, decision, config))
+            result = await Runner.run(start, state, **options)
         return {
             "final_output": to_jsonable_python(result.final_output),
             "last_agent": result.last_agent.name,
             "items": to_jsonable_python(result.to_input_list()),
         }
 
+    def _message(self, item: ToolApprovalItem, decision: Decision, config: RunConfig) -> str | None:
+        if self.rejection_message is not None:
+            return self.rejection_message(item, decision)
+        if config.tool_error_formatter is not None:
+            return None  # the SDK asks the run config's formatter
+        who = ", ".join(decision.decided_by) or "an approver"
+        reason = f": {decision.comment}" if decision.comment else ""
+        return f"The call to {item.tool_name} was rejected by {who}{reason}"
+
     def _decide(self, ctx: Any, items: list[ToolApprovalItem]) -> list[Decision]:
         decisions = []
         for item in items:
-            raw = item.raw_item
-            call_id = getattr(raw, "call_id", None) or (
-                raw.get("call_id") if isinstance(raw, dict) else None
-            )
-            arguments = getattr(raw, "arguments", None) or (
-                raw.get("arguments") if isinstance(raw, dict) else None
-            )
             decisions.append(
                 ctx.wait_for_approval(
-                    f"{item.tool_name}:{call_id}",
+                    f"{item.tool_name}:{_field(item, 'call_id')}",
                     title=f"Run {item.tool_name}",
-                    payload={"tool": item.tool_name, "arguments": arguments},
+                    payload={"tool": item.tool_name, "arguments": _arguments(item)},
                     timeout=self.approval_timeout,
+                    allow_edit=self.allow_edit,
                 )
             )
         return decisions
 
 
-def _rejection(item: ToolApprovalItem, decision: Decision) -> str:
-    who = ", ".join(decision.decided_by) or "an approver"
-    reason = f": {decision.comment}" if decision.comment else ""
-    return f"The call to {item.tool_name} was rejected by {who}{reason}"
+def _field(item: ToolApprovalItem, name: str) -> Any:
+    raw = item.raw_item
+    return raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
 
 
-def register(agent: Agent[Any], *, name: str, version: str = "1", **options: Any) -> DurableRunner:
-    """Register ``agent`` as the Durable workflow ``name``; see :class:`DurableRunner`.
+def _arguments(item: ToolApprovalItem) -> Any:
+    """A call's arguments as the object the model wrote (its JSON text if not JSON)."""
+    text = _field(item, "arguments")
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
 
-    Call it at import time in a module the workers import (``DURABLE_WORKFLOW_MODULES``).
-    """
-    return DurableRunner(agent, name=name, version=version, **options)
+
+def _apply_edit(item: ToolApprovalItem, decision: Decision) -> None:
+    """The approver's edited arguments become the call's: the tool receives them."""
+    edited = decision.edited
+    if isinstance(edited, dict) and isinstance(edited.get("arguments"), dict):
+        edited = edited["arguments"]
+    if not isinstance(edited, dict) or edited == _arguments(item):
+        return
+    text = json.dumps(edited)
+    raw = item.raw_item
+    if isinstance(raw, dict):
+        raw["arguments"] = text
+    else:
+        raw.arguments = text
 
 
-def durable_run(agent: Agent[Any], input: Any, *, run_id: str | None = None, **options: Any) -> Any:
-    """Start a Durable run of ``agent`` (the ``Runner.run`` equivalent); returns the Run.
-
-    The agent must have been registered with :func:`register`; raises ``LookupError``
-    otherwise. ``durable.result(run.id)`` waits for ``{"final_output", "last_agent",
-    "items"}``.
-    """
+def find(agent: Agent[Any]) -> DurableRunner:
     runner = _runners.get(id(agent))
     if runner is None:
         raise LookupError(
             f"agent {agent.name!r} is not registered: call "
             "durable.contrib.openai_agents.register(agent, name=...) where the workers import it"
         )
-    return runner.start(input, run_id=run_id, **options)
+    return runner
+
+
+def run_input(
+    input: Any, *, context: Any, session_id: str | None, run_config: dict[str, Any] | None
+) -> Any:
+    """The workflow input of a run: the SDK's input alone when no option is given."""
+    if context is None and session_id is None and not run_config:
+        return input
+    payload: dict[str, Any] = {"input": input}
+    if context is not None:
+        payload["context"] = to_jsonable_python(context)
+    if session_id is not None:
+        payload["session_id"] = str(session_id)
+    if run_config:
+        unknown = sorted(set(run_config) - _RUN_CONFIG_FIELDS)
+        if unknown:
+            raise TypeError(f"durable_run: unknown run_config settings: {', '.join(unknown)}")
+        payload["run_config"] = to_jsonable_python(run_config)
+    return payload
