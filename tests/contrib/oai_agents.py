@@ -2,7 +2,9 @@
 
 ``oai.refund-desk``: a triage agent hands over to a refunds agent, which looks the order
 up (``lookup_order``) and refunds it (``refund_order``, ``needs_approval=True``); the
-``refund-desk`` script of ``examples/fake_llm.py`` plays the model. Tool bodies append
+``refund-desk`` script of ``examples/fake_llm.py`` plays the model. ``oai.guarded-desk``:
+the refunds agent with an agent-backed input guardrail (``refund_check`` asks
+``checker``, played by the fake LLM's echo script) and a code output guardrail. Tool bodies append
 to ``CALLS`` (or ``$CRASH_TEST_DIR/calls.jsonl``, with ``CRASH_AT=tool:lookup_order``
 killing the worker there once), as in ``pai_agents``.
 """
@@ -11,7 +13,15 @@ from __future__ import annotations
 
 import json
 
-from agents import Agent, function_tool
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    RunConfig,
+    Runner,
+    function_tool,
+    input_guardrail,
+    output_guardrail,
+)
 from agents.models.multi_provider import MultiProvider
 
 from durable import RetryPolicy
@@ -87,4 +97,58 @@ patient_desk = register(
     version="1",
     model_provider=lambda: MultiProvider(openai_use_responses=False),
     tool_retry=RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False),
+)
+
+
+#: the agent an agent-backed guardrail asks (no script marker: the fake LLM's echo)
+checker = Agent(name="Checker", instructions="Is this a refund request? Answer yes or no.")
+
+
+@input_guardrail
+async def refund_check(ctx, agent, input) -> GuardrailFunctionOutput:
+    """Agent-backed: one model call of its own, which only its step records."""
+    record("guardrail", "refund_check")
+    result = await Runner.run(checker, input, context=ctx.context)
+    return GuardrailFunctionOutput(
+        output_info={"checker": str(result.final_output)[:80]}, tripwire_triggered=False
+    )
+
+
+@output_guardrail
+def no_card_numbers(ctx, agent, output) -> GuardrailFunctionOutput:
+    record("guardrail", "no_card_numbers")
+    return GuardrailFunctionOutput(
+        output_info={"length": len(str(output))}, tripwire_triggered="4111" in str(output)
+    )
+
+
+guarded_refunds = flaky_refunds.clone(
+    name="GuardedRefunds", input_guardrails=[refund_check], output_guardrails=[no_card_numbers]
+)
+guarded_desk = register(
+    guarded_refunds,
+    name="oai.guarded-desk",
+    version="1",
+    model_provider=lambda: MultiProvider(openai_use_responses=False),
+)
+
+#: the refunds agent with a run config's tool_error_formatter (custom rejection text)
+formatted_refunds = flaky_refunds.clone(name="FormattedRefunds")
+
+
+def _format_rejection(args) -> str | None:
+    if args.kind != "approval_rejected":
+        return None
+    return f"Refund declined by policy ({args.tool_name})."
+
+
+formatted_desk = register(
+    formatted_refunds,
+    name="oai.formatted-desk",
+    version="1",
+    run_config=RunConfig(
+        model_provider=MultiProvider(openai_use_responses=False),
+        tool_error_formatter=_format_rejection,
+        tracing_disabled=True,
+    ),
 )

@@ -3,6 +3,7 @@ LLM server (``tests/contrib/oai_agents.py``)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import httpx
@@ -151,3 +152,64 @@ def test_a_tool_error_that_did_not_write_still_reaches_the_model(scripted_llm):
 def test_an_unregistered_agent_cannot_be_run():
     with pytest.raises(LookupError, match="not registered"):
         durable_run(Agent(name="stray"), "hi")
+
+
+def guardrail_calls() -> Counter:
+    return Counter(c["name"] for c in pa.CALLS if c["kind"] == "guardrail")
+
+
+def checker_requests(llm) -> int:
+    return sum(1 for e in llm.log if e["script"] == "echo" and e["status"] == 200)
+
+
+def test_guardrails_are_steps_a_replay_does_not_run_again(scripted_llm, alice):
+    """The bug of issue 29: an input guardrail ran again on every replay, so an
+    agent-backed one called its model again, unrecorded. Now each guardrail is a step
+    recording its ``GuardrailFunctionOutput``: the approval's resume replays it."""
+    run = drive(durable_run(oa.guarded_refunds, "Please refund order B-7").id)
+    assert run.status == RunStatus.WAITING, run.error
+    assert guardrail_calls() == Counter({"refund_check": 1}) and checker_requests(scripted_llm) == 1
+    step = Step.objects.get(run=run, step_id="input_guardrail:refund_check")
+    assert step.output_value()["tripwire_triggered"] is False
+    assert "You said" in step.output_value()["output_info"]["checker"]
+    req = ApprovalRequest.objects.get(run=run)
+    approval_decide(request_id=req.pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert guardrail_calls() == Counter({"refund_check": 1, "no_card_numbers": 1})
+    assert checker_requests(scripted_llm) == 1  # the replay asked no model again
+    assert Step.objects.get(run=run, step_id="output_guardrail:no_card_numbers").output_value()[
+        "tripwire_triggered"
+    ] is False
+
+
+def test_an_approver_edits_the_arguments_as_an_object_and_the_tool_receives_them(
+    scripted_llm, alice
+):
+    run = drive(durable_run(oa.flaky_refunds, "Please refund order B-7").id)
+    req = ApprovalRequest.objects.get(run=run)
+    assert req.allow_edit
+    approval_decide(
+        request_id=req.pk,
+        user=alice,
+        approve=True,
+        edited={"tool": "refund_order", "arguments": {"order_id": "B-7", "amount": 20}},
+    )
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    refund = next(c for c in pa.CALLS if c["name"] == "refund_order")
+    assert refund["amount"] == 20  # an int, as the tool's signature says
+    outputs = [i for i in run.output_value()["items"] if i.get("type") == "function_call_output"]
+    assert json.loads(outputs[-1]["output"]) == {"order_id": "B-7", "refunded": 20}
+
+
+def test_a_run_configs_tool_error_formatter_words_a_rejection(scripted_llm, alice):
+    """The SDK's documented custom rejection text (``RunConfig.tool_error_formatter``)
+    reaches the model; Durable's own message no longer overrides it."""
+    run = drive(durable_run(oa.formatted_refunds, "Please refund order B-7").id)
+    req = ApprovalRequest.objects.get(run=run)
+    approval_decide(request_id=req.pk, user=alice, approve=False, comment="not eligible")
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    outputs = [i for i in run.output_value()["items"] if i.get("type") == "function_call_output"]
+    assert outputs[-1]["output"] == "Refund declined by policy (refund_order)."

@@ -174,7 +174,7 @@ class DurableRunner:
             )
             for item, decision in zip(pending, decisions, strict=True):
                 if decision.approved:
-                    _apply_edit(item, decision)
+                    _apply_edit(session, item, decision)
                     state.approve(item)
                 else:
                     state.reject(item, rejection_message=self._message(item, decision, config))
@@ -223,19 +223,15 @@ def _arguments(item: ToolApprovalItem) -> Any:
         return text
 
 
-def _apply_edit(item: ToolApprovalItem, decision: Decision) -> None:
-    """The approver's edited arguments become the call's: the tool receives them."""
+def _apply_edit(session: _Session, item: ToolApprovalItem, decision: Decision) -> None:
+    """The approver's edited arguments are the ones the tool receives (the model's call
+    stays in the history as it wrote it: the SDK refuses a call id whose arguments
+    changed)."""
     edited = decision.edited
     if isinstance(edited, dict) and isinstance(edited.get("arguments"), dict):
         edited = edited["arguments"]
-    if not isinstance(edited, dict) or edited == _arguments(item):
-        return
-    text = json.dumps(edited)
-    raw = item.raw_item
-    if isinstance(raw, dict):
-        raw["arguments"] = text
-    else:
-        raw.arguments = text
+    if isinstance(edited, dict) and edited != _arguments(item):
+        session.edits[str(_field(item, "call_id"))] = json.dumps(edited)
 
 
 def find(agent: Agent[Any]) -> DurableRunner:

@@ -71,6 +71,12 @@ class _Session:
     clones: _Clones | None = None
     #: the durable RunConfigs of this run (by id): passed on unchanged to nested runs
     configs: set[int] = dataclasses.field(default_factory=set)
+    #: approved calls' edited arguments (JSON text) by call id: what their tool receives
+    edits: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def arguments(self, tool_ctx: Any, arguments: str) -> str:
+        """The arguments a tool call runs with: the approver's edit, else the model's."""
+        return self.edits.get(getattr(tool_ctx, "tool_call_id", None) or "", arguments)
 
     async def step(self, step_id: str, body: Any, retry: RetryPolicy | None = None) -> Any:
         return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
@@ -297,17 +303,24 @@ class _Clones:
         wrapped.tool_output_guardrails = [
             self.guardrail("tool_output_guardrail", g) for g in tool.tool_output_guardrails or []
         ] or tool.tool_output_guardrails
+        session = self.session
         if getattr(tool, "_is_agent_tool", False):
             # Agent.as_tool: its nested Runner.run comes back to these clones
             # (_DurableAgentRunner), so each of its model calls and tools is a step
+            run_nested = tool.on_invoke_tool
+
+            async def nested(tool_ctx: Any, arguments: str) -> Any:
+                return await run_nested(tool_ctx, session.arguments(tool_ctx, arguments))
+
+            wrapped.on_invoke_tool = nested
             return wrapped
-        session = self.session
         # the tool without the SDK's failure handling: its exceptions reach the step
         raising = set_function_tool_failure_error_function(copy.copy(tool), None)
         invoke = raising.on_invoke_tool
 
         async def durable_invoke(tool_ctx: Any, arguments: str) -> Any:
             live: list[Any] = []
+            arguments = session.arguments(tool_ctx, arguments)
 
             def body(*, idempotency_key: str) -> Any:
                 async def call() -> Any:
