@@ -4,7 +4,7 @@
 up (``lookup_order``) and refunds it (``refund_order``, ``needs_approval=True``); the
 ``refund-desk`` script of ``examples/fake_llm.py`` plays the model. ``oai.guarded-desk``:
 the refunds agent with an agent-backed input guardrail (``refund_check`` asks
-``checker``, played by the fake LLM's echo script) and a code output guardrail. Tool bodies append
+``checker``, whose model records ``("model", "checker")``) and a code output guardrail. Tool bodies append
 to ``CALLS`` (or ``$CRASH_TEST_DIR/calls.jsonl``, with ``CRASH_AT=tool:lookup_order``
 killing the worker there once), as in ``pai_agents``.
 """
@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import json
 
+from typing import Any
+
 from agents import (
     Agent,
     GuardrailFunctionOutput,
+    Model,
+    ModelResponse,
     RunConfig,
     Runner,
     function_tool,
     input_guardrail,
     output_guardrail,
 )
+from agents.usage import Usage
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from agents.models.multi_provider import MultiProvider
 
 from durable import RetryPolicy
@@ -100,8 +106,25 @@ patient_desk = register(
 )
 
 
-#: the agent an agent-backed guardrail asks (no script marker: the fake LLM's echo)
-checker = Agent(name="Checker", instructions="Is this a refund request? Answer yes or no.")
+class CheckerModel(Model):
+    """The guardrail agent's model: answers "yes", recording each request."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        record("model", "checker")
+        text = ResponseOutputText(type="output_text", text="yes", annotations=[])
+        message = ResponseOutputMessage(
+            id="msg_1", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(requests=1), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+#: the agent an agent-backed guardrail asks
+checker = Agent(
+    name="Checker", instructions="Is this a refund request? Answer yes.", model=CheckerModel()
+)
 
 
 @input_guardrail

@@ -159,7 +159,7 @@ def guardrail_calls() -> Counter:
 
 
 def checker_requests(llm) -> int:
-    return sum(1 for e in llm.log if e["script"] == "echo" and e["status"] == 200)
+    return sum(1 for c in pa.CALLS if c == {"kind": "model", "name": "checker"})
 
 
 def test_guardrails_are_steps_a_replay_does_not_run_again(scripted_llm, alice):
@@ -169,15 +169,16 @@ def test_guardrails_are_steps_a_replay_does_not_run_again(scripted_llm, alice):
     run = drive(durable_run(oa.guarded_refunds, "Please refund order B-7").id)
     assert run.status == RunStatus.WAITING, run.error
     assert guardrail_calls() == Counter({"refund_check": 1}) and checker_requests(scripted_llm) == 1
-    step = Step.objects.get(run=run, step_id="input_guardrail:refund_check")
-    assert step.output_value()["tripwire_triggered"] is False
-    assert "You said" in step.output_value()["output_info"]["checker"]
     req = ApprovalRequest.objects.get(run=run)
     approval_decide(request_id=req.pk, user=alice, approve=True)
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
+    # the resume replayed the guardrail: neither it nor its model ran again
     assert guardrail_calls() == Counter({"refund_check": 1, "no_card_numbers": 1})
-    assert checker_requests(scripted_llm) == 1  # the replay asked no model again
+    assert checker_requests(scripted_llm) == 1
+    step = Step.objects.get(run=run, step_id="input_guardrail:refund_check")
+    assert step.output_value()["tripwire_triggered"] is False
+    assert step.output_value()["output_info"] == {"checker": "yes"}
     assert Step.objects.get(run=run, step_id="output_guardrail:no_card_numbers").output_value()[
         "tripwire_triggered"
     ] is False
