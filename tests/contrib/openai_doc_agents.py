@@ -104,9 +104,9 @@ def _answer(
         return "Output check", [_text(json.dumps({"reasoning": f"math={math}", "is_math": math}))]
     if instructions.startswith("You are a customer support agent"):
         reply = "x = 4" if "solve for x" in user else "Happy to help with your order."
-        return "Customer support agent", [
-            _text(json.dumps({"response": reply}) if structured else reply)
-        ]
+        if structured:  # the output guardrails example's agent
+            return "Structured support agent", [_text(json.dumps({"response": reply}))]
+        return "Customer support agent", [_text(reply)]
     if "classify_text" in tools:
         if not outputs:
             return "Classifier", [_call("classify_text", {"text": user}, 1)]
@@ -130,9 +130,10 @@ def _answer(
         return "orchestrator_agent", [_text(f"In Spanish: {outputs[-1]}")]
     if instructions.startswith("Reply very concisely"):
         if "Golden Gate" in user:
-            return "Assistant", [_text("San Francisco")]
+            return "Concise assistant", [_text("San Francisco")]
         said = " ".join(_said(i) for i in items)
-        return "Assistant", [_text("California" if "San Francisco" in said else "Which city?")]
+        answer = "California" if "San Francisco" in said else "Which city?"
+        return "Concise assistant", [_text(answer)]
     raise AssertionError(f"no script for {instructions[:60]!r}")
 
 
@@ -350,9 +351,10 @@ concise = Agent(
 
 
 def sessions_db() -> str:
-    """The SQLite file of the sessions (in the crash test's folder when there is one)."""
+    """The SQLite file of the sessions: in the crash test's folder (shared with its
+    workers), else in the temporary folder (the in-process tests give their own)."""
     folder = os.environ.get("CRASH_TEST_DIR") or tempfile.gettempdir()
-    return str(Path(folder) / f"oai-sessions-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.db")
+    return str(Path(folder) / "oai-sessions.db")
 
 
 # --- the Durable wrapper lines ---------------------------------------------------------

@@ -77,7 +77,7 @@ def test_output_guardrail_trips_on_math_in_the_answer():
     )
     assert run.status == RunStatus.FAILED
     assert "OutputGuardrailTripwireTriggered" in str(run.error)
-    assert models() == Counter({"Customer support agent": 1, "Output check": 1})
+    assert models() == Counter({"Structured support agent": 1, "Output check": 1})
     step = Step.objects.get(run=run, step_id="output_guardrail:math_output_guardrail")
     assert step.output_value()["tripwire_triggered"] is True
 
