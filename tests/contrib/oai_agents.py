@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from dataclasses import dataclass
 from typing import Any
 
 from agents import (
@@ -21,6 +22,8 @@ from agents import (
     Model,
     ModelResponse,
     RunConfig,
+    RunContextWrapper,
+    RunHooks,
     Runner,
     function_tool,
     input_guardrail,
@@ -32,6 +35,7 @@ from agents.models.multi_provider import MultiProvider
 
 from durable import RetryPolicy
 from durable.contrib.openai_agents import current_idempotency_key, register
+from tests.contrib import openai_doc_agents as _docs
 from tests.contrib.pai_agents import record
 
 INSTRUCTIONS = "durable-script: refund-desk\n"
@@ -174,4 +178,44 @@ formatted_desk = register(
         tool_error_formatter=_format_rejection,
         tracing_disabled=True,
     ),
+)
+
+
+# --- a context the tools change, hooks, per-run settings (the docs' scripted model) ---
+
+
+@dataclass
+class Notes:
+    user: str
+    count: int = 0
+
+
+@function_tool
+def remember(wrapper: RunContextWrapper[Notes]) -> str:
+    """Count one more note in the run's context."""
+    record("tool", "remember")
+    wrapper.context.count += 1
+    return "noted"
+
+
+@function_tool(needs_approval=True)
+def report(wrapper: RunContextWrapper[Notes]) -> str:
+    """Report the notes (needs approval)."""
+    return f"{wrapper.context.user} has {wrapper.context.count} note(s)"
+
+
+class Hooks(RunHooks[Any]):
+    """Run hooks that record the tools they see start."""
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        record("hook", f"tool_start:{tool.name}")
+
+
+noter = Agent(name="Noter", instructions="Keep notes.", tools=[remember, report])
+register(
+    noter,
+    name="oai.noter",
+    model_provider=_docs.ScriptedProvider,
+    context_type=Notes,
+    hooks=Hooks(),
 )

@@ -214,3 +214,31 @@ def test_a_run_configs_tool_error_formatter_words_a_rejection(scripted_llm, alic
     assert run.status == RunStatus.SUCCEEDED, run.error
     outputs = [i for i in run.output_value()["items"] if i.get("type") == "function_call_output"]
     assert outputs[-1]["output"] == "Refund declined by policy (refund_order)."
+
+
+def test_a_context_changed_by_a_tool_survives_the_replay_and_hooks_see_the_run(alice):
+    """``context=`` (rebuilt as the registered ``context_type``): ``remember`` adds a note
+    to it, then ``report`` waits for approval. The resume replays ``remember`` without
+    running it, and the context it recorded is the one ``report`` reads. The run's
+    ``hooks`` see the tools; a per-run ``run_config`` reaches the model."""
+    run = drive(
+        durable_run(
+            oa.noter,
+            "How many notes?",
+            context=oa.Notes(user="ada"),
+            run_config={"model_settings": {"temperature": 0.25}},
+        ).id
+    )
+    assert run.status == RunStatus.WAITING, run.error
+    step = Step.objects.get(run=run, step_id="tool:remember")
+    assert step.output_value() == {"output": "noted", "context": {"user": "ada", "count": 1}}
+    approval_decide(request_id=ApprovalRequest.objects.get(run=run).pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["final_output"] == "ada has 1 note(s)"
+    assert [c["name"] for c in pa.CALLS if c["kind"] == "tool"] == ["remember"]
+    assert {c["temperature"] for c in pa.CALLS if c["kind"] == "model"} == {0.25}
+    hooks = [c["name"] for c in pa.CALLS if c["kind"] == "hook"]
+    assert "tool_start:remember" in hooks and "tool_start:report" in hooks
+    with pytest.raises(TypeError, match="unknown run_config settings: temprature"):
+        durable_run(oa.noter, "hi", run_config={"temprature": 0})
