@@ -4,7 +4,9 @@
 up (``lookup_order``) and refunds it (``refund_order``, ``needs_approval=True``); the
 ``refund-desk`` script of ``examples/fake_llm.py`` plays the model. ``oai.guarded-desk``:
 the refunds agent with an agent-backed input guardrail (``refund_check`` asks
-``checker``, whose model records ``("model", "checker")``) and a code output guardrail. Tool bodies append
+``checker``, whose model records ``("model", "checker")``) and a code output guardrail;
+``oai.formatted-desk``: a run config's ``tool_error_formatter``; ``oai.noter``: a context
+its tools change, with run hooks (the docs' scripted model). Tool bodies append
 to ``CALLS`` (or ``$CRASH_TEST_DIR/calls.jsonl``, with ``CRASH_AT=tool:lookup_order``
 killing the worker there once), as in ``pai_agents``.
 """
@@ -12,7 +14,6 @@ killing the worker there once), as in ``pai_agents``.
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,9 @@ from agents import (
     input_guardrail,
     output_guardrail,
 )
+from agents.models.multi_provider import MultiProvider
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
-from agents.models.multi_provider import MultiProvider
 
 from durable import RetryPolicy
 from durable.contrib.openai_agents import current_idempotency_key, register

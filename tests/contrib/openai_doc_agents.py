@@ -214,7 +214,6 @@ class MessageOutput(BaseModel):  # (1)!
     response: str
 
 
-
 class MathOutput(BaseModel):  # (2)!
     reasoning: str
     is_math: bool
@@ -253,7 +252,9 @@ output_agent = Agent(  # (4)!
 def block_secrets(data):
     args = json.loads(data.context.tool_arguments or "{}")
     if "sk-" in json.dumps(args):
-        return ToolGuardrailFunctionOutput.reject_content("Remove secrets before calling this tool.")
+        return ToolGuardrailFunctionOutput.reject_content(
+            "Remove secrets before calling this tool."
+        )
     return ToolGuardrailFunctionOutput.allow()
 
 
@@ -367,9 +368,7 @@ def sessions_db() -> str:
 register(agent, name="oai.docs.input-guardrail", model_provider=ScriptedProvider)
 register(output_agent, name="oai.docs.output-guardrail", model_provider=ScriptedProvider)
 register(classifier, name="oai.docs.tool-guardrails", model_provider=ScriptedProvider)
-register(
-    assistant, name="oai.docs.context", model_provider=ScriptedProvider, context_type=UserInfo
-)
+register(assistant, name="oai.docs.context", model_provider=ScriptedProvider, context_type=UserInfo)
 register(weather, name="oai.docs.hitl", model_provider=ScriptedProvider)
 register(orchestrator_agent, name="oai.docs.agents-as-tools", model_provider=ScriptedProvider)
 register(

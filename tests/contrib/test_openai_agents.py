@@ -179,9 +179,12 @@ def test_guardrails_are_steps_a_replay_does_not_run_again(scripted_llm, alice):
     step = Step.objects.get(run=run, step_id="input_guardrail:refund_check")
     assert step.output_value()["tripwire_triggered"] is False
     assert step.output_value()["output_info"] == {"checker": "yes"}
-    assert Step.objects.get(run=run, step_id="output_guardrail:no_card_numbers").output_value()[
-        "tripwire_triggered"
-    ] is False
+    assert (
+        Step.objects.get(run=run, step_id="output_guardrail:no_card_numbers").output_value()[
+            "tripwire_triggered"
+        ]
+        is False
+    )
 
 
 def test_an_approver_edits_the_arguments_as_an_object_and_the_tool_receives_them(

@@ -26,11 +26,9 @@ from agents import (
     FunctionTool,
     GuardrailFunctionOutput,
     Handoff,
-    InputGuardrail,
     Model,
     ModelProvider,
     ModelResponse,
-    OutputGuardrail,
     RunConfig,
     ToolGuardrailFunctionOutput,
     Usage,
@@ -125,7 +123,9 @@ class _Session:
             base,
             model=DurableModel(model, self) if isinstance(model, Model) else model,
             model_provider=_DurableProvider(base.model_provider, self),
-            input_guardrails=[clones.guardrail("input_guardrail", g) for g in base.input_guardrails or []],
+            input_guardrails=[
+                clones.guardrail("input_guardrail", g) for g in base.input_guardrails or []
+            ],
             output_guardrails=[
                 clones.guardrail("output_guardrail", g) for g in base.output_guardrails or []
             ],
@@ -194,9 +194,9 @@ class _DurableProvider(ModelProvider):
 def _type_name(value: Any) -> str | None:
     """``module:qualname`` of a pydantic model or dataclass instance, else None."""
     cls = type(value)
-    if isinstance(value, BaseModel) or dataclasses.is_dataclass(cls):
-        if "<locals>" not in cls.__qualname__:
-            return f"{cls.__module__}:{cls.__qualname__}"
+    typed = isinstance(value, BaseModel) or dataclasses.is_dataclass(cls)
+    if typed and "<locals>" not in cls.__qualname__:
+        return f"{cls.__module__}:{cls.__qualname__}"
     return None
 
 
@@ -239,7 +239,9 @@ class _Clones:
             clone.model = DurableModel(agent.model, self.session)
         clone.tools = [self.tool(t) for t in agent.tools]
         clone.handoffs = [self.handoff(h) for h in agent.handoffs]
-        clone.input_guardrails = [self.guardrail("input_guardrail", g) for g in agent.input_guardrails]
+        clone.input_guardrails = [
+            self.guardrail("input_guardrail", g) for g in agent.input_guardrails
+        ]
         clone.output_guardrails = [
             self.guardrail("output_guardrail", g) for g in agent.output_guardrails
         ]
