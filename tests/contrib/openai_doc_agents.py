@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK's documentation examples, as written there, registered on Durable.
 
-Each block below is copied from the SDK's docs (github.com/openai/openai-agents-python,
-``docs/``; the page is named above it); only the lines that run it differ: instead of
+Each block below is copied from the SDK's docs (openai.github.io/openai-agents-python,
+the page named above it; their source: github.com/openai/openai-agents-python); only the lines that run it differ: instead of
 ``Runner.run(...)`` in ``main()``, a ``register(...)`` line here and a ``durable_run``
 in ``tests/contrib/test_openai_agents_docs.py``. The docs' agents name no model (the
 SDK's default); :class:`ScriptedProvider`, given to ``register``, answers every model
@@ -174,7 +174,7 @@ class ScriptedProvider(ModelProvider):
         return ScriptedModel()
 
 
-# --- docs/guardrails.md: input guardrails (an agent-backed guardrail) ------------------
+# --- https://openai.github.io/openai-agents-python/guardrails/ (input guardrails) ---
 
 
 class MathHomeworkOutput(BaseModel):
@@ -207,7 +207,7 @@ agent = Agent(  # (4)!
     input_guardrails=[math_guardrail],
 )
 
-# --- docs/guardrails.md: output guardrails ---------------------------------------------
+# --- https://openai.github.io/openai-agents-python/guardrails/ (output guardrails) ---
 
 
 class MessageOutput(BaseModel):  # (1)!
@@ -245,7 +245,7 @@ output_agent = Agent(  # (4)!
     output_type=MessageOutput,
 )
 
-# --- docs/guardrails.md: tool guardrails ------------------------------------------------
+# --- https://openai.github.io/openai-agents-python/guardrails/ (tool guardrails) ---
 
 
 @tool_input_guardrail
@@ -278,7 +278,7 @@ def classify_text(text: str) -> str:
 
 classifier = Agent(name="Classifier", tools=[classify_text])
 
-# --- docs/context.md -------------------------------------------------------------------
+# --- https://openai.github.io/openai-agents-python/context/ ---
 
 
 @dataclass
@@ -299,7 +299,7 @@ assistant = Agent[UserInfo](  # (3)!
     tools=[fetch_user_age],
 )
 
-# --- docs/human_in_the_loop.md ---------------------------------------------------------
+# --- https://openai.github.io/openai-agents-python/human_in_the_loop/ ---
 
 
 async def needs_oakland_approval(_ctx, params, _call_id) -> bool:
@@ -318,7 +318,7 @@ weather = Agent(
     tools=[get_temperature],
 )
 
-# --- docs/tools.md: agents as tools ----------------------------------------------------
+# --- https://openai.github.io/openai-agents-python/tools/ (agents as tools) ---
 
 spanish_agent = Agent(
     name="Spanish agent",
@@ -348,7 +348,7 @@ orchestrator_agent = Agent(
     ],
 )
 
-# --- docs/sessions/index.md ------------------------------------------------------------
+# --- https://openai.github.io/openai-agents-python/sessions/ ---
 
 concise = Agent(
     name="Assistant",
