@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK's documentation examples, as written there, registered on Durable.
 
 Each block below is copied from the SDK's docs (openai.github.io/openai-agents-python,
-the page named above it; their source: github.com/openai/openai-agents-python); only the lines that run it differ: instead of
+the page named above it; their source: github.com/openai/openai-agents-python); only the
+lines that run it differ: instead of
 ``Runner.run(...)`` in ``main()``, a ``register(...)`` line here and a ``durable_run``
 in ``tests/contrib/test_openai_agents_docs.py``. The docs' agents name no model (the
 SDK's default); :class:`ScriptedProvider`, given to ``register``, answers every model
