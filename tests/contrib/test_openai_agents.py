@@ -17,6 +17,7 @@ from durable.contrib.openai_agents import durable_run, retried_by_durable
 from durable.models import Run, RunStatus, Step
 from durable.testing import drive
 from tests.contrib import oai_agents as oa
+from tests.contrib import openai_doc_agents  # noqa: F401 (registers oai.docs.*)
 from tests.contrib import pai_agents as pa
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -245,3 +246,22 @@ def test_a_context_changed_by_a_tool_survives_the_replay_and_hooks_see_the_run(a
     assert "tool_start:remember" in hooks and "tool_start:report" in hooks
     with pytest.raises(TypeError, match="unknown run_config settings: temprature"):
         durable_run(oa.noter, "hi", run_config={"temprature": 0})
+
+
+def test_a_run_started_before_guardrails_were_steps_resumes_as_it_was_recorded(scripted_llm, alice):
+    """Its input is the SDK's input alone (no ``{"input": ...}``): its replay must find
+    the steps at the positions it recorded them, so its guardrails are not steps (they
+    run again, as they did) and an agent used as a tool stays one ``tool:`` step."""
+    from durable import start
+
+    run = drive(start("oai.guarded-desk", "Please refund order B-7").id)
+    assert run.status == RunStatus.WAITING, run.error
+    approval_decide(request_id=ApprovalRequest.objects.get(run=run).pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    steps = set(Step.objects.filter(run=run).values_list("step_id", flat=True))
+    assert not {s for s in steps if "guardrail" in s}
+    assert guardrail_calls()["refund_check"] == 2  # as before: once per execution
+    nested = drive(start("oai.docs.agents-as-tools", "Say 'Hello, how are you?' in Spanish.").id)
+    assert nested.status == RunStatus.SUCCEEDED, nested.error
+    assert Step.objects.filter(run=nested, step_id="tool:translate_to_spanish").exists()

@@ -117,6 +117,8 @@ class DurableRunner:
         """Start a run (``durable.start``, idempotent on ``run_id``); returns the Run."""
         from durable import start
 
+        if not isinstance(input, dict):
+            input = {"input": input}
         return start(self.name, to_jsonable_python(input), run_id, **options)
 
     def _run(self, ctx: Any, input: Any) -> Any:
@@ -139,6 +141,7 @@ class DurableRunner:
             provider,
             self.tool_retry,
             self.context_adapter if "context" in payload else None,
+            legacy=not isinstance(input, dict),
         )
         return bridge.run(lambda: self._converse(session, payload))
 
@@ -247,9 +250,8 @@ def find(agent: Agent[Any]) -> DurableRunner:
 def run_input(
     input: Any, *, context: Any, session_id: str | None, run_config: dict[str, Any] | None
 ) -> Any:
-    """The workflow input of a run: the SDK's input alone when no option is given."""
-    if context is None and session_id is None and not run_config:
-        return input
+    """The workflow input of a run: ``{"input": ...}`` and the options given (a run whose
+    input is the SDK's input alone was started before guardrails were steps)."""
     payload: dict[str, Any] = {"input": input}
     if context is not None:
         payload["context"] = to_jsonable_python(context)

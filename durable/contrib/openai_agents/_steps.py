@@ -66,6 +66,9 @@ class _Session:
     tool_retry: RetryPolicy | None = None
     #: rebuilds the run's context from its JSON; None: the context is not recorded
     context_adapter: TypeAdapter[Any] | None = None
+    #: a run started before guardrails and nested agents were steps (its input is the
+    #: SDK's input alone): it replays as it was recorded, with neither
+    legacy: bool = False
     clones: _Clones | None = None
     #: the durable RunConfigs of this run (by id): passed on unchanged to nested runs
     configs: set[int] = dataclasses.field(default_factory=set)
@@ -119,6 +122,9 @@ class _Session:
         clones = self.clones
         assert clones is not None
         model = base.model
+        if self.legacy:  # as recorded: the agents' models were wrapped, nothing else
+            self.configs.add(id(base))
+            return base
         made = dataclasses.replace(
             base,
             model=DurableModel(model, self) if isinstance(model, Model) else model,
@@ -166,6 +172,8 @@ class DurableModel(Model):
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         model = self.model
         session = self._session
+        if _in_step.get() is not None:  # inside a step's body, which records the call
+            return await model.get_response(*args, **kwargs)
 
         def body() -> dict[str, Any]:
             return _dump(session.run_body(lambda: model.get_response(*args, **kwargs)))
@@ -237,8 +245,12 @@ class _Clones:
         self.clone_ids.add(id(clone))
         if isinstance(agent.model, Model):
             clone.model = DurableModel(agent.model, self.session)
+        elif self.session.legacy:
+            clone.model = DurableModel(self.session.provider.get_model(agent.model), self.session)
         clone.tools = [self.tool(t) for t in agent.tools]
         clone.handoffs = [self.handoff(h) for h in agent.handoffs]
+        if self.session.legacy:
+            return clone
         clone.input_guardrails = [
             self.guardrail("input_guardrail", g) for g in agent.input_guardrails
         ]
@@ -298,6 +310,8 @@ class _Clones:
     def tool(self, tool: Any) -> Any:
         if not isinstance(tool, FunctionTool):
             return tool  # hosted tools run at the provider, inside the model step
+        if self.session.legacy:
+            return self.function_tool(tool, copy.copy(tool))  # one step, as recorded
         wrapped = copy.copy(tool)
         wrapped.tool_input_guardrails = [
             self.guardrail("tool_input_guardrail", g) for g in tool.tool_input_guardrails or []
@@ -316,11 +330,18 @@ class _Clones:
 
             wrapped.on_invoke_tool = nested
             return wrapped
+        return self.function_tool(tool, wrapped)
+
+    def function_tool(self, tool: FunctionTool, wrapped: FunctionTool) -> FunctionTool:
+        """``wrapped`` (a copy of ``tool``) with its invocation the step ``tool:<name>``."""
+        session = self.session
         # the tool without the SDK's failure handling: its exceptions reach the step
         raising = set_function_tool_failure_error_function(copy.copy(tool), None)
         invoke = raising.on_invoke_tool
 
         async def durable_invoke(tool_ctx: Any, arguments: str) -> Any:
+            if _in_step.get() is not None:  # inside a step's body, which records it
+                return await tool.on_invoke_tool(tool_ctx, arguments)
             live: list[Any] = []
             arguments = session.arguments(tool_ctx, arguments)
 
@@ -412,7 +433,7 @@ class _DurableAgentRunner(AgentRunner):
 
     async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         session = _running.get()
-        if session is not None and session.clones is not None:
+        if session is not None and session.clones is not None and not session.legacy:
             starting_agent = session.clones.agent(starting_agent)
             kwargs["run_config"] = session.config(_as_config(kwargs.get("run_config")))
         else:
