@@ -43,8 +43,10 @@ _RUN_CONFIG_FIELDS = {f.name for f in dataclasses.fields(RunConfig) if f.init}
 class DurableRunner:
     """The Durable workflow ``name`` running ``agent`` with the OpenAI Agents SDK.
 
-    Input: the SDK's ``input`` (a string or a list of input items, JSON), or a dict of
-    :data:`RUN_KEYS` (what :func:`durable_run` starts with its options); output
+    Input: a dict of :data:`RUN_KEYS` (``{"input": <the SDK's input: a string or a list
+    of input items>, ...}``, what :func:`durable_run` and :meth:`start` give); the SDK's
+    input alone is a run started before guardrails and nested agents were steps, which
+    replays as it was recorded (neither is a step). Output
     ``{"final_output": <JSON>, "last_agent": str, "items": [...]}`` (``items``: the
     run's ``to_input_list()``). ``approval_timeout``: seconds per approval (``None``: no
     limit); ``max_turns``: as ``Runner.run``. ``model_provider``: a factory of the
