@@ -82,6 +82,8 @@ class LoopBridge:
         done.add_done_callback(lambda _: self._requests.put(None))
         while (item := self._requests.get()) is not None:
             fn, fut = item
+            if not fut.set_running_or_notify_cancel():
+                continue  # its task was cancelled meanwhile (a tripped guardrail): not run
             if self._stopped is not None:
                 fut.set_exception(_Aborted())
                 continue

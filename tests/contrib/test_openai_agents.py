@@ -3,6 +3,7 @@ LLM server (``tests/contrib/oai_agents.py``)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import httpx
@@ -16,6 +17,7 @@ from durable.contrib.openai_agents import durable_run, retried_by_durable
 from durable.models import Run, RunStatus, Step
 from durable.testing import drive
 from tests.contrib import oai_agents as oa
+from tests.contrib import openai_doc_agents  # noqa: F401 (registers oai.docs.*)
 from tests.contrib import pai_agents as pa
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,7 +60,8 @@ def test_model_calls_tools_and_the_handoff_are_steps_each_run_once(scripted_llm,
     assert model_requests(scripted_llm) == 3 and tools_run() == Counter({"lookup_order": 1})
     req = ApprovalRequest.objects.get(run=run)
     assert "refund_order" in req.title
-    assert '"amount": 30' in req.payload_for_display()["payload"]["arguments"]
+    # the arguments as the object the model wrote, not its JSON text
+    assert req.payload_for_display()["payload"]["arguments"] == {"order_id": "B-7", "amount": 30}
     approval_decide(request_id=req.pk, user=alice, approve=True)
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
@@ -150,3 +153,115 @@ def test_a_tool_error_that_did_not_write_still_reaches_the_model(scripted_llm):
 def test_an_unregistered_agent_cannot_be_run():
     with pytest.raises(LookupError, match="not registered"):
         durable_run(Agent(name="stray"), "hi")
+
+
+def guardrail_calls() -> Counter:
+    return Counter(c["name"] for c in pa.CALLS if c["kind"] == "guardrail")
+
+
+def checker_requests(llm) -> int:
+    return sum(1 for c in pa.CALLS if c == {"kind": "model", "name": "checker"})
+
+
+def test_guardrails_are_steps_a_replay_does_not_run_again(scripted_llm, alice):
+    """The bug of issue 29: an input guardrail ran again on every replay, so an
+    agent-backed one called its model again, unrecorded. Now each guardrail is a step
+    recording its ``GuardrailFunctionOutput``: the approval's resume replays it."""
+    run = drive(durable_run(oa.guarded_refunds, "Please refund order B-7").id)
+    assert run.status == RunStatus.WAITING, run.error
+    assert guardrail_calls() == Counter({"refund_check": 1}) and checker_requests(scripted_llm) == 1
+    req = ApprovalRequest.objects.get(run=run)
+    approval_decide(request_id=req.pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    # the resume replayed the guardrail: neither it nor its model ran again
+    assert guardrail_calls() == Counter({"refund_check": 1, "no_card_numbers": 1})
+    assert checker_requests(scripted_llm) == 1
+    step = Step.objects.get(run=run, step_id="input_guardrail:refund_check")
+    assert step.output_value()["tripwire_triggered"] is False
+    assert step.output_value()["output_info"] == {"checker": "yes"}
+    assert (
+        Step.objects.get(run=run, step_id="output_guardrail:no_card_numbers").output_value()[
+            "tripwire_triggered"
+        ]
+        is False
+    )
+
+
+def test_an_approver_edits_the_arguments_as_an_object_and_the_tool_receives_them(
+    scripted_llm, alice
+):
+    run = drive(durable_run(oa.flaky_refunds, "Please refund order B-7").id)
+    req = ApprovalRequest.objects.get(run=run)
+    assert req.allow_edit
+    approval_decide(
+        request_id=req.pk,
+        user=alice,
+        approve=True,
+        edited={"tool": "refund_order", "arguments": {"order_id": "B-7", "amount": 20}},
+    )
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    refund = next(c for c in pa.CALLS if c["name"] == "refund_order")
+    assert refund["amount"] == 20  # an int, as the tool's signature says
+    outputs = [i for i in run.output_value()["items"] if i.get("type") == "function_call_output"]
+    assert json.loads(outputs[-1]["output"]) == {"order_id": "B-7", "refunded": 20}
+
+
+def test_a_run_configs_tool_error_formatter_words_a_rejection(scripted_llm, alice):
+    """The SDK's documented custom rejection text (``RunConfig.tool_error_formatter``)
+    reaches the model; Durable's own message no longer overrides it."""
+    run = drive(durable_run(oa.formatted_refunds, "Please refund order B-7").id)
+    req = ApprovalRequest.objects.get(run=run)
+    approval_decide(request_id=req.pk, user=alice, approve=False, comment="not eligible")
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    outputs = [i for i in run.output_value()["items"] if i.get("type") == "function_call_output"]
+    assert outputs[-1]["output"] == "Refund declined by policy (refund_order)."
+
+
+def test_a_context_changed_by_a_tool_survives_the_replay_and_hooks_see_the_run(alice):
+    """``context=`` (rebuilt as the registered ``context_type``): ``remember`` adds a note
+    to it, then ``report`` waits for approval. The resume replays ``remember`` without
+    running it, and the context it recorded is the one ``report`` reads. The run's
+    ``hooks`` see the tools; a per-run ``run_config`` reaches the model."""
+    run = drive(
+        durable_run(
+            oa.noter,
+            "How many notes?",
+            context=oa.Notes(user="ada"),
+            run_config={"model_settings": {"temperature": 0.25}},
+        ).id
+    )
+    assert run.status == RunStatus.WAITING, run.error
+    step = Step.objects.get(run=run, step_id="tool:remember")
+    assert step.output_value() == {"output": "noted", "context": {"user": "ada", "count": 1}}
+    approval_decide(request_id=ApprovalRequest.objects.get(run=run).pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["final_output"] == "ada has 1 note(s)"
+    assert [c["name"] for c in pa.CALLS if c["kind"] == "tool"] == ["remember"]
+    assert {c["temperature"] for c in pa.CALLS if c["kind"] == "model"} == {0.25}
+    hooks = [c["name"] for c in pa.CALLS if c["kind"] == "hook"]
+    assert "tool_start:remember" in hooks and "tool_start:report" in hooks
+    with pytest.raises(TypeError, match="unknown run_config settings: temprature"):
+        durable_run(oa.noter, "hi", run_config={"temprature": 0})
+
+
+def test_a_run_started_before_guardrails_were_steps_resumes_as_it_was_recorded(scripted_llm, alice):
+    """Its input is the SDK's input alone (no ``{"input": ...}``): its replay must find
+    the steps at the positions it recorded them, so its guardrails are not steps (they
+    run again, as they did) and an agent used as a tool stays one ``tool:`` step."""
+    from durable import start
+
+    run = drive(start("oai.guarded-desk", "Please refund order B-7").id)
+    assert run.status == RunStatus.WAITING, run.error
+    approval_decide(request_id=ApprovalRequest.objects.get(run=run).pk, user=alice, approve=True)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    steps = set(Step.objects.filter(run=run).values_list("step_id", flat=True))
+    assert not {s for s in steps if "guardrail" in s}
+    assert guardrail_calls()["refund_check"] == 2  # as before: once per execution
+    nested = drive(start("oai.docs.agents-as-tools", "Say 'Hello, how are you?' in Spanish.").id)
+    assert nested.status == RunStatus.SUCCEEDED, nested.error
+    assert Step.objects.filter(run=nested, step_id="tool:translate_to_spanish").exists()

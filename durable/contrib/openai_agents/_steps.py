@@ -1,0 +1,464 @@
+"""The SDK's calls that leave the process, each as a durable step of the workflow.
+
+Invariant: on a replay, every model call, function tool, guardrail and session read or
+write that finished before returns its record without running again, in the order the
+SDK asks for it. :class:`_Clones` builds an execution's agents: their models go through
+:class:`DurableModel`, their function tools, guardrails and handoffs through steps.
+The SDK's ``Runner.run`` calls made from inside a run (an agent used as a tool) are
+routed to the same clones by :class:`_DurableAgentRunner`, so a nested agent's model
+calls are steps of the run too. A step's body (a tool, a guardrail) runs outside the
+run: a ``Runner.run`` it makes (an agent-backed guardrail) is recorded with its step,
+and uses the registered model provider.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+from agents import (
+    Agent,
+    FunctionTool,
+    GuardrailFunctionOutput,
+    Handoff,
+    Model,
+    ModelProvider,
+    ModelResponse,
+    RunConfig,
+    ToolGuardrailFunctionOutput,
+    Usage,
+    handoff,
+)
+from agents.memory import SessionABC
+from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
+from agents.tool import (
+    maybe_invoke_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
+from openai.types.responses import ResponseOutputItem
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from durable.contrib._bridge import LoopBridge, with_key
+from durable.contrib.openai_agents._errors import retried_by_durable
+from durable.retry import RetryPolicy
+
+_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
+
+#: the run whose agent task this is (set on the agent's loop, inherited by its tasks)
+_running: ContextVar[_Session | None] = ContextVar("durable_oai_run", default=None)
+#: inside a step's body: the run's plain model provider (for a guardrail's own Runner.run)
+_in_step: ContextVar[_Session | None] = ContextVar("durable_oai_step", default=None)
+
+
+@dataclasses.dataclass
+class _Session:
+    ctx: Any
+    bridge: LoopBridge
+    #: the model provider resolving names, not recorded (a step body's nested run)
+    provider: ModelProvider
+    #: the retry policy of the agents' function-tool steps (None: the default step's)
+    tool_retry: RetryPolicy | None = None
+    #: rebuilds the run's context from its JSON; None: the context is not recorded
+    context_adapter: TypeAdapter[Any] | None = None
+    #: a run started before guardrails and nested agents were steps (its input is the
+    #: SDK's input alone): it replays as it was recorded, with neither
+    legacy: bool = False
+    clones: _Clones | None = None
+    #: the durable RunConfigs of this run (by id): passed on unchanged to nested runs
+    configs: set[int] = dataclasses.field(default_factory=set)
+    #: approved calls' edited arguments (JSON text) by call id: what their tool receives
+    edits: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def arguments(self, tool_ctx: Any, arguments: str) -> str:
+        """The arguments a tool call runs with: the approver's edit, else the model's."""
+        return self.edits.get(getattr(tool_ctx, "tool_call_id", None) or "", arguments)
+
+    async def step(self, step_id: str, body: Any, retry: RetryPolicy | None = None) -> Any:
+        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
+
+    def run_body(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Inside a step (workflow thread): await ``make()`` on the agent's loop, where a
+        ``Runner.run`` it makes uses the run's provider and records nothing of its own."""
+
+        async def call() -> Any:
+            token = _in_step.set(self)
+            try:
+                return await make()
+            finally:
+                _in_step.reset(token)
+
+        return self.bridge.run_on_loop(call)
+
+    def dump_context(self, wrapper: Any) -> dict[str, Any]:
+        if self.context_adapter is None:
+            return {}
+        return {"context": self.context_adapter.dump_python(wrapper.context, mode="json")}
+
+    def restore_context(self, wrapper: Any, record: Any) -> None:
+        """A replayed step: the run's context as the step's body left it."""
+        if self.context_adapter is None or not isinstance(record, dict) or "context" not in record:
+            return
+        fresh = self.context_adapter.validate_python(record["context"])
+        current = wrapper.context
+        if isinstance(current, dict) and isinstance(fresh, dict):
+            current.clear()
+            current.update(fresh)
+        elif hasattr(current, "__dict__") and type(current) is type(fresh):
+            current.__dict__.update(fresh.__dict__)
+        else:
+            wrapper.context = fresh
+
+    def config(self, given: RunConfig | None) -> RunConfig:
+        """``given`` with its model provider, model and guardrails going through steps."""
+        if given is not None and id(given) in self.configs:
+            return given
+        base = given if given is not None else RunConfig(tracing_disabled=True)
+        clones = self.clones
+        assert clones is not None
+        model = base.model
+        if self.legacy:  # as recorded: the agents' models were wrapped, nothing else
+            self.configs.add(id(base))
+            return base
+        made = dataclasses.replace(
+            base,
+            model=DurableModel(model, self) if isinstance(model, Model) else model,
+            model_provider=_DurableProvider(base.model_provider, self),
+            input_guardrails=[
+                clones.guardrail("input_guardrail", g) for g in base.input_guardrails or []
+            ],
+            output_guardrails=[
+                clones.guardrail("output_guardrail", g) for g in base.output_guardrails or []
+            ],
+        )
+        self.configs.add(id(made))
+        return made
+
+
+def _dump(response: ModelResponse) -> dict[str, Any]:
+    usage = response.usage
+    return {
+        "output": [item.model_dump(mode="json") for item in response.output],
+        "usage": {
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "response_id": response.response_id,
+    }
+
+
+def _load(data: dict[str, Any]) -> ModelResponse:
+    return ModelResponse(
+        output=[_OUTPUT_ITEM.validate_python(item) for item in data["output"]],
+        usage=Usage(**data["usage"]),
+        response_id=data.get("response_id"),
+    )
+
+
+class DurableModel(Model):
+    """A model whose ``get_response`` is a durable step; streaming is refused."""
+
+    def __init__(self, model: Model, session: _Session) -> None:
+        self.model = model
+        self._session = session
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        model = self.model
+        session = self._session
+        if _in_step.get() is not None:  # inside a step's body, which records the call
+            return await model.get_response(*args, **kwargs)
+
+        def body() -> dict[str, Any]:
+            return _dump(session.run_body(lambda: model.get_response(*args, **kwargs)))
+
+        return _load(await session.step("model", body))
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError(
+            "a durable OpenAI Agents run records whole responses: use durable_run "
+            "(Runner.run), not Runner.run_streamed"
+        )
+
+
+class _DurableProvider(ModelProvider):
+    """The models of ``provider``, each call a step."""
+
+    def __init__(self, provider: ModelProvider, session: _Session) -> None:
+        self.provider = provider
+        self._session = session
+
+    def get_model(self, model_name: str | None) -> Model:
+        model = self.provider.get_model(model_name)
+        return model if isinstance(model, DurableModel) else DurableModel(model, self._session)
+
+
+def _type_name(value: Any) -> str | None:
+    """``module:qualname`` of a pydantic model or dataclass instance, else None."""
+    cls = type(value)
+    typed = isinstance(value, BaseModel) or dataclasses.is_dataclass(cls)
+    if typed and "<locals>" not in cls.__qualname__:
+        return f"{cls.__module__}:{cls.__qualname__}"
+    return None
+
+
+def _rebuild(data: Any, type_name: str | None) -> Any:
+    """A recorded ``output_info`` as the type it had (a pydantic model, a dataclass)."""
+    if not type_name:
+        return data
+    module, _, qualname = type_name.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return TypeAdapter(target).validate_python(data)
+
+
+def _run_context(kind: str, args: tuple[Any, ...]) -> Any:
+    """The RunContextWrapper a guardrail function is called with."""
+    if kind.startswith("tool_"):
+        return args[0].context  # ToolInputGuardrailData / ToolOutputGuardrailData
+    return args[0]
+
+
+class _Clones:
+    """The durable clones of one run's agents, built once per agent (handoff cycles)."""
+
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+        self.made: dict[int, Agent[Any]] = {}
+        self.clone_ids: set[int] = set()
+        session.clones = self
+
+    def agent(self, agent: Agent[Any]) -> Agent[Any]:
+        if id(agent) in self.clone_ids:
+            return agent
+        if id(agent) in self.made:
+            return self.made[id(agent)]
+        clone = agent.clone()
+        self.made[id(agent)] = clone
+        self.clone_ids.add(id(clone))
+        if isinstance(agent.model, Model):
+            clone.model = DurableModel(agent.model, self.session)
+        elif self.session.legacy:
+            clone.model = DurableModel(self.session.provider.get_model(agent.model), self.session)
+        clone.tools = [self.tool(t) for t in agent.tools]
+        clone.handoffs = [self.handoff(h) for h in agent.handoffs]
+        if self.session.legacy:
+            return clone
+        clone.input_guardrails = [
+            self.guardrail("input_guardrail", g) for g in agent.input_guardrails
+        ]
+        clone.output_guardrails = [
+            self.guardrail("output_guardrail", g) for g in agent.output_guardrails
+        ]
+        return clone
+
+    def guardrail(self, kind: str, guardrail: Any) -> Any:
+        """``guardrail`` whose function is the step ``<kind>:<name>``: it records the
+        ``output_info`` (JSON; a pydantic model or dataclass comes back as its type) and the
+        tripwire or behavior, and on a replay returns them without running again."""
+        function = guardrail.guardrail_function
+        if getattr(function, "_durable_step", False):
+            return guardrail
+        session = self.session
+        step_id = f"{kind}:{guardrail.get_name()}"
+        tool_kind = kind.startswith("tool_")
+
+        async def durable_function(*args: Any) -> Any:
+            live: list[Any] = []
+            wrapper = _run_context(kind, args)
+
+            def body() -> dict[str, Any]:
+                async def call() -> Any:
+                    out = function(*args)
+                    return await out if inspect.isawaitable(out) else out
+
+                out = session.run_body(call)
+                live.append(out)
+                record = {
+                    "output_info": to_jsonable_python(out.output_info, fallback=repr),
+                    "type": _type_name(out.output_info),
+                    **session.dump_context(wrapper),
+                }
+                if tool_kind:
+                    record["behavior"] = dict(out.behavior)
+                else:
+                    record["tripwire_triggered"] = bool(out.tripwire_triggered)
+                return record
+
+            record = await session.step(step_id, body)
+            if live:
+                return live[0]
+            session.restore_context(wrapper, record)
+            info = _rebuild(record["output_info"], record.get("type"))
+            if tool_kind:
+                return ToolGuardrailFunctionOutput(output_info=info, behavior=record["behavior"])
+            return GuardrailFunctionOutput(
+                output_info=info, tripwire_triggered=record["tripwire_triggered"]
+            )
+
+        durable_function._durable_step = True  # type: ignore[attr-defined]
+        durable_function.__name__ = guardrail.get_name()
+        return dataclasses.replace(guardrail, guardrail_function=durable_function)
+
+    def tool(self, tool: Any) -> Any:
+        if not isinstance(tool, FunctionTool):
+            return tool  # hosted tools run at the provider, inside the model step
+        if self.session.legacy:
+            return self.function_tool(tool, copy.copy(tool))  # one step, as recorded
+        wrapped = copy.copy(tool)
+        wrapped.tool_input_guardrails = [
+            self.guardrail("tool_input_guardrail", g) for g in tool.tool_input_guardrails or []
+        ] or tool.tool_input_guardrails
+        wrapped.tool_output_guardrails = [
+            self.guardrail("tool_output_guardrail", g) for g in tool.tool_output_guardrails or []
+        ] or tool.tool_output_guardrails
+        session = self.session
+        if getattr(tool, "_is_agent_tool", False):
+            # Agent.as_tool: its nested Runner.run comes back to these clones
+            # (_DurableAgentRunner), so each of its model calls and tools is a step
+            run_nested = tool.on_invoke_tool
+
+            async def nested(tool_ctx: Any, arguments: str) -> Any:
+                return await run_nested(tool_ctx, session.arguments(tool_ctx, arguments))
+
+            wrapped.on_invoke_tool = nested
+            return wrapped
+        return self.function_tool(tool, wrapped)
+
+    def function_tool(self, tool: FunctionTool, wrapped: FunctionTool) -> FunctionTool:
+        """``wrapped`` (a copy of ``tool``) with its invocation the step ``tool:<name>``."""
+        session = self.session
+        # the tool without the SDK's failure handling: its exceptions reach the step
+        raising = set_function_tool_failure_error_function(copy.copy(tool), None)
+        invoke = raising.on_invoke_tool
+
+        async def durable_invoke(tool_ctx: Any, arguments: str) -> Any:
+            if _in_step.get() is not None:  # inside a step's body, which records it
+                return await tool.on_invoke_tool(tool_ctx, arguments)
+            live: list[Any] = []
+            arguments = session.arguments(tool_ctx, arguments)
+
+            def body(*, idempotency_key: str) -> Any:
+                async def call() -> Any:
+                    try:
+                        return await with_key(idempotency_key, lambda: invoke(tool_ctx, arguments))
+                    except Exception as exc:
+                        if retried_by_durable(exc):
+                            raise  # Durable tries the step again, with the same key
+                        handled = await maybe_invoke_function_tool_failure_error_function(
+                            function_tool=tool, context=tool_ctx, error=exc
+                        )
+                        if handled is None:  # the tool's failure_error_function=None
+                            raise
+                        return handled  # the model sees the SDK's message, as without us
+
+                output = to_jsonable_python(session.run_body(call))
+                if session.context_adapter is None:
+                    return output  # the record of runs without a recorded context
+                live.append(output)
+                return {"output": output, **session.dump_context(tool_ctx)}
+
+            record = await session.step(f"tool:{tool.name}", body, session.tool_retry)
+            if session.context_adapter is None:
+                return record
+            if not live:
+                session.restore_context(tool_ctx, record)
+            return record["output"]
+
+        wrapped.on_invoke_tool = durable_invoke
+        return wrapped
+
+    def handoff(self, target: Any) -> Handoff[Any, Any]:
+        spec: Handoff[Any, Any] = handoff(target) if isinstance(target, Agent) else target
+        invoke = spec.on_invoke_handoff
+        session = self.session
+
+        async def durable_invoke(run_ctx: Any, input_json: str) -> Agent[Any]:
+            chosen = await invoke(run_ctx, input_json)
+            await session.step(
+                f"handoff:{chosen.name}", lambda: {"to": chosen.name, "input": input_json}
+            )
+            return self.agent(chosen)
+
+        wrapped = copy.copy(spec)
+        wrapped.on_invoke_handoff = durable_invoke
+        return wrapped
+
+
+class _StepSession(SessionABC):
+    """An SDK ``Session`` whose reads and writes are steps (``session:<method>``): a
+    replay reads the history the run read, and writes nothing again."""
+
+    def __init__(self, inner: Any, session: _Session) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.session_settings = getattr(inner, "session_settings", None)
+        self._session = session
+
+    async def _step(self, method: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        session = self._session
+
+        def body() -> Any:
+            return to_jsonable_python(session.run_body(make))
+
+        return await session.step(f"session:{method}", body)
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        return list(await self._step("get_items", lambda: self.inner.get_items(limit)))
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self._step("add_items", lambda: self.inner.add_items(items))
+
+    async def pop_item(self) -> Any:
+        return await self._step("pop_item", self.inner.pop_item)
+
+    async def clear_session(self) -> None:
+        await self._step("clear_session", self.inner.clear_session)
+
+
+class _DurableAgentRunner(AgentRunner):
+    """The SDK's default runner, which sends a ``Runner.run`` made inside a durable run
+    (an agent used as a tool) to that run's clones, and one made inside a step's body
+    (an agent-backed guardrail) to the run's model provider; others pass unchanged."""
+
+    def __init__(self, inner: AgentRunner) -> None:
+        self.inner = inner
+
+    async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
+        session = _running.get()
+        if session is not None and session.clones is not None and not session.legacy:
+            starting_agent = session.clones.agent(starting_agent)
+            kwargs["run_config"] = session.config(_as_config(kwargs.get("run_config")))
+        else:
+            inside = _in_step.get()
+            if inside is not None and kwargs.get("run_config") is None:
+                kwargs["run_config"] = RunConfig(
+                    model_provider=inside.provider, tracing_disabled=True
+                )
+        return await self.inner.run(starting_agent, input, **kwargs)
+
+    def run_sync(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.run_sync(*args, **kwargs)
+
+    def run_streamed(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.run_streamed(*args, **kwargs)
+
+
+def _as_config(value: Any) -> RunConfig | None:
+    if value is None or isinstance(value, RunConfig):
+        return value
+    return RunConfig(**value)
+
+
+def install_runner() -> None:
+    """Make :class:`_DurableAgentRunner` the SDK's default runner (once per process)."""
+    current = get_default_agent_runner()
+    if not isinstance(current, _DurableAgentRunner):
+        set_default_agent_runner(_DurableAgentRunner(current))
