@@ -139,6 +139,8 @@ def _kind(ip: IPAddress) -> str:
         return "a multicast address"
     if ip.is_reserved:
         return "a reserved address"
+    if getattr(ip, "is_site_local", False):  # fec0::/10: deprecated, still routed inside
+        return "a site-local address"
     if ip.is_private or not ip.is_global:
         return "a private address"
     return ""

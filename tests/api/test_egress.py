@@ -54,6 +54,7 @@ INTERNAL = [
     "http://[fc00::1]/",
     "http://169.254.1.1/",
     "http://[fe80::1]/",
+    "http://[fec0::1]/",  # deprecated site-local (found by the outside trial)
     "http://169.254.169.254/latest/meta-data/",
     "http://[fd00:ec2::254]/",
     "http://224.0.0.1/",
