@@ -199,3 +199,138 @@ def refund_graph() -> StateGraph:
 
 
 graph_workflow("lg.refund", "1", refund_graph)
+
+
+# --- LangGraph's documentation examples (docs.langchain.com/oss/python/langgraph/interrupts)
+# Each is the doc's code; only the Durable lines (graph_workflow, no checkpointer, no
+# thread config) differ.
+
+
+class ApprovalState(TypedDict, total=False):
+    action_details: str
+    status: str
+
+
+def approval_graph() -> StateGraph:
+    """The "Approve or reject" example of the interrupts page."""
+    from typing import Literal
+
+    from langgraph.types import Command
+
+    def approval_node(state: ApprovalState) -> Command[Literal["proceed", "cancel"]]:
+        # Pause execution; payload shows up under result["__interrupt__"]
+        is_approved = interrupt(
+            {
+                "question": "Do you want to proceed with this action?",
+                "details": state["action_details"],
+            }
+        )
+        # Route based on the response
+        if is_approved:
+            return Command(goto="proceed")  # Runs after the resume payload is provided
+        else:
+            return Command(goto="cancel")
+
+    def proceed_node(state: ApprovalState):
+        return {"status": "approved"}
+
+    def cancel_node(state: ApprovalState):
+        return {"status": "rejected"}
+
+    builder = StateGraph(ApprovalState)
+    builder.add_node("approval", approval_node)
+    builder.add_node("proceed", proceed_node)
+    builder.add_node("cancel", cancel_node)
+    builder.add_edge(START, "approval")
+    builder.add_edge("proceed", END)
+    builder.add_edge("cancel", END)
+    return builder
+
+
+#: version 1 was registered before resume= existed: interrupt() returns the decision dict
+graph_workflow("lg.approval", "1", approval_graph)
+#: version 2 says what the graph expects: True or False
+graph_workflow("lg.approval", "2", approval_graph, resume={"approval": "approve"})
+#: an interrupt no declaration covers, under a workflow that declares resume=
+graph_workflow("lg.approval_unmapped", "1", approval_graph, resume={"other": "approve"})
+
+
+class ReviewState(TypedDict):
+    generated_text: str
+
+
+def review_graph() -> StateGraph:
+    """The "Review and edit state" example of the interrupts page."""
+
+    def review_node(state: ReviewState):
+        # Pause and show the current content for review (surfaces in result["__interrupt__"])
+        edited_content = interrupt(
+            {
+                "instruction": "Review and edit this content",
+                "content": state["generated_text"],
+            }
+        )
+        # Update the state with the edited version
+        return {"generated_text": edited_content}
+
+    builder = StateGraph(ReviewState)
+    builder.add_node("review", review_node)
+    builder.add_edge(START, "review")
+    builder.add_edge("review", END)
+    return builder
+
+
+graph_workflow("lg.review", "1", review_graph, resume="edit:content")
+
+
+class FormState(TypedDict):
+    age: int | None
+
+
+def age_graph() -> StateGraph:
+    """The "Validating human input" example of the interrupts page."""
+
+    def get_age_node(state: FormState):
+        prompt = "What is your age?"
+
+        while True:
+            answer = interrupt(prompt)  # payload surfaces in result["__interrupt__"]
+
+            # Validate the input
+            if isinstance(answer, int) and answer > 0:
+                # Valid input - continue
+                break
+            else:
+                # Invalid input - ask again with a more specific prompt
+                prompt = f"'{answer} is not a valid age. Please enter a positive number."
+
+        return {"age": answer}
+
+    builder = StateGraph(FormState)
+    builder.add_node("collect_age", get_age_node)
+    builder.add_edge(START, "collect_age")
+    builder.add_edge("collect_age", END)
+    return builder
+
+
+graph_workflow("lg.age", "1", age_graph, resume="answer")
+
+
+def asked_graph() -> StateGraph:
+    """ask() declares the mapping at the interrupt itself."""
+    from durable.contrib.langgraph import ask
+
+    def confirm(state: ApprovalState):
+        ok = ask(f"Run {state['action_details']}?", "approve")
+        return {"status": "approved" if ok is True else f"not approved: {ok!r}"}
+
+    builder = StateGraph(ApprovalState)
+    builder.add_node("confirm", confirm)
+    builder.add_edge(START, "confirm")
+    builder.add_edge("confirm", END)
+    return builder
+
+
+graph_workflow("lg.asked", "1", asked_graph)
+#: the interrupt says "approve", the workflow says "answer": refused, not guessed
+graph_workflow("lg.asked_conflict", "1", asked_graph, resume="answer")

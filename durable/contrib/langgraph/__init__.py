@@ -10,6 +10,9 @@ not import LangGraph:
   super-step per step, interrupts as approvals (:mod:`durable.contrib.langgraph.graph`).
 - :func:`call_tool` -- a Durable tool call (ledger, idempotency key, safety class) from
   inside a node of such a graph.
+- :func:`ask` -- ``interrupt(value)`` that returns what the graph expects of the inbox's
+  decision (``True``/``False``, the edited value, the answer).
+- :func:`start_graph` -- start a graph run with LangGraph's run-time ``context=``.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from durable.contrib.langgraph.graph import call_tool, graph_workflow
+    from durable.contrib.langgraph.graph import ask, call_tool, graph_workflow, start_graph
     from durable.contrib.langgraph.saver import DurableSaver
 
-__all__ = ["DurableSaver", "call_tool", "graph_workflow"]
+__all__ = ["DurableSaver", "ask", "call_tool", "graph_workflow", "start_graph"]
 
 _LAZY = {
     "DurableSaver": "durable.contrib.langgraph.saver",
+    "ask": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",
+    "start_graph": "durable.contrib.langgraph.graph",
     "graph_workflow": "durable.contrib.langgraph.graph",
 }
 

@@ -21,10 +21,19 @@ handled on its own, in the order recorded, matched by its id:
 
 The graph then resumes with ``Command(resume={interrupt_id: answer, ...})``, only for
 interrupts still pending (an answer cannot resume a later interrupt).
+
+What ``interrupt()`` returns. The inbox decision maps to the value the graph expects, as
+declared by the interrupt (its value's ``"durable_resume"`` key, or :func:`ask`) or by
+the workflow (``graph_workflow(..., resume=...)``): ``"approve"`` gives ``True`` or
+``False``, ``"edit"`` the edited value, ``"answer"`` the approver's answer, and
+``"decision"`` Durable's decision dict ``{"approved", "answer", "comment",
+"decided_by"}`` -- which is also what a workflow registered without ``resume=`` gets,
+so existing workflow versions and the runs waiting in them resume as they were started.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import threading
@@ -38,10 +47,27 @@ from durable.contrib.langgraph.saver import DurableSaver
 from durable.exceptions import PermanentError
 from durable.registry import workflow
 
-__all__ = ["TOOL_MARKER", "call_tool", "graph_workflow"]
+__all__ = [
+    "RESUME_KEY",
+    "RESUME_KINDS",
+    "TOOL_MARKER",
+    "ask",
+    "call_tool",
+    "graph_workflow",
+    "start_graph",
+]
 
 #: the key that marks an interrupt raised by :func:`call_tool`
 TOOL_MARKER = "__durable_tool__"
+#: the key of a dict interrupt value that says what ``interrupt()`` returns
+RESUME_KEY = "durable_resume"
+#: what ``interrupt()`` may return: the approval as a bool, the edited value, the
+#: approver's answer, or Durable's decision dict (the behaviour before ``resume=``)
+RESUME_KINDS = ("approve", "edit", "answer", "decision")
+#: the key of a run input made by :func:`start_graph` (the graph's input and context)
+ENVELOPE = "__durable_graph__"
+#: LangGraph's ``durability=`` modes -> the checkpoint mode of the super-step steps
+DURABILITY = {"sync": "sync", "async": "batched", "exit": "batched"}
 #: node inputs and outputs recorded with a step are cut to a preview above this size
 RECORD_LIMIT = 32_000
 
@@ -68,6 +94,48 @@ def call_tool(name: str, params: dict[str, Any] | None = None) -> Any:
     return interrupt({TOOL_MARKER: name, "params": dict(params or {})})
 
 
+def ask(value: Any, resume: str) -> Any:
+    """``interrupt(value)`` that returns what ``resume`` says (one of :data:`RESUME_KINDS`).
+
+    ``"approve"``: ``True`` when the approver approves, ``False`` when they reject.
+    ``"edit"``: the value as the approver edited it (the value unchanged when they
+    approve without editing or reject). ``"answer"``: the approver's answer (``None``
+    when they reject or approve without answering). ``"edit:<field>"`` and
+    ``"answer:<field>"``: that field of the (edited) dict value. ``"decision"``: Durable's decision
+    dict. A dict ``value`` is shown to approvers as is, another value as ``{"value":
+    value}`` (an edit or answer of it is the edited ``"value"``). Raises ``ValueError``
+    for another ``resume``; outside a graph, what ``interrupt`` raises.
+    """
+    if not _valid_kind(resume):
+        raise ValueError(f"ask(resume={resume!r}): resume must be one of {RESUME_KINDS}")
+    details = dict(value) if isinstance(value, dict) else {"value": value}
+    return interrupt({**details, RESUME_KEY: resume})
+
+
+def start_graph(
+    name: str, input: Any = None, *, context: Any = None, run_id: str | None = None, **options: Any
+) -> Any:
+    """Start a run of the graph workflow ``name``: LangGraph's ``invoke(input, context=)``.
+
+    ``context``: the run-time context of the graph (its ``context_schema``: a dict, a
+    dataclass or a pydantic model), stored with the run's input as JSON and given to
+    every super-step as ``context=`` (rebuilt as the schema's type). ``options``: the
+    other keywords of :func:`durable.start`. Returns the :class:`~durable.models.Run`;
+    raises what :func:`durable.start` raises (e.g. ``PayloadError`` for a context that
+    cannot be stored).
+    """
+    import durable
+
+    if context is not None and not isinstance(context, dict):
+        dump = getattr(context, "model_dump", None)
+        if callable(dump):
+            context = dump(mode="json")
+        elif dataclasses.is_dataclass(context) and not isinstance(context, type):
+            context = dataclasses.asdict(context)
+    envelope = {ENVELOPE: {"input": input, "context": context}}
+    return durable.start(name, envelope, run_id=run_id, **options)
+
+
 def graph_workflow(
     name: str,
     version: str,
@@ -76,25 +144,60 @@ def graph_workflow(
     approvers: str | None = None,
     max_steps: int | None = None,
     deadline_seconds: float | None = None,
+    resume: str | dict[str, str] | None = None,
+    durability: str = "sync",
 ) -> Callable[..., Any]:
     """Register a Durable workflow ``name``/``version`` that runs ``build_graph()``'s graph.
 
     ``build_graph``: returns a LangGraph ``StateGraph`` (compiled here with
     :class:`DurableSaver`) or a compiled graph (its checkpointer is replaced); called
-    once per process. The run's input is the graph's input; the run's output is the
-    graph's final state (as JSON). ``approvers``: the group that may answer the graph's
-    interrupts. Raises :class:`~durable.DurableConfigurationError` like
-    ``@durable.workflow`` for a bad name or version. Returns the workflow function.
+    once per process. The run's input is the graph's input (or :func:`start_graph`'s
+    input and context); the run's output is the graph's final state (as JSON).
+    ``approvers``: the group that may answer the graph's interrupts.
+
+    ``resume``: what ``interrupt()`` returns -- one of :data:`RESUME_KINDS` for every
+    interrupt, or ``{node name: kind}``; an interrupt's own ``"durable_resume"`` key
+    (:func:`ask`) says it for that interrupt. ``None`` (the default, and the behaviour of
+    versions registered before ``resume=`` existed): Durable's decision dict, unless the
+    interrupt says otherwise. With ``resume`` given, an interrupt that no declaration
+    covers, or whose own key contradicts it, fails the run at the interrupt with a
+    :class:`~durable.PermanentError` naming the node.
+
+    ``durability``: LangGraph's mode: ``"sync"`` (the default) records each super-step
+    synchronously; ``"async"`` and ``"exit"`` let it be group-committed (Durable's
+    ``batched``: a crash may run a super-step again, never a recorded model call).
+
+    Raises :class:`~durable.DurableConfigurationError` like ``@durable.workflow`` for a
+    bad name or version, and for an unknown ``resume`` kind or ``durability``. Returns
+    the workflow function.
     """
+    from durable.exceptions import DurableConfigurationError
+
+    kinds: list[Any] = list(resume.values()) if isinstance(resume, dict) else [resume]
+    bad = [k for k in kinds if k is not None and not _valid_kind(k)]
+    if bad or (resume is not None and not isinstance(resume, str | dict)):
+        raise DurableConfigurationError(
+            f"graph_workflow({name!r}, resume={resume!r}): a resume kind is one of "
+            f"{RESUME_KINDS}, for every interrupt or as {{node name: kind}}"
+        )
+    if durability not in DURABILITY:
+        raise DurableConfigurationError(
+            f"graph_workflow({name!r}, durability={durability!r}): LangGraph's durability "
+            f"is one of {tuple(DURABILITY)}"
+        )
 
     def run_graph(ctx: Any, input: Any) -> Any:
         graph = _graph(name, str(version), build_graph)
-        return _drive(ctx, graph, input, approvers=approvers)
+        return _drive(ctx, graph, input, approvers=approvers, resume=resume, durability=durability)
 
     run_graph.__qualname__ = f"graph_workflow[{name}]"
     run_graph.__doc__ = f"The LangGraph graph of {getattr(build_graph, '__qualname__', name)}."
     return workflow(
-        name=name, version=version, max_steps=max_steps, deadline_seconds=deadline_seconds
+        name=name,
+        version=version,
+        max_steps=max_steps,
+        deadline_seconds=deadline_seconds,
+        durability=DURABILITY[durability],
     )(run_graph)
 
 
@@ -119,14 +222,30 @@ def _graph(name: str, version: str, build_graph: Callable[[], Any]) -> Any:
 # --- the driver: runs in the workflow function, deterministic on replay ---------------
 
 
-def _drive(ctx: Any, graph: Any, input: Any, *, approvers: str | None) -> Any:
+def _drive(
+    ctx: Any,
+    graph: Any,
+    input: Any,
+    *,
+    approvers: str | None,
+    resume: str | dict[str, str] | None = None,
+    durability: str = "sync",
+) -> Any:
+    context = None
+    if isinstance(input, dict) and set(input) == {ENVELOPE}:
+        context = _context(graph, input[ENVELOPE].get("context"))
+        input = input[ENVELOPE].get("input")
     payload: dict[str, Any] = {"input": input}
     seen: dict[str, int] = {}
+    # LangGraph's sync mode keeps the step synchronous (None: "sync" for a plain step)
+    mode = None if durability == "sync" else DURABILITY[durability]
     n = 0
     while True:
         n += 1
-        step = functools.partial(_superstep, graph, ctx.run_id)
-        record = ctx.step(f"superstep-{n}", step, payload)
+        step = functools.partial(
+            _superstep, graph, ctx.run_id, context=context, durability=durability
+        )
+        record = ctx.step(f"superstep-{n}", step, payload, durability=mode)
         after = record.get("checkpoint_id")
         if record["interrupts"]:
             answers = {}
@@ -136,7 +255,7 @@ def _drive(ctx: Any, graph: Any, input: Any, *, approvers: str | None) -> Any:
                 iid = pending["id"]
                 seen[iid] = seen.get(iid, 0) + 1
                 key = iid if seen[iid] == 1 else f"{iid}.{seen[iid]}"
-                answers[iid] = _answer(ctx, pending, key, approvers)
+                answers[iid] = _answer(ctx, pending, key, approvers, resume)
             payload = {"resume": answers, "after": after}
         elif record["done"]:
             return record["values"]
@@ -144,7 +263,59 @@ def _drive(ctx: Any, graph: Any, input: Any, *, approvers: str | None) -> Any:
             payload = {"after": after}
 
 
-def _answer(ctx: Any, pending: dict[str, Any], key: str, approvers: str | None) -> Any:
+def _context(graph: Any, data: Any) -> Any:
+    """The run-time context, rebuilt as the graph's ``context_schema`` from its JSON."""
+    schema = getattr(graph, "context_schema", None)
+    if data is None or schema is None:
+        return data
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(schema).validate_python(data)
+
+
+def _valid_kind(kind: Any) -> bool:
+    """``approve``, ``decision``, ``edit``, ``answer``, or ``edit:<field>``/``answer:<field>``."""
+    if not isinstance(kind, str):
+        return False
+    base, _, field = kind.partition(":")
+    return kind in RESUME_KINDS or (base in ("edit", "answer") and bool(field))
+
+
+def _resume_kind(pending: dict[str, Any], declared: str | dict[str, str] | None) -> str:
+    """What this interrupt's ``interrupt()`` returns; refuses an ambiguous mapping."""
+    value = pending["value"]
+    node = pending.get("node") or "graph"
+    own = value.get(RESUME_KEY) if isinstance(value, dict) else None
+    if own is not None and not _valid_kind(own):
+        raise PermanentError(
+            f"the interrupt of node {node!r} says {RESUME_KEY}={own!r}: it must be one of "
+            f"{RESUME_KINDS}"
+        )
+    graph_kind = declared.get(node) if isinstance(declared, dict) else declared
+    if own is not None and graph_kind is not None and own != graph_kind:
+        raise PermanentError(
+            f"the interrupt of node {node!r} says {RESUME_KEY}={own!r} but the workflow "
+            f"says resume={graph_kind!r}: say it once, in one place"
+        )
+    kind = own or graph_kind
+    if kind is None:
+        if declared is None:
+            return "decision"  # registered without resume=: the dict, as before
+        raise PermanentError(
+            f"the interrupt of node {node!r} does not say what interrupt() returns: give "
+            f"the node a kind in graph_workflow(..., resume={{{node!r}: ...}}) or the "
+            f"interrupt value a {RESUME_KEY!r} key, one of {RESUME_KINDS}"
+        )
+    return kind
+
+
+def _answer(
+    ctx: Any,
+    pending: dict[str, Any],
+    key: str,
+    approvers: str | None,
+    resume: str | dict[str, str] | None = None,
+) -> Any:
     value = pending["value"]
     if isinstance(value, dict) and TOOL_MARKER in value:
         node = pending.get("node") or "node"
@@ -154,18 +325,40 @@ def _answer(ctx: Any, pending: dict[str, Any], key: str, approvers: str | None) 
         if getattr(result, "is_error", False) and hasattr(result, "to_dict"):
             return {"error": result.message, **result.to_dict()}
         return result
-    wrapped = not isinstance(value, dict)
-    details = {"value": value} if wrapped else value
+    kind = _resume_kind(pending, resume)
+    if isinstance(value, dict) and RESUME_KEY in value:
+        value = {k: v for k, v in value.items() if k != RESUME_KEY}
+        # ask() wraps a value that is not a dict as {"value": ...}
+        wrapped = set(value) == {"value"}
+        details = value
+    else:
+        wrapped = not isinstance(value, dict)
+        details = {"value": value} if wrapped else value
     decision = ctx.wait_for_approval(
         key,
         title=_title(pending),
         payload=details,
         approvers=approvers,
-        allow_edit=True,
+        allow_edit=kind != "approve",
     )
     answer = decision.edited
     if wrapped and isinstance(answer, dict) and set(answer) == {"value"}:
         answer = answer["value"]
+    if kind == "approve":
+        return decision.approved
+    base, _, field = kind.partition(":")
+    shown = details["value"] if wrapped else details
+    if base == "edit":
+        edited = decision.approved and decision.edited is not None
+        result = answer if edited else shown
+        if not field:
+            return result
+        fallback = shown.get(field) if isinstance(shown, dict) else None
+        return result.get(field, fallback) if isinstance(result, dict) else fallback
+    if base == "answer":
+        if not decision.approved or answer is None:
+            return None
+        return answer.get(field) if field and isinstance(answer, dict) else answer
     return {
         "approved": decision.approved,
         "answer": answer,
@@ -188,7 +381,14 @@ def _title(pending: dict[str, Any]) -> str:
 # --- one super-step: runs inside a Durable step ---------------------------------------
 
 
-def _superstep(graph: Any, thread_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+def _superstep(
+    graph: Any,
+    thread_id: str,
+    payload: dict[str, Any],
+    *,
+    context: Any = None,
+    durability: str = "sync",
+) -> dict[str, Any]:
     """Run the graph to its next super-step boundary; return the step's record."""
     config: Any = {"configurable": {"thread_id": thread_id}}
     state = graph.get_state(config)
@@ -217,7 +417,15 @@ def _superstep(graph: Any, thread_id: str, payload: dict[str, Any]) -> dict[str,
         # not done: resuming applies its writes and goes on)
         return _summary(graph, config, [])
     nodes: dict[str, dict[str, Any]] = {}
-    for event in graph.stream(arg, config, stream_mode="tasks", interrupt_after="*"):
+    stream = graph.stream(
+        arg,
+        config,
+        context=context,
+        stream_mode="tasks",
+        interrupt_after="*",
+        durability=durability,
+    )
+    for event in stream:
         task_id = event.get("id")
         entry = nodes.setdefault(task_id, {"node": event.get("name"), "started": time.time()})
         if "input" in event:
