@@ -33,6 +33,7 @@ def lg_workflows(settings):
     lg_workflows.NODE_LOG.clear()
     lg_workflows.REFUNDS.clear()
     lg_workflows.FAIL_ONCE.clear()
+    lg_workflows.FAIL_SUBJECTS.clear()
     return lg_workflows
 
 

@@ -13,6 +13,7 @@ import operator
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -334,3 +335,76 @@ def asked_graph() -> StateGraph:
 graph_workflow("lg.asked", "1", asked_graph)
 #: the interrupt says "approve", the workflow says "answer": refused, not guessed
 graph_workflow("lg.asked_conflict", "1", asked_graph, resume="answer")
+
+#: the chain with LangGraph's durability="async": super-steps group-committed (batched)
+graph_workflow("lg.chain_async", "1", chain_graph, durability="async")
+
+
+# --- run-time context (docs.langchain.com/oss/python/langgraph/graph-api, "Runtime context")
+
+
+@dataclass
+class ContextSchema:
+    llm_provider: str = "openai"
+
+
+class ContextState(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def context_graph() -> StateGraph:
+    """Two super-steps that read ``runtime.context``: the context reaches each."""
+    from langgraph.runtime import Runtime
+
+    def first(state: ContextState, runtime: Runtime[ContextSchema]):
+        return {"log": [f"first:{runtime.context.llm_provider}"]}
+
+    def second(state: ContextState, runtime: Runtime[ContextSchema]):
+        assert isinstance(runtime.context, ContextSchema)
+        return {"log": [f"second:{runtime.context.llm_provider}"]}
+
+    builder = StateGraph(ContextState, context_schema=ContextSchema)
+    builder.add_node("first", first)
+    builder.add_node("second", second)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    return builder
+
+
+graph_workflow("lg.context", "1", context_graph)
+
+
+# --- Send fan-out (docs.langchain.com/oss/python/langgraph/graph-api, "Send")
+
+#: subjects whose joke fails once with a TransientError (in-process tests)
+FAIL_SUBJECTS: set[str] = set()
+
+
+class OverallState(TypedDict):
+    subjects: list[str]
+    jokes: Annotated[list[str], operator.add]
+
+
+def jokes_graph() -> StateGraph:
+    from langgraph.types import Send
+
+    def continue_to_jokes(state: OverallState):
+        return [Send("generate_joke", {"subject": s}) for s in state["subjects"]]
+
+    def generate_joke(state: dict[str, Any]):
+        subject = state["subject"]
+        _note("", "generate_joke", subject=subject)
+        if subject in FAIL_SUBJECTS:
+            FAIL_SUBJECTS.discard(subject)
+            raise durable.TransientError(f"the joke about {subject} failed once")
+        return {"jokes": [f"Joke about {subject}"]}
+
+    builder = StateGraph(OverallState)
+    builder.add_node("generate_joke", generate_joke)
+    builder.add_conditional_edges(START, continue_to_jokes)
+    builder.add_edge("generate_joke", END)
+    return builder
+
+
+graph_workflow("lg.jokes", "1", jokes_graph)

@@ -1,0 +1,55 @@
+"""LangGraph's run options on a graph workflow: ``durability=``, ``context=``, ``Send``."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import durable
+from durable.contrib.langgraph import start_graph
+from durable.models import RunStatus, Step
+from durable.testing import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_durability_async_makes_the_super_steps_batched(lg_workflows):
+    run = drive(durable.start("lg.chain_async", {"log": []}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["log"] == ["a", "b", "c", "d"]
+    modes = set(Step.objects.filter(run=run).values_list("durability", flat=True))
+    assert modes == {"batched"}
+    sync = drive(durable.start("lg.chain", {"log": []}).id)
+    assert set(Step.objects.filter(run=sync).values_list("durability", flat=True)) == {"sync"}
+
+
+def test_the_run_time_context_reaches_every_super_step(lg_workflows):
+    """Graph API page, "Runtime context": ``graph.invoke(input, context=...)``; here
+    ``start_graph(name, input, context=...)``. The context is not graph state: it is
+    stored with the run's input and rebuilt as the ``context_schema`` for each
+    super-step, also after a replay."""
+    run = start_graph("lg.context", {"log": []}, context=lg_workflows.ContextSchema("anthropic"))
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["log"] == ["first:anthropic", "second:anthropic"]
+    default = drive(start_graph("lg.context", {"log": []}, context={}).id)
+    assert default.output_value()["log"] == ["first:openai", "second:openai"]
+
+
+def test_send_fans_out_and_a_failed_branch_is_the_only_one_run_again(lg_workflows):
+    """Graph API page, "Send": one ``generate_joke`` per subject, in one super-step; the
+    jokes reduce into the state. A branch that fails is retried alone: the others'
+    writes are kept."""
+    lg_workflows.FAIL_SUBJECTS.add("dogs")
+    run = drive(durable.start("lg.jokes", {"subjects": ["cats", "dogs", "birds"]}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert sorted(run.output_value()["jokes"]) == [
+        "Joke about birds",
+        "Joke about cats",
+        "Joke about dogs",
+    ]
+    runs = Counter(line["subject"] for line in lg_workflows.NODE_LOG)
+    assert runs == Counter({"cats": 1, "dogs": 2, "birds": 1})
+    step = Step.objects.get(run=run, step_id="superstep-1")
+    assert step.attempts == 2
