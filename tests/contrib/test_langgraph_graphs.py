@@ -62,26 +62,29 @@ def test_a_fork_of_a_graph_run_fails_with_a_clear_error(lg_workflows):
     assert "cannot continue" in forked.error["message"]
 
 
-def test_two_interrupts_in_one_super_step_get_their_own_approvals(lg_workflows):
+def test_two_interrupts_in_one_super_step_reach_the_inbox_together_and_resume_together(
+    lg_workflows,
+):
     alice = approver()
     run = drive(durable.start("lg.two_questions", {}).id)
     assert run.status == RunStatus.WAITING
     reqs = list(ApprovalRequest.objects.filter(run=run).order_by("id"))
-    assert len(reqs) == 1  # one wait at a time, in the recorded order
-    first = reqs[0]
-    assert first.payload_for_display()["payload"]["question"] in ("question x?", "question y?")
-    first_key = first.payload_for_display()["payload"]["key"]
+    assert len(reqs) == 2  # both questions are in the inbox at once
+    keys = [r.payload_for_display()["payload"]["key"] for r in reqs]
+    assert sorted(keys) == ["x", "y"]
+    assert reqs[0].key != reqs[1].key  # waits are keyed by interrupt id
+    first, second = reqs
+    first_key = keys[0]
+    # answered in the other order than asked
+    approval_decide(request_id=second.pk, user=alice, approve=False, comment="no")
+    run = drive(run.id)
+    assert run.status == RunStatus.WAITING  # the graph resumes once, with both answers
+    assert nodes_run(lg_workflows) == Counter({"start": 1, "ask-x": 1, "ask-y": 1})
     approval_decide(
         request_id=first.pk, user=alice, approve=True, edited={"question": "q", "key": "A1"}
     )
     with pytest.raises(AlreadyDecided):
         approval_decide(request_id=first.pk, user=alice, approve=True)
-    run = drive(run.id)
-    assert run.status == RunStatus.WAITING
-    second = ApprovalRequest.objects.filter(run=run).exclude(pk=first.pk).get()
-    assert second.payload_for_display()["payload"]["key"] != first_key
-    assert second.key != first.key  # waits are keyed by interrupt id
-    approval_decide(request_id=second.pk, user=alice, approve=False, comment="no")
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     answers = {k: v for a in run.output_value()["answers"] for k, v in a.items()}
@@ -91,6 +94,8 @@ def test_two_interrupts_in_one_super_step_get_their_own_approvals(lg_workflows):
     assert answers[other]["approved"] is False and answers[other]["comment"] == "no"
     assert answers[other]["answer"] is None
     assert run.output_value()["log"] == ["start", "end"]
+    # each asking node ran twice: once to ask, once resumed with its answer
+    assert nodes_run(lg_workflows) == Counter({"start": 1, "ask-x": 2, "ask-y": 2, "end": 1})
 
 
 def test_a_string_interrupt_is_wrapped_and_answered(lg_workflows):

@@ -248,19 +248,35 @@ def _drive(
         record = ctx.step(f"superstep-{n}", step, payload, durability=mode)
         after = record.get("checkpoint_id")
         if record["interrupts"]:
-            answers = {}
+            answers: dict[str, Any] = {}
+            humans: list[tuple[str, Any]] = []  # (interrupt id, _human(...)) to ask together
             for pending in record["interrupts"]:
+                iid = pending["id"]
+                if isinstance(pending["value"], dict) and TOOL_MARKER in pending["value"]:
+                    _ask_together(ctx, humans, answers)  # positions stay in recorded order
+                    answers[iid] = _tool_answer(ctx, pending)
+                    continue
                 # one node asking twice raises two interrupts with one id: each gets
                 # its own wait (the id and how often it was asked)
-                iid = pending["id"]
                 seen[iid] = seen.get(iid, 0) + 1
                 key = iid if seen[iid] == 1 else f"{iid}.{seen[iid]}"
-                answers[iid] = _answer(ctx, pending, key, approvers, resume)
+                humans.append((iid, _human(pending, key, approvers, resume)))
+            _ask_together(ctx, humans, answers)
             payload = {"resume": answers, "after": after}
         elif record["done"]:
             return record["values"]
         else:
             payload = {"after": after}
+
+
+def _ask_together(ctx: Any, humans: list[tuple[str, Any]], answers: dict[str, Any]) -> None:
+    """Put ``humans``' approvals in the inbox together; wait for all; map the decisions."""
+    if not humans:
+        return
+    decisions = ctx.wait_for_approvals([request for _, (request, *_) in humans])
+    for (iid, (_, kind, details, wrapped)), decision in zip(humans, decisions, strict=True):
+        answers[iid] = _resume_value(decision, kind, details, wrapped)
+    humans.clear()
 
 
 def _context(graph: Any, data: Any) -> Any:
@@ -309,38 +325,43 @@ def _resume_kind(pending: dict[str, Any], declared: str | dict[str, str] | None)
     return kind
 
 
-def _answer(
-    ctx: Any,
-    pending: dict[str, Any],
-    key: str,
-    approvers: str | None,
-    resume: str | dict[str, str] | None = None,
-) -> Any:
+def _tool_answer(ctx: Any, pending: dict[str, Any]) -> Any:
+    """A :func:`call_tool` interrupt: the Durable tool step's result."""
     value = pending["value"]
-    if isinstance(value, dict) and TOOL_MARKER in value:
-        node = pending.get("node") or "node"
-        result = ctx.call_tool(
-            value[TOOL_MARKER], value.get("params") or {}, step_id=f"{node}.{value[TOOL_MARKER]}"
-        )
-        if getattr(result, "is_error", False) and hasattr(result, "to_dict"):
-            return {"error": result.message, **result.to_dict()}
-        return result
+    node = pending.get("node") or "node"
+    result = ctx.call_tool(
+        value[TOOL_MARKER], value.get("params") or {}, step_id=f"{node}.{value[TOOL_MARKER]}"
+    )
+    if getattr(result, "is_error", False) and hasattr(result, "to_dict"):
+        return {"error": result.message, **result.to_dict()}
+    return result
+
+
+def _human(
+    pending: dict[str, Any], key: str, approvers: str | None, resume: str | dict[str, str] | None
+) -> tuple[dict[str, Any], str, dict[str, Any], bool]:
+    """A human interrupt: its approval request, its resume kind, its details, wrapped."""
+    value = pending["value"]
     kind = _resume_kind(pending, resume)
     if isinstance(value, dict) and RESUME_KEY in value:
-        value = {k: v for k, v in value.items() if k != RESUME_KEY}
+        details = {k: v for k, v in value.items() if k != RESUME_KEY}
         # ask() wraps a value that is not a dict as {"value": ...}
-        wrapped = set(value) == {"value"}
-        details = value
+        wrapped = set(details) == {"value"}
     else:
         wrapped = not isinstance(value, dict)
         details = {"value": value} if wrapped else value
-    decision = ctx.wait_for_approval(
-        key,
-        title=_title(pending),
-        payload=details,
-        approvers=approvers,
-        allow_edit=kind != "approve",
-    )
+    request = {
+        "key": key,
+        "title": _title(pending),
+        "payload": details,
+        "approvers": approvers,
+        "allow_edit": kind != "approve",
+    }
+    return request, kind, details, wrapped
+
+
+def _resume_value(decision: Any, kind: str, details: dict[str, Any], wrapped: bool) -> Any:
+    """What ``interrupt()`` returns for ``decision`` under ``kind``."""
     answer = decision.edited
     if wrapped and isinstance(answer, dict) and set(answer) == {"value"}:
         answer = answer["value"]
@@ -372,6 +393,8 @@ def _title(pending: dict[str, Any]) -> str:
     text = None
     if isinstance(value, dict):
         text = value.get("title") or value.get("question")
+        if text is None and isinstance(value.get("value"), str):
+            text = value["value"]  # ask() with a text
     elif isinstance(value, str):
         text = value
     node = pending.get("node") or "graph"
