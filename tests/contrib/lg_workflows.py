@@ -408,3 +408,37 @@ def jokes_graph() -> StateGraph:
 
 
 graph_workflow("lg.jokes", "1", jokes_graph)
+
+
+# --- model calls inside nodes (call_model): recorded LLM steps
+
+
+class ChatState(TypedDict, total=False):
+    topic: str
+    draft: str
+    review: str
+    log: Annotated[list[str], operator.add]
+
+
+def writer_graph() -> StateGraph:
+    """write (two model calls in one node) -> check (fails once when asked) -> end."""
+    from durable.contrib.langgraph import call_model
+
+    def write(state: ChatState):
+        _note("", "write")
+        outline = call_model([{"role": "user", "content": f"outline {state['topic']}"}])
+        draft = call_model([{"role": "user", "content": f"draft from {outline['content']}"}])
+        _note("", "write-done")
+        _maybe_crash("write")
+        return {"draft": draft["content"], "log": ["write"]}
+
+    builder = StateGraph(ChatState)
+    builder.add_node("write", write)
+    builder.add_node("check", _node("check"))
+    builder.add_edge(START, "write")
+    builder.add_edge("write", "check")
+    builder.add_edge("check", END)
+    return builder
+
+
+graph_workflow("lg.writer", "1", writer_graph)

@@ -14,6 +14,10 @@ from durable.testing import drive
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def nodes_run_of(lg) -> Counter:
+    return Counter(line["node"] for line in lg.NODE_LOG)
+
+
 def test_durability_async_makes_the_super_steps_batched(lg_workflows):
     run = drive(durable.start("lg.chain_async", {"log": []}).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
@@ -53,3 +57,19 @@ def test_send_fans_out_and_a_failed_branch_is_the_only_one_run_again(lg_workflow
     assert runs == Counter({"cats": 1, "dogs": 2, "birds": 1})
     step = Step.objects.get(run=run, step_id="superstep-1")
     assert step.attempts == 2
+
+
+def test_model_calls_in_a_node_are_llm_steps_asked_once(lg_workflows, scripted_llm):
+    """``call_model`` inside a node: each call is an LLM step (``write.llm``,
+    ``write.llm#2``) with its tokens; the node re-runs around them, the later node fails
+    once and is retried, and the model is asked exactly twice."""
+    lg_workflows.FAIL_ONCE.add("check")
+    run = drive(durable.start("lg.writer", {"topic": "otters", "log": []}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    llm_steps = Step.objects.filter(run=run, kind="llm").order_by("position")
+    assert [s.step_id for s in llm_steps] == ["write.llm", "write.llm#2"]
+    assert all(s.output_value()["usage"]["total_tokens"] > 0 for s in llm_steps)
+    assert len(scripted_llm.log) == 2  # never asked again by the re-runs or the retry
+    assert run.output_value()["draft"] == llm_steps[1].output_value()["content"]
+    assert nodes_run_of(lg_workflows)["write-done"] == 1
+    assert nodes_run_of(lg_workflows)["check"] == 2

@@ -10,6 +10,7 @@ not import LangGraph:
   super-step per step, interrupts as approvals (:mod:`durable.contrib.langgraph.graph`).
 - :func:`call_tool` -- a Durable tool call (ledger, idempotency key, safety class) from
   inside a node of such a graph.
+- :func:`call_model` -- a chat completion from inside a node, recorded as an LLM step.
 - :func:`ask` -- ``interrupt(value)`` that returns what the graph expects of the inbox's
   decision (``True``/``False``, the edited value, the answer).
 - :func:`start_graph` -- start a graph run with LangGraph's run-time ``context=``.
@@ -20,14 +21,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from durable.contrib.langgraph.graph import ask, call_tool, graph_workflow, start_graph
+    from durable.contrib.langgraph.graph import (
+        ask,
+        call_model,
+        call_tool,
+        graph_workflow,
+        start_graph,
+    )
     from durable.contrib.langgraph.saver import DurableSaver
 
-__all__ = ["DurableSaver", "ask", "call_tool", "graph_workflow", "start_graph"]
+__all__ = ["DurableSaver", "ask", "call_model", "call_tool", "graph_workflow", "start_graph"]
 
 _LAZY = {
     "DurableSaver": "durable.contrib.langgraph.saver",
     "ask": "durable.contrib.langgraph.graph",
+    "call_model": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",
     "start_graph": "durable.contrib.langgraph.graph",
     "graph_workflow": "durable.contrib.langgraph.graph",

@@ -52,6 +52,7 @@ __all__ = [
     "RESUME_KINDS",
     "TOOL_MARKER",
     "ask",
+    "call_model",
     "call_tool",
     "graph_workflow",
     "start_graph",
@@ -59,6 +60,8 @@ __all__ = [
 
 #: the key that marks an interrupt raised by :func:`call_tool`
 TOOL_MARKER = "__durable_tool__"
+#: the key that marks an interrupt raised by :func:`call_model`
+MODEL_MARKER = "__durable_llm__"
 #: the key of a dict interrupt value that says what ``interrupt()`` returns
 RESUME_KEY = "durable_resume"
 #: what ``interrupt()`` may return: the approval as a bool, the edited value, the
@@ -92,6 +95,31 @@ def call_tool(name: str, params: dict[str, Any] | None = None) -> Any:
     if params is not None and not isinstance(params, dict):
         raise ValueError(f"call_tool({name!r}): params must be a dict, not {type(params).__name__}")
     return interrupt({TOOL_MARKER: name, "params": dict(params or {})})
+
+
+def call_model(
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    model: str | None = None,
+    **options: Any,
+) -> Any:
+    """A chat completion from inside a node of a graph workflow, recorded as an LLM step.
+
+    ``messages`` (OpenAI chat format, JSON), ``tools``, ``model`` and ``options`` are
+    :meth:`ctx.llm <durable.context.WorkflowContext.llm>`'s. The node stops (a LangGraph
+    interrupt), the run makes the call as a Durable LLM step (``<node>.llm``,
+    ``<node>.llm#2``...: request, response, tokens and cost recorded; tokens count
+    against the run's ``max_tokens``) and the node runs again from its start, getting
+    the recorded response here: a crash or a retry never asks the model again. Returns
+    ``ctx.llm``'s dict (``{"content", "tool_calls", "usage", ...}``), or ``{"error":
+    message, "error_type": ..., "details": ...}`` for a ``ModelRecoverable``. Raises
+    ``ValueError`` for messages that are not a list of dicts.
+    """
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("call_model: messages must be a list of chat messages (dicts)")
+    request = {"messages": messages, "tools": tools, "model": model, "options": options}
+    return interrupt({MODEL_MARKER: request})
 
 
 def ask(value: Any, resume: str) -> Any:
@@ -252,7 +280,8 @@ def _drive(
             humans: list[tuple[str, Any]] = []  # (interrupt id, _human(...)) to ask together
             for pending in record["interrupts"]:
                 iid = pending["id"]
-                if isinstance(pending["value"], dict) and TOOL_MARKER in pending["value"]:
+                value = pending["value"]
+                if isinstance(value, dict) and (TOOL_MARKER in value or MODEL_MARKER in value):
                     _ask_together(ctx, humans, answers)  # positions stay in recorded order
                     answers[iid] = _tool_answer(ctx, pending)
                     continue
@@ -326,12 +355,22 @@ def _resume_kind(pending: dict[str, Any], declared: str | dict[str, str] | None)
 
 
 def _tool_answer(ctx: Any, pending: dict[str, Any]) -> Any:
-    """A :func:`call_tool` interrupt: the Durable tool step's result."""
+    """A :func:`call_tool` or :func:`call_model` interrupt: the Durable step's result."""
     value = pending["value"]
     node = pending.get("node") or "node"
-    result = ctx.call_tool(
-        value[TOOL_MARKER], value.get("params") or {}, step_id=f"{node}.{value[TOOL_MARKER]}"
-    )
+    if MODEL_MARKER in value:
+        request = value[MODEL_MARKER]
+        result = ctx.llm(
+            request["messages"],
+            tools=request.get("tools"),
+            model=request.get("model"),
+            step_id=f"{node}.llm",
+            **(request.get("options") or {}),
+        )
+    else:
+        result = ctx.call_tool(
+            value[TOOL_MARKER], value.get("params") or {}, step_id=f"{node}.{value[TOOL_MARKER]}"
+        )
     if getattr(result, "is_error", False) and hasattr(result, "to_dict"):
         return {"error": result.message, **result.to_dict()}
     return result
