@@ -23,7 +23,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import AlreadyDecided, approval_decide
 from durable.models import Operation, RunStatus, Step
 from tests.contrib import lg_workflows
-from tests.harness import wait_for_run, wait_until
+from tests.harness import wait_for_run
 
 pytestmark = [
     pytest.mark.processes,
@@ -82,15 +82,11 @@ def test_interrupts_answered_across_a_worker_kill_and_a_double_answer_is_refused
     wait_for_run(run.id, timeout=30, statuses=(RunStatus.WAITING,))
     first.kill()
     second = workers.start(wait=True, **WORKER_ENV)
-    req1 = ApprovalRequest.objects.get(run=run)
+    # both interrupts of the super-step are in the inbox together
+    req1, req2 = ApprovalRequest.objects.filter(run=run).order_by("id")
     approval_decide(request_id=req1.pk, user=alice, approve=True, edited={"question": "a"})
     with pytest.raises(AlreadyDecided):
         approval_decide(request_id=req1.pk, user=alice, approve=True)
-    req2 = wait_until(
-        lambda: ApprovalRequest.objects.filter(run=run).exclude(pk=req1.pk).first(),
-        30,
-        what="the second interrupt's approval",
-    )
     # a late answer to the first request (another approver) changes nothing
     with pytest.raises(Exception, match="already|decided|not pending|closed"):
         approval_decide(request_id=req1.pk, user=bob, approve=False)
@@ -124,3 +120,60 @@ def test_a_node_killed_after_its_tool_call_does_not_refund_twice(workers, proc_e
     assert run.output_value()["refund"] == refunds[0]
     nodes = Counter(n["node"] for n in node_lines(proc_env))
     assert nodes["pay-after-tool"] == 2  # ran again after the crash, without a new refund
+
+
+def test_approve_or_reject_rejected_across_a_worker_kill_takes_the_reject_branch(workers, proc_env):
+    """The docs' "Approve or reject" graph (version 2, resume="approve"): the worker
+    waiting on the approval is SIGKILLed; the rejection, decided meanwhile, is read by
+    another worker and the graph goes down the cancel branch. One request, decided once."""
+    alice = approver("alice")
+    first = workers.start(wait=True, **WORKER_ENV)
+    run = durable.start("lg.approval", {"action_details": "Transfer $500"})
+    wait_for_run(run.id, timeout=30, statuses=(RunStatus.WAITING,))
+    first.kill()
+    req = ApprovalRequest.objects.get(run=run)
+    approval_decide(request_id=req.pk, user=alice, approve=False, comment="too much")
+    workers.start(wait=True, **WORKER_ENV)
+    run = wait_for_run(run.id, timeout=40)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["status"] == "rejected"
+    assert ApprovalRequest.objects.filter(run=run).count() == 1
+
+
+@pytest.fixture
+def scripted_llm():
+    """The scripted LLM server (examples/fake_llm.py) in a thread, for the workers."""
+    from examples._http import start
+    from examples.fake_llm import FakeLLM
+
+    llm = FakeLLM()
+    server = start(llm.router, "fake-llm")
+    llm.env = {
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}/v1",
+        "OPENAI_API_KEY": "scripted",
+    }
+    try:
+        yield llm
+    finally:
+        server.shutdown()
+
+
+def test_a_node_killed_after_its_model_calls_does_not_ask_the_model_again(
+    workers, proc_env, scripted_llm
+):
+    """write makes two call_model calls (LLM steps), then its worker dies inside the
+    node. Another worker re-runs the node: both answers are the recorded ones, the
+    scripted model was asked exactly twice."""
+    llm_env = scripted_llm.env
+    first = workers.start(wait=True, LG_CRASH_AT="write", **llm_env, **WORKER_ENV)
+    run = durable.start("lg.writer", {"topic": "otters", "log": []})
+    assert first.wait_exit(30) != 0
+    workers.start(wait=True, **llm_env, **WORKER_ENV)
+    run = wait_for_run(run.id, timeout=60)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(scripted_llm.log) == 2
+    llm_steps = Step.objects.filter(run=run, kind="llm").order_by("position")
+    assert [s.step_id for s in llm_steps] == ["write.llm", "write.llm#2"]
+    assert run.output_value()["draft"] == llm_steps[1].output_value()["content"]
+    nodes = Counter(n["node"] for n in node_lines(proc_env))
+    assert nodes["write-done"] == 2  # the killed run of the node and the one after it
