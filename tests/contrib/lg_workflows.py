@@ -442,3 +442,44 @@ def writer_graph() -> StateGraph:
 
 
 graph_workflow("lg.writer", "1", writer_graph)
+
+
+# --- long-term memory (docs.langchain.com/oss/python/langgraph/persistence, "Memory store")
+
+
+@dataclass
+class UserContext:
+    user_id: str
+
+
+class MemoryState(TypedDict, total=False):
+    message: str
+    seen: list[str]
+
+
+def memory_graph() -> StateGraph:
+    """Reads the user's memories, then remembers this message (under a key the node
+    computes again when it re-runs)."""
+    from langgraph.runtime import Runtime
+
+    def call_model(state: MemoryState, runtime: Runtime[UserContext]):
+        namespace = ("memories", runtime.context.user_id)
+        memories = runtime.store.search(namespace)
+        seen = sorted(m.value["data"] for m in memories)
+        runtime.store.put(namespace, state["message"], {"data": state["message"]})
+        return {"seen": seen}
+
+    builder = StateGraph(MemoryState, context_schema=UserContext)
+    builder.add_node("call_model", call_model)
+    builder.add_edge(START, "call_model")
+    builder.add_edge("call_model", END)
+    return builder
+
+
+def _memory_store():
+    from durable.contrib.langgraph.store import DurableStore
+
+    return DurableStore(ttl={"default_ttl": 60 * 24 * 30, "refresh_on_read": True})
+
+
+graph_workflow("lg.memory", "1", memory_graph, store=_memory_store())

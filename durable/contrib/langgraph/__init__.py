@@ -13,6 +13,8 @@ not import LangGraph:
 - :func:`call_model` -- a chat completion from inside a node, recorded as an LLM step.
 - :func:`ask` -- ``interrupt(value)`` that returns what the graph expects of the inbox's
   decision (``True``/``False``, the edited value, the answer).
+- :class:`DurableStore` -- a LangGraph ``BaseStore`` (long-term memory, with TTL) over
+  Django models (:mod:`durable.contrib.langgraph.store`).
 - :func:`start_graph` -- start a graph run with LangGraph's run-time ``context=``.
 """
 
@@ -29,11 +31,21 @@ if TYPE_CHECKING:
         start_graph,
     )
     from durable.contrib.langgraph.saver import DurableSaver
+    from durable.contrib.langgraph.store import DurableStore
 
-__all__ = ["DurableSaver", "ask", "call_model", "call_tool", "graph_workflow", "start_graph"]
+__all__ = [
+    "DurableSaver",
+    "DurableStore",
+    "ask",
+    "call_model",
+    "call_tool",
+    "graph_workflow",
+    "start_graph",
+]
 
 _LAZY = {
     "DurableSaver": "durable.contrib.langgraph.saver",
+    "DurableStore": "durable.contrib.langgraph.store",
     "ask": "durable.contrib.langgraph.graph",
     "call_model": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",

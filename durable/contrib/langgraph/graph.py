@@ -174,6 +174,7 @@ def graph_workflow(
     deadline_seconds: float | None = None,
     resume: str | dict[str, str] | None = None,
     durability: str = "sync",
+    store: Any = None,
 ) -> Callable[..., Any]:
     """Register a Durable workflow ``name``/``version`` that runs ``build_graph()``'s graph.
 
@@ -195,6 +196,11 @@ def graph_workflow(
     synchronously; ``"async"`` and ``"exit"`` let it be group-committed (Durable's
     ``batched``: a crash may run a super-step again, never a recorded model call).
 
+    ``store``: a LangGraph ``BaseStore`` for the graph's long-term memory (nodes'
+    ``store`` argument, ``runtime.store``), e.g. :class:`~durable.contrib.langgraph.store.
+    DurableStore`; its writes are a node's side effects: a node that runs again writes
+    again (put under a key the node can compute again, not a random one).
+
     Raises :class:`~durable.DurableConfigurationError` like ``@durable.workflow`` for a
     bad name or version, and for an unknown ``resume`` kind or ``durability``. Returns
     the workflow function.
@@ -215,7 +221,7 @@ def graph_workflow(
         )
 
     def run_graph(ctx: Any, input: Any) -> Any:
-        graph = _graph(name, str(version), build_graph)
+        graph = _graph(name, str(version), build_graph, store)
         return _drive(ctx, graph, input, approvers=approvers, resume=resume, durability=durability)
 
     run_graph.__qualname__ = f"graph_workflow[{name}]"
@@ -229,15 +235,18 @@ def graph_workflow(
     )(run_graph)
 
 
-def _graph(name: str, version: str, build_graph: Callable[[], Any]) -> Any:
+def _graph(name: str, version: str, build_graph: Callable[[], Any], store: Any = None) -> Any:
     with _lock:
         graph = _graphs.get((name, version))
         if graph is None:
             built = build_graph()
             if hasattr(built, "compile"):
-                graph = built.compile(checkpointer=DurableSaver())
+                graph = built.compile(checkpointer=DurableSaver(), store=store)
             elif hasattr(built, "checkpointer") and hasattr(built, "stream"):
-                graph = built.copy(update={"checkpointer": DurableSaver()})
+                update = {"checkpointer": DurableSaver()}
+                if store is not None:
+                    update["store"] = store
+                graph = built.copy(update=update)
             else:
                 raise TypeError(
                     f"graph_workflow({name!r}): build_graph must return a StateGraph or a "

@@ -89,3 +89,28 @@ class LangGraphWrite(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id} {self.checkpoint_id} {self.task_id}[{self.idx}]"
+
+
+class LangGraphStoreItem(models.Model):
+    """One item of :class:`~durable.contrib.langgraph.store.DurableStore` (LangGraph's
+    long-term memory): a JSON ``value`` under ``namespace`` (its labels joined by
+    ``"."``, which a label cannot hold) and ``key``. ``expires_at``: when a TTL was
+    given, the time after which the item is gone (``ttl_minutes`` renews it on reads
+    that refresh it)."""
+
+    namespace = models.TextField()
+    key = models.TextField()
+    value = models.JSONField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    ttl_minutes = models.FloatField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "key"], name="lg_store_item_unique")
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="lg_store_item_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace} {self.key}"
