@@ -55,8 +55,41 @@ def test_a_failed_node_is_retried_without_running_finished_super_steps_again(lg_
     assert step.attempts == 2
 
 
-def test_a_fork_of_a_graph_run_fails_with_a_clear_error(lg_workflows):
+def test_a_fork_of_a_graph_run_continues_from_the_checkpoint_before_its_step(lg_workflows):
+    """durable.fork at superstep-3: a and b are reused (their records and the source
+    thread's checkpoints), c and d run again in the fork's own thread."""
+    run = drive(durable.start("lg.chain", {"log": ["in"]}).id)
+    forked = drive(durable.fork(run.id, from_step="superstep-3").id)
+    assert forked.status == RunStatus.SUCCEEDED, forked.error
+    assert forked.output_value()["log"] == ["in", "a", "b", "c", "d"]
+    assert nodes_run(lg_workflows) == Counter({"a": 1, "b": 1, "c": 2, "d": 2})
+    # the source's thread is untouched
+    assert run.output_value() == drive(run.id).output_value()
+
+
+def test_fork_graph_updates_the_state_like_langgraphs_time_travel(lg_workflows):
+    """LangGraph's time travel (docs: "Use time-travel"): update_state at a past
+    checkpoint, then continue. fork_graph does it on a Durable fork."""
+    from durable.contrib.langgraph import fork_graph
+
+    run = drive(durable.start("lg.chain", {"log": ["in"]}).id)
+    forked = fork_graph(run.id, from_step="superstep-3", values={"log": ["edited"]}, as_node="b")
+    forked = drive(forked.id)
+    assert forked.status == RunStatus.SUCCEEDED, forked.error
+    assert forked.output_value()["log"] == ["in", "a", "b", "edited", "c", "d"]
+    assert nodes_run(lg_workflows) == Counter({"a": 1, "b": 1, "c": 2, "d": 2})
+    assert run.output_value()["log"] == ["in", "a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="no state before it"):
+        fork_graph(run.id, from_step="superstep-1", values={"log": ["x"]})
+    with pytest.raises(ValueError, match="not a super-step"):
+        fork_graph(run.id, from_step="superstep-9")
+
+
+def test_a_fork_of_a_pruned_graph_run_fails_with_a_clear_error(lg_workflows):
+    from durable.contrib.langgraph.models import LangGraphCheckpoint
+
     run = drive(durable.start("lg.chain", {"log": []}).id)
+    LangGraphCheckpoint.objects.filter(thread_id=run.id).delete()
     forked = drive(durable.fork(run.id, from_step="superstep-3").id)
     assert forked.status == RunStatus.FAILED
     assert "cannot continue" in forked.error["message"]

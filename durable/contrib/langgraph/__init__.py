@@ -15,6 +15,7 @@ not import LangGraph:
   decision (``True``/``False``, the edited value, the answer).
 - :class:`DurableStore` -- a LangGraph ``BaseStore`` (long-term memory, with TTL) over
   Django models (:mod:`durable.contrib.langgraph.store`).
+- :func:`fork_graph` -- fork a graph run with LangGraph's ``update_state``.
 - :func:`start_graph` -- start a graph run with LangGraph's run-time ``context=``.
 """
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
         ask,
         call_model,
         call_tool,
+        fork_graph,
         graph_workflow,
         start_graph,
     )
@@ -39,6 +41,7 @@ __all__ = [
     "ask",
     "call_model",
     "call_tool",
+    "fork_graph",
     "graph_workflow",
     "start_graph",
 ]
@@ -49,6 +52,7 @@ _LAZY = {
     "ask": "durable.contrib.langgraph.graph",
     "call_model": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",
+    "fork_graph": "durable.contrib.langgraph.graph",
     "start_graph": "durable.contrib.langgraph.graph",
     "graph_workflow": "durable.contrib.langgraph.graph",
 }
