@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from durable.contrib.langgraph.graph import (
-        ask,
         call_model,
         call_tool,
         fork_graph,
         graph_workflow,
         start_graph,
     )
+    from durable.contrib.langgraph.interrupts import ask
     from durable.contrib.langgraph.saver import DurableSaver
     from durable.contrib.langgraph.store import DurableStore
 
@@ -49,7 +49,7 @@ __all__ = [
 _LAZY = {
     "DurableSaver": "durable.contrib.langgraph.saver",
     "DurableStore": "durable.contrib.langgraph.store",
-    "ask": "durable.contrib.langgraph.graph",
+    "ask": "durable.contrib.langgraph.interrupts",
     "call_model": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",
     "fork_graph": "durable.contrib.langgraph.graph",

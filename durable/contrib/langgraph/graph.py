@@ -43,6 +43,14 @@ from typing import Any
 
 from langgraph.types import Command, interrupt
 
+from durable.contrib.langgraph.interrupts import (
+    RESUME_KEY,
+    RESUME_KINDS,
+    ask,
+    human,
+    resume_value,
+    valid_kind,
+)
 from durable.contrib.langgraph.saver import DurableSaver
 from durable.exceptions import PermanentError
 from durable.registry import workflow
@@ -63,11 +71,6 @@ __all__ = [
 TOOL_MARKER = "__durable_tool__"
 #: the key that marks an interrupt raised by :func:`call_model`
 MODEL_MARKER = "__durable_llm__"
-#: the key of a dict interrupt value that says what ``interrupt()`` returns
-RESUME_KEY = "durable_resume"
-#: what ``interrupt()`` may return: the approval as a bool, the edited value, the
-#: approver's answer, or Durable's decision dict (the behaviour before ``resume=``)
-RESUME_KINDS = ("approve", "edit", "answer", "decision")
 #: the key of a run input made by :func:`start_graph` (the graph's input and context)
 ENVELOPE = "__durable_graph__"
 #: LangGraph's ``durability=`` modes -> the checkpoint mode of the super-step steps
@@ -123,24 +126,6 @@ def call_model(
         raise ValueError("call_model: messages must be a list of chat messages (dicts)")
     request = {"messages": messages, "tools": tools, "model": model, "options": options}
     return interrupt({MODEL_MARKER: request})
-
-
-def ask(value: Any, resume: str) -> Any:
-    """``interrupt(value)`` that returns what ``resume`` says (one of :data:`RESUME_KINDS`).
-
-    ``"approve"``: ``True`` when the approver approves, ``False`` when they reject.
-    ``"edit"``: the value as the approver edited it (the value unchanged when they
-    approve without editing or reject). ``"answer"``: the approver's answer (``None``
-    when they reject or approve without answering). ``"edit:<field>"`` and
-    ``"answer:<field>"``: that field of the (edited) dict value. ``"decision"``: Durable's decision
-    dict. A dict ``value`` is shown to approvers as is, another value as ``{"value":
-    value}`` (an edit or answer of it is the edited ``"value"``). Raises ``ValueError``
-    for another ``resume``; outside a graph, what ``interrupt`` raises.
-    """
-    if not _valid_kind(resume):
-        raise ValueError(f"ask(resume={resume!r}): resume must be one of {RESUME_KINDS}")
-    details = dict(value) if isinstance(value, dict) else {"value": value}
-    return interrupt({**details, RESUME_KEY: resume})
 
 
 def start_graph(
@@ -267,7 +252,7 @@ def graph_workflow(
     from durable.exceptions import DurableConfigurationError
 
     kinds: list[Any] = list(resume.values()) if isinstance(resume, dict) else [resume]
-    bad = [k for k in kinds if k is not None and not _valid_kind(k)]
+    bad = [k for k in kinds if k is not None and not valid_kind(k)]
     if bad or (resume is not None and not isinstance(resume, str | dict)):
         raise DurableConfigurationError(
             f"graph_workflow({name!r}, resume={resume!r}): a resume kind is one of "
@@ -347,7 +332,7 @@ def _drive(
         after = record.get("checkpoint_id")
         if record["interrupts"]:
             answers: dict[str, Any] = {}
-            humans: list[tuple[str, Any]] = []  # (interrupt id, _human(...)) to ask together
+            humans: list[tuple[str, Any]] = []  # (interrupt id, human(...)) to ask together
             for pending in record["interrupts"]:
                 iid = pending["id"]
                 value = pending["value"]
@@ -359,7 +344,7 @@ def _drive(
                 # its own wait (the id and how often it was asked)
                 seen[iid] = seen.get(iid, 0) + 1
                 key = iid if seen[iid] == 1 else f"{iid}.{seen[iid]}"
-                humans.append((iid, _human(pending, key, approvers, resume)))
+                humans.append((iid, human(pending, key, approvers, resume)))
             _ask_together(ctx, humans, answers)
             payload = {"resume": answers, "after": after}
         elif record["done"]:
@@ -374,7 +359,7 @@ def _ask_together(ctx: Any, humans: list[tuple[str, Any]], answers: dict[str, An
         return
     decisions = ctx.wait_for_approvals([request for _, (request, *_) in humans])
     for (iid, (_, kind, details, wrapped)), decision in zip(humans, decisions, strict=True):
-        answers[iid] = _resume_value(decision, kind, details, wrapped)
+        answers[iid] = resume_value(decision, kind, details, wrapped)
     humans.clear()
 
 
@@ -386,42 +371,6 @@ def _context(graph: Any, data: Any) -> Any:
     from pydantic import TypeAdapter
 
     return TypeAdapter(schema).validate_python(data)
-
-
-def _valid_kind(kind: Any) -> bool:
-    """``approve``, ``decision``, ``edit``, ``answer``, or ``edit:<field>``/``answer:<field>``."""
-    if not isinstance(kind, str):
-        return False
-    base, _, field = kind.partition(":")
-    return kind in RESUME_KINDS or (base in ("edit", "answer") and bool(field))
-
-
-def _resume_kind(pending: dict[str, Any], declared: str | dict[str, str] | None) -> str:
-    """What this interrupt's ``interrupt()`` returns; refuses an ambiguous mapping."""
-    value = pending["value"]
-    node = pending.get("node") or "graph"
-    own = value.get(RESUME_KEY) if isinstance(value, dict) else None
-    if own is not None and not _valid_kind(own):
-        raise PermanentError(
-            f"the interrupt of node {node!r} says {RESUME_KEY}={own!r}: it must be one of "
-            f"{RESUME_KINDS}"
-        )
-    graph_kind = declared.get(node) if isinstance(declared, dict) else declared
-    if own is not None and graph_kind is not None and own != graph_kind:
-        raise PermanentError(
-            f"the interrupt of node {node!r} says {RESUME_KEY}={own!r} but the workflow "
-            f"says resume={graph_kind!r}: say it once, in one place"
-        )
-    kind = own or graph_kind
-    if kind is None:
-        if declared is None:
-            return "decision"  # registered without resume=: the dict, as before
-        raise PermanentError(
-            f"the interrupt of node {node!r} does not say what interrupt() returns: give "
-            f"the node a kind in graph_workflow(..., resume={{{node!r}: ...}}) or the "
-            f"interrupt value a {RESUME_KEY!r} key, one of {RESUME_KINDS}"
-        )
-    return kind
 
 
 def _tool_answer(ctx: Any, pending: dict[str, Any]) -> Any:
@@ -444,70 +393,6 @@ def _tool_answer(ctx: Any, pending: dict[str, Any]) -> Any:
     if getattr(result, "is_error", False) and hasattr(result, "to_dict"):
         return {"error": result.message, **result.to_dict()}
     return result
-
-
-def _human(
-    pending: dict[str, Any], key: str, approvers: str | None, resume: str | dict[str, str] | None
-) -> tuple[dict[str, Any], str, dict[str, Any], bool]:
-    """A human interrupt: its approval request, its resume kind, its details, wrapped."""
-    value = pending["value"]
-    kind = _resume_kind(pending, resume)
-    if isinstance(value, dict) and RESUME_KEY in value:
-        details = {k: v for k, v in value.items() if k != RESUME_KEY}
-        # ask() wraps a value that is not a dict as {"value": ...}
-        wrapped = set(details) == {"value"}
-    else:
-        wrapped = not isinstance(value, dict)
-        details = {"value": value} if wrapped else value
-    request = {
-        "key": key,
-        "title": _title(pending),
-        "payload": details,
-        "approvers": approvers,
-        "allow_edit": kind != "approve",
-    }
-    return request, kind, details, wrapped
-
-
-def _resume_value(decision: Any, kind: str, details: dict[str, Any], wrapped: bool) -> Any:
-    """What ``interrupt()`` returns for ``decision`` under ``kind``."""
-    answer = decision.edited
-    if wrapped and isinstance(answer, dict) and set(answer) == {"value"}:
-        answer = answer["value"]
-    if kind == "approve":
-        return decision.approved
-    base, _, field = kind.partition(":")
-    shown = details["value"] if wrapped else details
-    if base == "edit":
-        edited = decision.approved and decision.edited is not None
-        result = answer if edited else shown
-        if not field:
-            return result
-        fallback = shown.get(field) if isinstance(shown, dict) else None
-        return result.get(field, fallback) if isinstance(result, dict) else fallback
-    if base == "answer":
-        if not decision.approved or answer is None:
-            return None
-        return answer.get(field) if field and isinstance(answer, dict) else answer
-    return {
-        "approved": decision.approved,
-        "answer": answer,
-        "comment": decision.comment,
-        "decided_by": list(decision.decided_by),
-    }
-
-
-def _title(pending: dict[str, Any]) -> str:
-    value = pending["value"]
-    text = None
-    if isinstance(value, dict):
-        text = value.get("title") or value.get("question")
-        if text is None and isinstance(value.get("value"), str):
-            text = value["value"]  # ask() with a text
-    elif isinstance(value, str):
-        text = value
-    node = pending.get("node") or "graph"
-    return f"{node}: {str(text or 'asks for a decision')[:180]}"
 
 
 # --- one super-step: runs inside a Durable step ---------------------------------------
