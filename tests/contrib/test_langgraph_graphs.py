@@ -249,3 +249,36 @@ def test_a_super_step_cut_off_between_its_writes_and_its_checkpoint_resumes(
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value()["log"] == ["in", "a", "b", "c", "d"]
     assert nodes_run(lg_workflows) == Counter("abcd")  # a's writes were kept, not redone
+
+
+def test_a_run_waiting_one_interrupt_at_a_time_resumes_with_interrupts_together(
+    lg_workflows, monkeypatch
+):
+    """A run parked by the driver before interrupts were asked together (one wait, the
+    second not yet created) resumes unchanged under the new driver: the same positions,
+    the second question added to the inbox, the graph resumed once."""
+    from durable.contrib.langgraph import graph as lg_graph
+
+    alice = approver()
+
+    def one_by_one(ctx, humans, answers):  # the driver before wait_for_approvals
+        for iid, (request, kind, details, wrapped) in humans:
+            decision = ctx.wait_for_approval(**request)
+            answers[iid] = lg_graph.resume_value(decision, kind, details, wrapped)
+        humans.clear()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lg_graph, "_ask_together", one_by_one)
+        run = drive(durable.start("lg.two_questions", {}).id)
+    assert run.status == RunStatus.WAITING
+    first = ApprovalRequest.objects.get(run=run)  # the old driver asked one at a time
+    approval_decide(request_id=first.pk, user=alice, approve=True)
+    run = drive(run.id)  # the new driver
+    assert run.status == RunStatus.WAITING, run.error
+    second = ApprovalRequest.objects.filter(run=run).exclude(pk=first.pk).get()
+    approval_decide(request_id=second.pk, user=alice, approve=False)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    answers = {k: v["approved"] for a in run.output_value()["answers"] for k, v in a.items()}
+    assert sorted(answers.values()) == [False, True]
+    assert nodes_run(lg_workflows) == Counter({"start": 1, "ask-x": 2, "ask-y": 2, "end": 1})

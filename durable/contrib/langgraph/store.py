@@ -40,6 +40,7 @@ from langgraph.store.base import validate_op_namespace as _validate_op
 from langgraph.store.memory import _compare_values, _does_match
 
 from durable.contrib.langgraph.models import LangGraphStoreItem
+from durable.contrib.langgraph.saver import _thread_connection
 
 __all__ = ["DurableStore"]
 
@@ -69,6 +70,7 @@ class DurableStore(BaseStore):
 
     # --- the contract: batch / abatch ------------------------------------------------
 
+    @_thread_connection  # a node in LangGraph's pool thread: close that thread's connection
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order; returns one result per op (``None`` for a put)."""
         ops = list(ops)
@@ -107,6 +109,7 @@ class DurableStore(BaseStore):
         """:meth:`batch` on Django's sync thread."""
         return await sync_to_async(self.batch)(list(ops))
 
+    @_thread_connection
     def sweep_ttl(self) -> int:
         """Delete the items past their TTL; returns how many."""
         deleted, _ = LangGraphStoreItem.objects.filter(expires_at__lte=timezone.now()).delete()
