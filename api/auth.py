@@ -26,7 +26,6 @@ authentication step, so before the body is parsed or validated.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -40,12 +39,9 @@ from ninja.security import HttpBearer
 from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 
-from .models import ApiToken, digest_of
+from .models import TOKEN_TEXT, ApiToken, digest_of
 from .problems import ApiProblem, problem
 from .scopes import SCOPES, check
-
-#: a token's text, ``dur_<prefix>_<secret>`` (:func:`api.models.token_create`)
-_TOKEN_TEXT = re.compile(r"dur_([0-9a-f]{8})_[A-Za-z0-9_-]+")
 
 #: seconds between two writes of a token's last_used_at
 LAST_USED_RESOLUTION = 60
@@ -118,7 +114,7 @@ class TokenAuth(HttpBearer):
         return found
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        match = _TOKEN_TEXT.fullmatch(token) if len(token) <= 100 else None
+        match = TOKEN_TEXT.fullmatch(token) if len(token) <= 100 else None
         found = None
         if match is not None:
             found = (

@@ -11,6 +11,7 @@ user's permission (``api/scopes.py``).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from typing import Any
 
@@ -22,6 +23,10 @@ from durable.values.fields import StorableCharField, StorableTextField
 from durable.values.secrets import decrypt, encrypt
 
 TOKEN_PREFIX = "dur_"
+
+
+#: a token's text, ``dur_<prefix>_<secret>`` (:func:`token_create`); group 1: the prefix
+TOKEN_TEXT = re.compile(rf"{re.escape(TOKEN_PREFIX)}([0-9a-f]{{8}})_[A-Za-z0-9_-]+")
 
 
 def digest_of(token: str) -> str:

@@ -96,35 +96,40 @@ def retention_seconds() -> int:
 MIN_SECRET_BYTES = 16
 
 
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of ``secret``: a ``whsec_`` secret is strict base64 after its prefix
+    (``ValueError`` when it is not, or decodes to no bytes: a permissive decoder would
+    drop every character of ``whsec_!!!!`` and sign with the empty key, which anyone
+    can); any other secret is its UTF-8 text."""
+    if not secret.startswith("whsec_"):  # Standard Webhooks' secrets are base64 after it
+        return secret.encode()
+    key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    if not key:
+        raise ValueError("a whsec_ secret decodes to no bytes")
+    return key
+
+
 def secret_problem(secret: str) -> str | None:
     """Why ``secret`` cannot sign webhooks, or ``None``: a ``whsec_`` secret must be
     strict base64 after its prefix, decoding to at least :data:`MIN_SECRET_BYTES`; any
     other at least that many characters. Checked where a secret is entered (the admin,
     ``POST /api/v1/webhooks/subscriptions``), so that no delivery fails for it later."""
-    if secret.startswith("whsec_"):
-        try:
-            key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-        except ValueError:
-            return "a whsec_ secret must be base64 after the prefix"
-        if len(key) < MIN_SECRET_BYTES:
-            return f"a whsec_ secret must decode to at least {MIN_SECRET_BYTES} bytes"
+    try:
+        key = signing_key(secret)
+    except ValueError:
+        return "a whsec_ secret must be base64 after the prefix"
+    if len(key) >= MIN_SECRET_BYTES:
         return None
-    if len(secret) < MIN_SECRET_BYTES:
-        return f"give at least {MIN_SECRET_BYTES} characters"
-    return None
+    if secret.startswith("whsec_"):
+        return f"a whsec_ secret must decode to at least {MIN_SECRET_BYTES} bytes"
+    return f"give at least {MIN_SECRET_BYTES} characters"
 
 
 def sign_standard(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value for a message, as Standard Webhooks:
-    ``v1,<base64 HMAC-SHA256 of "{msg_id}.{timestamp}.{body}">``; a ``whsec_`` secret is
-    base64 after its prefix (``ValueError`` when it is not, or decodes to no bytes: a
-    permissive decoder would drop every character of ``whsec_!!!!`` and sign with the
-    empty key, which anyone can)."""
-    key = secret.encode()
-    if secret.startswith("whsec_"):  # Standard Webhooks' secrets are base64 after the prefix
-        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-        if not key:
-            raise ValueError("a whsec_ secret decodes to no bytes")
+    ``v1,<base64 HMAC-SHA256 of "{msg_id}.{timestamp}.{body}">``, keyed by
+    :func:`signing_key` (``ValueError`` for a ``whsec_`` secret that is not base64)."""
+    key = signing_key(secret)
     signed = f"{msg_id}.{timestamp}.".encode() + body
     digest = hmac.new(key, signed, hashlib.sha256).digest()
     return "v1," + base64.b64encode(digest).decode()
