@@ -191,6 +191,11 @@ def test_a_killed_workers_slot_is_freed_when_its_lease_expires(workers, proc_env
     assert third.alive()
 
 
+# quarantined (run with `pytest -m slow`): in one CI run on PostgreSQL beside the other
+# suite it took 36 s instead of 14 and one early run was admitted after 32 later ones --
+# a stall of about 20 s, as if that run's wake were lost and found by the sweep; alone it
+# passes (4 of 4). An open fault to find, not a bound to loosen (docs/testing.md)
+@pytest.mark.slow
 def test_fifty_runs_on_a_5_per_second_limit_are_admitted_in_arrival_order(
     workers, proc_env, tmp_path
 ):
