@@ -89,6 +89,8 @@ __all__ = [
 ]
 
 CELERY = Path(sys.executable).parent / "celery"
+#: seconds the other workers wait for the cut-off or clock-stepped worker to hold a run
+DEFER_OTHERS = 30.0
 APPROVER_GROUPS = ("support-leads", "billing", "procurement", "finance")
 OPERATOR = "chaos-operator"
 #: who the chaos runs are started by (four-eyes: not the operator who approves them)
@@ -338,6 +340,8 @@ class Chaos:
         self.signalled: set[str] = set()
         self.extras: Extras | None = None
         self._names = 0
+        #: the workers not started yet: they wait for the cut-off or clock-stepped one
+        self.deferred = 0
         #: the run ids of this audit begin ``chaos-<stamp>-`` (set when the runs start)
         self.stamp = ""
 
@@ -386,13 +390,18 @@ class Chaos:
             env = self._worker_env()
             if self.clock_step_seconds:
                 self.clock_step = ClockStep(self.clock_step_seconds, self.folder)
-            for i in range(self.n_workers):
-                # the last worker's host has the stepped clock; the first ones are cut off
-                self._start_worker(
-                    env,
-                    partitioned=i < self.n_partitioned,
-                    skewed=self.clock_step is not None and i == self.n_workers - 1,
-                )
+            # the first workers are cut off, the last one's host has the stepped clock;
+            # those start alone, and the others once one of them held a run (or after
+            # DEFER_OTHERS seconds): with every worker up at once, the few short runs of
+            # a small audit may all go to the others, and the fault never happens
+            kinds = [
+                (i < self.n_partitioned, self.clock_step is not None and i == self.n_workers - 1)
+                for i in range(self.n_workers)
+            ]
+            special = [kind for kind in kinds if any(kind)]
+            for partitioned, skewed in special or kinds:
+                self._start_worker(env, partitioned=partitioned, skewed=skewed)
+            self.deferred = len(kinds) - len(special) if special else 0
             self._start_runs()
             stop = threading.Event()
             killer = threading.Thread(
@@ -520,6 +529,7 @@ class Chaos:
         next_note = time.monotonic() + 10
         midway_done = self.midway is None
         waiting = ""
+        defer_until = time.monotonic() + DEFER_OTHERS
         while time.monotonic() < deadline:
             now = time.monotonic()
             try:
@@ -557,6 +567,13 @@ class Chaos:
                     self.log(f"database unavailable ({type(exc).__name__}); retrying")
                     close_old_connections()
                     connection.close()
+            if self.deferred and (
+                self.report.partitions or self.report.clock_steps or now >= defer_until
+            ):
+                self.log(f"starting the {self.deferred} other worker(s)")
+                for _ in range(self.deferred):
+                    self._start_worker(env)
+                self.deferred = 0
             if now >= next_note:
                 kinds = Counter(self.report.runs[r] for r in remaining)
                 self.log(
@@ -573,12 +590,27 @@ class Chaos:
         them alive, on a thread of its own: the operator's loop over 1,000 runs takes
         seconds a turn, and must not space the kills out."""
         next_kill = time.monotonic() + self._jitter()
+        try:
+            self._kill_loop(env, stop, next_kill)
+        finally:
+            connection.close()  # this thread's own connection (the holders' query)
+
+    def _kill_loop(self, env: dict[str, str], stop: threading.Event, next_kill: float) -> None:
         while not stop.wait(0.1):
             now = time.monotonic()
-            if self.kill_every > 0 and now >= next_kill:
+            # the first kill does not wait for the timer: it comes as soon as a worker
+            # holds a run, so even an audit whose runs end within seconds has one
+            # (once every worker is up: not before a cut-off or clock-stepped one's fault)
+            first = (
+                self._holding_workers()
+                if self.kill_every > 0 and not self.report.kills and not self.deferred
+                else []
+            )
+            if self.kill_every > 0 and (now >= next_kill or first):
                 # a cut-off worker is not killed while cut: its late writes are the point
                 cut_off = self.partition is not None and self.partition.is_cut
                 alive = [w for w in self.workers if w.alive() and not (cut_off and w.partition)]
+                alive = [w for w in first if w in alive] or alive
                 if alive:
                     victim = self.rng.choice(alive)
                     victim.kill()
@@ -589,10 +621,31 @@ class Chaos:
                 next_kill = now + self._jitter()
             for worker in [w for w in self.workers if not w.alive()]:
                 self.workers.remove(worker)
-                if len([w for w in self.workers if w.alive()]) < self.n_workers:
+                alive = len([w for w in self.workers if w.alive()])
+                if alive < self.n_workers - self.deferred:
                     self._start_worker(
                         env, partitioned=worker.partition is not None, skewed=worker.skewed
                     )
+
+    def _holding_workers(self) -> list[ChaosWorker]:
+        """The live workers that hold a run's lease now (none while the database is
+        down: a restart hook may be running)."""
+        from durable.models import Run
+
+        try:
+            owners = list(
+                Run.objects.filter(lease_token__gt="")
+                .exclude(lease_owner="")
+                .values_list("lease_owner", flat=True)
+            )
+        except (DatabaseError, InterfaceError):
+            connection.close()
+            return []
+        return [
+            w
+            for w in list(self.workers)
+            if w.alive() and any(owner.startswith(w.lease_prefix) for owner in owners)
+        ]
 
     def _skewed_worker_holds_a_run(self) -> bool:
         """Whether a run's lease is held by the clock-stepped worker (the moment to step)."""
