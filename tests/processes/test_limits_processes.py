@@ -242,8 +242,27 @@ def test_fifty_runs_on_a_5_per_second_limit_are_admitted_in_arrival_order(
         a: [b for b in order[i + 1 :] if ran[b] < ran[a] - 1.0] for i, a in enumerate(order)
     }
     worst = max(overtakers.items(), key=lambda item: len(item[1]))
-    assert len(worst[1]) <= 5, f"run {worst[0]} admitted after {len(worst[1])} later runs"
+    assert len(worst[1]) <= 5, (
+        f"run {worst[0]} admitted after {len(worst[1])} later runs\n{_limit_history(worst[0])}"
+    )
     print(
         f"{len(parked)} runs parked, {sum(1 for n in parks.values() if n > 1)} re-parked, "
         f"{sum(len(v) for v in overtakers.values())} overtakings"
     )
+
+
+def _limit_history(run_id: str) -> str:
+    """The run's limit waits and trace events, with their times (a failure message)."""
+    from durable.models import TraceEvent
+
+    lines = [
+        f"wait {w.wait_id}: {w.status} by={w.resolved_by!r} created={w.created_at.isoformat()} "
+        f"wake_at={w.wake_at.isoformat() if w.wake_at else None} "
+        f"resolved={w.resolved_at.isoformat() if w.resolved_at else None}"
+        for w in Wait.objects.filter(run_id=run_id)
+    ]
+    lines += [
+        f"{e.created_at.isoformat()} {e.kind} {e.actor} {e.message}"
+        for e in TraceEvent.objects.filter(run_id=run_id).order_by("id")
+    ]
+    return "\n".join(lines)
