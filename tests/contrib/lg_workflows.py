@@ -2,8 +2,13 @@
 
 Node bodies append one line per execution to ``$CRASH_TEST_DIR/lg_nodes.jsonl`` (or to
 ``NODE_LOG`` in-process) so "ran exactly once" is counted across processes. A node
-named in ``$LG_CRASH_AT`` (``node``) SIGKILLs its own worker the first time it runs
-(a marker file keeps a second worker from doing it again).
+named in ``$LG_CRASH_AT`` (``node``, or several, comma-separated) SIGKILLs its own
+worker the first time it runs (a marker file keeps a second worker from doing it again).
+
+LangGraph's documentation examples are kept as the docs write them: :class:`NodeHook`, a
+LangChain callback handler given to the compiled graph (a Durable line), counts their
+node runs in ``lg_hook.jsonl`` (``HOOK_LOG`` in-process) and kills the worker at an armed
+``<example>.<node>:end`` -- the node has returned, its writes are not saved yet.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import operator
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
@@ -40,15 +47,87 @@ def _note(run: str, node: str, **extra: Any) -> None:
             os.fsync(fh.fileno())
 
 
-def _maybe_crash(node: str) -> None:
+def _maybe_crash(node: str, before: Callable[[], Any] | None = None) -> None:
+    """SIGKILL this worker if ``node`` is armed in ``$LG_CRASH_AT``, once per test folder
+    (an O_EXCL marker: two workers never both fire it); ``before`` runs just before."""
     folder = os.environ.get("CRASH_TEST_DIR")
-    if not folder or os.environ.get("LG_CRASH_AT") != node:
+    if not folder or node not in os.environ.get("LG_CRASH_AT", "").split(","):
         return
+    if before is not None:
+        before()
     marker = Path(folder) / f"lg-crashed-{node}"
-    if marker.exists():
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
         return
-    marker.write_text("1")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+HOOK_LOG: list[dict[str, Any]] = []
+
+
+def hook_lines() -> list[dict[str, Any]]:
+    """The node runs :class:`NodeHook` saw: in this process, or in every worker."""
+    folder = os.environ.get("CRASH_TEST_DIR")
+    if not folder:
+        return list(HOOK_LOG)
+    path = Path(folder) / "lg_hook.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class NodeHook(BaseCallbackHandler):
+    """Counts the node runs of documentation example ``example`` and crashes at an armed
+    ``<example>.<label>:end``, where ``label`` is the node's name (or ``label(node,
+    input)``, to tell ``Send`` branches apart); ``before_crash(label, thread_id)`` runs
+    before the kill (to let siblings' writes be saved first)."""
+
+    def __init__(
+        self,
+        example: str,
+        label: Callable[[str, Any], str] | None = None,
+        before_crash: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.example = example
+        self.label = label
+        self.before_crash = before_crash
+        self.open: dict[Any, tuple[str, str]] = {}
+
+    def on_chain_start(self, serialized, inputs, *, run_id, metadata=None, **kwargs):
+        node = (metadata or {}).get("langgraph_node")
+        if not node or kwargs.get("name") != node or node.startswith("__"):
+            return  # the graph itself, or a runnable inside a node
+        label = self.label(node, inputs) if self.label else node
+        self.open[run_id] = (label, str((metadata or {}).get("thread_id", "")))
+        line = {"example": self.example, "node": label, "pid": os.getpid()}
+        HOOK_LOG.append(line)
+        folder = os.environ.get("CRASH_TEST_DIR")
+        if folder:
+            with open(Path(folder) / "lg_hook.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+
+    def on_chain_end(self, outputs, *, run_id, **kwargs):
+        label, thread = self.open.pop(run_id, (None, ""))
+        if label is not None:
+            before = self.before_crash
+            _maybe_crash(
+                f"{self.example}.{label}:end",
+                (lambda: before(label, thread)) if before else None,
+            )
+
+    def on_chain_error(self, error, *, run_id, **kwargs):
+        self.open.pop(run_id, None)  # an interrupt, or a failure: the node did not end
+
+
+def hooked(example: str, build: Callable[[], StateGraph], **hook: Any) -> Callable[[], Any]:
+    """``build``'s graph compiled with a :class:`NodeHook` (Durable adds its saver)."""
+
+    def compiled() -> Any:
+        return build().compile().with_config(callbacks=[NodeHook(example, **hook)])
+
+    compiled.__qualname__ = build.__qualname__
+    return compiled
 
 
 class Steps(TypedDict, total=False):
@@ -281,7 +360,7 @@ def review_graph() -> StateGraph:
     return builder
 
 
-graph_workflow("lg.review", "1", review_graph, resume="edit:content")
+graph_workflow("lg.review", "1", hooked("review", review_graph), resume="edit:content")
 
 
 class FormState(TypedDict):
@@ -314,7 +393,7 @@ def age_graph() -> StateGraph:
     return builder
 
 
-graph_workflow("lg.age", "1", age_graph, resume="answer")
+graph_workflow("lg.age", "1", hooked("age", age_graph), resume="answer")
 
 
 def asked_graph() -> StateGraph:
@@ -332,7 +411,7 @@ def asked_graph() -> StateGraph:
     return builder
 
 
-graph_workflow("lg.asked", "1", asked_graph)
+graph_workflow("lg.asked", "1", hooked("asked", asked_graph))
 #: the interrupt says "approve", the workflow says "answer": refused, not guessed
 graph_workflow("lg.asked_conflict", "1", asked_graph, resume="answer")
 
@@ -372,7 +451,7 @@ def context_graph() -> StateGraph:
     return builder
 
 
-graph_workflow("lg.context", "1", context_graph)
+graph_workflow("lg.context", "1", hooked("context", context_graph))
 
 
 # --- Send fan-out (docs.langchain.com/oss/python/langgraph/graph-api, "Send")
@@ -407,7 +486,30 @@ def jokes_graph() -> StateGraph:
     return builder
 
 
-graph_workflow("lg.jokes", "1", jokes_graph)
+def _joke_label(node: str, input: Any) -> str:
+    return f"{node}[{input['subject']}]" if isinstance(input, dict) else node
+
+
+def _after_the_other_jokes(label: str, thread_id: str) -> None:
+    """Before killing one joke's branch: the other branches' writes are saved (so the
+    crash is mid-super-step, and only the killed branch may run again)."""
+    from durable.contrib.langgraph.models import LangGraphWrite
+    from durable.models import Run
+
+    subjects = Run.objects.get(pk=thread_id).input_value()["subjects"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        saved = LangGraphWrite.objects.filter(thread_id=thread_id, channel="jokes")
+        if saved.values("task_id").distinct().count() >= len(subjects) - 1:
+            return
+        time.sleep(0.05)
+
+
+graph_workflow(
+    "lg.jokes",
+    "1",
+    hooked("jokes", jokes_graph, label=_joke_label, before_crash=_after_the_other_jokes),
+)
 
 
 # --- model calls inside nodes (call_model): recorded LLM steps
@@ -482,4 +584,4 @@ def _memory_store():
     return DurableStore(ttl={"default_ttl": 60 * 24 * 30, "refresh_on_read": True})
 
 
-graph_workflow("lg.memory", "1", memory_graph, store=_memory_store())
+graph_workflow("lg.memory", "1", hooked("memory", memory_graph), store=_memory_store())
