@@ -585,3 +585,17 @@ def _memory_store():
 
 
 graph_workflow("lg.memory", "1", hooked("memory", memory_graph), store=_memory_store())
+
+
+# --- static breakpoints (compile(interrupt_before=/interrupt_after=)): refused
+
+
+def _with_breakpoint(option: str) -> Callable[[], Any]:
+    def build() -> Any:
+        return chain_graph().compile(**{option: ["b"]})
+
+    return build
+
+
+graph_workflow("lg.breakpoint_before", "1", _with_breakpoint("interrupt_before"))
+graph_workflow("lg.breakpoint_after", "1", _with_breakpoint("interrupt_after"))

@@ -8,7 +8,8 @@ import pytest
 
 import durable
 from durable.contrib.langgraph import start_graph
-from durable.models import RunStatus, Step
+from durable.exceptions import DurableConfigurationError
+from durable.models import Run, RunStatus, Step
 from durable.testing import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,3 +74,20 @@ def test_model_calls_in_a_node_are_llm_steps_asked_once(lg_workflows, scripted_l
     assert run.output_value()["draft"] == llm_steps[1].output_value()["content"]
     assert nodes_run_of(lg_workflows)["write-done"] == 1
     assert nodes_run_of(lg_workflows)["check"] == 2
+
+
+@pytest.mark.parametrize("option", ["interrupt_before", "interrupt_after"])
+def test_static_breakpoints_are_refused_not_run_past(lg_workflows, option):
+    """LangGraph's static breakpoints stop a graph until ``invoke(None)``; the driver
+    continues every super-step that way, so a breakpoint would be run past unnoticed.
+    A graph compiled with one fails its run before any node runs, naming the option and
+    ``interrupt()``; ``start_graph`` refuses the run-time option before making a run."""
+    run = drive(durable.start(f"lg.breakpoint_{option.split('_')[1]}", {"log": []}).id)
+    assert run.status == RunStatus.FAILED
+    assert f"{option}=['b']" in run.error["message"]
+    assert "interrupt() inside the node" in run.error["message"]
+    assert nodes_run_of(lg_workflows) == Counter()
+    before = Run.objects.count()
+    with pytest.raises(DurableConfigurationError, match=f"{option}=.*interrupt\\(\\) inside"):
+        start_graph("lg.chain", {"log": []}, **{option: ["b"]})
+    assert Run.objects.count() == before

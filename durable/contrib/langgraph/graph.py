@@ -138,10 +138,18 @@ def start_graph(
     every super-step as ``context=`` (rebuilt as the schema's type). ``options``: the
     other keywords of :func:`durable.start`. Returns the :class:`~durable.models.Run`;
     raises what :func:`durable.start` raises (e.g. ``PayloadError`` for a context that
-    cannot be stored).
+    cannot be stored), and :class:`~durable.DurableConfigurationError` for LangGraph's
+    run-time ``interrupt_before=``/``interrupt_after=`` (static breakpoints: not
+    supported; call ``interrupt()`` in the node).
     """
     import durable
+    from durable.exceptions import DurableConfigurationError
 
+    for option in BREAKPOINTS:
+        if option in options:
+            raise DurableConfigurationError(
+                _breakpoint_message(f"start_graph({name!r})", option, options[option])
+            )
     if context is not None and not isinstance(context, dict):
         dump = getattr(context, "model_dump", None)
         if callable(dump):
@@ -247,7 +255,10 @@ def graph_workflow(
 
     Raises :class:`~durable.DurableConfigurationError` like ``@durable.workflow`` for a
     bad name or version, and for an unknown ``resume`` kind or ``durability``. Returns
-    the workflow function.
+    the workflow function. A graph compiled with ``interrupt_before=`` or
+    ``interrupt_after=`` (static breakpoints) is refused when it is built, at its first
+    run in a process: the run fails with a ``DurableConfigurationError`` naming the
+    option (use ``interrupt()`` in the node).
     """
     from durable.exceptions import DurableConfigurationError
 
@@ -298,8 +309,36 @@ def _graph(name: str, version: str, build_graph: Callable[[], Any], store: Any =
                     f"graph_workflow({name!r}): build_graph must return a StateGraph or a "
                     f"compiled graph, not {type(built).__name__}"
                 )
+            _refuse_breakpoints(f"graph_workflow({name!r})", graph)
             _graphs[(name, version)] = graph
     return graph
+
+
+#: LangGraph's static breakpoints: refused (the driver would run past them)
+BREAKPOINTS = ("interrupt_before", "interrupt_after")
+
+
+def _refuse_breakpoints(where: str, graph: Any) -> None:
+    """Raise if ``graph`` was compiled with ``interrupt_before=``/``interrupt_after=``.
+
+    The driver stops after every super-step and resumes with ``invoke(None)``, which is
+    also how LangGraph continues past a static breakpoint: the run would go on without
+    anyone deciding. Refused, not silently ignored.
+    """
+    from durable.exceptions import DurableConfigurationError
+
+    for option in BREAKPOINTS:
+        nodes = getattr(graph, f"{option}_nodes", None)
+        if nodes:
+            raise DurableConfigurationError(_breakpoint_message(where, option, nodes))
+
+
+def _breakpoint_message(where: str, option: str, nodes: Any) -> str:
+    return (
+        f"{where}: {option}={nodes!r} (LangGraph's static breakpoints) is not supported "
+        "on Durable: the run would go past it without stopping. Call interrupt() inside "
+        "the node instead: it waits in the inbox as an approval and resumes on the answer"
+    )
 
 
 # --- the driver: runs in the workflow function, deterministic on replay ---------------
