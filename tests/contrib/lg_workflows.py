@@ -599,3 +599,72 @@ def _with_breakpoint(option: str) -> Callable[[], Any]:
 
 graph_workflow("lg.breakpoint_before", "1", _with_breakpoint("interrupt_before"))
 graph_workflow("lg.breakpoint_after", "1", _with_breakpoint("interrupt_after"))
+
+
+# --- a LangChain chat model inside a node (durable_chat_model): recorded LLM steps
+
+#: the chat model's calls in this process (``chat_calls()``: in every worker)
+CHAT_CALLS: list[str] = []
+
+
+def chat_calls() -> list[str]:
+    folder = os.environ.get("CRASH_TEST_DIR")
+    if not folder:
+        return list(CHAT_CALLS)
+    path = Path(folder) / "lg_chat.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _counting_chat() -> Any:
+    """A tiny LangChain ``BaseChatModel`` that answers from the last message and counts
+    its calls (7 tokens each)."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class CountingChat(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "counting"
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            asked = str(messages[-1].content)
+            CHAT_CALLS.append(asked)
+            folder = os.environ.get("CRASH_TEST_DIR")
+            if folder:
+                with open(Path(folder) / "lg_chat.jsonl", "a", encoding="utf-8") as fh:
+                    fh.write(asked + "\n")
+            usage = {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}
+            reply = AIMessage(content=f"re: {asked}", usage_metadata=usage)  # type: ignore[arg-type]
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    return CountingChat()
+
+
+def chat_writer_graph() -> StateGraph:
+    """write (two chat model calls in one node; fails once when asked) -> check."""
+    from durable.contrib.langgraph import durable_chat_model
+
+    llm = durable_chat_model(_counting_chat(), name="counting-chat")
+
+    def write(state: ChatState):
+        _note("", "chat-write")
+        outline = llm.invoke(f"outline {state['topic']}")
+        draft = llm.invoke([("system", "be brief"), ("user", f"draft from {outline.content}")])
+        _note("", "chat-write-done")
+        _maybe_crash("chat-write")
+        if "chat-write" in FAIL_ONCE:
+            FAIL_ONCE.discard("chat-write")
+            raise durable.TransientError("write failed once")
+        return {"draft": draft.content, "log": ["write"]}
+
+    builder = StateGraph(ChatState)
+    builder.add_node("write", write)
+    builder.add_node("check", _node("check"))
+    builder.add_edge(START, "write")
+    builder.add_edge("write", "check")
+    builder.add_edge("check", END)
+    return builder
+
+
+graph_workflow("lg.chat_writer", "1", chat_writer_graph)

@@ -91,3 +91,39 @@ def test_static_breakpoints_are_refused_not_run_past(lg_workflows, option):
     with pytest.raises(DurableConfigurationError, match=f"{option}=.*interrupt\\(\\) inside"):
         start_graph("lg.chain", {"log": []}, **{option: ["b"]})
     assert Run.objects.count() == before
+
+
+def test_a_langchain_chat_model_in_a_node_is_an_llm_step_asked_once(lg_workflows):
+    """``durable_chat_model(model).invoke(...)`` in a node: each call is an LLM step
+    (tokens counted); the node re-runs around the recorded replies and once more after
+    failing, and the model is asked exactly twice."""
+    lg_workflows.FAIL_ONCE.add("chat-write")
+    run = drive(durable.start("lg.chat_writer", {"topic": "otters", "log": []}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert lg_workflows.CHAT_CALLS == ["outline otters", "draft from re: outline otters"]
+    assert run.output_value()["draft"] == "re: draft from re: outline otters"
+    steps = Step.objects.filter(run=run, kind="llm").order_by("position")
+    assert [s.step_id for s in steps] == ["write.llm", "write.llm#2"]
+    assert steps[0].output_value()["usage"]["total_tokens"] == 7
+    assert steps[1].tool_name == "counting-chat"
+    run.refresh_from_db()
+    assert run.tokens_used == 14
+    assert nodes_run_of(lg_workflows)["chat-write-done"] == 2  # failed once, then again
+
+
+def test_a_chat_model_call_counts_against_the_runs_token_budget(lg_workflows):
+    """``max_tokens=5``: the first call is made (the budget is checked before a call),
+    its 7 tokens spend the budget, the second call is refused."""
+    run = drive(durable.start("lg.chat_writer", {"topic": "otters", "log": []}, max_tokens=5).id)
+    assert run.status == RunStatus.FAILED
+    assert lg_workflows.CHAT_CALLS == ["outline otters"]
+    assert "budget max_tokens=5 exceeded (used 7)" in run.error["message"]
+
+
+def test_durable_chat_model_refuses_two_models_under_one_name():
+    from durable.contrib.langgraph import durable_chat_model
+    from tests.contrib.lg_workflows import _counting_chat
+
+    durable_chat_model(_counting_chat(), name="twice")
+    with pytest.raises(ValueError, match="pass name="):
+        durable_chat_model(_counting_chat(), name="twice")

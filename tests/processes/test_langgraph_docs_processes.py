@@ -6,8 +6,10 @@ crash point (``LG_CRASH_AT=<example>.<node>:end``: the node has returned, its wr
 not saved yet; each fires once); whenever a worker dies, another starts, until every run
 has finished. Approvals are answered as they reach the inbox. Then each run has the
 outcome its docs page states, only the node killed ran again, and no approval was asked
-twice. (Approve-or-reject and model calls in a node have their own crash tests in
-``test_langgraph_processes.py``.)
+twice. (Approve-or-reject and ``call_model`` in a node have their own crash tests in
+``test_langgraph_processes.py``.) A LangChain chat model wrapped by
+``durable_chat_model`` shares the workers: killed after its calls, it is not asked
+again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
 from durable.contrib.langgraph import start_graph
 from durable.contrib.langgraph.models import LangGraphStoreItem
-from durable.models import Run, RunStatus
+from durable.models import Run, RunStatus, Step
 from tests.contrib import lg_workflows as lg
 from tests.harness import wait_for_run, wait_until
 
@@ -44,6 +46,7 @@ CRASH_AT = ",".join(
         "context.second:end",  # run-time context: in the second super-step
         "jokes.generate_joke[dogs]:end",  # Send: one branch, the others' writes saved
         "memory.call_model:end",  # memory store: after the node's store.put
+        "chat-write",  # a LangChain chat model (durable_chat_model): after its two calls
     ]
 )
 FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -65,6 +68,8 @@ def test_each_langgraph_documentation_example_survives_a_sigkill(workers, proc_e
         "context": start_graph("lg.context", {"log": []}, context=lg.ContextSchema("anthropic")).id,
         "jokes": durable.start("lg.jokes", {"subjects": ["cats", "dogs", "birds"]}).id,
         "memory": start_graph("lg.memory", {"message": "likes tea"}, context={"user_id": "u1"}).id,
+        # not a docs example: durable_chat_model's crash case, sharing these workers
+        "chat": durable.start("lg.chat_writer", {"topic": "otters", "log": []}).id,
     }
     example = {run_id: name for name, run_id in runs.items()}
     answers = {name: list(a) for name, a in ANSWERS.items()}
@@ -142,6 +147,14 @@ def test_each_langgraph_documentation_example_survives_a_sigkill(workers, proc_e
             ("memory", "call_model"): 2,
         }
     )
+    # the chat model was asked twice in all: the node killed after its calls ran again
+    # around the recorded replies (LLM steps)
+    assert lg.chat_calls() == ["outline otters", "draft from re: outline otters"]
+    assert values["chat"]["draft"] == "re: draft from re: outline otters"
+    chat_steps = Step.objects.filter(run_id=runs["chat"], kind="llm").order_by("position")
+    assert [st.step_id for st in chat_steps] == ["write.llm", "write.llm#2"]
+    assert out["chat"].tokens_used == 14
+
     # the memory is written once (the node computes its key again), and the next run of
     # the user sees it, as the docs' "Memory store" says
     assert LangGraphStoreItem.objects.filter(namespace="memories.u1").count() == 1

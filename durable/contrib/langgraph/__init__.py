@@ -11,6 +11,8 @@ not import LangGraph:
 - :func:`call_tool` -- a Durable tool call (ledger, idempotency key, safety class) from
   inside a node of such a graph.
 - :func:`call_model` -- a chat completion from inside a node, recorded as an LLM step.
+- :func:`durable_chat_model` -- a LangChain chat model whose ``invoke`` inside a node is
+  an LLM step (:mod:`durable.contrib.langgraph.chat`).
 - :func:`ask` -- ``interrupt(value)`` that returns what the graph expects of the inbox's
   decision (``True``/``False``, the edited value, the answer).
 - :class:`DurableStore` -- a LangGraph ``BaseStore`` (long-term memory, with TTL) over
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from durable.contrib.langgraph.chat import durable_chat_model
     from durable.contrib.langgraph.graph import (
         call_model,
         call_tool,
@@ -41,6 +44,7 @@ __all__ = [
     "ask",
     "call_model",
     "call_tool",
+    "durable_chat_model",
     "fork_graph",
     "graph_workflow",
     "start_graph",
@@ -52,6 +56,7 @@ _LAZY = {
     "ask": "durable.contrib.langgraph.interrupts",
     "call_model": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",
+    "durable_chat_model": "durable.contrib.langgraph.chat",
     "fork_graph": "durable.contrib.langgraph.graph",
     "start_graph": "durable.contrib.langgraph.graph",
     "graph_workflow": "durable.contrib.langgraph.graph",

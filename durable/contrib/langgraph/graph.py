@@ -43,6 +43,7 @@ from typing import Any
 
 from langgraph.types import Command, interrupt
 
+from durable.contrib.langgraph.chat import CHAT_MARKER, chat_step
 from durable.contrib.langgraph.interrupts import (
     RESUME_KEY,
     RESUME_KINDS,
@@ -71,6 +72,8 @@ __all__ = [
 TOOL_MARKER = "__durable_tool__"
 #: the key that marks an interrupt raised by :func:`call_model`
 MODEL_MARKER = "__durable_llm__"
+#: the keys of interrupts that are Durable steps, not questions for a human
+STEP_MARKERS = {TOOL_MARKER, MODEL_MARKER, CHAT_MARKER}
 #: the key of a run input made by :func:`start_graph` (the graph's input and context)
 ENVELOPE = "__durable_graph__"
 #: LangGraph's ``durability=`` modes -> the checkpoint mode of the super-step steps
@@ -375,7 +378,9 @@ def _drive(
             for pending in record["interrupts"]:
                 iid = pending["id"]
                 value = pending["value"]
-                if isinstance(value, dict) and (TOOL_MARKER in value or MODEL_MARKER in value):
+                if isinstance(value, dict) and (
+                    {TOOL_MARKER, MODEL_MARKER, CHAT_MARKER} & set(value)
+                ):
                     _ask_together(ctx, humans, answers)  # positions stay in recorded order
                     answers[iid] = _tool_answer(ctx, pending)
                     continue
@@ -413,9 +418,12 @@ def _context(graph: Any, data: Any) -> Any:
 
 
 def _tool_answer(ctx: Any, pending: dict[str, Any]) -> Any:
-    """A :func:`call_tool` or :func:`call_model` interrupt: the Durable step's result."""
+    """A :func:`call_tool`, :func:`call_model` or chat model interrupt (``durable_chat_model``):
+    the Durable step's result."""
     value = pending["value"]
     node = pending.get("node") or "node"
+    if CHAT_MARKER in value:
+        return chat_step(ctx, f"{node}.llm", value[CHAT_MARKER])
     if MODEL_MARKER in value:
         request = value[MODEL_MARKER]
         result = ctx.llm(
