@@ -46,7 +46,9 @@ from pydantic_core import to_jsonable_python
 
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.openai_agents._errors import retried_by_durable
+from durable.exceptions import PermanentError
 from durable.retry import RetryPolicy
+from durable.types import ModelRecoverable
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 
@@ -189,7 +191,10 @@ class DurableModel(Model):
         def body() -> dict[str, Any]:
             return _dump(session.run_body(lambda: model.get_response(*args, **kwargs)))
 
-        return _load(await session.step("model", body))
+        record = await session.step("model", body)
+        if isinstance(record, ModelRecoverable):  # a 400/422: the request was refused
+            raise PermanentError(f"the model refused the request: {record.message}")
+        return _load(record)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError(

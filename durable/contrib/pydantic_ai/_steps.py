@@ -40,7 +40,7 @@ from durable.calls import Call, tool_call
 from durable.calls import call as durable_call
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.pydantic_ai._options import StepSettings, tool_settings
-from durable.exceptions import StepTimeout
+from durable.exceptions import PermanentError, StepTimeout
 from durable.types import ModelRecoverable
 
 try:  # the optional extra durable[otel]; PydanticAI depends on opentelemetry-api itself
@@ -183,6 +183,8 @@ class DurableModel(WrapperModel):
             return {"response": response, "stamps": _stamps(messages)}
 
         recorded = await session.step("model", body, settings)
+        if isinstance(recorded, ModelRecoverable):  # a 400/422: the request was refused
+            raise PermanentError(f"the model refused the request: {recorded.message}")
         _pin_stamps(messages, recorded["stamps"])
         return _load_response(recorded["response"])
 
