@@ -42,7 +42,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable.contrib.langgraph import graph_workflow
 from durable.contrib.openai_agents import durable_run, register
-from durable.contrib.pydantic_ai import DurableAgent
+from durable.contrib.pydantic_ai import DurableAgent, StepSettings
 from durable.models import RunStatus, Step
 from durable.testing import drive
 from tests.contrib import pai_agents as pa
@@ -55,6 +55,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _fresh(monkeypatch):
     monkeypatch.delenv("CRASH_TEST_DIR", raising=False)
     pa.CALLS.clear()
+    REFUSALS.clear()
 
 
 @pytest.fixture
@@ -623,3 +624,83 @@ def test_lg_interrupts_in_send_branches_each_get_their_own_answer(alice):
     run = drive(run.id)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert sorted(run.output_value()["answers"]) == [["x", "X"], ["y", "Y"], ["z", "Z"]]
+
+
+# ===================================================== a provider's HTTP status on a model call
+
+#: model requests still to fail, each a status (then the model answers)
+REFUSALS: list[int] = []
+
+
+def _provider_model(messages, info: AgentInfo) -> ModelResponse:
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    pa.record("model", "provider")
+    if REFUSALS:
+        status = REFUSALS.pop(0)
+        raise ModelHTTPError(status, "gpt-x", {"error": f"status {status}"}, headers={})
+    return ModelResponse(parts=[TextPart("answered")])
+
+
+durable_provider = DurableAgent(
+    Agent(FunctionModel(_provider_model), name="t29-provider"),
+    name="t29.pai-provider",
+    version="1",
+    model_step=StepSettings(retry=durable.RetryPolicy(initial_interval=0.01, jitter=False)),
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "ends", "requests"),
+    [(404, RunStatus.FAILED, 1), (401, RunStatus.FAILED, 1), (429, RunStatus.SUCCEEDED, 2)],
+)
+def test_pai_a_providers_refusal_fails_at_once_and_a_rate_limit_is_retried(status, ends, requests):
+    """temporalio/sdk-python PR #982 (retryability of the model activity by the
+    provider's status) and temporalio/samples-python #230 / sdk-python #1177 (a status
+    classified the wrong way round); pydantic/pydantic-ai PR #5900 ("the activity retries
+    forever, so the workflow hangs instead of failing"). Durable's README: "transient
+    ones (429, 503 ...) are retried ..., permanent ones (401, 403, 404) stop the step".
+    PydanticAI's ``ModelHTTPError`` carries the status itself (no ``response``): it was
+    "an unknown error of a step", a 404 tried three times."""
+    REFUSALS[:] = [status]
+    run = drive(durable_provider.start("hello").id)
+    assert run.status == ends, run.error
+    assert counted("model") == Counter({"provider": requests})
+    assert Step.objects.get(run=run, step_id="model").attempts == requests
+    if ends == RunStatus.FAILED:
+        assert run.error["classification"] == "permanent"
+        assert f"HTTP {status} is permanent" in run.error["reason"]
+
+
+class Refusing(Model):
+    """A provider that refuses the request (400: the context is too long)."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> OAIModelResponse:
+        import httpx
+        import openai
+
+        pa.record("model", "refusing")
+        request = httpx.Request("POST", "https://api.openai.com/v1/responses")
+        raise openai.BadRequestError(
+            "context_length_exceeded", response=httpx.Response(400, request=request), body=None
+        )
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+refused = OAIAgent(name="Refused", instructions="script:refused", model=Refusing())
+register(refused, name="t29.oai-refused", version="1")
+
+
+def test_oai_a_refused_model_request_fails_the_run_with_the_providers_message():
+    """temporalio/sdk-python PR #982 ("Add exception catching logic to model activity")
+    and temporalio/samples-python #230 ("Non retryable OpenAI status code"): a 400 from
+    the provider fails the run, once, saying why. On Durable the 400 was recorded as
+    "the model can fix it" and the adapter then failed on its own record: "TypeError:
+    'ModelRecoverable' object is not subscriptable"."""
+    run = drive(durable_run(refused, "a very long prompt").id)
+    assert run.status == RunStatus.FAILED
+    assert "context_length_exceeded" in run.error["message"], run.error
+    assert "not subscriptable" not in run.error["message"]
+    assert counted("model") == Counter({"refusing": 1})
