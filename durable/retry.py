@@ -146,12 +146,17 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 
 
 def _http_status(exc: BaseException) -> tuple[int | None, float | None]:
-    """(status, retry_after seconds) of an httpx/requests HTTP error, else (None, None)."""
+    """(status, retry_after seconds) of an HTTP error, else (None, None): the status of
+    its ``response`` (httpx, requests, openai), or its own ``status_code`` and
+    ``headers`` (PydanticAI's ``ModelHTTPError``: a provider's 401, 404 or 429)."""
     response = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
+    headers = getattr(response, "headers", None)
     if not isinstance(status, int):
-        return None, None
-    headers = getattr(response, "headers", None) or {}
+        status, headers = getattr(exc, "status_code", None), getattr(exc, "headers", None)
+        if type(status) is not int or not 100 <= status <= 599:
+            return None, None
+    headers = headers or {}
     try:
         raw = headers.get("retry-after") or headers.get("Retry-After")
     except Exception:  # noqa: BLE001 - an odd headers object: no Retry-After

@@ -46,7 +46,9 @@ from pydantic_core import to_jsonable_python
 
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.openai_agents._errors import retried_by_durable
+from durable.exceptions import PermanentError
 from durable.retry import RetryPolicy
+from durable.types import ModelRecoverable
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 
@@ -143,7 +145,14 @@ class _Session:
 def _dump(response: ModelResponse) -> dict[str, Any]:
     usage = response.usage
     return {
-        "output": [item.model_dump(mode="json") for item in response.output],
+        # as the API wrote them (the openai client's to_dict): by alias, only the fields
+        # set. Dumped by name, ResponseFunctionToolCall's ``async_`` (alias ``async``)
+        # came back as an unknown extra, which the SDK refuses to copy (an approval inside
+        # an agent used as a tool) and which the next request's input items carried
+        "output": [
+            item.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            for item in response.output
+        ],
         "usage": {
             "requests": usage.requests,
             "input_tokens": usage.input_tokens,
@@ -156,7 +165,11 @@ def _dump(response: ModelResponse) -> dict[str, Any]:
 
 def _load(data: dict[str, Any]) -> ModelResponse:
     return ModelResponse(
-        output=[_OUTPUT_ITEM.validate_python(item) for item in data["output"]],
+        # by name too: records written before the dump was by alias
+        output=[
+            _OUTPUT_ITEM.validate_python(item, by_alias=True, by_name=True)
+            for item in data["output"]
+        ],
         usage=Usage(**data["usage"]),
         response_id=data.get("response_id"),
     )
@@ -178,7 +191,10 @@ class DurableModel(Model):
         def body() -> dict[str, Any]:
             return _dump(session.run_body(lambda: model.get_response(*args, **kwargs)))
 
-        return _load(await session.step("model", body))
+        record = await session.step("model", body)
+        if isinstance(record, ModelRecoverable):  # a 400/422: the request was refused
+            raise PermanentError(f"the model refused the request: {record.message}")
+        return _load(record)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError(
@@ -376,16 +392,34 @@ class _Clones:
         return wrapped
 
     def handoff(self, target: Any) -> Handoff[Any, Any]:
+        """``target`` whose invocation is the step ``handoff:<agent>``: the handoff's
+        ``on_handoff`` (a side effect, the SDK's docs: "kicking off some data fetching")
+        runs inside it, so a replay takes the recorded agent without calling it again."""
         spec: Handoff[Any, Any] = handoff(target) if isinstance(target, Agent) else target
         invoke = spec.on_invoke_handoff
         session = self.session
+        ref = getattr(spec, "_agent_ref", None)  # the SDK's handoff(agent) keeps its agent
 
         async def durable_invoke(run_ctx: Any, input_json: str) -> Agent[Any]:
-            chosen = await invoke(run_ctx, input_json)
-            await session.step(
-                f"handoff:{chosen.name}", lambda: {"to": chosen.name, "input": input_json}
-            )
-            return self.agent(chosen)
+            known = ref() if ref is not None else None
+            if known is None:  # a hand-made Handoff: only its callback knows the agent
+                chosen = await invoke(run_ctx, input_json)
+                await session.step(
+                    f"handoff:{chosen.name}", lambda: {"to": chosen.name, "input": input_json}
+                )
+                return self.agent(chosen)
+            live: list[Agent[Any]] = []
+
+            def body() -> dict[str, Any]:
+                chosen = session.run_body(lambda: invoke(run_ctx, input_json))
+                live.append(chosen)
+                return {"to": chosen.name, "input": input_json, **session.dump_context(run_ctx)}
+
+            record = await session.step(f"handoff:{spec.agent_name}", body)
+            if live:
+                return self.agent(live[0])
+            session.restore_context(run_ctx, record)
+            return self.agent(known)
 
         wrapped = copy.copy(spec)
         wrapped.on_invoke_handoff = durable_invoke

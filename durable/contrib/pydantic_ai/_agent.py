@@ -85,8 +85,13 @@ class DurableAgent:
     (``None``: all), writes of ``durable_tool``s one by one. The calls needing approval
     are in the inbox together, and the run continues once all are decided.
 
+    An agent with output validators declares ``DeferredToolRequests`` in its own
+    ``output_type`` (PydanticAI refuses a run's ``output_type`` then); any other agent
+    gets it added at each run.
+
     Raises :class:`~durable.DurableConfigurationError` for a bad name or version,
-    ``ValueError`` for an agent without a model or two toolsets with one id.
+    ``ValueError`` for an agent without a model, two toolsets with one id, or output
+    validators without ``DeferredToolRequests`` in its output type.
     """
 
     def __init__(
@@ -130,9 +135,18 @@ class DurableAgent:
                 )
             self.toolsets[toolset.id] = toolset
         output_type = agent.output_type
-        self._output_types: list[Any] = (
-            list(output_type) if isinstance(output_type, Sequence) else [output_type]
-        )
+        declared = list(output_type) if isinstance(output_type, Sequence) else [output_type]
+        self._output_types: list[Any] = [t for t in declared if t is not DeferredToolRequests]
+        #: the agent's own output type allows DeferredToolRequests: a run uses its schema
+        #: (PydanticAI refuses a run's output_type for an agent with output validators)
+        self._own_schema = len(self._output_types) != len(declared)
+        if not self._own_schema and getattr(agent, "_output_validators", None):
+            raise ValueError(
+                f"DurableAgent {name!r}: an agent with output validators needs "
+                "DeferredToolRequests in its own output_type (Agent(..., output_type=[..., "
+                "DeferredToolRequests])): approvals end a turn with DeferredToolRequests, "
+                "and PydanticAI refuses a run's output_type when the agent has validators"
+            )
 
         def run_agent(ctx: Any, input: Any) -> Any:
             return self._run(ctx, input)
@@ -277,7 +291,7 @@ class DurableAgent:
             "usage_limits": load_usage_limits(input.get("usage_limits")),
             "model_settings": input.get("model_settings"),
         }
-        output_type = [*self._output_types, DeferredToolRequests]
+        output_type = None if self._own_schema else [*self._output_types, DeferredToolRequests]
         results: DeferredToolResults | None = None
         usage: RunUsage | None = None
         with (

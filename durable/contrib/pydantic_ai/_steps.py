@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from pydantic import TypeAdapter
 from pydantic_ai import (
     ApprovalRequired,
     CallDeferred,
@@ -20,6 +21,8 @@ from pydantic_ai import (
     RunContext,
     ToolCallPart,
     ToolDenied,
+    ToolFailed,
+    ToolReturn,
 )
 from pydantic_ai.models import (
     CompletedStreamedResponse,
@@ -37,7 +40,7 @@ from durable.calls import Call, tool_call
 from durable.calls import call as durable_call
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.pydantic_ai._options import StepSettings, tool_settings
-from durable.exceptions import StepTimeout
+from durable.exceptions import PermanentError, StepTimeout
 from durable.types import ModelRecoverable
 
 try:  # the optional extra durable[otel]; PydanticAI depends on opentelemetry-api itself
@@ -48,6 +51,9 @@ except ImportError:  # pragma: no cover
     otel_trace = None  # type: ignore[assignment]
 
 T = TypeVar("T")
+
+#: a tool's ``ToolReturn`` (value, content for the model, metadata for the application)
+_TOOL_RETURN: TypeAdapter[ToolReturn] = TypeAdapter(ToolReturn)
 
 #: the metadata key marking a PydanticAI tool that stands for a registered ``@durable.tool``
 DURABLE_TOOL_KEY = "durable_tool"
@@ -177,6 +183,8 @@ class DurableModel(WrapperModel):
             return {"response": response, "stamps": _stamps(messages)}
 
         recorded = await session.step("model", body, settings)
+        if isinstance(recorded, ModelRecoverable):  # a 400/422: the request was refused
+            raise PermanentError(f"the model refused the request: {recorded.message}")
         _pin_stamps(messages, recorded["stamps"])
         return _load_response(recorded["response"])
 
@@ -202,7 +210,9 @@ class DurableToolset(WrapperToolset[Any]):
 
     A tool marked by :func:`durable_tool` is ``ctx.call_tool`` (its safety class, ledger
     and approval); any other tool's call is a ``ctx.step`` recording its JSON-able
-    result, or that it asked for approval, was deferred, or asked the model to retry.
+    result (a ``ToolReturn`` with its content and metadata), or that it asked for
+    approval, was deferred, asked the model to retry or failed (``ToolFailed``: the
+    model sees the failure; the step is not tried again).
     """
 
     session: _Session | None = None
@@ -237,6 +247,10 @@ class DurableToolset(WrapperToolset[Any]):
                     return {"deferred": exc.metadata, "kind": exc.kind}
                 except ModelRetry as exc:
                     return {"retry": exc.message}
+                except ToolFailed as exc:  # a terminal failure the model sees, not retried
+                    return {"failed": exc.message}
+                if isinstance(result, ToolReturn):  # its metadata and content kept
+                    return {"tool_return": _TOOL_RETURN.dump_python(result, mode="json")}
                 return {"return": to_jsonable_python(result)}
 
             return session.on_loop(run, settings, f"the tool call {name}")
@@ -249,6 +263,10 @@ class DurableToolset(WrapperToolset[Any]):
             raise CallDeferred(outcome["deferred"], kind=outcome.get("kind") or "external")
         if "retry" in outcome:
             raise ModelRetry(outcome["retry"])
+        if "failed" in outcome:
+            raise ToolFailed(outcome["failed"])
+        if "tool_return" in outcome:
+            return _TOOL_RETURN.validate_python(outcome["tool_return"])
         return outcome["return"]
 
 
