@@ -93,6 +93,18 @@ def test_static_breakpoints_are_refused_not_run_past(lg_workflows, option):
     assert Run.objects.count() == before
 
 
+@pytest.mark.parametrize("option", ["interrupt_before", "interrupt_after"])
+def test_graph_workflow_refuses_static_breakpoints_before_registering(option):
+    """Given to ``graph_workflow`` itself, a breakpoint is refused with the advice, and
+    no workflow is registered (not Python's bare TypeError for an unknown keyword)."""
+    from durable import registry
+    from durable.contrib.langgraph import graph_workflow
+
+    with pytest.raises(DurableConfigurationError, match=f"{option}=.*interrupt\\(\\) inside"):
+        graph_workflow("lg.refused_breakpoint", "1", lambda: None, **{option: ["b"]})
+    assert all(spec.name != "lg.refused_breakpoint" for spec in registry.workflows())
+
+
 def test_a_langchain_chat_model_in_a_node_is_an_llm_step_asked_once(lg_workflows):
     """``durable_chat_model(model).invoke(...)`` in a node: each call is an LLM step
     (tokens counted); the node re-runs around the recorded replies and once more after

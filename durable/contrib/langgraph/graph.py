@@ -230,6 +230,8 @@ def graph_workflow(
     resume: str | dict[str, str] | None = None,
     durability: str = "sync",
     store: Any = None,
+    interrupt_before: Any = None,
+    interrupt_after: Any = None,
 ) -> Callable[..., Any]:
     """Register a Durable workflow ``name``/``version`` that runs ``build_graph()``'s graph.
 
@@ -261,10 +263,17 @@ def graph_workflow(
     the workflow function. A graph compiled with ``interrupt_before=`` or
     ``interrupt_after=`` (static breakpoints) is refused when it is built, at its first
     run in a process: the run fails with a ``DurableConfigurationError`` naming the
-    option (use ``interrupt()`` in the node).
+    option (use ``interrupt()`` in the node); ``interrupt_before=``/``interrupt_after=``
+    given here are refused at once, before anything is registered.
     """
     from durable.exceptions import DurableConfigurationError
 
+    breakpoints = (("interrupt_before", interrupt_before), ("interrupt_after", interrupt_after))
+    for option, nodes in breakpoints:
+        if nodes is not None:  # refused here, before anything is registered
+            raise DurableConfigurationError(
+                _breakpoint_message(f"graph_workflow({name!r})", option, nodes)
+            )
     kinds: list[Any] = list(resume.values()) if isinstance(resume, dict) else [resume]
     bad = [k for k in kinds if k is not None and not valid_kind(k)]
     if bad or (resume is not None and not isinstance(resume, str | dict)):
