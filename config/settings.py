@@ -464,7 +464,11 @@ DURABLE_APPROVAL_EMAIL_WORKFLOW = os.environ.get("DURABLE_APPROVAL_EMAIL_WORKFLO
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"durable_context": {"()": "durable.observability.logcontext.ContextFilter"}},
+    "filters": {
+        "durable_context": {"()": "durable.observability.logcontext.ContextFilter"},
+        # Celery's lines about the periodic sweep / schedule / webhook ticks (DEBUG shows them)
+        "housekeeping": {"()": "durable.observability.logcontext.HousekeepingFilter"},
+    },
     "formatters": {
         "plain": {
             "()": "durable.observability.logcontext.RedactingFormatter",
@@ -477,7 +481,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if os.environ.get("DURABLE_LOG_FORMAT") == "json" else "plain",
-            "filters": ["durable_context"],
+            "filters": ["durable_context", "housekeeping"],
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},

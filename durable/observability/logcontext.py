@@ -69,6 +69,44 @@ class ContextFilter(logging.Filter):
         return True
 
 
+#: Celery's loggers of a task's receipt and end, and of beat sending one
+_TASK_LOGGERS = frozenset({"celery.worker.strategy", "celery.app.trace", "celery.beat"})
+
+
+class HousekeepingFilter(logging.Filter):
+    """Drops Celery's INFO lines about the periodic housekeeping tasks of
+    ``CELERY_BEAT_SCHEDULE`` (the sweep, schedule and webhook ticks every few seconds:
+    "received", "succeeded in ...", beat's "Sending due task"), nine lines every five
+    seconds that bury the lines about runs. Their warnings and errors go through, and so
+    do their own log lines (``durable sweep: {...}`` when a sweep did something). With
+    ``DJANGO_LOG_LEVEL=DEBUG`` nothing is dropped."""
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._tasks: tuple[str, ...] | None = None
+
+    def _housekeeping(self) -> tuple[str, ...]:
+        if self._tasks is None:
+            try:
+                from django.conf import settings
+
+                schedule = getattr(settings, "CELERY_BEAT_SCHEDULE", {}) or {}
+                self._tasks = tuple(
+                    f"{entry['task']}[" for entry in schedule.values() if "task" in entry
+                ) + tuple(f"Sending due task {name} " for name in schedule)
+            except Exception:  # noqa: BLE001 - settings not ready: drop nothing
+                return ()
+        return self._tasks
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or record.name not in _TASK_LOGGERS:
+            return True
+        if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
+            return True
+        message = record.getMessage()
+        return not any(marker in message for marker in self._housekeeping())
+
+
 class RedactingFormatter(logging.Formatter):
     """A plain ``logging.Formatter`` whose whole output (message and traceback) goes
     through :func:`durable.values.redaction.redact_text`."""
