@@ -45,10 +45,13 @@ from langgraph.types import Command, interrupt
 
 from durable.contrib.langgraph.chat import CHAT_MARKER, chat_step
 from durable.contrib.langgraph.interrupts import (
+    BREAKPOINTS,
     RESUME_KEY,
     RESUME_KINDS,
     ask,
+    breakpoint_message,
     human,
+    refuse_breakpoints,
     resume_value,
     valid_kind,
 )
@@ -151,7 +154,7 @@ def start_graph(
     for option in BREAKPOINTS:
         if option in options:
             raise DurableConfigurationError(
-                _breakpoint_message(f"start_graph({name!r})", option, options[option])
+                breakpoint_message(f"start_graph({name!r})", option, options[option])
             )
     if context is not None and not isinstance(context, dict):
         dump = getattr(context, "model_dump", None)
@@ -272,7 +275,7 @@ def graph_workflow(
     for option, nodes in breakpoints:
         if nodes is not None:  # refused here, before anything is registered
             raise DurableConfigurationError(
-                _breakpoint_message(f"graph_workflow({name!r})", option, nodes)
+                breakpoint_message(f"graph_workflow({name!r})", option, nodes)
             )
     kinds: list[Any] = list(resume.values()) if isinstance(resume, dict) else [resume]
     bad = [k for k in kinds if k is not None and not valid_kind(k)]
@@ -321,36 +324,9 @@ def _graph(name: str, version: str, build_graph: Callable[[], Any], store: Any =
                     f"graph_workflow({name!r}): build_graph must return a StateGraph or a "
                     f"compiled graph, not {type(built).__name__}"
                 )
-            _refuse_breakpoints(f"graph_workflow({name!r})", graph)
+            refuse_breakpoints(f"graph_workflow({name!r})", graph)
             _graphs[(name, version)] = graph
     return graph
-
-
-#: LangGraph's static breakpoints: refused (the driver would run past them)
-BREAKPOINTS = ("interrupt_before", "interrupt_after")
-
-
-def _refuse_breakpoints(where: str, graph: Any) -> None:
-    """Raise if ``graph`` was compiled with ``interrupt_before=``/``interrupt_after=``.
-
-    The driver stops after every super-step and resumes with ``invoke(None)``, which is
-    also how LangGraph continues past a static breakpoint: the run would go on without
-    anyone deciding. Refused, not silently ignored.
-    """
-    from durable.exceptions import DurableConfigurationError
-
-    for option in BREAKPOINTS:
-        nodes = getattr(graph, f"{option}_nodes", None)
-        if nodes:
-            raise DurableConfigurationError(_breakpoint_message(where, option, nodes))
-
-
-def _breakpoint_message(where: str, option: str, nodes: Any) -> str:
-    return (
-        f"{where}: {option}={nodes!r} (LangGraph's static breakpoints) is not supported "
-        "on Durable: the run would go past it without stopping. Call interrupt() inside "
-        "the node instead: it waits in the inbox as an approval and resumes on the answer"
-    )
 
 
 # --- the driver: runs in the workflow function, deterministic on replay ---------------

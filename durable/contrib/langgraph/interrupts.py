@@ -142,3 +142,30 @@ def _title(pending: dict[str, Any]) -> str:
         text = value
     node = pending.get("node") or "graph"
     return f"{node}: {str(text or 'asks for a decision')[:180]}"
+
+
+#: LangGraph's static breakpoints: refused (the driver would run past them)
+BREAKPOINTS = ("interrupt_before", "interrupt_after")
+
+
+def refuse_breakpoints(where: str, graph: Any) -> None:
+    """Raise if ``graph`` was compiled with ``interrupt_before=``/``interrupt_after=``.
+
+    The driver stops after every super-step and resumes with ``invoke(None)``, which is
+    also how LangGraph continues past a static breakpoint: the run would go on without
+    anyone deciding. Refused, not silently ignored.
+    """
+    from durable.exceptions import DurableConfigurationError
+
+    for option in BREAKPOINTS:
+        nodes = getattr(graph, f"{option}_nodes", None)
+        if nodes:
+            raise DurableConfigurationError(breakpoint_message(where, option, nodes))
+
+
+def breakpoint_message(where: str, option: str, nodes: Any) -> str:
+    return (
+        f"{where}: {option}={nodes!r} (LangGraph's static breakpoints) is not supported "
+        "on Durable: the run would go past it without stopping. Call interrupt() inside "
+        "the node instead: it waits in the inbox as an approval and resumes on the answer"
+    )
