@@ -481,7 +481,9 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if os.environ.get("DURABLE_LOG_FORMAT") == "json" else "plain",
-            "filters": ["durable_context", "housekeeping"],
+            # DURABLE_LOG_HOUSEKEEPING=true: Celery's lines about the periodic ticks too
+            "filters": ["durable_context"]
+            + ([] if env_bool("DURABLE_LOG_HOUSEKEEPING", False) else ["housekeeping"]),
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},

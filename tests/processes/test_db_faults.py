@@ -91,8 +91,10 @@ def assert_each_effect_once(folder, runs: dict[str, Run]) -> None:
 @pytest.mark.processes
 def test_s28_workers_survive_terminated_connections_and_finish_every_run(workers, proc_env):
     needs_postgresql()
-    solo = workers.start(DURABLE_WORKFLOW_MODULES=MODULES)
-    prefork = workers.start(pool="prefork", concurrency=2, DURABLE_WORKFLOW_MODULES=MODULES)
+    # the sweeps' "succeeded" lines are read below: logged, as they are not by default
+    env = {"DURABLE_WORKFLOW_MODULES": MODULES, "DURABLE_LOG_HOUSEKEEPING": "true"}
+    solo = workers.start(**env)
+    prefork = workers.start(pool="prefork", concurrency=2, **env)
     solo.wait_ready()
     prefork.wait_ready()
 

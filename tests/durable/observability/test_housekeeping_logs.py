@@ -57,5 +57,21 @@ def test_debug_shows_everything():
         root.setLevel(level)
 
 
-def test_the_console_handler_has_the_filter():
+def test_the_console_handler_has_the_filter_unless_asked_for_the_lines():
+    import os
+    import subprocess
+    import sys
+
     assert "housekeeping" in settings.LOGGING["handlers"]["console"]["filters"]
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import config.settings as s; print(s.LOGGING['handlers']['console']['filters'])",
+        ],
+        env={**os.environ, "DURABLE_LOG_HOUSEKEEPING": "true"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "durable_context" in shown and "housekeeping" not in shown
