@@ -1,0 +1,81 @@
+"""Fixture workflows for the replay check (``manage.py durable replay-check``) and
+``durable.testing.replay``. Importing this module registers them.
+
+``EDIT`` switches a workflow's code between executions, as an in-place edit deployed
+under the same version would: ``EDIT["support"]`` is ``None`` (the code the runs were
+recorded with) or the name of an edit (see :func:`support`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import durable
+
+EDIT: dict[str, Any] = {}
+CALLS: list[str] = []
+
+
+def reset() -> None:
+    EDIT.clear()
+    CALLS.clear()
+
+
+def plan(message: str) -> dict[str, Any]:
+    CALLS.append("plan")
+    return {"charge": "ch_1", "amount": 10, "why": message}
+
+
+def check_fraud(charge: str) -> bool:
+    CALLS.append("check_fraud")
+    return False
+
+
+def notify(text: str) -> str:
+    CALLS.append("notify")
+    return text
+
+
+@durable.tool(safety="read_only", name="replay.lookup")
+def lookup(charge_id: str) -> dict[str, Any]:
+    CALLS.append("lookup")
+    return {"charge_id": charge_id, "paid": 10}
+
+
+@durable.tool(safety="read_only", name="replay.lookup_v2")
+def lookup_v2(charge_id: str) -> dict[str, Any]:
+    CALLS.append("lookup_v2")
+    return {"charge_id": charge_id, "paid": 10}
+
+
+@durable.workflow(name="replay.support", version="1")
+def support(ctx, ticket):
+    edit = EDIT.get("support")
+    p = ctx.step("plan", plan, ticket["message"])
+    if edit == "tool_renamed":
+        ctx.call_tool("replay.lookup_v2", {"charge_id": p["charge"]}, step_id="replay.lookup")
+    elif edit != "tool_removed":
+        ctx.call_tool("replay.lookup", {"charge_id": p["charge"]})
+    if edit == "call_before_wait":
+        ctx.step("check_fraud", check_fraud, p["charge"])  # the in-place edit under test
+    if edit == "raises":
+        raise KeyError("total")  # code that no longer fits the recorded values
+    decision = ctx.wait_for_approval("refund", title="Refund?")
+    if edit == "step_after_wait":
+        ctx.step("notify_first", notify, "approved")
+    ctx.step("notify", notify, "done" if decision.approved else "rejected")
+    return {"refunded": decision.approved}
+
+
+@durable.workflow(name="replay.support", version="2")
+def support_v2(ctx, ticket):
+    p = ctx.step("plan", plan, ticket["message"])
+    ctx.step("check_fraud", check_fraud, p["charge"])
+    return {"refunded": False}
+
+
+@durable.workflow(name="replay.gone", version="1")
+def gone(ctx, _input):
+    ctx.step("plan", plan, "x")
+    ctx.sleep(3600)
+    return None
