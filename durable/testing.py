@@ -20,8 +20,9 @@ from durable import clock, registry
 from durable.exceptions import WorkflowNotFound
 from durable.models import TERMINAL, Run, RunStatus, Step, Wait, WaitKind, WaitStatus
 from durable.values import codec
-from durable.worker.dry import RunReplay, dry_replay, history_with_waits
+from durable.worker.dry import dry_replay
 from durable.worker.engine import execute
+from durable.worker.replay_check import RunReplay, history_with_waits
 
 __all__ = ["RunReplay", "drive", "due_time", "make_due", "replay"]
 

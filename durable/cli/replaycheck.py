@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,7 +22,6 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from durable.cli.text import _clean
-from durable.worker.replay_check import check_runs
 
 #: exit code when a run diverged
 DIVERGED = 1
@@ -51,8 +51,12 @@ def since_arg(text: str) -> datetime:
     return timezone.make_aware(when) if timezone.is_naive(when) else when
 
 
-def do_replay_check(command: BaseCommand, options: dict[str, Any]) -> None:
-    report = check_runs(
+def do_replay_check(
+    command: BaseCommand, options: dict[str, Any], *, check: Callable[..., dict[str, Any]]
+) -> None:
+    """Run ``check`` (``durable.worker.dry.check_runs``, given by the command's wiring:
+    this module formats, the engine replays) and print its report."""
+    report = check(
         workflow=options["workflow"],
         version=options["version"],
         status=options["status"],

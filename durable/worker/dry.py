@@ -7,19 +7,21 @@ call as a replay does and stops, by a private ``BaseException``, at the first ca
 would execute (the one place the engine checks budgets): so no step body, tool, LLM call,
 wait or child start is reached, and a workflow's ``except Exception`` cannot swallow the
 stop. The engine's own cursor is untouched: the dry one is a subclass, so the hot path
-pays nothing for it. A pending or answered wait that has no step row yet (the run is
-parked on it, or woken and not yet resumed) is part of the history at its position, as a
-step that did not succeed: code that now asks for another call there diverges.
+pays nothing for it. The histories (a wait the run is parked on is part of its history)
+and the report are read and built by :mod:`durable.worker.replay_check`, read-only.
 See docs/deploying.md.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+import time
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from django.db import DatabaseError, connection, transaction
 
 from durable.context import WorkflowContext
 from durable.exceptions import NonDeterminismError
@@ -27,104 +29,19 @@ from durable.models.runs import Run
 from durable.models.steps import Step
 from durable.runtime.execution import Execution
 from durable.runtime.replay import ReplayCursor
-from durable.vocabulary import RunStatus, StepKind, StepStatus, WaitKind, WaitStatus
+from durable.vocabulary import RunStatus, StepKind
+from durable.worker.replay_check import (
+    Divergence,
+    ReportBuilder,
+    RunReplay,
+    histories,
+    read_only,
+)
 
-__all__ = ["Divergence", "RunReplay", "dry_replay", "history_with_waits"]
-
-#: the step kind a wait's call takes (``WaitParking.wait``); other wait kinds (a
-#: reconcile decision, a limit) sit at the position of a call that has its own step row
-WAIT_STEP_KINDS = {
-    WaitKind.APPROVAL: StepKind.WAIT,
-    WaitKind.TIMER: StepKind.SLEEP,
-    WaitKind.SIGNAL: StepKind.SIGNAL,
-    WaitKind.CHILD: StepKind.WAIT,
-}
+__all__ = ["DryCursor", "RunReplay", "check_runs", "dry_replay"]
 
 _DURABLE = Path(__file__).resolve().parents[1]
 _CONTRIB = _DURABLE / "contrib"
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """Where a run's history and the code part.
-
-    ``reason``: ``"different_call"`` (another step id at the position), ``"kind_changed"``
-    (the same id, another kind of call), ``"tool_changed"`` (the same id, another tool),
-    ``"returned_early"`` (the code returned before a recorded call), ``"raised"`` (the
-    code raised), ``"not_registered"`` (the run's workflow and version are not
-    registered). ``expected``/``got``: ``{"step_id", "kind", "tool"}`` or ``None``;
-    ``file``/``line``: the code's line that made the call (or raised).
-    """
-
-    reason: str
-    message: str
-    position: int | None = None
-    expected: dict[str, str] | None = None
-    got: dict[str, str] | None = None
-    file: str = ""
-    line: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason,
-            "message": self.message,
-            "position": self.position,
-            "expected": self.expected,
-            "got": self.got,
-            "file": self.file,
-            "line": self.line,
-        }
-
-
-@dataclass
-class RunReplay:
-    """The outcome of one run's dry replay.
-
-    ``outcome``: ``"continues"`` (the code reached a call with no record: a real
-    execution would continue there, ``continues_at``), ``"completes"`` (the code returned
-    where the history ends), ``"fails_as_recorded"`` (the code raised what the failed
-    run recorded), or ``"diverged"`` (``divergence`` says where). ``replayed``: recorded
-    calls answered. ``compatible`` is ``outcome != "diverged"``.
-    """
-
-    run_id: str
-    workflow: str
-    version: str
-    status: str
-    outcome: str
-    replayed: int = 0
-    continues_at: dict[str, Any] | None = None
-    divergence: Divergence | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def compatible(self) -> bool:
-        return self.outcome != "diverged"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "workflow": self.workflow,
-            "version": self.version,
-            "status": self.status,
-            "compatible": self.compatible,
-            "outcome": self.outcome,
-            "replayed": self.replayed,
-            "continues_at": self.continues_at,
-            "divergence": self.divergence.to_dict() if self.divergence else None,
-        }
-
-    def __str__(self) -> str:
-        head = f"run {self.run_id} ({self.workflow} v{self.version}, {self.status})"
-        if self.divergence is None:
-            where = ""
-            if self.continues_at is not None:
-                where = f" at position {self.continues_at['position']} "
-                where += f"({self.continues_at['step_id']})"
-            return f"{head}: compatible, {self.outcome}{where}"
-        d = self.divergence
-        at = f" ({d.file}:{d.line})" if d.file else ""
-        return f"{head}: diverged: {d.message}{at}"
 
 
 class _Stop(BaseException):
@@ -203,9 +120,7 @@ class DryCursor(ReplayCursor):
             rec = self.by_position.get(exc.position)
             if rec is None:  # the id asked for is recorded at another position
                 rec = self.by_position.get(self.positions_by_id.get(exc.requested_step_id, -1))
-            expected = (
-                _call(rec.step_id, rec.kind, rec.tool_name) if rec is not None else None
-            )
+            expected = _call(rec.step_id, rec.kind, rec.tool_name) if rec is not None else None
             self._diverge(
                 "different_call",
                 f"at position {exc.position} the history has "
@@ -229,7 +144,14 @@ class DryCursor(ReplayCursor):
         kind, tool = self._asking
         file, line = _code_location(sys._getframe(1))
         raise _WouldContinue(
-            {"position": pos, "step_id": sid, "kind": kind, "tool": tool, "file": file, "line": line}
+            {
+                "position": pos,
+                "step_id": sid,
+                "kind": kind,
+                "tool": tool,
+                "file": file,
+                "line": line,
+            }
         )
 
     def _same_kind(self, sid: str, pos: int, rec: Step | None) -> None:
@@ -280,24 +202,6 @@ def _dry_execution(run: Run, steps: list[Step], tool_rows: dict[str, Any]) -> Ex
     )
     cursor.fail_run = _no_write  # set after the checkpoints, which install their own
     return execution
-
-
-def history_with_waits(steps: list[Step], waits: list[tuple[int, str, str, str]]) -> list[Step]:
-    """The steps of a run, plus an unsaved, not succeeded step for each workflow wait
-    ``(position, wait_id, wait kind, wait status)`` whose position has no step row yet:
-    the wait the run is parked on (or was woken from) is part of its history."""
-    taken = {s.position for s in steps}
-    extra = [
-        Step(
-            position=pos,
-            step_id=wait_id,
-            kind=WAIT_STEP_KINDS[kind],
-            status=StepStatus.WAITING if status == WaitStatus.PENDING else StepStatus.RUNNING,
-        )
-        for pos, wait_id, kind, status in waits
-        if kind in WAIT_STEP_KINDS and pos not in taken and status != WaitStatus.CANCELLED
-    ]
-    return steps + extra if extra else steps
 
 
 def dry_replay(
@@ -372,3 +276,73 @@ def dry_replay(
             )
     report.replayed = len(cursor.replayed)
     return report
+
+
+def check_runs(
+    *,
+    workflow: str | None = None,
+    version: str | None = None,
+    status: str = "open",
+    sample: int | None = None,
+    since: datetime | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Replay the selected runs dry against the code registered now; returns the report.
+
+    ``status``: ``"open"`` (pending, running, retrying, waiting) or ``"all"``;
+    ``sample``: at most N of the selected runs, at random (``seed`` makes it
+    repeatable); ``since``: runs created at or after it. Shape (``format``
+    ``"durable.replay-check/1"``, docs/deploying.md#the-json-report)::
+
+        {"format", "compatible": bool, "checked": n, "diverged": n, "seconds": s,
+         "selection": {"workflow", "version", "status", "sample", "since"},
+         "groups": [{"workflow", "version", "registered": bool, "checked": n,
+                     "compatible": n, "diverged": n,
+                     "outcomes": {"continues": n, "completes": n, ...},
+                     "runs": [<each diverged run: RunReplay.to_dict()>]}]}
+
+    Reads only (:func:`durable.worker.replay_check.read_only`); raises ``ValueError``
+    for another status.
+    """
+    started = time.perf_counter()
+    report = ReportBuilder(
+        {
+            "workflow": workflow,
+            "version": version,
+            "status": status,
+            "sample": sample,
+            "since": since.isoformat() if since is not None else None,
+        }
+    )
+    with read_only():
+        for run, history, fn, tools in histories(
+            workflow=workflow, version=version, status=status, sample=sample, since=since,
+            seed=seed,
+        ):  # fmt: skip
+            report.add(_check_one(run, history, fn, tools), registered=fn is not None)
+    return report.result(time.perf_counter() - started)
+
+
+def _check_one(run: Run, history: list[Step], fn: Any, tools: dict[str, Any]) -> RunReplay:
+    try:
+        workflow_input = run.input_value() if fn is not None else None
+    except Exception as exc:  # noqa: BLE001 - e.g. an encryption key that is not configured
+        return _raised(run, f"the run's input cannot be decoded: {type(exc).__name__}: {exc}")
+    if connection.vendor != "postgresql":
+        return dry_replay(run, history, fn, workflow_input, tool_rows=tools)
+    try:  # a failed statement of the workflow's own aborts only its savepoint
+        with transaction.atomic():
+            return dry_replay(run, history, fn, workflow_input, tool_rows=tools)
+    except DatabaseError as exc:
+        return _raised(run, f"the code's own query failed: {type(exc).__name__}: {exc}")
+
+
+def _raised(run: Run, message: str) -> RunReplay:
+    return RunReplay(
+        run_id=run.pk,
+        workflow=run.workflow_name,
+        version=run.workflow_version,
+        status=run.status,
+        outcome="diverged",
+        divergence=Divergence("raised", message),
+    )

@@ -1,25 +1,25 @@
-"""The replay check: recorded runs against the workflow code installed now, read-only.
+"""The replay check's reads and report: which runs, their histories, the JSON shape.
 
-Invariant: the check reads and never writes. It selects runs, loads their steps and
-waits in one query each per chunk of runs, and replays each history dry
-(:func:`durable.worker.dry.dry_replay`: the engine's own cursor, stopped at the first
-call that would execute). On PostgreSQL each chunk is one ``READ ONLY`` transaction (a
-workflow's own query that tries to write fails there, and is reported as that run's
-divergence, under a savepoint); on SQLite the connection is ``query_only`` for the
-check (a transaction there would take the database's write lock). So it is safe
-against production under a role that may only ``SELECT``. See docs/deploying.md.
+Invariant: everything here reads and nothing writes. The runs are selected, and their
+steps and waits loaded in one query each per chunk of runs, inside :func:`read_only`: on
+PostgreSQL each chunk is one ``READ ONLY`` transaction (a workflow's own query that
+tries to write fails there, and is reported as that run's divergence); on SQLite the
+connection is ``query_only`` for the check (a transaction there would take the
+database's write lock). So the check is safe against production under a role that may
+only ``SELECT``. The dry replay itself is :mod:`durable.worker.dry`. See
+docs/deploying.md.
 """
 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
 from durable import registry
 from durable.exceptions import WorkflowNotFound
@@ -27,10 +27,18 @@ from durable.models.runs import Run
 from durable.models.steps import Step
 from durable.models.tools import Tool
 from durable.models.waits import Wait
-from durable.vocabulary import RunStatus, WaitStatus
-from durable.worker.dry import WAIT_STEP_KINDS, Divergence, RunReplay, dry_replay, history_with_waits
+from durable.vocabulary import RunStatus, StepKind, StepStatus, WaitKind, WaitStatus
 
-__all__ = ["FORMAT", "OPEN_STATUSES", "check_runs"]
+__all__ = [
+    "FORMAT",
+    "OPEN_STATUSES",
+    "Divergence",
+    "ReportBuilder",
+    "RunReplay",
+    "history_with_waits",
+    "histories",
+    "read_only",
+]
 
 #: the report's format name and version (docs/deploying.md#the-json-report)
 FORMAT = "durable.replay-check/1"
@@ -40,6 +48,121 @@ OPEN_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING, RunSt
 
 #: runs loaded and checked per chunk (one query each for runs, steps and waits)
 CHUNK_RUNS = 500
+
+
+#: the step kind a wait's call takes (``WaitParking.wait``); other wait kinds (a
+#: reconcile decision, a limit) sit at the position of a call that has its own step row
+WAIT_STEP_KINDS: dict[str, str] = {
+    WaitKind.APPROVAL: StepKind.WAIT,
+    WaitKind.TIMER: StepKind.SLEEP,
+    WaitKind.SIGNAL: StepKind.SIGNAL,
+    WaitKind.CHILD: StepKind.WAIT,
+}
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a run's history and the code part.
+
+    ``reason``: ``"different_call"`` (another step id at the position), ``"kind_changed"``
+    (the same id, another kind of call), ``"tool_changed"`` (the same id, another tool),
+    ``"returned_early"`` (the code returned before a recorded call), ``"raised"`` (the
+    code raised), ``"not_registered"`` (the run's workflow and version are not
+    registered). ``expected``/``got``: ``{"step_id", "kind", "tool"}`` or ``None``;
+    ``file``/``line``: the code's line that made the call (or raised).
+    """
+
+    reason: str
+    message: str
+    position: int | None = None
+    expected: dict[str, str] | None = None
+    got: dict[str, str] | None = None
+    file: str = ""
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "position": self.position,
+            "expected": self.expected,
+            "got": self.got,
+            "file": self.file,
+            "line": self.line,
+        }
+
+
+@dataclass
+class RunReplay:
+    """The outcome of one run's dry replay.
+
+    ``outcome``: ``"continues"`` (the code reached a call with no record: a real
+    execution would continue there, ``continues_at``), ``"completes"`` (the code returned
+    where the history ends), ``"fails_as_recorded"`` (the code raised what the failed
+    run recorded), or ``"diverged"`` (``divergence`` says where). ``replayed``: recorded
+    calls answered. ``compatible`` is ``outcome != "diverged"``.
+    """
+
+    run_id: str
+    workflow: str
+    version: str
+    status: str
+    outcome: str
+    replayed: int = 0
+    continues_at: dict[str, Any] | None = None
+    divergence: Divergence | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compatible(self) -> bool:
+        return self.outcome != "diverged"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "status": self.status,
+            "compatible": self.compatible,
+            "outcome": self.outcome,
+            "replayed": self.replayed,
+            "continues_at": self.continues_at,
+            "divergence": self.divergence.to_dict() if self.divergence else None,
+        }
+
+    def __str__(self) -> str:
+        head = f"run {self.run_id} ({self.workflow} v{self.version}, {self.status})"
+        if self.divergence is None:
+            where = ""
+            if self.continues_at is not None:
+                where = f" at position {self.continues_at['position']} "
+                where += f"({self.continues_at['step_id']})"
+            return f"{head}: compatible, {self.outcome}{where}"
+        d = self.divergence
+        at = f" ({d.file}:{d.line})" if d.file else ""
+        return f"{head}: diverged: {d.message}{at}"
+
+
+def _call(step_id: str, kind: str, tool: str = "") -> dict[str, str]:
+    return {"step_id": step_id, "kind": kind, "tool": tool}
+
+
+def history_with_waits(steps: list[Step], waits: list[tuple[int, str, str, str]]) -> list[Step]:
+    """The steps of a run, plus an unsaved, not succeeded step for each workflow wait
+    ``(position, wait_id, wait kind, wait status)`` whose position has no step row yet:
+    the wait the run is parked on (or was woken from) is part of its history."""
+    taken = {s.position for s in steps}
+    extra = [
+        Step(
+            position=pos,
+            step_id=wait_id,
+            kind=WAIT_STEP_KINDS[kind],
+            status=StepStatus.WAITING if status == WaitStatus.PENDING else StepStatus.RUNNING,
+        )
+        for pos, wait_id, kind, status in waits
+        if kind in WAIT_STEP_KINDS and pos not in taken and status != WaitStatus.CANCELLED
+    ]
+    return steps + extra if extra else steps
 
 
 class _Tools(dict):
@@ -109,64 +232,7 @@ def read_only() -> Iterator[None]:
         yield
 
 
-def _check_chunk(ids: list[str], tools: _Tools, specs: dict[tuple[str, str], Any]) -> list[RunReplay]:
-    runs = list(Run.objects.filter(pk__in=ids).defer("output").order_by("pk"))
-    steps: dict[str, list[Step]] = {}
-    for s in Step.objects.filter(run_id__in=ids).order_by("run_id", "position"):
-        steps.setdefault(s.run_id, []).append(s)
-    waits: dict[str, list[tuple[int, str, str, str]]] = {}
-    for run_id, pos, wait_id, kind, status in (
-        Wait.objects.filter(run_id__in=ids, kind__in=list(WAIT_STEP_KINDS))
-        .exclude(status=WaitStatus.CANCELLED)
-        .values_list("run_id", "position", "wait_id", "kind", "status")
-    ):
-        waits.setdefault(run_id, []).append((pos, wait_id, kind, status))
-    reports = []
-    for run in runs:
-        key = (run.workflow_name, run.workflow_version)
-        if key not in specs:
-            try:
-                specs[key] = registry.get_workflow(*key).fn
-            except WorkflowNotFound:
-                specs[key] = None
-        history = history_with_waits(steps.get(run.pk, []), waits.get(run.pk, []))
-        reports.append(_check_one(run, history, specs[key], tools))
-    return reports
-
-
-def _check_one(run: Run, history: list[Step], fn: Any, tools: _Tools) -> RunReplay:
-    try:
-        workflow_input = run.input_value() if fn is not None else None
-    except Exception as exc:  # noqa: BLE001 - e.g. an encryption key that is not configured
-        return RunReplay(
-            run_id=run.pk,
-            workflow=run.workflow_name,
-            version=run.workflow_version,
-            status=run.status,
-            outcome="diverged",
-            divergence=Divergence(
-                "raised", f"the run's input cannot be decoded: {type(exc).__name__}: {exc}"
-            ),
-        )
-    if connection.vendor != "postgresql":
-        return dry_replay(run, history, fn, workflow_input, tool_rows=tools)
-    try:  # a failed statement of the workflow's own aborts only its savepoint
-        with transaction.atomic():
-            return dry_replay(run, history, fn, workflow_input, tool_rows=tools)
-    except DatabaseError as exc:
-        return RunReplay(
-            run_id=run.pk,
-            workflow=run.workflow_name,
-            version=run.workflow_version,
-            status=run.status,
-            outcome="diverged",
-            divergence=Divergence(
-                "raised", f"the code's own query failed: {type(exc).__name__}: {exc}"
-            ),
-        )
-
-
-def check_runs(
+def histories(
     *,
     workflow: str | None = None,
     version: str | None = None,
@@ -174,68 +240,77 @@ def check_runs(
     sample: int | None = None,
     since: datetime | None = None,
     seed: int | None = None,
-) -> dict[str, Any]:
-    """Replay the selected runs dry against the code registered now; returns the report.
-
-    ``status``: ``"open"`` (pending, running, retrying, waiting) or ``"all"``;
-    ``sample``: at most N of the selected runs, at random (``seed`` makes it
-    repeatable); ``since``: runs created at or after it. Shape (``format``
-    ``"durable.replay-check/1"``, docs/deploying.md#the-json-report)::
-
-        {"format", "compatible": bool, "checked": n, "diverged": n, "seconds": s,
-         "selection": {"workflow", "version", "status", "sample", "since"},
-         "groups": [{"workflow", "version", "registered": bool, "checked": n,
-                     "compatible": n, "diverged": n,
-                     "outcomes": {"continues": n, "completes": n, ...},
-                     "runs": [<each diverged run: RunReplay.to_dict()>]}]}
-
-    Reads only (see the module docstring); raises ``ValueError`` for another status.
-    """
+) -> Iterator[tuple[Run, list[Step], Any, dict[str, Any]]]:
+    """``(run, history, workflow function or None, tool rows)`` of each selected run,
+    loaded a chunk at a time (see ``durable.worker.dry.check_runs`` for the options).
+    Call inside :func:`read_only`. Raises ``ValueError`` for a status other than
+    ``"open"`` or ``"all"``."""
     if status not in ("open", "all"):
         raise ValueError(f"status must be 'open' or 'all', not {status!r}")
-    started = time.perf_counter()
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    tools = _Tools({t.name: t for t in Tool.objects.select_related("approver_group")})
     specs: dict[tuple[str, str], Any] = {}
-    with read_only():
-        tools = _Tools({t.name: t for t in Tool.objects.select_related("approver_group")})
-        qs = _selection(workflow=workflow, version=version, status=status, since=since)
-        for ids in _run_ids(qs, sample, seed):
-            for report in _check_chunk(ids, tools, specs):
-                key = (report.workflow, report.version)
-                group = groups.setdefault(
-                    key,
-                    {
-                        "workflow": report.workflow,
-                        "version": report.version,
-                        "registered": specs.get(key) is not None,
-                        "checked": 0,
-                        "compatible": 0,
-                        "diverged": 0,
-                        "outcomes": {},
-                        "runs": [],
-                    },
-                )
-                group["checked"] += 1
-                group["outcomes"][report.outcome] = group["outcomes"].get(report.outcome, 0) + 1
-                if report.compatible:
-                    group["compatible"] += 1
-                else:
-                    group["diverged"] += 1
-                    group["runs"].append(report.to_dict())
-    ordered = [groups[k] for k in sorted(groups)]
-    diverged = sum(g["diverged"] for g in ordered)
-    return {
-        "format": FORMAT,
-        "compatible": diverged == 0,
-        "checked": sum(g["checked"] for g in ordered),
-        "diverged": diverged,
-        "seconds": round(time.perf_counter() - started, 3),
-        "selection": {
-            "workflow": workflow,
-            "version": version,
-            "status": status,
-            "sample": sample,
-            "since": since.isoformat() if since is not None else None,
-        },
-        "groups": ordered,
-    }
+    qs = _selection(workflow=workflow, version=version, status=status, since=since)
+    for ids in _run_ids(qs, sample, seed):
+        runs = list(Run.objects.filter(pk__in=ids).defer("output").order_by("pk"))
+        steps: dict[str, list[Step]] = {}
+        for s in Step.objects.filter(run_id__in=ids).order_by("run_id", "position"):
+            steps.setdefault(s.run_id, []).append(s)
+        waits: dict[str, list[tuple[int, str, str, str]]] = {}
+        for run_id, pos, wait_id, kind, wait_status in (
+            Wait.objects.filter(run_id__in=ids, kind__in=list(WAIT_STEP_KINDS))
+            .exclude(status=WaitStatus.CANCELLED)
+            .values_list("run_id", "position", "wait_id", "kind", "status")
+        ):
+            waits.setdefault(run_id, []).append((pos, wait_id, kind, wait_status))
+        for run in runs:
+            key = (run.workflow_name, run.workflow_version)
+            if key not in specs:
+                try:
+                    specs[key] = registry.get_workflow(*key).fn
+                except WorkflowNotFound:
+                    specs[key] = None
+            history = history_with_waits(steps.get(run.pk, []), waits.get(run.pk, []))
+            yield run, history, specs[key], tools
+
+
+@dataclass
+class ReportBuilder:
+    """The JSON report of a check, run by run (shape: ``durable.worker.dry.check_runs``)."""
+
+    selection: dict[str, Any]
+    groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, report: RunReplay, *, registered: bool) -> None:
+        group = self.groups.setdefault(
+            (report.workflow, report.version),
+            {
+                "workflow": report.workflow,
+                "version": report.version,
+                "registered": registered,
+                "checked": 0,
+                "compatible": 0,
+                "diverged": 0,
+                "outcomes": {},
+                "runs": [],
+            },
+        )
+        group["checked"] += 1
+        group["outcomes"][report.outcome] = group["outcomes"].get(report.outcome, 0) + 1
+        if report.compatible:
+            group["compatible"] += 1
+        else:
+            group["diverged"] += 1
+            group["runs"].append(report.to_dict())
+
+    def result(self, seconds: float) -> dict[str, Any]:
+        ordered = [self.groups[k] for k in sorted(self.groups)]
+        diverged = sum(g["diverged"] for g in ordered)
+        return {
+            "format": FORMAT,
+            "compatible": diverged == 0,
+            "checked": sum(g["checked"] for g in ordered),
+            "diverged": diverged,
+            "seconds": round(seconds, 3),
+            "selection": self.selection,
+            "groups": ordered,
+        }

@@ -64,8 +64,9 @@ def test_an_export_names_the_call_added_before_the_wait(tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_report_is_the_one_replay_check_gives_for_the_same_run():
-    from django.core.management import CommandError, call_command
     from io import StringIO
+
+    from django.core.management import CommandError, call_command
 
     doc = waiting_export()
     rw.EDIT["support"] = "tool_renamed"
@@ -79,9 +80,10 @@ def test_the_report_is_the_one_replay_check_gives_for_the_same_run():
 @pytest.mark.django_db(transaction=True)
 def test_a_finished_run_completes_and_another_workflow_or_version_can_be_named():
     run = drive(durable.start("replay.support", {"message": "x"}, version="1").id)
+    from django.db import transaction
+
     from durable.models import Wait
     from durable.waits.closing import close_wait_txn
-    from django.db import transaction
 
     with transaction.atomic():
         wait = Wait.objects.select_for_update().get(run_id=run.id, status="pending")
@@ -111,11 +113,26 @@ EXPORT = {
         "error": None,
     },
     "steps": [
-        {"position": 0, "step_id": "plan", "kind": "step", "tool": "", "status": "succeeded",
-         "input": None, "output": {"charge": "ch_9", "amount": 10, "why": "x"}, "error": None},
-        {"position": 1, "step_id": "replay.lookup", "kind": "tool", "tool": "replay.lookup",
-         "status": "succeeded", "input": {"charge_id": "ch_9"},
-         "output": {"charge_id": "ch_9", "paid": 10}, "error": None},
+        {
+            "position": 0,
+            "step_id": "plan",
+            "kind": "step",
+            "tool": "",
+            "status": "succeeded",
+            "input": None,
+            "output": {"charge": "ch_9", "amount": 10, "why": "x"},
+            "error": None,
+        },
+        {
+            "position": 1,
+            "step_id": "replay.lookup",
+            "kind": "tool",
+            "tool": "replay.lookup",
+            "status": "succeeded",
+            "input": {"charge_id": "ch_9"},
+            "output": {"charge_id": "ch_9", "paid": 10},
+            "error": None,
+        },
     ],  # fmt: skip
     "waits": [
         {"wait_id": "approval:refund", "position": 2, "kind": "approval", "status": "pending"}

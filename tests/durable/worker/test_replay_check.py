@@ -257,9 +257,9 @@ def test_it_runs_under_a_role_that_may_only_select():
         cur.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO durable_replay_reader")
         cur.execute("SET ROLE durable_replay_reader")
     try:
-        with connection.cursor() as cur:  # the role really cannot write
-            with pytest.raises(Exception, match="permission denied"):
-                cur.execute("UPDATE durable_run SET tags = tags")
+        # the role really cannot write
+        with connection.cursor() as cur, pytest.raises(Exception, match="permission denied"):
+            cur.execute("UPDATE durable_run SET tags = tags")
         report, code = check("--status", "all")
     finally:
         with connection.cursor() as cur:
