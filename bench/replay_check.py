@@ -70,9 +70,7 @@ def _seed(runs: int, steps: int) -> None:
 
 def _checked(report: dict[str, Any], runs: int) -> None:
     if report["checked"] != runs or report["diverged"]:
-        raise RuntimeError(
-            f"the seeded runs did not all replay: {json.dumps(report)[:2000]}"
-        )
+        raise RuntimeError(f"the seeded runs did not all replay: {json.dumps(report)[:2000]}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -257,8 +257,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             T["replay_runs_per_min"],
             " runs/min",
             higher=True,
-            note=rc.get("skipped", "")
-            or f"in process: {rc.get('runs_per_minute', 0):,} runs/min",
+            note=rc.get("skipped", "") or f"in process: {rc.get('runs_per_minute', 0):,} runs/min",
         )
     if tp is not None and "workers_1" in tp:
         w = tp["workers_1"]
