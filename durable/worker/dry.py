@@ -314,13 +314,19 @@ def check_runs(
             "since": since.isoformat() if since is not None else None,
         }
     )
-    with read_only():
-        for run, history, fn, tools in histories(
-            workflow=workflow, version=version, status=status, sample=sample, since=since,
-            seed=seed,
-        ):  # fmt: skip
-            report.add(_check_one(run, history, fn, tools), registered=fn is not None)
-    return report.result(time.perf_counter() - started)
+    if status not in ("open", "all"):
+        raise ValueError(f"status must be 'open' or 'all', not {status!r}")
+    chunks = histories(
+        workflow=workflow, version=version, status=status, sample=sample, since=since, seed=seed
+    )
+    while True:
+        # one read-only transaction a chunk: a long check holds no snapshot for its length
+        with read_only():
+            chunk = next(chunks, None)
+            for run, history, fn, tools in chunk or []:
+                report.add(_check_one(run, history, fn, tools), registered=fn is not None)
+        if chunk is None:
+            return report.result(time.perf_counter() - started)
 
 
 def _check_one(run: Run, history: list[Step], fn: Any, tools: dict[str, Any]) -> RunReplay:

@@ -240,13 +240,11 @@ def histories(
     sample: int | None = None,
     since: datetime | None = None,
     seed: int | None = None,
-) -> Iterator[tuple[Run, list[Step], Any, dict[str, Any]]]:
-    """``(run, history, workflow function or None, tool rows)`` of each selected run,
-    loaded a chunk at a time (see ``durable.worker.dry.check_runs`` for the options).
-    Call inside :func:`read_only`. Raises ``ValueError`` for a status other than
-    ``"open"`` or ``"all"``."""
-    if status not in ("open", "all"):
-        raise ValueError(f"status must be 'open' or 'all', not {status!r}")
+) -> Iterator[list[tuple[Run, list[Step], Any, dict[str, Any]]]]:
+    """The selected runs a chunk at a time: a list of ``(run, history, workflow function
+    or None, tool rows)`` per chunk (see ``durable.worker.dry.check_runs`` for the
+    options). Ask for each chunk inside :func:`read_only`: its queries run when it is
+    asked for. Raises ``ValueError`` for a status other than ``"open"`` or ``"all"``."""
     tools = _Tools({t.name: t for t in Tool.objects.select_related("approver_group")})
     specs: dict[tuple[str, str], Any] = {}
     qs = _selection(workflow=workflow, version=version, status=status, since=since)
@@ -262,6 +260,7 @@ def histories(
             .values_list("run_id", "position", "wait_id", "kind", "status")
         ):
             waits.setdefault(run_id, []).append((pos, wait_id, kind, wait_status))
+        chunk: list[tuple[Run, list[Step], Any, dict[str, Any]]] = []
         for run in runs:
             key = (run.workflow_name, run.workflow_version)
             if key not in specs:
@@ -270,7 +269,8 @@ def histories(
                 except WorkflowNotFound:
                     specs[key] = None
             history = history_with_waits(steps.get(run.pk, []), waits.get(run.pk, []))
-            yield run, history, specs[key], tools
+            chunk.append((run, history, specs[key], tools))
+        yield chunk
 
 
 @dataclass

@@ -79,3 +79,34 @@ def gone(ctx, _input):
     ctx.step("plan", plan, "x")
     ctx.sleep(3600)
     return None
+
+
+def square(n: int) -> int:
+    return n * n
+
+
+@durable.workflow(name="replay.leaf", version="1")
+def leaf(ctx, data):
+    return ctx.step("leaf", square, data["n"])
+
+
+@durable.workflow(name="replay.mixed", version="1")
+def mixed(ctx, data):
+    """Every kind of durable call the replay check must answer from the history."""
+    squares = ctx.parallel(
+        [
+            durable.call(square, 2, step_id="sq2"),
+            durable.call(square, 3),
+            durable.tool_call("replay.lookup", {"charge_id": "ch_p"}),
+        ]
+    )
+    turn = ctx.run_tool_calls(
+        [{"id": "t1", "name": "replay.lookup", "arguments": {"charge_id": "ch_t"}}]
+    )
+    ctx.sleep(0)
+    child = ctx.start_child("replay.leaf", {"n": 4}, child_id="leaf")
+    four = ctx.wait_child(child)
+    go = ctx.wait_for_signal("go")
+    if EDIT.get("mixed") == "after_signal":
+        ctx.step("after", square, 5)
+    return {"squares": squares, "turn": len(turn), "four": four, "go": go}

@@ -281,3 +281,27 @@ def test_it_runs_in_a_read_only_session():
         with connection.cursor() as cur:
             cur.execute("SET SESSION default_transaction_read_only = off")
     assert code == 0 and report["checked"] == 1
+
+
+def test_parallel_groups_tool_turns_timers_children_and_signals_replay_without_a_false_alarm():
+    parent = drive(durable.start("replay.mixed", {}).id)
+    assert parent.status == RunStatus.WAITING, parent.error  # on the child
+    child = drive(f"{parent.id}.leaf")
+    assert child.status == RunStatus.SUCCEEDED, child.error
+    parent = drive(parent.id)
+    assert parent.status == RunStatus.WAITING, parent.error  # on the signal
+    report, code = check("--status", "all")
+    assert code == 0, report
+    outcomes = {g["workflow"]: g["outcomes"] for g in report["groups"]}
+    assert outcomes == {"replay.mixed": {"continues": 1}, "replay.leaf": {"completes": 1}}
+    rw.EDIT["mixed"] = "after_signal"  # a step after the pending signal wait
+    assert check()[1] == 0
+    durable.signal(parent.id, "go", {"ok": True})
+    parent = drive(parent.id)
+    assert parent.status == RunStatus.SUCCEEDED, parent.error
+    report, code = check("--status", "all", "--workflow", "replay.mixed")
+    assert code == 0 and report["groups"][0]["outcomes"] == {"completes": 1}
+    rw.EDIT.clear()  # the run recorded "after": code without it returns before it
+    report, code = check("--status", "all", "--workflow", "replay.mixed")
+    d = diverged_runs(report)[parent.id]["divergence"]
+    assert (code, d["reason"], d["expected"]["step_id"]) == (1, "returned_early", "after")
