@@ -60,6 +60,10 @@ def support(ctx, ticket):
         ctx.step("check_fraud", check_fraud, p["charge"])  # the in-place edit under test
     if edit == "raises":
         raise KeyError("total")  # code that no longer fits the recorded values
+    if edit == "writes":  # a write outside any step: the replay check must not make it
+        from durable.models import Run
+
+        Run.objects.filter(pk=ctx.run_id).update(tags=["written by the replay check"])
     decision = ctx.wait_for_approval("refund", title="Refund?")
     if edit == "step_after_wait":
         ctx.step("notify_first", notify, "approved")

@@ -305,3 +305,20 @@ def test_parallel_groups_tool_turns_timers_children_and_signals_replay_without_a
     report, code = check("--status", "all", "--workflow", "replay.mixed")
     d = diverged_runs(report)[parent.id]["divergence"]
     assert (code, d["reason"], d["expected"]["step_id"]) == (1, "returned_early", "after")
+
+
+def test_a_write_of_the_workflow_code_itself_is_refused_and_reported():
+    """The check's connection is read-only (a READ ONLY transaction on PostgreSQL,
+    query_only on SQLite): code that writes outside a step fails there, and the run
+    is reported as diverged; the other runs are still checked."""
+    run = waiting_run()
+    other = waiting_run("another")
+    rw.EDIT["support"] = "writes"
+    before = row_counts()
+    report, code = check()
+    assert code == 1 and report["checked"] == 2 and report["diverged"] == 2
+    d = diverged_runs(report)[run.id]["divergence"]
+    assert d["reason"] == "raised"
+    assert "read-only" in d["message"] or "readonly" in d["message"], d["message"]
+    assert row_counts() == before
+    assert Run.objects.get(pk=run.pk).tags == Run.objects.get(pk=other.pk).tags == []
