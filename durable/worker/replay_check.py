@@ -111,7 +111,6 @@ class RunReplay:
     replayed: int = 0
     continues_at: dict[str, Any] | None = None
     divergence: Divergence | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def compatible(self) -> bool:
