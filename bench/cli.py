@@ -48,6 +48,7 @@ PARTS = (
     "approval",
     "dashboard",
     "prune",
+    "replay",
     "memory",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -375,6 +376,22 @@ def part_prune(cfg: Config, log_dir: Path) -> dict[str, Any]:
     )[-1]
 
 
+def part_replay(cfg: Config, log_dir: Path) -> dict[str, Any]:
+    """Runs a minute the replay check reads and replays (bench/replay_check.py)."""
+    if problem := pg_available(cfg):
+        return {"skipped": problem}
+    url = recreate_pg_db(cfg, "replay").replace("postgresql://", "postgres://", 1)
+    args = ["--runs", "300" if cfg.quick else "5000", "--steps", "20"]
+    args += ["--reps", "1" if cfg.quick else "3"]
+    return run_child(
+        "bench.replay_check",
+        args,
+        django_env(cfg, database_url=url),
+        timeout=3600,
+        verbose=cfg.verbose,
+    )[-1]
+
+
 # --------------------------------------------------------------------------------- main
 
 
@@ -521,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         "approval": part_approval,
         "dashboard": part_dashboard,
         "prune": part_prune,
+        "replay": part_replay,
     }
     todo = [p for p in cfg.parts if p != "memory"]
     if "memory" in cfg.parts and "throughput" not in todo:

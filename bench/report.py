@@ -179,6 +179,30 @@ def prune_section(s: dict[str, Any]) -> list[str]:
     ]
 
 
+def replay_section(s: dict[str, Any]) -> list[str]:
+    title = "## Replay check: open runs checked a minute"
+    if "skipped" in s:
+        return [title, "", f"Skipped: {s['skipped']}"]
+    return [
+        title,
+        "",
+        (
+            f"{s['runs']} runs of `bench.replay` parked on an approval, {s['steps_per_run']} "
+            "recorded steps each, replayed dry against the registered code "
+            "(`durable.worker.dry.check_runs` in process, median (min–max) of its seconds; "
+            "and `manage.py durable replay-check --json` in a process of its own, its start "
+            "included)."
+        ),
+        "",
+        "| Database | Check s | Runs/min | Command s | Command runs/min |",
+        "|---|---|---|---|---|",
+        (
+            f"| {s['database']} | {mmm(s['check_seconds'])} | {s['runs_per_minute']:,} | "
+            f"{fmt(s['command_seconds'])} | {s['command_runs_per_minute']:,} |"
+        ),
+    ]
+
+
 def dispatch_section(d: dict[str, Any]) -> list[str]:
     out = [
         "## 2. Dispatch latency (one-step run, `durable.start` → SUCCEEDED, worker process)",
@@ -426,6 +450,8 @@ def render(results: dict[str, Any]) -> str:
         out += dashboard_section(parts["dashboard"]) + page_profiles(parts["dashboard"]) + [""]
     if "prune" in parts:
         out += prune_section(parts["prune"]) + [""]
+    if "replay" in parts:
+        out += replay_section(parts["replay"]) + [""]
     if "throughput" in parts and "memory" in results.get("requested_parts", ["memory"]):
         out += memory_section(parts["throughput"]) + [""]
     if results.get("errors"):

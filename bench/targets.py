@@ -27,6 +27,7 @@ TARGETS = {
     "recovery_p50_s": 3.0,
     "recovery_default_p50_s": 10.0,
     "rss_mb": 150.0,
+    "replay_runs_per_min": 1000.0,  # issue 32: the replay check, runs checked a minute
 }
 
 
@@ -247,6 +248,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 T["recovery_default_p50_s"],
                 " s",
             )
+    rc = parts.get("replay")
+    if rc is not None:
+        t.add(
+            "replay check ≥ 1,000 open runs a minute (`manage.py durable replay-check`, "
+            "end to end)",
+            rc.get("command_runs_per_minute", math.nan),
+            T["replay_runs_per_min"],
+            " runs/min",
+            higher=True,
+            note=rc.get("skipped", "") or f"in process: {rc.get('runs_per_minute', 0):,} runs/min",
+        )
     if tp is not None and "workers_1" in tp:
         w = tp["workers_1"]
         t.add(

@@ -103,3 +103,12 @@ def approval(ctx: Any, inp: dict[str, Any]) -> bool:
     decision = ctx.wait_for_approval("go", title="bench approval")
     ctx.step("after", _noop)
     return bool(decision.approved)
+
+
+@durable.workflow(name="bench.replay", version="1", max_steps=100_000)
+def replay_flow(ctx: Any, inp: dict[str, Any]) -> None:
+    """``inp["steps"]`` no-op steps, then an approval: the shape of the runs the replay
+    check reads (bench/replay_check.py seeds them parked on the approval)."""
+    for _ in range(int(inp["steps"])):
+        ctx.step("s", _noop)
+    ctx.wait_for_approval("ok", title="go on?")

@@ -10,7 +10,7 @@ from django.urls import path, register_converter
 
 from durable.queries.parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
-from . import actions, exports, schedules, views
+from . import actions, deploy, exports, schedules, views
 
 app_name = "dashboard"
 
@@ -41,6 +41,8 @@ urlpatterns = [
     path("approvals/<id:request_id>/decide/", actions.approval_decide_view, name="decide"),
     path("attention/", views.attention, name="attention"),
     path("schedules/", schedules.schedules, name="schedules"),
+    path("deploy/", deploy.deploy_check, name="deploy"),
+    path("deploy/check/", deploy.deploy_check_run, name="deploy_check"),
     path(
         "schedules/<run_id:name>/<slug:action>/",
         schedules.schedule_action,

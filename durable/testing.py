@@ -2,16 +2,32 @@
 
 With ``DURABLE['DISPATCH'] = "manual"``, nothing is sent to Celery; :func:`drive`
 executes a run in the calling thread until it finishes, waits, or has nothing due.
+:func:`replay` replays a run's audit export against the code installed now, without a
+database: a production run becomes a unit test (docs/deploying.md).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from durable import clock
+from durable import clock, registry
+from durable.exceptions import WorkflowNotFound
 from durable.models import TERMINAL, Run, RunStatus, Step, Wait, WaitKind, WaitStatus
+from durable.values import codec
+from durable.worker.dry import dry_replay
 from durable.worker.engine import execute
+from durable.worker.replay_check import RunReplay, history_with_waits
+
+__all__ = ["RunReplay", "drive", "due_time", "make_due", "replay"]
+
+#: the audit export's format (durable/services/export.py), the one :func:`replay` reads
+EXPORT_FORMAT = "durable.run-export/1"
 
 
 def due_time() -> datetime:
@@ -83,3 +99,87 @@ def drive(
                 time.sleep(delay)
         execute(run_id, worker_id=worker_id)
     raise RuntimeError(f"run {run_id} did not settle after {max_executions} executions")
+
+
+def replay(
+    export: dict[str, Any] | str | bytes | os.PathLike[str],
+    workflow: str | Callable[..., Any] | None = None,
+) -> RunReplay:
+    """Replay a run's audit export against the workflow code installed now; returns the
+    :class:`~durable.worker.dry.RunReplay` (``.compatible``, ``.outcome``,
+    ``.divergence``), the same report as ``manage.py durable replay-check`` gives for a
+    run of the database::
+
+        assert durable.testing.replay(Path("run-123.json")).compatible
+
+    ``export``: the document of ``manage.py durable export`` (or the dashboard's
+    *Download JSON*), as a dict, its JSON text, or a path to it. ``workflow``: ``None``
+    (the run's workflow and version as registered now), a workflow name (its latest
+    version: "does the next version still replay this run?"), or a workflow function.
+
+    Nothing runs and nothing is read or written in a database: recorded calls return
+    the export's values, and the first call with no record ends the replay
+    (``outcome == "continues"``). The export shows values as the dashboard does:
+    tuples and sets as lists, datetimes, Decimals and UUIDs as text, secrets as
+    ``"[REDACTED]"``; code whose path depends on those types may replay differently
+    here than from the database. Raises ``ValueError`` for a document that is not a
+    run export.
+    """
+    doc = _export_document(export)
+    header = doc["run"]
+    run = Run(
+        id=header["id"],
+        workflow_name=header["workflow"],
+        workflow_version=header["version"],
+        status=header["status"],
+        error=header.get("error"),
+    )
+    steps = [
+        Step(
+            run_id=run.pk,
+            position=s["position"],
+            step_id=s["step_id"],
+            kind=s["kind"],
+            tool_name=s.get("tool") or "",
+            status=s["status"],
+            attempts=s.get("attempts") or 0,
+            input=codec.encode(s.get("input"), where=f"steps[{i}].input"),
+            output=codec.encode(s.get("output"), where=f"steps[{i}].output"),
+            error=s.get("error"),
+        )
+        for i, s in enumerate(doc.get("steps") or [])
+    ]
+    waits = [
+        (w["position"], w["wait_id"], w["kind"], w["status"])
+        for w in doc.get("waits") or []
+        if w.get("position") is not None  # exports made before waits carried it
+    ]
+    fn: Callable[..., Any] | None
+    if callable(workflow):
+        fn = workflow
+    else:
+        try:
+            if workflow is None:
+                fn = registry.get_workflow(run.workflow_name, run.workflow_version).fn
+            else:
+                spec = registry.get_workflow(workflow)
+                run.workflow_name, run.workflow_version = spec.name, spec.version
+                fn = spec.fn
+        except WorkflowNotFound:
+            fn = None
+    return dry_replay(run, history_with_waits(steps, waits), fn, header.get("input"))
+
+
+def _export_document(export: Any) -> dict[str, Any]:
+    if isinstance(export, (str, bytes)) and export.lstrip()[:1] in ("{", b"{"):
+        doc = json.loads(export)
+    elif isinstance(export, (str, os.PathLike)):
+        doc = json.loads(Path(export).read_text(encoding="utf-8"))
+    else:
+        doc = export
+    if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
+        raise ValueError(
+            f"not a run export: expected a document of format {EXPORT_FORMAT!r} "
+            "(manage.py durable export RUN_ID)"
+        )
+    return doc

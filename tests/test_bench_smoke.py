@@ -360,3 +360,62 @@ def test_parallel_bench_row_is_produced(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| parallel |" in done.stdout and "| sequential |" in done.stdout
     assert "| ratio sequential / parallel |" in done.stdout
+
+
+# ------------------------------------------------------------------- the replay check part
+
+
+def test_replay_part_runs_on_its_own_sqlite_and_checks_every_seeded_run(tmp_path: Path) -> None:
+    """``bench/replay_check.py`` seeds runs parked on an approval and times the replay
+    check on them, in process and as ``manage.py durable replay-check``; it refuses to
+    report a figure unless every seeded run replays."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_") and k not in ("DATABASE_URL", "CELERY_BROKER_URL")
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DURABLE_VAR_DIR=str(tmp_path / "var"),
+        DURABLE_WORKFLOW_MODULES="bench.workflows",
+        DURABLE_DISPATCH="manual",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.replay_check", "--runs", "40", "--steps", "5"]
+        + ["--reps", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("@@BENCH "))
+    part = json.loads(line.removeprefix("@@BENCH "))
+    assert (part["database"], part["runs"], part["steps_per_run"]) == ("sqlite", 40, 5)
+    assert part["runs_per_minute"] > 0 and part["command_runs_per_minute"] > 0
+
+
+def test_replay_part_renders_its_section_and_its_target_row() -> None:
+    from bench.report import replay_section
+    from bench.targets import targets
+
+    part = {
+        "database": "postgresql",
+        "runs": 300,
+        "steps_per_run": 20,
+        "seed_seconds": 1.0,
+        "check_seconds": {"median": 0.3, "min": 0.25, "max": 0.4, "n": 1},
+        "runs_per_minute": 60000,
+        "command_seconds": 1.5,
+        "command_runs_per_minute": 12000,
+    }
+    (row,) = targets({"parts": {"replay": part}})
+    assert row["target"].startswith("replay check ≥ 1,000 open runs a minute")
+    assert (row["measured"], row["met"]) == ("12,000 runs/min", True)
+    slow = targets({"parts": {"replay": {**part, "command_runs_per_minute": 500}}})[0]
+    assert slow["met"] is False and "2.00× short" in slow["gap"]
+    text = "\n".join(replay_section(part))
+    assert "| postgresql | " in text and "| 60,000 | 1.50 | 12,000 |" in text
+    assert replay_section({"skipped": "no server"})[-1] == "Skipped: no server"

@@ -1,6 +1,7 @@
 """Reads for the dashboard's pages, one module per page: the runs list (``runs``), a run's
 page (``run_detail``), payloads and "show all" (``payloads``), the approvals inbox
-(``inbox``) and "needs attention" (``attention``). Reads live here, not in templates.
+(``inbox``), "needs attention" (``attention``) and the deploy check (``deploy``). Reads
+live here, not in templates.
 
 Every function issues a fixed number of queries, whatever the number of rows: the tests
 pin that with ``django_assert_max_num_queries``. Views import from this package; the
@@ -39,6 +40,14 @@ from .attention import (
     operation_payloads,
     unknown_operations,
 )
+from .deploy import (
+    LAST_REPORT_KEY,
+    VersionRow,
+    WorkflowRow,
+    keep_report,
+    last_report,
+    open_runs_by_version,
+)
 from .inbox import INBOX_LAST_STEPS, INBOX_LIMIT, InboxItem, Reasked, inbox, inbox_count
 from .payloads import (
     PAYLOAD_FIELDS,
@@ -67,6 +76,12 @@ from .run_detail import (
 )
 
 __all__ = [
+    "LAST_REPORT_KEY",
+    "VersionRow",
+    "WorkflowRow",
+    "keep_report",
+    "last_report",
+    "open_runs_by_version",
     "ATTENTION_LIMIT",
     "COUNTS_CACHE_SECONDS",
     "EVENTS_SHOWN",

@@ -55,8 +55,10 @@ class Execution:
         spec: WorkflowSpec | None,
         worker_id: str,
         heartbeat: Any = None,
+        cursor: ReplayCursor | None = None,
     ) -> None:
-        self.cursor = ReplayCursor(
+        # ``cursor``: one made by the caller (a dry replay's, durable/worker/dry.py)
+        self.cursor = cursor or ReplayCursor(
             run=run, token=token, steps=steps, spec=spec, worker_id=worker_id, heartbeat=heartbeat
         )
         self.checkpoints = Checkpoints(self.cursor)

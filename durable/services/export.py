@@ -175,6 +175,7 @@ def _operation(op: Operation) -> dict[str, Any]:
 def _wait(w: Wait) -> dict[str, Any]:
     return {
         "wait_id": w.wait_id,
+        "position": w.position,
         "kind": w.kind,
         "key": w.key,
         "status": w.status,

@@ -1,14 +1,14 @@
 """``manage.py durable <subcommand>``: inspect and operate Durable from a shell.
 
 Subcommands: ``workflows``, ``start``, ``runs``, ``show``, ``sweep``, ``reconcile``,
-the run actions, ``prune`` and ``export``
+the run actions, ``prune``, ``export`` and ``replay-check``
 (``manage.py durable <subcommand> --help`` for each). State changes go through
 :mod:`durable.client` and :mod:`durable.services.runs`, as the dashboard's do. Payloads are shown
 through :func:`durable.values.codec.decode_for_display`, so secrets print as ``[REDACTED]``.
 
 Exit codes: 0 done; 1 ``start --wait`` saw the run end without succeeding, or gave up
-waiting; 2 a user error (bad JSON, unknown workflow, run or operation, illegal
-transition), with a message on stderr saying what to do next.
+waiting, or ``replay-check`` found a run that diverged; 2 a user error (bad JSON, unknown
+workflow, run or operation, illegal transition), with a message on stderr saying what to do next.
 
 This module is the argument wiring only; the subcommands are in :mod:`durable.cli`.
 """
@@ -16,12 +16,13 @@ This module is the argument wiring only; the subcommands are in :mod:`durable.cl
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from durable.cli import actions, inspection, operate
+from durable.cli import actions, inspection, operate, replaycheck
 
 # the names this module held before the subcommands moved to durable.cli, still
 # importable from here (tests import _parse_json)
@@ -45,6 +46,7 @@ from durable.cli.text import (  # noqa: F401
     table,
 )
 from durable.models import RunStatus
+from durable.worker import dry
 
 #: ``options["subcommand"]`` -> its implementation, called with the command and options
 SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
@@ -61,6 +63,8 @@ SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
     "signal": actions.do_signal,
     "prune": operate.do_prune,
     "export": operate.do_export,
+    # the check is given to the printing: the engine's import chain stays short
+    "replay-check": functools.partial(replaycheck.do_replay_check, check=dry.check_runs),
 }
 
 
@@ -265,6 +269,34 @@ class Command(BaseCommand):
         p.add_argument("run_id")
         p.add_argument("--format", choices=["json", "html"], default="json")
         p.add_argument("--output", "-o", default=None, metavar="FILE")
+
+        p = sub.add_parser(
+            "replay-check",
+            help="replay recorded runs against the code installed now, running nothing and "
+            "writing nothing; exit 1 if one diverges",
+        )
+        p.add_argument("--workflow", default=None, metavar="NAME", help="only this workflow")
+        p.add_argument("--version", default=None, metavar="VERSION", help="only this version")
+        p.add_argument(
+            "--status",
+            choices=["open", "all"],
+            default="open",
+            help="open (default): pending, running, retrying and waiting runs; all: every run",
+        )
+        p.add_argument(
+            "--sample", type=_positive_int, default=None, metavar="N", help="N runs at random"
+        )
+        p.add_argument(
+            "--seed", type=int, default=None, metavar="INT", help="the sample's random seed"
+        )
+        p.add_argument(
+            "--since",
+            type=replaycheck.since_arg,
+            default=None,
+            metavar="WHEN",
+            help="runs created since an ISO date or date-time, or an age (12h, 7d)",
+        )
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
         SUBCOMMANDS[options["subcommand"]](self, options)
