@@ -81,7 +81,8 @@ def do_replay_check(
 
 def _lines(report: dict[str, Any]) -> list[str]:
     sel = report["selection"]
-    what = f"{sel['status']} runs" + (f" of {sel['workflow']}" if sel["workflow"] else "")
+    which = "open runs" if sel["status"] == "open" else "runs (any status)"
+    what = which + (f" of {sel['workflow']}" if sel["workflow"] else "")
     out = [
         f"replay check: {report['checked']} {what} checked in {report['seconds']:.2f}s, "
         f"{report['diverged']} diverged"
