@@ -26,7 +26,8 @@
   function left(ms) {
     var s = Math.ceil(ms / 1000);
     var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
-    if (h >= 48) return Math.floor(h / 24) + " d";
+    // days with their hours: 2 d 23 h left is not "2 d" (dashboard_tags.since agrees)
+    if (h >= 48) return Math.floor(h / 24) + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
     if (h > 0) return h + " h " + pad(m) + " min";
     return m + ":" + pad(sec);
   }
