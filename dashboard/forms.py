@@ -71,6 +71,8 @@ class RunFilterForm(forms.Form):
         widget=forms.NumberInput(attrs=_number_attrs("retries")),
     )
     sort = forms.CharField(required=False, label="Sort", widget=forms.Select(choices=SORT_CHOICES))
+    # rendered by the template as a checkbox; here for its error message
+    system = forms.CharField(required=False, label="Show system runs")
 
     def __init__(self, *args: Any, workflows: list[str] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -76,12 +76,15 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
     page = selectors.runs_page(
         filters, after=request.GET.get("after", ""), before=request.GET.get("before", "")
     )
+    # an empty list says when the system's own runs (hidden) would have matched
+    hidden_system = not page.rows and not filters.system and selectors.system_runs_match(filters)
     context = {
         "form": form,
         "advanced_fields": [form[name] for name in ADVANCED_FILTERS],
         "filters": filters,
         "page": page,
-        "counts": selectors.status_counts(since),
+        "counts": selectors.status_counts(filters, since),
+        "hidden_system": hidden_system,
         "status_links": _status_links(),
         "since": since,
         "current_url": request.get_full_path(),

@@ -29,6 +29,8 @@ from durable.queries.runs import (
     run_duration,
     runs_page,
     status_counts,
+    system_q,
+    system_runs_match,
     workflow_names,
 )
 
@@ -117,6 +119,8 @@ __all__ = [
     "runs_page",
     "status_counts",
     "step_page",
+    "system_q",
+    "system_runs_match",
     "unknown_operations",
     "workflow_names",
 ]
