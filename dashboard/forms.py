@@ -158,6 +158,10 @@ class DecisionForm(forms.Form):
     version = forms.IntegerField(
         required=False, min_value=1, max_value=1_000_000, widget=forms.HiddenInput
     )
+    #: the page the decision was made on: the inbox, or the run's page ("detail")
+    return_to = forms.ChoiceField(
+        required=False, choices=[("approvals", "approvals"), ("detail", "detail")]
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

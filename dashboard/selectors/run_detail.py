@@ -139,6 +139,15 @@ class RunDetail:
     kept_because: str = ""
 
     @property
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        """The run's approval requests still pending (from its waits: no query)."""
+        return [
+            row.approval
+            for row in self.waits
+            if row.approval is not None and row.approval.status == "pending"
+        ]
+
+    @property
     def steps_shown(self) -> int:
         return len(self.steps) + len(self.tail)
 

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def run_ids(response) -> set[str]:
-    return set(re.findall(r'class="mono run-link" href="/runs/([^/]+)/"', response.content.decode()))
+    return set(
+        re.findall(r'class="mono run-link" href="/runs/([^/]+)/"', response.content.decode())
+    )
 
 
 def counts(response) -> dict[str, int]:
