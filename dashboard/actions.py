@@ -367,10 +367,17 @@ def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
         raise Http404(str(exc)) from exc
     except ApprovalExpired as exc:
         # the deadline passed: the timeout decided (rejected, or escalated) instead
-        return _answer(request, page=page, run_id=run_id, level=ERROR, status=409, text=f"Refused: {exc}.")
+        return _answer(
+            request, page=page, run_id=run_id, level=ERROR, status=409, text=f"Refused: {exc}."
+        )
     except ArgumentsChanged as exc:
         return _answer(
-            request, page=page, run_id=run_id, level=ERROR, status=409, text=f"Nothing recorded: {exc}."
+            request,
+            page=page,
+            run_id=run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing recorded: {exc}.",
         )
     except NotAllowed as exc:
         return _answer(
@@ -383,7 +390,12 @@ def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
         )
     except (AlreadyDecided, IllegalTransition) as exc:
         return _answer(
-            request, page=page, run_id=run_id, level=ERROR, status=409, text=f"Nothing changed: {exc}."
+            request,
+            page=page,
+            run_id=run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing changed: {exc}.",
         )
     except InvalidEdit as exc:
         # the field errors go next to the edit box; the request stays pending

@@ -138,8 +138,9 @@ def inbox(
     )
     pending = pending_for(user) if run_id is None else pending_for(user).filter(run_id=run_id)
     requests = list(
-        pending.select_related("run", "arguments")
-        .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))[: limit + 1]
+        pending.select_related("run", "arguments").annotate(
+            approvals_so_far=Coalesce(Subquery(so_far), 0)
+        )[: limit + 1]
     )
     more = len(requests) > limit
     requests = requests[:limit]
