@@ -209,6 +209,7 @@ def list_runs(
         "retries": "" if retries is None else str(retries),
         "q": q,
         "sort": sort,
+        "system": "1",  # the API lists the system's own runs too, as it always has
     }
     filters, invalid = parse_filters(params)
     if invalid:

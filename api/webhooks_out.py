@@ -33,6 +33,7 @@ from django.utils import timezone
 import durable
 from approvals.models import ApprovalRequest
 from durable.models import Run, TraceEvent, Wait
+from durable.requesters import SYSTEM_PREFIX
 from durable.vocabulary import EventKind, WaitKind
 
 from .models import WebhookCursor, WebhookSubscription
@@ -140,7 +141,8 @@ def _start_once(workflow: str, data: dict[str, Any], run_id: str) -> int:
     approval's one-time links are new), so an existing run means: already started."""
     if Run.objects.filter(pk=run_id).exists():
         return 0
-    durable.start(workflow, data, run_id=run_id, started_by="system:webhooks")
+    # the system's own runs: the dashboard's runs list hides them by default
+    durable.start(workflow, data, run_id=run_id, started_by=f"{SYSTEM_PREFIX}webhooks")
     return 1
 
 

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from approvals.access import require_perm
+from approvals.models import ApprovalRequest
 from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN
 from approvals.services import (
     AlreadyDecided,
@@ -333,11 +334,18 @@ def operation_reconcile_view(request: HttpRequest, operation_id: int) -> HttpRes
 @require_POST
 @require_perm(DECIDE_APPROVAL)
 def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
+    """Decide a request from the inbox, or in place on its run's page (``return_to=detail``:
+    the answer is that page). Both call the same service, with the same checks."""
+    run_id = ApprovalRequest.objects.filter(pk=request_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise Http404(f"There is no approval request {request_id}.")
     form = DecisionForm(request.POST)
+    page = "detail" if form.data.get("return_to") == "detail" else "approvals"
     if not form.is_valid():
         return _answer(
             request,
-            page="approvals",
+            page=page,
+            run_id=run_id,
             level=ERROR,
             text=_form_errors(form),
             status=422,
@@ -359,28 +367,42 @@ def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
         raise Http404(str(exc)) from exc
     except ApprovalExpired as exc:
         # the deadline passed: the timeout decided (rejected, or escalated) instead
-        return _answer(request, page="approvals", level=ERROR, status=409, text=f"Refused: {exc}.")
+        return _answer(
+            request, page=page, run_id=run_id, level=ERROR, status=409, text=f"Refused: {exc}."
+        )
     except ArgumentsChanged as exc:
         return _answer(
-            request, page="approvals", level=ERROR, status=409, text=f"Nothing recorded: {exc}."
+            request,
+            page=page,
+            run_id=run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing recorded: {exc}.",
         )
     except NotAllowed as exc:
         return _answer(
             request,
-            page="approvals",
+            page=page,
+            run_id=run_id,
             level=ERROR,
             status=403,
             text=f"Not allowed: {exc}. Missing: {', '.join(exc.missing)}.",
         )
     except (AlreadyDecided, IllegalTransition) as exc:
         return _answer(
-            request, page="approvals", level=ERROR, status=409, text=f"Nothing changed: {exc}."
+            request,
+            page=page,
+            run_id=run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing changed: {exc}.",
         )
     except InvalidEdit as exc:
         # the field errors go next to the edit box; the request stays pending
         return _answer(
             request,
-            page="approvals",
+            page=page,
+            run_id=run_id,
             level=ERROR,
             status=422,
             text="The edited parameters were refused; the request is still "
@@ -394,7 +416,8 @@ def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
     except (PayloadError, ValueError) as exc:
         return _answer(
             request,
-            page="approvals",
+            page=page,
+            run_id=run_id,
             level=ERROR,
             text=str(exc),
             status=422,
@@ -415,7 +438,7 @@ def approval_decide_view(request: HttpRequest, request_id: int) -> HttpResponse:
         )
     else:
         text = f"Rejected “{req.title}”. The agent of run {req.run_id} receives your comment."
-    return _answer(request, page="approvals", level=SUCCESS, text=text)
+    return _answer(request, page=page, run_id=run_id, level=SUCCESS, text=text)
 
 
 def _edit_errors(exc: InvalidEdit) -> str:

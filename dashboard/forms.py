@@ -71,6 +71,8 @@ class RunFilterForm(forms.Form):
         widget=forms.NumberInput(attrs=_number_attrs("retries")),
     )
     sort = forms.CharField(required=False, label="Sort", widget=forms.Select(choices=SORT_CHOICES))
+    # rendered by the template as a checkbox; here for its error message
+    system = forms.CharField(required=False, label="Show system runs")
 
     def __init__(self, *args: Any, workflows: list[str] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -155,6 +157,10 @@ class DecisionForm(forms.Form):
     )
     version = forms.IntegerField(
         required=False, min_value=1, max_value=1_000_000, widget=forms.HiddenInput
+    )
+    #: the page the decision was made on: the inbox, or the run's page ("detail")
+    return_to = forms.ChoiceField(
+        required=False, choices=[("approvals", "approvals"), ("detail", "detail")]
     )
 
     def clean(self) -> dict[str, Any]:

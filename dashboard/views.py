@@ -22,7 +22,7 @@ from django_htmx.middleware import HtmxDetails
 from approvals.access import require_perm
 from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 from durable import postgres
-from durable.models import transitions
+from durable.models import RunStatus, transitions
 from durable.observability import otel
 from durable.queries.parsing import BadParameter, clean_text, parse_int
 
@@ -76,12 +76,15 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
     page = selectors.runs_page(
         filters, after=request.GET.get("after", ""), before=request.GET.get("before", "")
     )
+    # an empty list says when the system's own runs (hidden) would have matched
+    hidden_system = not page.rows and not filters.system and selectors.system_runs_match(filters)
     context = {
         "form": form,
         "advanced_fields": [form[name] for name in ADVANCED_FILTERS],
         "filters": filters,
         "page": page,
-        "counts": selectors.status_counts(since),
+        "counts": selectors.status_counts(filters, since),
+        "hidden_system": hidden_system,
         "status_links": _status_links(),
         "since": since,
         "current_url": request.get_full_path(),
@@ -98,8 +101,6 @@ def _clean_or_empty(value: str) -> str:
 
 
 def _status_links() -> list[tuple[str, str]]:
-    from durable.models import RunStatus
-
     return (
         [("", "All")]
         + [
@@ -128,13 +129,21 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
     }
     actions["fork"] = actions["fork"] and bool(detail.step_ids)
     actions["signal"] = may_operate and transitions.can("signal", run)
+    may_decide = request.user.has_perm(DECIDE_APPROVAL)
+    # the run's pending approvals this user may decide, decided in place: the inbox's rule
+    # and cards (selectors.inbox), so the checks and what is shown cannot differ
+    decidable: list[Any] = []
+    if may_decide and run.status == RunStatus.WAITING and detail.pending_approvals:
+        decidable, _total = selectors.inbox(request.user, run_id=run.id)
     context = {
         "run": run,
         "detail": detail,
         "actions": actions,
         "any_action": any(actions.values()),
         "may_operate": may_operate,
-        "may_decide": request.user.has_perm(DECIDE_APPROVAL),
+        "may_decide": may_decide,
+        "decidable": decidable,
+        "server_now_ms": int(time.time() * 1000),
         "trace_url": otel.trace_url(run.trace_id),
         "since": since,
         "nav": "runs",

@@ -30,6 +30,10 @@ from durable.values.fields import hidden_character
 ORIGIN_PREFIXES = ("os:", "cli:", "api:", "sdk:")
 #: how the starter of a ``manage.py durable`` command is recorded without ``--by``
 OS_PREFIX = "os:"
+#: the starter of a run the system starts for its own work (``"system:webhooks"``: approval
+#: emails, webhook deliveries); the runs list hides these runs unless asked
+#: (:func:`is_system`). No dashboard username holds a ``:``, so no person is recorded so.
+SYSTEM_PREFIX = "system:"
 UNKNOWN_LABEL = "unknown"
 
 
@@ -39,6 +43,11 @@ class Principal(TypedDict):
 
 
 UNKNOWN: Principal = {"user": None, "name": ""}
+
+
+def is_system(name: str | None) -> bool:
+    """Whether a recorded starter name is the system's (:data:`SYSTEM_PREFIX`)."""
+    return bool(name) and str(name).startswith(SYSTEM_PREFIX)
 
 
 def bare_name(name: str) -> str:

@@ -30,6 +30,8 @@ from durable.queries.runs import (
     run_duration,
     runs_page,
     status_counts,
+    system_q,
+    system_runs_match,
     workflow_names,
 )
 
@@ -132,6 +134,8 @@ __all__ = [
     "runs_page",
     "status_counts",
     "step_page",
+    "system_q",
+    "system_runs_match",
     "unknown_operations",
     "workflow_names",
 ]

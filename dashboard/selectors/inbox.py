@@ -118,9 +118,12 @@ def _attach_people(requests: list[ApprovalRequest]) -> None:
         r.approver_group = groups.get(r.approver_group_id)
 
 
-def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
+def inbox(
+    user: Any, limit: int = INBOX_LIMIT, *, run_id: str | None = None
+) -> tuple[list[InboxItem], int]:
     """The approvals inbox: (items, total pending). Four queries, and two more by primary
-    key when the requests name users or groups."""
+    key when the requests name users or groups. ``run_id``: only that run's requests (what
+    its page lets the user decide in place; the same rule, ``pending_for``)."""
     # the approvals so far (of the current arguments) as a correlated subquery, not a
     # GROUP BY over every pending request: PostgreSQL evaluates it after the ORDER BY ...
     # LIMIT, for the shown rows only
@@ -133,15 +136,19 @@ def inbox(user: Any, limit: int = INBOX_LIMIT) -> tuple[list[InboxItem], int]:
         .annotate(n=Count("pk"))
         .values("n")
     )
+    pending = pending_for(user) if run_id is None else pending_for(user).filter(run_id=run_id)
     requests = list(
-        pending_for(user)
-        .select_related("run", "arguments")
-        .annotate(approvals_so_far=Coalesce(Subquery(so_far), 0))[: limit + 1]
+        pending.select_related("run", "arguments").annotate(
+            approvals_so_far=Coalesce(Subquery(so_far), 0)
+        )[: limit + 1]
     )
     more = len(requests) > limit
     requests = requests[:limit]
     _attach_people(requests)
-    total = inbox_count(user, cached=True) if more else len(requests)
+    if not more:
+        total = len(requests)
+    else:
+        total = inbox_count(user, cached=True) if run_id is None else pending.count()
     run_ids = {r.run_id for r in requests}
     last: dict[str, list[Step]] = {}
     earlier: dict[int, Reasked] = {}

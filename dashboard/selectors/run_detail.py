@@ -53,6 +53,8 @@ STEPS_PAGE = 100
 EVENTS_SHOWN = 50
 #: undelivered signals listed on a run's page (the oldest)
 UNDELIVERED_SHOWN = 50
+#: characters of an undo's result shown in "what was undone" (then "Show all")
+STEP_UNDO_PREVIEW_CHARS = 300
 #: child runs listed on a run's page (the oldest)
 CHILDREN_SHOWN = 200
 
@@ -103,6 +105,38 @@ class UndeliveredSignal:
 
 
 @dataclass
+class UndoRow:
+    """One compensation step: the write it undid and what the undo returned."""
+
+    step: Step
+    #: the step id of the write it undid (``compensate:<this>``)
+    undoes: str
+    result: Payload
+
+
+@dataclass
+class Undone:
+    """What a compensation did: its steps (``compensate:<step>``), and what its summary
+    (the compensated run's output, durable/runtime/compensation.py) says it left."""
+
+    steps: list[UndoRow]
+    #: writes whose tool declares no compensation: left as they were
+    nothing_to_undo: list[str] = field(default_factory=list)
+    #: writes known not to have happened: nothing to undo
+    did_not_happen: list[str] = field(default_factory=list)
+    #: writes another run (a fork) answers for: ``[{"step_id", "owner"}]``
+    owned_by: list[dict[str, str]] = field(default_factory=list)
+
+
+#: the statuses whose page shows what the compensation undid
+COMPENSATION_STATUSES = (
+    RunStatus.COMPENSATING,
+    RunStatus.COMPENSATED,
+    RunStatus.COMPENSATION_FAILED,
+)
+
+
+@dataclass
 class RunDetail:
     run: Run
     duration: timedelta | None
@@ -137,6 +171,19 @@ class RunDetail:
     #: why retention keeps this finished run (``durable.services.retention.why_kept``);
     #: "" when it may be pruned once its retention runs out, or while it is unfinished
     kept_because: str = ""
+    #: the compensation's steps and summary, for a compensating or compensated run
+    undone: Undone | None = None
+    #: attempts of the step the run failed at (``run.error["step_id"]``), if known
+    failed_attempts: int | None = None
+
+    @property
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        """The run's approval requests still pending (from its waits: no query)."""
+        return [
+            row.approval
+            for row in self.waits
+            if row.approval is not None and row.approval.status == "pending"
+        ]
 
     @property
     def steps_shown(self) -> int:
@@ -370,6 +417,8 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
             ).exclude(pk__in=[op.pk for op in pending_reconcile])
         )
     return RunDetail(
+        undone=_undone(run) if run.status in COMPENSATION_STATUSES else None,
+        failed_attempts=_failed_attempts(run, head + tail),
         undelivered=undelivered,
         waiting_on=waiting_on,
         waited_on=waited_on,
@@ -401,6 +450,42 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
             None,
         ),
     )
+
+
+def _undone(run: Run) -> Undone:
+    """The compensation's steps in the order they ran (one query) and its summary."""
+    rows = []
+    for step in Step.objects.filter(run=run, kind=StepKind.COMPENSATION).order_by("position"):
+        result = payload(step.output, limit=STEP_UNDO_PREVIEW_CHARS)
+        if result.text == "null":  # an undo that returned nothing
+            result = payload(None)
+        rows.append(
+            UndoRow(step=step, undoes=step.step_id.removeprefix("compensate:"), result=result)
+        )
+    undone = Undone(steps=rows)
+    try:  # for display: secrets stay redacted
+        summary = codec.decode_for_display(run.output) if run.output else None
+    except Exception:  # noqa: BLE001 - a page shows what it can; the steps stay
+        summary = None
+    if run.status == RunStatus.COMPENSATED and isinstance(summary, dict):
+        undone.nothing_to_undo = [str(s) for s in summary.get("nothing_to_undo") or []]
+        undone.did_not_happen = [str(s) for s in summary.get("did_not_happen") or []]
+        undone.owned_by = [o for o in summary.get("owned_by") or [] if isinstance(o, dict)]
+    return undone
+
+
+def _failed_attempts(run: Run, shown: list[Step]) -> int | None:
+    """How many times the step the run failed at was tried ("failed after N attempts"):
+    from the steps on the page, else one query; None when the error names no step."""
+    error = run.error if isinstance(run.error, dict) else {}
+    step_id = error.get("step_id")
+    if not step_id or not isinstance(step_id, str):
+        return None
+    for step in shown:
+        if step.step_id == step_id:
+            return step.attempts
+    found = Step.objects.filter(run=run, step_id=step_id).values_list("attempts", flat=True)
+    return found.first()
 
 
 @dataclass

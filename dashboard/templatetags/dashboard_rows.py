@@ -4,7 +4,8 @@
 - ``{% runs_rows rows %}``: the runs table's ``<tr>`` (``RunRow``);
 - ``{% step_rows rows run %}``: a run's timeline ``<li>`` (``selectors.StepRow``);
 - ``{% event_rows events %}``: a run's event log ``<tr>``;
-- ``{% approval_items items refused csrf_token %}``: the inbox's ``<article>``;
+- ``{% approval_items items refused csrf_token [on] [heading] %}``: the inbox's
+  ``<article>`` (also on a run's page, decided in place);
 - ``{% failed_rows runs may_operate csrf_token %}``: "needs attention"'s failed runs;
 - ``{% options values %}``: an ``<option>`` a value;
 - ``{% payload p kind pk run_id %}``: a stored payload with "Show all".
@@ -49,9 +50,20 @@ def step_rows(rows: Any, run: Any) -> SafeString:
 
 
 @register.simple_tag
-def approval_items(items: Any, refused: Any, csrf_token: Any) -> SafeString:
-    """The ``<article>`` of each request of the approvals inbox (``selectors.InboxItem``)."""
-    return render("approvals", items=items, refused=refused, csrf_token=csrf_token)
+def approval_items(
+    items: Any, refused: Any, csrf_token: Any, on: str = "inbox", heading: int = 2
+) -> SafeString:
+    """The ``<article>`` of each request of the approvals inbox (``selectors.InboxItem``).
+    ``on``: the page they are decided on, ``"inbox"`` or ``"detail"`` (a run's page: the
+    decision answers with that page's main part); ``heading``: the level of their title."""
+    return render(
+        "approvals",
+        items=items,
+        refused=refused,
+        csrf_token=csrf_token,
+        on=on,
+        heading=heading,
+    )
 
 
 @register.simple_tag

@@ -110,7 +110,8 @@ def ago(value: Any) -> str:
 
 @register.filter
 def since(value: Any) -> str:
-    """The time between a datetime and now, short: "42 s", "5 min", "3 h 10 min", "2 d"."""
+    """The time between a datetime and now, short: "42 s", "5 min", "3 h 10 min",
+    "2 d 23 h" (whole units, cut, never rounded up; a zero last unit is left out: "2 d")."""
     from django.utils import timezone
 
     if not value:
@@ -124,7 +125,8 @@ def since(value: Any) -> str:
     hours, minutes = divmod(minutes, 60)
     if hours < 24:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{hours // 24} d"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 #: the longest run id a table shows whole

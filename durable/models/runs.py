@@ -167,6 +167,14 @@ class Run(models.Model):
         return "unknown"
 
     @property
+    def is_system(self) -> bool:
+        """Started by the system for its own work (approval emails, webhook deliveries;
+        ``durable.requesters.SYSTEM_PREFIX``): the runs list hides it unless asked."""
+        from durable.requesters import is_system
+
+        return is_system(self.started_by_name)
+
+    @property
     def requester_unknown(self) -> bool:
         """True when one of the run's requesters (its starter, a fork's source) is unknown."""
         from durable.requesters import any_unknown

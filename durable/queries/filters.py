@@ -70,6 +70,8 @@ class RunFilters:
     retries: int | None = None
     q: str = ""
     sort: str = "-created"
+    #: list the runs the system started for itself too (``system=1``); hidden by default
+    system: bool = False
 
     @classmethod
     def from_cleaned(cls, data: dict[str, Any]) -> RunFilters:
@@ -81,7 +83,9 @@ class RunFilters:
 
 #: the filters in the order their errors are reported (the form's field order)
 FIELDS: tuple[str, ...] = ("q", "status", "workflow", "version", "started_by")
-FIELDS += ("created_from", "created_to", "waiting_minutes", "retries", "sort")
+FIELDS += ("created_from", "created_to", "waiting_minutes", "retries", "sort", "system")
+#: what ``system=`` may say: on (a checkbox sends its value, "1") or off
+FLAG_VALUES = {"": False, "0": False, "false": False, "1": True, "on": True, "true": True}
 assert set(FIELDS) == {f.name for f in fields(RunFilters)}
 
 
@@ -112,6 +116,13 @@ def _date(value: str) -> dt.date | None:
             continue
         return bounded_datetime(day, "The date")
     raise BadParameter("Enter a valid date.")
+
+
+def _flag(value: str) -> bool:
+    flag = FLAG_VALUES.get(value.strip().lower())
+    if flag is None:
+        raise BadParameter("Select a valid choice: 1 (on) or 0 (off).")
+    return flag
 
 
 def _number(name: str, value: str) -> int | None:
@@ -152,6 +163,8 @@ def parse_filters(params: Mapping[str, Any]) -> tuple[RunFilters, dict[str, str]
                 cleaned[name] = _date(value.strip())
             elif name in NUMBER_RANGE:
                 cleaned[name] = _number(name, value)
+            elif name == "system":
+                cleaned[name] = _flag(value)
             else:  # the workflow: any name (a link may name one no longer registered)
                 cleaned[name] = clean_text(value, "The workflow")
         except BadParameter as exc:

@@ -4,15 +4,18 @@ other pages read too (its duration, the newest trace event, the run by id).
 Pages are keyset-paginated on (created_at, id) or (duration, id), never by OFFSET, so a
 page costs the same at any depth; the status counts are cached for a few seconds, keyed
 by the newest trace event and run, so a change shows at once and a quiet system is not
-scanned on every request.
+scanned on every request. The counts follow the list's other filters (each status chip
+says how many runs it would list), and both leave out the runs the system starts for
+itself unless asked (:func:`system_q`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +55,7 @@ from durable.queries.filters import (
     RunFilters,
 )
 from durable.queries.parsing import bounded_datetime, clean_text
+from durable.requesters import SYSTEM_PREFIX
 
 PAGE_SIZE = 50
 #: the longest run duration a "duration" cursor may name (100 years, in microseconds)
@@ -81,6 +85,19 @@ def _pending_limit() -> Exists:
     )
 
 
+def system_q() -> Q:
+    """Runs the system started for its own work (approval emails, webhook deliveries):
+    their starter is recorded as ``system:<what>`` (``durable.requesters.SYSTEM_PREFIX``),
+    the one mark of a system run, wherever the workflow is declared."""
+    return Q(started_by_name__startswith=SYSTEM_PREFIX)
+
+
+def system_runs_match(filters: RunFilters) -> bool:
+    """Whether a system run (:func:`system_q`) matches ``filters`` but for the toggle:
+    what an empty list, whose filters hide them, tells the user."""
+    return filter_runs(replace(filters, system=True)).filter(system_q()).exists()
+
+
 def attention_q() -> Q:
     """Runs that need a human: failed, or stuck on an unknown outcome."""
     return Q(status__in=(RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)) | Q(_unknown_operation())
@@ -103,9 +120,12 @@ def _day_start(day: Any) -> datetime:
 
 
 def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Run]:
-    """Runs matching ``filters`` (not ordered, not paginated)."""
+    """Runs matching ``filters`` (not ordered, not paginated); without
+    ``filters.system``, not the system's own runs (:func:`system_q`)."""
     now = now or timezone.now()
     qs = Run.objects.all()
+    if not filters.system:
+        qs = qs.exclude(system_q())
     status = filters.status
     if status == STATUS_APPROVAL:
         qs = qs.filter(_pending_approval(), status=RunStatus.WAITING)
@@ -330,25 +350,31 @@ def runs_page(
     return page
 
 
-def status_counts(since: int | None = None) -> dict[str, int]:
-    """Runs per status, plus ``approval``, ``attention`` and ``all``.
+def status_counts(filters: RunFilters | None = None, since: int | None = None) -> dict[str, int]:
+    """Runs per status among the runs matching ``filters`` but for their status (what each
+    status chip would list), plus ``approval``, ``limit``, ``attention`` and ``all``.
+    ``filters`` None: the default list (every run but the system's).
 
     Three index-friendly queries rather than one scan with subqueries per row: a GROUP BY
-    on the status index, then the (few) waiting runs with a pending approval, then the
-    runs with an undecided unknown outcome (the partial index on unknown operations).
+    on the status index, then the (few) waiting runs with a pending approval or limit,
+    then the runs with an undecided unknown outcome (the partial index on unknown
+    operations).
 
-    The GROUP BY still reads every run (about 40 ms at 100k runs), so the counts are
-    cached for :data:`COUNTS_CACHE_SECONDS`, keyed by the newest trace event and the
-    newest run: a run that is created or changes status (which writes an event) gets
-    fresh counts at once; the cache only spares the repeated reads of a quiet system.
+    The GROUP BY still reads every matching run (about 40 ms at 100k runs), so the counts
+    are cached for :data:`COUNTS_CACHE_SECONDS`, keyed by the filters, the newest trace
+    event and the newest run: a run that is created or changes status (which writes an
+    event) gets fresh counts at once; the cache only spares the repeated reads of a quiet
+    system.
     """
+    base = replace(filters or RunFilters(), status="", sort="-created")
     if since is None:
         since = last_event_id()
-    key = f"dashboard:status_counts:{since}:{_newest_run_key()}"
+    shape = hashlib.sha256(repr(base).encode()).hexdigest()[:16]
+    key = f"dashboard:status_counts:{shape}:{since}:{_newest_run_key()}"
     found = cache.get(key)
     if found is not None:
         return found
-    counts = _status_counts()
+    counts = _status_counts(filter_runs(base))
     cache.set(key, counts, COUNTS_CACHE_SECONDS)
     return counts
 
@@ -358,12 +384,12 @@ def _newest_run_key() -> str:
     return f"{newest[0]}@{newest[1].isoformat()}" if newest else "-"
 
 
-def _status_counts() -> dict[str, int]:
+def _status_counts(runs: QuerySet[Run]) -> dict[str, int]:
     counts = {value: 0 for value in RunStatus.values}
-    counts.update(Run.objects.order_by().values_list("status").annotate(n=Count("pk")))
+    counts.update(runs.order_by().values_list("status").annotate(n=Count("pk")))
     counts["all"] = sum(counts[value] for value in RunStatus.values)
     # one query for both kinds of waiting runs
-    waiting = Run.objects.filter(status=RunStatus.WAITING).aggregate(
+    waiting = runs.filter(status=RunStatus.WAITING).aggregate(
         approval=Count("pk", filter=Q(_pending_approval())),
         limit=Count("pk", filter=Q(_pending_limit())),
     )
@@ -371,7 +397,9 @@ def _status_counts() -> dict[str, int]:
     counts[STATUS_LIMIT] = waiting["limit"]
     failed = (RunStatus.FAILED, RunStatus.COMPENSATION_FAILED)
     stuck = (
-        Operation.objects.filter(status=OperationStatus.UNKNOWN, resolution="")
+        Operation.objects.filter(
+            status=OperationStatus.UNKNOWN, resolution="", run_id__in=runs.values("pk")
+        )
         .exclude(run__status__in=failed)
         .order_by()
         .values("run_id")

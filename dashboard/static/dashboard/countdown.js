@@ -1,7 +1,7 @@
 /* Durable dashboard: approval deadlines count down, and a request past its deadline is
  * greyed out with its buttons disabled. No inline script: loaded from static/ (CSP).
  *
- * Markup (templates/dashboard/approvals.html):
+ * Markup (templates/dashboard/approvals.html, and run_detail.html for a run's own requests):
  *   <div id="inbox" data-server-now="<ms since epoch when the page was rendered>">
  *   <article data-approval> ... <span data-countdown data-deadline="<ms>"
  *        data-then="counts as rejected" data-expired-text="expired at 12:00:00: ..."> ...
@@ -16,7 +16,8 @@
   var offset = 0; // server clock minus browser clock, in ms
 
   function measure(root) {
-    var el = root && root.querySelector ? (root.id === "inbox" ? root : root.querySelector("#inbox")) : null;
+    // the inbox, or a run's page deciding in place: whatever carries the server's time
+    var el = root && root.querySelector ? (root.matches && root.matches("[data-server-now]") ? root : root.querySelector("[data-server-now]")) : null;
     var server = el ? parseInt(el.getAttribute("data-server-now"), 10) : NaN;
     if (!isNaN(server)) offset = server - Date.now();
   }
@@ -26,7 +27,8 @@
   function left(ms) {
     var s = Math.ceil(ms / 1000);
     var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
-    if (h >= 48) return Math.floor(h / 24) + " d";
+    // days with their hours: 2 d 23 h left is not "2 d" (dashboard_tags.since agrees)
+    if (h >= 48) return Math.floor(h / 24) + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
     if (h > 0) return h + " h " + pad(m) + " min";
     return m + ":" + pad(sec);
   }
