@@ -186,9 +186,15 @@ class WorkflowContext:
         retry: RetryPolicy | None = None,
         timeout: float = 60.0,
         durability: str | None = None,
+        stream: bool = False,
         **options: Any,
     ) -> Any:
         """One LLM chat completion as a durable step (see :mod:`durable.runtime.llm`).
+
+        ``stream=True``: the reply is streamed (``stream_options.include_usage`` asked)
+        and its tokens, tool-call starts and ends go to the run's stream as they arrive
+        (:func:`durable.stream`, docs/streaming.md); the step records the assembled
+        reply, the same dict as without streaming. A replay streams nothing.
 
         ``durability``: ``"sync"`` or ``"batched"`` for this call; ``None``: the
         workflow's default (docs/architecture.md#batched-checkpoints).
@@ -227,15 +233,19 @@ class WorkflowContext:
         )
         limits = llm_limits(request["model"])
         kwargs = {"model": model, "tools": tools, "timeout": timeout, **options}
-        fn = lambda: llm_module.chat(messages, **kwargs)  # noqa: E731
+        chat: Callable[..., Any] = llm_module.chat
+        args: tuple[Any, ...] = (messages,)
+        if stream:
+            from durable.runtime.llm_stream import streamed_chat
+
+            chat, args = streamed_chat, (ex.cursor, call.step_id, messages)
+        fn = lambda: chat(*args, **kwargs)  # noqa: E731
         if limits is not None and limits.concurrency:
             # under a concurrency limit the request is not cut at ``timeout``: the provider
             # would go on computing it, so its slot is held until the answer arrives
             # (docs/limits.md#a-timed-out-call-keeps-what-it-holds)
             held = {**kwargs, "timeout": max(timeout, LLM_HELD_REQUEST_SECONDS)}
-            fn = lambda: call_with_timeout(  # noqa: E731
-                llm_module.chat, (messages,), held, timeout, call.step_id
-            )
+            fn = lambda: call_with_timeout(chat, args, held, timeout, call.step_id)  # noqa: E731
         return ex.attempts.execute(
             call, fn=fn, policy=retry or LLM_POLICY, safety=None, limits=limits
         )

@@ -138,6 +138,19 @@ class StepKind(TextChoices):
     CHILD = "child", "Child run"
 
 
+class StreamKind(TextChoices):
+    """``StreamEvent.kind``: what a run's live stream says (docs/streaming.md)."""
+
+    STEP_STARTED = "step_started", "Step started"
+    TOKEN = "token", "Token"
+    TOOL_CALL_STARTED = "tool_call_started", "Tool call started"
+    TOOL_CALL_DELTA = "tool_call_delta", "Tool call arguments"
+    TOOL_CALL_ENDED = "tool_call_ended", "Tool call ended"
+    STEP_ENDED = "step_ended", "Step ended"
+    #: a streamed call was cut off (a lost worker, a failed try) and is asked again
+    INTERRUPTED = "interrupted", "Interrupted"
+
+
 class StepStatus(TextChoices):
     RUNNING = "running", "Running"
     RETRYING = "retrying", "Retrying"

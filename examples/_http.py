@@ -24,7 +24,7 @@ import sqlite3
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -61,6 +61,9 @@ class Response:
     status: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: a streamed body (server-sent events): its pieces are written and flushed as the
+    #: iterator yields them, and the connection closes after the last
+    stream: Iterator[bytes] | None = None
 
 
 def error(
@@ -144,6 +147,9 @@ def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:
             except Exception as exc:
                 logger.exception("%s: %s %s failed", name, self.command, self.path)
                 response = error(500, f"internal error: {type(exc).__name__}: {exc}", "api_error")
+            if response.stream is not None:
+                self._stream(response)
+                return
             payload = b"" if response.body is None else json.dumps(response.body).encode()
             self.send_response(response.status)
             self.send_header("Content-Type", "application/json")
@@ -153,6 +159,23 @@ def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if payload:
                 self.wfile.write(payload)
+
+        def _stream(self, response: Response) -> None:
+            self.close_connection = True  # the body ends where the connection does
+            self.send_response(response.status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            for key, value in response.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            assert response.stream is not None
+            try:
+                for piece in response.stream:
+                    self.wfile.write(piece)
+                    self.wfile.flush()
+            except OSError:  # the client went away (a worker killed mid-stream)
+                pass
 
         do_GET = do_POST = do_DELETE = do_PUT = _handle
 

@@ -8,7 +8,12 @@ Run it as its own process and point the agents at it::
 ``POST /v1/chat/completions`` speaks the OpenAI protocol with tool calling, so the
 official ``openai`` client (and so ``ctx.llm``) cannot tell it from a real provider,
 except that it answers with ``system_fingerprint="durable-scripted"`` (the dashboard
-labels runs that used it) and never streams. Answers are computed from the messages:
+labels runs that used it). ``"stream": true`` is answered as the OpenAI API does:
+server-sent events, one ``data: {chat.completion.chunk}`` line a word of the content or
+a fragment of a tool call's arguments, the finish reason, a usage chunk when
+``stream_options.include_usage`` asks for it, then ``data: [DONE]``; the assembled reply
+is the one the same request without streaming gets. Answers are computed from the
+messages:
 
 - the script is named by a marker ``durable-script: NAME`` in the system prompt (the
   reference agents put one there); without one, the "echo" script answers in prose;
@@ -34,7 +39,11 @@ and replays them deterministically):
   exist / passes a wrong argument name, and is corrected once the tool result says so;
 - ``[fault:eager_email]``: the plan is three calls -- search, the refund, and an email
   that already says "Your refund of $X has been issued" (a model that takes the
-  refund's approval for granted).
+  refund's approval for granted);
+- ``[fault:stream_hold=N]`` (``stream_holdxK=N``: the first K requests of the
+  conversation): a streamed answer stops after N pieces until ``POST /_admin/release``
+  (or ``FakeLLM.release.set()``; 120 s at most), a point a test controls to kill a
+  worker mid-stream; ``[fault:stream_delay=0.05]``: seconds between two chunks.
 
 Also by a header ``X-Fault: 429`` (``503``, ``500``, ``401``, ``slow=2``) or queued
 with ``POST /_admin/faults {"fault": ..., "times": n, "match": text}``.
@@ -427,15 +436,18 @@ class FakeLLM:
         r.route("POST", "/_admin/faults")(self._add_fault)
         r.route("DELETE", "/_admin/faults")(self._clear_faults)
         r.route("POST", "/_admin/reset")(self._reset)
+        r.route("POST", "/_admin/release")(self._release)
+        #: set: held streams go on (``[fault:stream_hold=N]``)
+        self.release = threading.Event()
 
     def completions(self, req: Request) -> Response:
         body = req.json()
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return error(400, "'messages' is a required property")
-        if body.get("stream"):
-            return error(400, "streaming is not supported by the scripted model")
         conv = Conversation(body)
-        fp = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        # the same request streamed or not gets the same answer (ids included)
+        asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        fp = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()
         # faults count per conversation (its system prompt and first user message)
         thread = hashlib.sha256(f"{conv.system}\0{conv.first_user}".encode()).hexdigest()
         with self.lock:
@@ -455,6 +467,8 @@ class FakeLLM:
         response = self._fault(req, conv, n, entry)
         if response is None:
             response = self._answer(conv, fp)
+            if body.get("stream"):
+                response = self._streamed(conv, response.body, n)
         entry["status"] = response.status
         with self.lock:
             self.log.append(entry)
@@ -577,6 +591,73 @@ class FakeLLM:
             },
         )
 
+    def _streamed(self, conv: Conversation, reply: dict[str, Any], n: int) -> Response:
+        """``reply`` (a chat.completion) as the chunks of a streamed one."""
+        options = conv.body.get("stream_options") or {}
+        hold = conv.fault("stream_hold")
+        hold_after = int(hold[1] or 0) if hold and n <= (hold[0] or 1) else None
+        delay = (conv.fault("stream_delay") or (None, None))[1]
+        return Response(
+            200, stream=self._events(reply, bool(options.get("include_usage")), hold_after, delay)
+        )
+
+    def _events(
+        self,
+        reply: dict[str, Any],
+        include_usage: bool,
+        hold_after: int | None,
+        delay: float | None,
+    ) -> Any:
+        head = {k: reply[k] for k in ("id", "created", "model", "system_fingerprint")}
+        choice = reply["choices"][0]
+        message = choice["message"]
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            data = {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+            if include_usage:
+                data["usage"] = None
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        pieces: list[dict[str, Any]] = []
+        for word in re.findall(r"\s*\S+|\s+", message.get("content") or ""):
+            pieces.append({"content": word})
+        for index, call in enumerate(message.get("tool_calls") or []):
+            start = {
+                "index": index,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            pieces.append({"tool_calls": [start]})
+            arguments = call["function"]["arguments"]
+            for at in range(0, len(arguments), 12):
+                fragment = {"index": index, "function": {"arguments": arguments[at : at + 12]}}
+                pieces.append({"tool_calls": [fragment]})
+        first = {"role": "assistant", "content": "" if message.get("content") else None}
+        yield chunk({**first, "refusal": None})
+        for count, delta in enumerate(pieces):
+            if count == hold_after:
+                self.release.wait(120)
+            if delay:
+                time.sleep(delay)
+            yield chunk(delta)
+        yield chunk({}, choice["finish_reason"])
+        if include_usage:
+            usage = {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [],
+                "usage": reply["usage"],
+            }
+            yield f"data: {json.dumps(usage)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
     # ----------------------------------------------------------------- admin
 
     def _requests(self, req: Request) -> Response:
@@ -606,7 +687,12 @@ class FakeLLM:
             self.queued.clear()
         return Response(200, {"rules": []})
 
+    def _release(self, req: Request) -> Response:
+        self.release.set()
+        return Response(200, {"released": True})
+
     def _reset(self, req: Request) -> Response:
+        self.release.clear()
         with self.lock:
             self.queued.clear()
             self.seen.clear()

@@ -1,11 +1,12 @@
 """Durable's tables. The database is the source of truth (docs/architecture.md#the-one-rule).
 
 One module per table group (``runs``, ``steps``, ``operations``, ``waits``, ``tools``,
-``events``, ``workers``, ``limits``, ``schedules``); every model is importable from here,
-where Django finds them. Payload columns (``input``, ``output``, ``result``, ``params``)
-hold text written by :mod:`durable.values.codec`: type-preserving JSON with redacted
-values encrypted. The statuses and kinds of the rows live in :mod:`durable.vocabulary`,
-the managers' named queries in :mod:`durable.models.querysets`, the run state machine in
+``events``, ``streams``, ``workers``, ``limits``, ``schedules``); every model is
+importable from here, where Django finds them. Payload columns (``input``, ``output``,
+``result``, ``params``) hold text written by :mod:`durable.values.codec`:
+type-preserving JSON with redacted values encrypted. The statuses and kinds of the rows
+live in :mod:`durable.vocabulary`, the managers' named queries in
+:mod:`durable.models.querysets`, the run state machine in
 :mod:`durable.models.transitions`; the vocabulary is importable from here too.
 """
 
@@ -15,6 +16,7 @@ from durable.models.operations import Operation
 from durable.models.runs import RUN_ID_PATTERN, Run, new_run_id, run_lineage
 from durable.models.schedules import Schedule
 from durable.models.steps import Step, StepAttempt
+from durable.models.streams import StreamEvent
 from durable.models.tools import Tool
 from durable.models.waits import Signal, Wait
 from durable.models.workers import WorkerProcess
@@ -29,6 +31,7 @@ from durable.vocabulary import (
     Safety,
     StepKind,
     StepStatus,
+    StreamKind,
     WaitKind,
     WaitStatus,
 )
@@ -53,6 +56,8 @@ __all__ = [
     "StepAttempt",
     "StepKind",
     "StepStatus",
+    "StreamEvent",
+    "StreamKind",
     "Tool",
     "TraceEvent",
     "Wait",

@@ -145,6 +145,12 @@ def chat(
     if tools:
         kwargs["tools"] = tools
     response = client(timeout).chat.completions.create(**kwargs)
+    return finish(response, requested=model)
+
+
+def finish(response: Any, *, requested: str) -> dict[str, Any]:
+    """:func:`parse_response`'s dict of a reply (a streamed one assembled), with its
+    ``cost_usd``; the span gets its GenAI attributes."""
     try:
         result = parse_response(response)
     except Exception as exc:
@@ -153,8 +159,8 @@ def chat(
         # (docs/compensation.md#budgets-count-what-was-billed)
         exc.billed_usage = billed_usage(response)  # type: ignore[attr-defined]
         raise
-    result["cost_usd"] = cost_usd(result["model"] or model, result["usage"])
-    telemetry.llm_result(result, requested=model)  # GenAI attributes on the step's span
+    result["cost_usd"] = cost_usd(result["model"] or requested, result["usage"])
+    telemetry.llm_result(result, requested=requested)  # GenAI attributes on the step's span
     return result
 
 

@@ -1,0 +1,219 @@
+"""Streamed LLM calls: ``ctx.llm(..., stream=True)``.
+
+Invariant: a streamed call is recorded exactly as an unstreamed one -- the chunks are
+assembled into a ``chat.completion`` (content, tool calls from their argument fragments,
+usage, finish reason) and go through :func:`durable.runtime.llm.parse_response`, so the
+step's result, its tokens counted against ``max_tokens`` and its cost are the same dict
+``ctx.llm`` returns without streaming. What streams live is a view: the events go to the
+run's stream (``durable/runtime/stream_writer.py``) as the chunks arrive, and a replay
+returns the record without calling the model or streaming anything. The request asks
+for ``stream_options={"include_usage": True}``, the OpenAI API's way to bill a streamed
+call in its last chunk. See docs/streaming.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from durable.runtime import llm
+from durable.runtime.failures import safe_str
+from durable.runtime.stream_writer import StreamWriter
+from durable.vocabulary import StreamKind
+
+if TYPE_CHECKING:
+    from durable.runtime.replay import ReplayCursor
+
+Event = tuple[str, dict[str, Any]]
+
+
+class Assembly:
+    """The chunks of one streamed chat completion, put together as they arrive.
+
+    :meth:`add` takes a ``chat.completion.chunk`` (the ``openai`` client's object or its
+    dict) and returns the stream events it makes; :meth:`response` is the whole reply in
+    the shape of a ``chat.completion`` (only the first choice is kept, as ``ctx.llm``
+    reads only it).
+    """
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.model = ""
+        self.fingerprint: str | None = None
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        #: tool calls by their ``index``: ``{"id", "name", "arguments": [fragments]}``
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.ended: set[int] = set()
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, chunk: Any) -> list[Event]:
+        data = chunk.model_dump() if hasattr(chunk, "model_dump") else dict(chunk)
+        self.id = self.id or data.get("id") or ""
+        self.model = data.get("model") or self.model
+        self.fingerprint = data.get("system_fingerprint") or self.fingerprint
+        if data.get("usage"):  # the last chunk, when include_usage was asked
+            self.usage = data["usage"]
+        events: list[Event] = []
+        for choice in data.get("choices") or []:
+            if (choice.get("index") or 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(delta["content"])
+                events.append((StreamKind.TOKEN, {"delta": delta["content"]}))
+            if delta.get("refusal"):
+                self.refusal.append(delta["refusal"])
+            for fragment in delta.get("tool_calls") or []:
+                events.extend(self._tool_fragment(fragment))
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+                events.extend(self.end_tool_calls())
+        return events
+
+    def _tool_fragment(self, fragment: dict[str, Any]) -> list[Event]:
+        index = fragment.get("index")
+        if index is None:  # providers that leave it out send each call whole
+            index = len(self.calls)
+        function = fragment.get("function") or {}
+        events: list[Event] = []
+        call = self.calls.get(index)
+        if call is None:
+            call = self.calls[index] = {
+                "id": fragment.get("id") or "",
+                "name": function.get("name") or "",
+                "arguments": [],
+            }
+            events.append(
+                (
+                    StreamKind.TOOL_CALL_STARTED,
+                    {"index": index, "id": call["id"], "name": call["name"]},
+                )
+            )
+        else:
+            call["id"] = call["id"] or fragment.get("id") or ""
+            call["name"] = call["name"] or function.get("name") or ""
+        if function.get("arguments"):
+            call["arguments"].append(function["arguments"])
+            events.append(
+                (StreamKind.TOOL_CALL_DELTA, {"index": index, "delta": function["arguments"]})
+            )
+        return events
+
+    def end_tool_calls(self) -> list[Event]:
+        """``tool_call_ended`` for every call not ended yet (its arguments are whole)."""
+        events: list[Event] = []
+        for index in sorted(self.calls):
+            if index in self.ended:
+                continue
+            self.ended.add(index)
+            call = self.calls[index]
+            events.append(
+                (
+                    StreamKind.TOOL_CALL_ENDED,
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "name": call["name"],
+                        "arguments": "".join(call["arguments"]),
+                    },
+                )
+            )
+        return events
+
+    def response(self) -> dict[str, Any]:
+        """The reply as a ``chat.completion`` dict."""
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.content) if self.content else None,
+            "refusal": "".join(self.refusal) if self.refusal else None,
+        }
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for _, call in sorted(self.calls.items())
+            ]
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "usage": self.usage,
+        }
+
+
+def chat_stream(
+    messages: list[dict[str, Any]],
+    *,
+    emit: Any,
+    model: str | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    timeout: float = 60.0,
+    **options: Any,
+) -> dict[str, Any]:
+    """One streamed chat-completions call; ``emit(kind, data)`` gets each stream event.
+
+    Returns what :func:`durable.runtime.llm.chat` returns for the same reply."""
+    model = model or llm.default_model()
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        **options,
+        "stream": True,
+        "stream_options": {"include_usage": True, **(options.get("stream_options") or {})},
+    }
+    if tools:
+        kwargs["tools"] = tools
+    assembly = Assembly()
+    stream = llm.client(timeout).chat.completions.create(**kwargs)
+    try:
+        for chunk in stream:
+            for kind, data in assembly.add(chunk):
+                emit(kind, data)
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    for kind, data in assembly.end_tool_calls():  # a stream cut without a finish reason
+        emit(kind, data)
+    return llm.finish(assembly.response(), requested=model)
+
+
+def streamed_chat(
+    cursor: ReplayCursor, step_id: str, messages: list[dict[str, Any]], **kwargs: Any
+) -> dict[str, Any]:
+    """One try of a streamed ``ctx.llm`` step: its events go to the run's stream,
+    framed by ``step_started`` and ``step_ended`` (after an ``interrupted`` when the step
+    streamed before without being recorded)."""
+    heartbeat = cursor.heartbeat
+    writer = StreamWriter(
+        cursor.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
+    )
+    try:
+        writer.interrupted_before()
+        writer.emit(StreamKind.STEP_STARTED, {"model": kwargs.get("model") or llm.default_model()})
+        result = chat_stream(messages, emit=writer.emit, **kwargs)
+    except Exception as exc:
+        writer.emit(StreamKind.STEP_ENDED, {"error": safe_str(exc)[:500]})
+        with contextlib.suppress(BaseException):  # the call's own failure is reported
+            writer.close()
+        raise
+    except BaseException:
+        writer.close()  # a dying execution: what arrived is shown; no end is claimed
+        raise
+    writer.emit(
+        StreamKind.STEP_ENDED,
+        {
+            "finish_reason": result.get("finish_reason"),
+            "usage": result.get("usage"),
+            "cost_usd": result.get("cost_usd"),
+        },
+    )
+    writer.close()
+    return result

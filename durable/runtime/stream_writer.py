@@ -1,0 +1,218 @@
+"""Writing a run's live stream: a streamed call's events, batched, off the checkpoints.
+
+Invariant: stream events are written in short transactions of their own, never inside a
+checkpoint's (the stream is a view for readers; the step's record is the one result),
+and a reply of a thousand tokens is a few dozen commits, not a thousand. A writer
+buffers the events of one call and commits them at most every ``FLUSH_SECONDS`` or when
+``MAX_PENDING`` are waiting, from a thread of its own, so a token that arrived before the
+model paused is visible within ``FLUSH_SECONDS`` whatever the model does next; adjacent
+text deltas are merged into one row. ``seq`` goes on from the run's last event: one
+worker holds the run's lease, so one writer writes a run's stream at a time. See
+docs/streaming.md.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import IntegrityError, connection, connections, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from durable.exceptions import DatabaseUnavailable
+from durable.models.streams import StreamEvent
+from durable.runtime.dbconn import is_db_fault
+from durable.values.redaction import redact_text
+from durable.vocabulary import StreamKind
+
+logger = logging.getLogger("durable.stream")
+
+#: seconds between two commits of a call's events (at most)
+FLUSH_SECONDS = 0.05
+#: events waiting that make a commit at once
+MAX_PENDING = 64
+#: kinds whose adjacent events are merged (their ``delta`` texts joined)
+MERGED = (StreamKind.TOKEN, StreamKind.TOOL_CALL_DELTA)
+
+INTERRUPTED_MESSAGE = {
+    "worker_lost": "the worker was lost; the call is asked again",
+    "failed": "the previous try failed; the call is asked again",
+}
+
+
+class StreamWriter:
+    """The events of one streamed call of run ``run_id`` (step ``step_id``).
+
+    :meth:`emit` never touches the database in the worker (a thread commits); inside a
+    transaction (a test's), there is no thread and :meth:`emit` commits when due.
+    :meth:`close` commits what is left; a database fault while writing raises
+    :class:`~durable.exceptions.DatabaseUnavailable` there (the execution stops and
+    the run is released, as for a checkpoint's fault); any other failure is logged and
+    the stream goes on without the lost events. ``live()`` false (the lease is lost):
+    nothing more is written.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        live: Callable[[], bool] = lambda: True,
+        flush_seconds: float = FLUSH_SECONDS,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self.run_id = run_id
+        self.step_id = step_id
+        self.live = live
+        self.flush_seconds = flush_seconds
+        self.max_pending = max_pending
+        self.pending: list[StreamEvent] = []
+        self.next_seq: int | None = None
+        self.last_flush = 0.0
+        self.error: BaseException | None = None
+        self.closing = False
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+        if not connection.in_atomic_block:
+            context = contextvars.copy_context()  # the secrets in scope, for redaction
+            self.thread = threading.Thread(
+                target=context.run, args=(self._loop,), name="durable-stream", daemon=True
+            )
+            self.thread.start()
+
+    # ------------------------------------------------------------------ the caller's
+
+    def interrupted_before(self) -> None:
+        """Say so first when this step already streamed something (a lost worker, a
+        failed try): what follows is the call asked again, not a continuation."""
+        last = (
+            StreamEvent.objects.filter(run_id=self.run_id, step_id=self.step_id)
+            .order_by("-seq")
+            .values("kind", "data")
+            .first()
+        )
+        if last is None:
+            return
+        data = last["data"] or {}
+        reason = (
+            "failed"
+            if last["kind"] == StreamKind.STEP_ENDED and "error" in data
+            else ("worker_lost")
+        )
+        self.emit(
+            StreamKind.INTERRUPTED, {"reason": reason, "message": INTERRUPTED_MESSAGE[reason]}
+        )
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        """Queue one event (``kind`` a :class:`~durable.vocabulary.StreamKind`)."""
+        now = timezone.now()
+        with self.cond:
+            last = self.pending[-1] if self.pending else None
+            if (
+                last is not None
+                and kind in MERGED
+                and last.kind == kind
+                and last.data.get("index") == data.get("index")
+            ):
+                last.data = {**last.data, "delta": last.data["delta"] + data["delta"]}
+                return
+            self.pending.append(
+                StreamEvent(
+                    run_id=self.run_id,
+                    step_id=self.step_id,
+                    kind=str(kind),
+                    data=dict(data),
+                    created_at=now,
+                )
+            )
+            if self.thread is not None:
+                if len(self.pending) >= self.max_pending:
+                    self.cond.notify()
+                elif len(self.pending) == 1:
+                    self.cond.notify()  # the flusher waits for a first event
+                return
+        if (
+            len(self.pending) >= self.max_pending
+            or time.monotonic() - self.last_flush >= self.flush_seconds
+        ):
+            self._flush()
+
+    def close(self) -> None:
+        """Commit what is left; raises ``DatabaseUnavailable`` after a database fault."""
+        if self.thread is not None:
+            with self.cond:
+                self.closing = True
+                self.cond.notify()
+            self.thread.join()
+        else:
+            self._flush()
+        if self.error is not None and is_db_fault(self.error):
+            raise DatabaseUnavailable(self.error) from self.error
+
+    # ------------------------------------------------------------------ the writes
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self.cond:
+                    while not self.pending and not self.closing:
+                        self.cond.wait()
+                    if not self.pending:
+                        return
+                    due = self.last_flush + self.flush_seconds
+                    while (
+                        not self.closing
+                        and len(self.pending) < self.max_pending
+                        and time.monotonic() < due
+                    ):
+                        self.cond.wait(due - time.monotonic())
+                self._flush()
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    def _flush(self) -> None:
+        with self.cond:
+            batch, self.pending = self.pending, []
+        self.last_flush = time.monotonic()
+        if not batch or self.error is not None or not self.live():
+            return
+        for event in batch:
+            if "delta" in event.data:  # as free text is everywhere (docs/security.md)
+                event.data["delta"] = redact_text(event.data["delta"])
+        try:
+            self._write(batch)
+        except IntegrityError:
+            # another writer took these numbers (a worker that lost its lease and does
+            # not know it yet): go on after the last one
+            self.next_seq = None
+            try:
+                self._write(batch)
+            except Exception as exc:  # noqa: BLE001 - the stream is a view: logged
+                self._failed(exc)
+        except Exception as exc:  # noqa: BLE001 - the stream is a view: logged
+            self._failed(exc)
+
+    def _write(self, batch: list[StreamEvent]) -> None:
+        with transaction.atomic():
+            if self.next_seq is None:
+                top = StreamEvent.objects.filter(run_id=self.run_id).aggregate(m=Max("seq"))["m"]
+                self.next_seq = (top or 0) + 1
+            for offset, event in enumerate(batch):
+                event.seq = self.next_seq + offset
+            StreamEvent.objects.bulk_create(batch)
+        self.next_seq += len(batch)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.error = exc
+        logger.warning(
+            "durable: the stream of run %s (step %s) could not be written; its later "
+            "events are dropped",
+            self.run_id,
+            self.step_id,
+            exc_info=True,
+        )
