@@ -26,7 +26,7 @@ from ninja.responses import Response
 from durable import postgres
 from durable.values.jsontext import JSONInputError, loads_bounded
 
-from . import approvals, runs, schedules, subscriptions, tokens, webhooks_in
+from . import approvals, runs, schedules, streams, subscriptions, tokens, webhooks_in
 from .auth import SessionAuth, TokenAuth
 from .problems import CONTENT_TYPE, ApiProblem, field_errors, problem, status_for
 from .schemas import QUERY_RULES
@@ -251,6 +251,7 @@ SCOPE_OF: dict[Callable[..., Any], str] = {
     runs.list_runs: "runs:read",
     runs.get_run: "runs:read",
     runs.list_steps: "runs:read",
+    streams.run_stream: "runs:read",
     runs.cancel_run: "runs:operate",
     runs.compensate_run: "runs:operate",
     runs.resume_run: "runs:operate",
@@ -292,7 +293,7 @@ def _scoped(router: Router) -> Router:
     return router
 
 
-for _router in (runs, approvals, tokens, webhooks_in, subscriptions, schedules):
+for _router in (runs, streams, approvals, tokens, webhooks_in, subscriptions, schedules):
     api.add_router("", _scoped(_router.router))
 
 

@@ -19,6 +19,7 @@ durable calls (``ctx.step``, ``ctx.call_tool``) are memoized and replayed after 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from durable.calls import call, tool_call
@@ -99,6 +100,7 @@ __all__ = [
     "schedule",
     "signal",
     "start",
+    "stream",
     "tool",
     "tool_call",
     "workflow",
@@ -136,6 +138,24 @@ def result(run_id: str, timeout: float | None = 60.0) -> Any:
     from durable.client import result as _result
 
     return _result(run_id, timeout)
+
+
+def stream(run_id: str, after: int = 0, *, poll: float = 0.25) -> Iterator[dict[str, Any]]:
+    """The run's live stream: an iterator of the events of its streamed calls
+    (``ctx.llm(..., stream=True)``) with ``seq > after``, first those already written,
+    then the new ones as they come, until the run ends or waits (for a person, a timer,
+    a signal) and everything is read; ``poll``: seconds between two reads.
+
+    Each event is ``{"seq": int, "step_id": str, "kind": str, "data": dict,
+    "created_at": str}``; ``kind`` is ``step_started``, ``token`` (``data["delta"]``:
+    text), ``tool_call_started`` / ``tool_call_delta`` / ``tool_call_ended``,
+    ``step_ended`` or ``interrupted`` (docs/streaming.md#the-events). Raises
+    :class:`RunNotFound`.
+    """
+    from durable.queries.streams import follow
+
+    get_run(run_id)  # an unknown run is refused here, not at the first event
+    return follow(str(run_id), after, poll=poll)
 
 
 def signal(

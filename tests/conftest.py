@@ -179,3 +179,25 @@ def steady_clock(monkeypatch):
     monkeypatch.setattr(clock, "RESYNC_SECONDS", float("inf"))
     yield
     clock.forget()
+
+
+@pytest.fixture
+def streaming_llm(monkeypatch):
+    """The scripted model (examples/fake_llm.py) served from a thread of this process,
+    for the streaming tests: ``OPENAI_BASE_URL`` points at it, and its ``env`` points a
+    worker process at it too. A stream it holds (``[fault:stream_hold=N]``) is let go
+    at teardown."""
+    from examples._http import start
+    from examples.fake_llm import FakeLLM
+
+    llm = FakeLLM()
+    server = start(llm.router, "fake-llm")
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    llm.env = {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "scripted"}
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted")
+    try:
+        yield llm
+    finally:
+        llm.release.set()
+        server.shutdown()

@@ -1,5 +1,6 @@
-"""Retention: delete finished runs (steps, attempts, events, waits, ledger rows, payloads)
-once they are older than the retention of their workflow (docs/retention-and-audit.md#retention).
+"""Retention: delete finished runs (steps, attempts, events, stream events, waits, ledger
+rows, payloads) once they are older than the retention of their workflow
+(docs/retention-and-audit.md#retention).
 
 Invariant: a run is deleted only when nothing can still act on it. It must be finished
 (a terminal status other than ``compensation_failed``, whose undo an operator still
@@ -48,6 +49,7 @@ from durable.models import (
     Signal,
     Step,
     StepAttempt,
+    StreamEvent,
     TraceEvent,
     Wait,
     WaitStatus,
@@ -71,7 +73,7 @@ PRUNABLE_STATUSES = tuple(s for s in TERMINAL if s != RunStatus.COMPENSATION_FAI
 #: the bulky tables deleted without Django's collector (which loads a step before
 #: deleting it, since attempts reference steps); waits and operations go through it, so
 #: rows of other apps that hang on them go too
-RAW_DELETE = (TraceEvent, StepAttempt, Signal, Step)
+RAW_DELETE = (TraceEvent, StreamEvent, StepAttempt, Signal, Step)
 #: operations whose outcome is not known yet: their run is never pruned
 UNSETTLED = (OperationStatus.STARTED, OperationStatus.UNKNOWN)
 #: how many kept runs a dry run names, with their reasons
@@ -289,7 +291,7 @@ def _delete_runs(ids: list[str]) -> dict[str, int]:
     for _receiver, response in runs_pruning.send(sender=Run, run_ids=ids):
         if isinstance(response, dict):
             _add(counts, response)
-    for model in (TraceEvent, StepAttempt, Signal, Wait, Operation, Step):
+    for model in (TraceEvent, StreamEvent, StepAttempt, Signal, Wait, Operation, Step):
         qs = model.objects.filter(run_id__in=ids)
         if model in RAW_DELETE:
             # one DELETE, no rows loaded: nothing else references these rows once the

@@ -45,6 +45,7 @@ EXPECTED = sorted(
         "schedule",
         "signal",
         "start",
+        "stream",
         "tool",
         "tool_call",
         "workflow",

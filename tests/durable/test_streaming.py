@@ -1,0 +1,157 @@
+"""A run's stream (docs/streaming.md): a streamed ``ctx.llm`` call is recorded once as
+the reply ``ctx.llm`` returns, its events are written as the chunks arrive, a replay
+streams nothing and asks the model nothing, a reader that comes late gets the history
+and then the live part, and retention deletes the stream with its run. The model is
+the scripted one (examples/fake_llm.py) served from a thread (``streaming_llm``)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import durable
+from durable.models import Run, RunStatus, Step, StreamEvent
+from durable.services import retention
+from durable.testing import drive
+from tests import stream_workflows  # noqa: F401  (registers the workflows)
+from tests.harness import wait_until
+
+# transactional: the stream's writer commits from a thread of its own, as in a worker
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def stream_of(run_id: str) -> list[StreamEvent]:
+    return list(StreamEvent.objects.filter(run_id=run_id).order_by("seq"))
+
+
+def text_of(events) -> str:
+    return "".join(e.data["delta"] for e in events if e.kind == "token")
+
+
+def test_a_streamed_call_is_recorded_once_as_the_reply_and_its_tokens_are_streamed(
+    streaming_llm,
+):
+    message = " ".join(f"word{i}" for i in range(60))
+    run = drive(durable.start("stream.chat", {"message": message}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    (step,) = Step.objects.filter(run=run)
+    reply = run.output_value()
+    assert step.kind == "llm" and step.output_value() == reply
+    assert reply["content"].endswith(message) and reply["finish_reason"] == "stop"
+    assert reply["usage"]["total_tokens"] > 0 and run.tokens_used == reply["usage"]["total_tokens"]
+    assert len(streaming_llm.log) == 1
+    events = stream_of(run.id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[0].kind == "step_started" and events[-1].kind == "step_ended"
+    assert {e.step_id for e in events} == {"llm"}
+    assert text_of(events) == reply["content"]
+    assert events[-1].data["usage"] == reply["usage"]
+    # the words arrive faster than a flush: adjacent deltas share rows and commits
+    assert len([e for e in events if e.kind == "token"]) < 60
+
+
+def test_tool_calls_are_streamed_as_they_start_and_end(streaming_llm):
+    run = drive(
+        durable.start(
+            "stream.chat",
+            {"script": "support", "message": "Customer: Ann <ann@example.com>\nMessage: hi"},
+        ).id
+    )
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    calls = run.output_value()["tool_calls"]
+    assert [c["name"] for c in calls] == ["kb_search", "tickets_create", "email_send"]
+    events = stream_of(run.id)
+    started = [e.data["name"] for e in events if e.kind == "tool_call_started"]
+    ended = [e.data for e in events if e.kind == "tool_call_ended"]
+    assert started == [c["name"] for c in calls]
+    assert [(d["id"], d["name"]) for d in ended] == [(c["id"], c["name"]) for c in calls]
+
+
+def test_a_replay_returns_the_record_and_neither_asks_the_model_nor_streams(streaming_llm):
+    run = durable.start("stream.twice", {"message": "first question", "second": "second one"})
+    assert drive(run.id).status == RunStatus.WAITING
+    before = [(e.seq, e.kind, e.data) for e in stream_of(run.id)]
+    assert len(streaming_llm.log) == 1 and before
+    durable.signal(run.id, "go")
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(streaming_llm.log) == 2  # only the second call was asked
+    events = stream_of(run.id)
+    assert [(e.seq, e.kind, e.data) for e in events[: len(before)]] == before
+    assert {e.step_id for e in events[len(before) :]} == {"llm#2"}
+    assert "interrupted" not in {e.kind for e in events}
+    assert text_of(events[len(before) :]) == run.output_value()[1]
+
+
+def test_a_late_reader_gets_what_was_streamed_then_the_live_part(streaming_llm):
+    """The model holds its stream after three words; a reader that starts then gets
+    them at once, then the rest as it is streamed, and stops when the run ends."""
+    run = durable.start("stream.chat", {"message": "[fault:stream_hold=3] tell me more"})
+    driver = threading.Thread(target=drive, args=(run.id,))
+    driver.start()
+    try:
+        wait_until(
+            lambda: text_of(stream_of(run.id)) == "(scripted model, no",
+            10,
+            what="the first three words to be streamed",
+            sweep=False,
+            interval=0.02,
+        )
+        reader = durable.stream(run.id, poll=0.02)
+        history = [next(reader) for _ in range(len(stream_of(run.id)))]
+        assert text_of_dicts(history) == "(scripted model, no"
+        assert Run.objects.get(pk=run.id).status == RunStatus.RUNNING  # still streaming
+        streaming_llm.release.set()
+        live = list(reader)
+    finally:
+        streaming_llm.release.set()
+        driver.join(30)
+    reply = Run.objects.get(pk=run.id).output_value()
+    seen = history + live
+    assert live and [e["seq"] for e in seen] == list(range(1, len(seen) + 1))
+    assert text_of_dicts(seen) == reply["content"]
+    assert seen[-1]["kind"] == "step_ended"
+    assert set(seen[0]) == {"seq", "step_id", "kind", "data", "created_at"}
+    # a reader that resumes after a seq gets only what came after it
+    assert [e["seq"] for e in durable.stream(run.id, after=3)] == list(range(4, len(seen) + 1))
+
+
+def text_of_dicts(events) -> str:
+    return "".join(e["data"]["delta"] for e in events if e["kind"] == "token")
+
+
+def test_a_step_that_streamed_before_without_a_record_is_said_interrupted_first(streaming_llm):
+    """What a lost worker left: the step's start and a token, no record. The next
+    execution says ``interrupted`` before the call is asked again."""
+    run = durable.start("stream.chat", {"message": "hello"})
+    for seq, kind, data in [
+        (1, "step_started", {"model": "scripted"}),
+        (2, "token", {"delta": "(scr"}),
+    ]:
+        StreamEvent.objects.create(run_id=run.id, seq=seq, step_id="llm", kind=kind, data=data)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    kinds = [e.kind for e in stream_of(run.id)]
+    assert kinds[:4] == ["step_started", "token", "interrupted", "step_started"]
+    interrupted = stream_of(run.id)[2]
+    assert interrupted.data == {
+        "reason": "worker_lost",
+        "message": "the worker was lost; the call is asked again",
+    }
+    assert text_of(stream_of(run.id)[3:]) == run.output_value()["content"]
+
+
+def test_an_unknown_run_has_no_stream():
+    with pytest.raises(durable.RunNotFound):
+        durable.stream("no-such-run")
+
+
+def test_retention_deletes_the_stream_with_its_run(streaming_llm):
+    run = drive(durable.start("stream.chat", {"message": "hello there"}).id)
+    streamed = StreamEvent.objects.filter(run_id=run.id).count()
+    assert streamed >= 3
+    counts = retention.prune_run(run.id)
+    assert counts["streamevent"] == streamed
+    assert not StreamEvent.objects.filter(run_id=run.id).exists()
+    assert not Run.objects.filter(pk=run.id).exists()
