@@ -132,14 +132,14 @@ def run_stream(
     request: HttpRequest,
     run_id: str = RunIdPath,
     after: int = Query(0, ge=0, le=2**62, description="send the events after this seq"),
-    last_event_id: int | None = Header(
-        None, alias="Last-Event-ID", ge=0, le=2**62, description="as `after` (a reconnect)"
+    last_event_id: int = Header(
+        0, alias="Last-Event-ID", ge=0, le=2**62, description="as `after` (a reconnect)"
     ),
 ) -> StreamingHttpResponse:
     """The run's stream from the event after ``after`` (or ``Last-Event-ID``): the
     events already written, then the new ones as they come, then an ``end`` event when
     the run ended or waits (docs/streaming.md#server-sent-events)."""
-    start = max(after, last_event_id or 0)
+    start = max(after, last_event_id)
     try:
         first = streams.read(run_id, start)  # a 404 is an answer, not an empty stream
     except RunNotFound:
