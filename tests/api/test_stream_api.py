@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.db import connections
 from django.test import AsyncClient
 
 import durable
@@ -19,6 +20,14 @@ from durable.testing import drive
 from tests import stream_workflows  # noqa: F401  (registers the workflows)
 from tests.api.conftest import Api
 from tests.harness import wait_until
+
+
+def drive_here(run_id: str) -> None:
+    """``drive`` on a thread of the test, which closes its connection when done."""
+    try:
+        drive(run_id)
+    finally:
+        connections.close_all()
 
 
 def sse(body: bytes) -> list[dict]:
@@ -97,7 +106,7 @@ def test_under_asgi_the_stream_follows_the_run_live(viewer, streaming_llm):
     gets them, then the rest as the run streams, then ``end``."""
     _, text = token_create(user=viewer, name="reader", scopes=["runs:read"])
     run = durable.start("stream.chat", {"message": "[fault:stream_hold=3] go on"})
-    driver = threading.Thread(target=drive, args=(run.id,))
+    driver = threading.Thread(target=drive_here, args=(run.id,))
     driver.start()
     got: list[bytes] = []
 

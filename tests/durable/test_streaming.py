@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.db import connections
 
 import durable
 from durable.models import Run, RunStatus, Step, StreamEvent
@@ -16,6 +17,15 @@ from durable.services import retention
 from durable.testing import drive
 from tests import stream_workflows  # noqa: F401  (registers the workflows)
 from tests.harness import wait_until
+
+
+def drive_here(run_id: str) -> None:
+    """``drive`` on a thread of the test, which closes its connection when done."""
+    try:
+        drive(run_id)
+    finally:
+        connections.close_all()
+
 
 # transactional: the stream's writer commits from a thread of its own, as in a worker
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,7 +98,7 @@ def test_a_late_reader_gets_what_was_streamed_then_the_live_part(streaming_llm):
     """The model holds its stream after three words; a reader that starts then gets
     them at once, then the rest as it is streamed, and stops when the run ends."""
     run = durable.start("stream.chat", {"message": "[fault:stream_hold=3] tell me more"})
-    driver = threading.Thread(target=drive, args=(run.id,))
+    driver = threading.Thread(target=drive_here, args=(run.id,))
     driver.start()
     try:
         wait_until(
