@@ -18,7 +18,13 @@ from durable.admin.base import (
     payload_html,
     shown,
 )
-from durable.admin.history import SignalAdmin, TraceEventAdmin, WaitAdmin, WorkerProcessAdmin
+from durable.admin.history import (
+    SignalAdmin,
+    StreamEventAdmin,
+    TraceEventAdmin,
+    WaitAdmin,
+    WorkerProcessAdmin,
+)
 from durable.admin.operations import OperationAdmin
 from durable.admin.runs import INLINE_STEPS, RunAdmin, StepAdmin, StepAttemptAdmin, StepInline
 from durable.admin.schedules import ScheduleAdmin, ScheduleAdminForm
@@ -37,6 +43,7 @@ __all__ = [
     "StepAdmin",
     "StepAttemptAdmin",
     "StepInline",
+    "StreamEventAdmin",
     "ToolAdmin",
     "ToolAdminForm",
     "TraceEventAdmin",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from durable.admin.base import ReadOnlyAdmin, first_line, shown
-from durable.models import Signal, TraceEvent, Wait, WorkerProcess
+from durable.models import Signal, StreamEvent, TraceEvent, Wait, WorkerProcess
 
 
 @admin.register(Wait)
@@ -102,5 +102,18 @@ class TraceEventAdmin(ReadOnlyAdmin):
     @admin.display(description="message")
     def message_line(self, obj: TraceEvent) -> str:
         return first_line(obj.message)
+
+    data_display = shown("data", json_field=True)
+
+
+@admin.register(StreamEvent)
+class StreamEventAdmin(ReadOnlyAdmin):
+    """A run's live stream (docs/streaming.md), read-only as the trace events are."""
+
+    list_display = ("id", "created_at", "run_link", "seq", "kind", "step_id")
+    list_filter = ("kind",)
+    search_fields = ("^run__id", "step_id")
+    fields = ("run", "seq", "kind", "step_id", "data_display", "created_at")
+    readonly_fields = ("data_display",)
 
     data_display = shown("data", json_field=True)

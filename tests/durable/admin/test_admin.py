@@ -21,6 +21,7 @@ from durable.models import (
     Signal,
     Step,
     StepAttempt,
+    StreamEvent,
     Tool,
     TraceEvent,
     Wait,
@@ -32,7 +33,7 @@ from tests.durable import cli_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-HISTORY_MODELS = (Run, Step, StepAttempt, Operation, Wait, Signal, TraceEvent)
+HISTORY_MODELS = (Run, Step, StepAttempt, Operation, Wait, Signal, TraceEvent, StreamEvent)
 ALL_MODELS = (*HISTORY_MODELS, Tool)
 
 
@@ -68,9 +69,11 @@ def admin_pages(client) -> dict[str, str]:
 
 
 def populate() -> Run:
-    """A row in every table: a run waiting on an unknown outcome, a signal, tool rows."""
+    """A row in every table: a run waiting on an unknown outcome, a signal, a stream
+    event, tool rows."""
     run, _ = unknown_outcome_run()
     Signal.objects.create(run=run, name="go", payload=codec.encode({"ok": True}))
+    StreamEvent.objects.create(run=run, seq=1, step_id="llm", kind="token", data={"delta": "Hi"})
     drive(durable.start("cli.fail", {"why": "no stock"}).id)
     toolsync.sync_tools()
     return run

@@ -41,6 +41,7 @@ ENGINE_WRITTEN = {
     ("durable", "tool", "name"): "a registered tool's name (admin forms refuse NUL)",
     ("durable", "tool", "safety"): "Safety choice",
     ("durable", "traceevent", "kind"): "event kind constant",
+    ("durable", "streamevent", "kind"): "StreamKind choice",
     ("durable", "limit", "admitted"): "a list of admission times (floats)",
     ("durable", "limitslot", "lease_token"): "uuid4",
     ("durable", "tool", "rate_limit"): "validated as a rate ('60/m') before it is stored",
