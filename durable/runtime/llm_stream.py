@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from durable.exceptions import DatabaseUnavailable
 from durable.runtime import llm
+from durable.runtime.dbconn import is_db_fault
 from durable.runtime.failures import safe_str
 from durable.runtime.stream_writer import StreamWriter
 from durable.vocabulary import StreamKind
@@ -196,7 +198,12 @@ def streamed_chat(
         cursor.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
     )
     try:
-        writer.interrupted_before()
+        try:
+            writer.interrupted_before()
+        except Exception as exc:
+            if is_db_fault(exc):  # the engine's own read: not the call's failure
+                raise DatabaseUnavailable(exc) from exc
+            raise
         writer.emit(StreamKind.STEP_STARTED, {"model": kwargs.get("model") or llm.default_model()})
         result = chat_stream(messages, emit=writer.emit, **kwargs)
     except Exception as exc:
