@@ -165,3 +165,24 @@ def test_retention_deletes_the_stream_with_its_run(streaming_llm):
     assert counts["streamevent"] == streamed
     assert not StreamEvent.objects.filter(run_id=run.id).exists()
     assert not Run.objects.filter(pk=run.id).exists()
+
+
+def test_a_failed_try_ends_its_step_with_the_error_and_the_retry_says_interrupted(
+    streaming_llm,
+):
+    """The model answers the first try with a 429: the stream says the try ended with
+    an error, then ``interrupted`` (failed), then the retry's reply."""
+    run = durable.start("stream.chat", {"message": "[fault:429] [fault:retry_after=0.1] hi"})
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    events = stream_of(run.id)
+    assert [e.kind for e in events[:4]] == [
+        "step_started",
+        "step_ended",
+        "interrupted",
+        "step_started",
+    ]
+    assert "429" in events[1].data["error"]
+    assert events[2].data["reason"] == "failed"
+    assert text_of(events[4:]) == run.output_value()["content"]
+    assert Step.objects.get(run=run).attempts == 2
