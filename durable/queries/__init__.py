@@ -3,6 +3,6 @@ JSON API: the runs list's filters, keyset pages and cursors, status counts, "nee
 attention" and a run's duration (``runs.py``), and the strict parsing of what a request
 carries (``parsing.py``: bounded integers, dates and JSON, the path converters), so that
 malformed input is answered with a message, never a 500, and a run's live stream as its
-readers read it (``streams.py``: ``durable.stream`` and the API's server-sent events). Neither web app imports the
-other (docs/architecture.md#layers); both read through here.
+readers read it (``streams.py``: ``durable.stream`` and the API's server-sent events).
+Neither web app imports the other (docs/architecture.md#layers); both read through here.
 """
