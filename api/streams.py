@@ -26,6 +26,7 @@ from ninja import Header, Query, Router
 
 from durable.exceptions import RunNotFound
 from durable.queries import streams
+from durable.vocabulary import StreamKind
 
 from .problems import REFUSALS, ApiProblem
 from .runs import RunIdPath
@@ -40,13 +41,29 @@ MAX_SECONDS = 300.0
 #: seconds of silence after which a comment line is sent
 KEEPALIVE_SECONDS = 15.0
 
+#: one server-sent event as the stream sends it (``retry:`` is never sent)
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the event's seq"},
+        "event": {
+            "type": "string",
+            "enum": [*StreamKind.values, "end"],
+        },
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+}
+
+
 SSE_DOC = {
     "responses": {
         200: {
             "description": "server-sent events: `id:` the event's seq, `event:` its kind "
-            "(step_started, token, tool_call_started, tool_call_delta, tool_call_ended, "
-            "step_ended, interrupted; `end` last), `data:` the event as JSON",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "(`end` last), `data:` the event as JSON",
+            # each event (before OpenAPI 3.2, a text/event-stream ``schema`` describes
+            # one event, as 3.2's ``itemSchema`` does): its fields as the SSE format has them
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
         }
     }
 }
