@@ -5,16 +5,19 @@ path beside its caller does in a transaction of several: a run's start, claim an
 completion (``runs.py``); a step's checkpoint and a write's fenced ``started`` row
 (``checkpoints.py``); a batch of steps (``batches.py``). The rows they insert are the
 unsaved model instances the ORM path would save, every column of them (``rows.py``: one
-column list, the model's). :func:`available` is the only test of the database vendor in the
-engine (``tests/durable/postgres/test_available.py`` holds it to that), and
-:func:`database_now` the only read of the database's clock.
+column list, the model's). The engine's tests of the database vendor are here and nowhere
+else (``tests/durable/postgres/test_available.py`` holds it to that): :func:`available`,
+and for the replay check's reads :func:`read_only` and :func:`statement_savepoint`;
+:func:`database_now` is the only read of the database's clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, transaction
 
 
 def available() -> bool:
@@ -55,3 +58,39 @@ def pool_exhausted(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+@contextmanager
+def read_only() -> Iterator[None]:
+    """No write on this connection meanwhile: on PostgreSQL one ``READ ONLY`` transaction
+    (inside a caller's, its mode is the caller's); on SQLite ``PRAGMA query_only`` (a
+    transaction there is IMMEDIATE and would take the database's write lock)."""
+    if connection.vendor == "postgresql":
+        outermost = not connection.in_atomic_block  # inside a caller's, its mode is its own
+        with transaction.atomic():
+            if outermost:
+                with connection.cursor() as cur:
+                    cur.execute("SET TRANSACTION READ ONLY")
+            yield
+    elif connection.vendor == "sqlite":
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA query_only = ON")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cur:
+                cur.execute("PRAGMA query_only = OFF")
+    else:  # pragma: no cover - Durable runs on PostgreSQL and SQLite
+        yield
+
+
+@contextmanager
+def statement_savepoint() -> Iterator[None]:
+    """A savepoint on PostgreSQL, where a failed statement aborts the whole transaction
+    (a workflow's own failing query must not end the replay check's chunk); nothing on
+    SQLite, whose transactions are IMMEDIATE and would take the write lock."""
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            yield
+    else:
+        yield

@@ -21,8 +21,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError
 
+from durable import postgres
 from durable.context import WorkflowContext
 from durable.exceptions import NonDeterminismError
 from durable.models.runs import Run
@@ -334,10 +335,8 @@ def _check_one(run: Run, history: list[Step], fn: Any, tools: dict[str, Any]) ->
         workflow_input = run.input_value() if fn is not None else None
     except Exception as exc:  # noqa: BLE001 - e.g. an encryption key that is not configured
         return _raised(run, f"the run's input cannot be decoded: {type(exc).__name__}: {exc}")
-    if connection.vendor != "postgresql":
-        return dry_replay(run, history, fn, workflow_input, tool_rows=tools)
     try:  # a failed statement of the workflow's own aborts only its savepoint
-        with transaction.atomic():
+        with postgres.statement_savepoint():
             return dry_replay(run, history, fn, workflow_input, tool_rows=tools)
     except DatabaseError as exc:
         return _raised(run, f"the code's own query failed: {type(exc).__name__}: {exc}")

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-
-from durable import registry
+from durable import postgres, registry
 from durable.exceptions import WorkflowNotFound
 from durable.models.runs import Run
 from durable.models.steps import Step
@@ -209,26 +206,8 @@ def _run_ids(qs: Any, sample: int | None, seed: int | None) -> Iterator[list[str
         last = ids[-1]
 
 
-@contextmanager
-def read_only() -> Iterator[None]:
-    """No write on this connection meanwhile (see the module docstring)."""
-    if connection.vendor == "postgresql":
-        outermost = not connection.in_atomic_block  # inside a caller's, its mode is its own
-        with transaction.atomic():
-            if outermost:
-                with connection.cursor() as cur:
-                    cur.execute("SET TRANSACTION READ ONLY")
-            yield
-    elif connection.vendor == "sqlite":
-        with connection.cursor() as cur:
-            cur.execute("PRAGMA query_only = ON")
-        try:
-            yield
-        finally:
-            with connection.cursor() as cur:
-                cur.execute("PRAGMA query_only = OFF")
-    else:  # pragma: no cover - Durable runs on PostgreSQL and SQLite
-        yield
+#: no write on this connection meanwhile (see the module docstring)
+read_only = postgres.read_only
 
 
 def histories(
