@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from durable.exceptions import InvalidDuration
+from durable.exceptions import DurableError, InvalidDuration
 from durable.limits import llm_limits
 from durable.models import StepKind, WaitKind
 from durable.retry import RetryPolicy
@@ -210,44 +210,77 @@ class WorkflowContext:
         """
         from durable.runtime import llm as llm_module
 
-        ex = self._execution
-        where = f"ctx.llm({step_id or 'llm'!r}, durability=...)"
-        mode = resolve(durability, ex.workflow_durability(), where=where)
         _, invalid = _checked(timeout, call="ctx.llm(timeout=...)", positive=True)
-        call = ex.cursor.next_call(step_id or "llm", kind=StepKind.LLM)
-        if call.succeeded:
-            assert call.recorded is not None
-            return ex.cursor.replay(call.recorded)
-        if invalid is not None:
-            ex.checkpoints.fail_call_now(call, invalid)
-        ex.cursor.check_token_budget(call.step_id)
         request: dict[str, Any] = {
             "model": model or llm_module.default_model(),
             "messages": messages,
         }
         if tools:
             request["tools"] = tools
+        kwargs = {"model": model, "tools": tools, "timeout": timeout, **options}
+
+        def make_fn(call: Any, limits: Any) -> Callable[[], Any]:
+            chat: Callable[..., Any] = llm_module.chat
+            args: tuple[Any, ...] = (messages,)
+            if stream:
+                from durable.runtime.llm_stream import streamed_chat
+
+                chat, args = streamed_chat, (self._execution.cursor, call.step_id, messages)
+            if limits is not None and limits.concurrency:
+                # under a concurrency limit the request is not cut at ``timeout``: the
+                # provider would go on computing it, so its slot is held until the answer
+                # arrives (docs/limits.md#a-timed-out-call-keeps-what-it-holds)
+                held = {**kwargs, "timeout": max(timeout, LLM_HELD_REQUEST_SECONDS)}
+                return lambda: call_with_timeout(chat, args, held, timeout, call.step_id)
+            return lambda: chat(*args, **kwargs)
+
+        return self._llm_step(
+            step_id or "llm",
+            request,
+            make_fn,
+            durability=durability,
+            where=f"ctx.llm({step_id or 'llm'!r}, durability=...)",
+            retry=retry,
+            invalid=invalid,
+        )
+
+    def _llm_step(
+        self,
+        step_id: str,
+        request: dict[str, Any],
+        make_fn: Callable[[Any, Any], Callable[[], Any]],
+        *,
+        durability: str | None,
+        where: str,
+        retry: RetryPolicy | None = None,
+        invalid: DurableError | None = None,
+    ) -> Any:
+        """One LLM step, for :meth:`llm` and an integration's chat model
+        (``durable.contrib.langgraph.chat``): on a replay the recorded reply; else, the
+        token budget checked and ``request`` (``{"model", ...}``) recorded as the step's
+        input, ``make_fn(call, limits)()`` under the step's attempts, ``retry`` (default
+        ``LLM_POLICY``) and the model's limits (``DURABLE['LLM_LIMITS']``). ``invalid``:
+        an argument error that fails the call at once, recorded."""
+        ex = self._execution
+        mode = resolve(durability, ex.workflow_durability(), where=where)
+        call = ex.cursor.next_call(step_id, kind=StepKind.LLM)
+        if call.succeeded:
+            assert call.recorded is not None
+            return ex.cursor.replay(call.recorded)
+        if invalid is not None:
+            ex.checkpoints.fail_call_now(call, invalid)
+        ex.cursor.check_token_budget(call.step_id)
         call = replace(call, tool_name=request["model"])
         call = replace(
             call, input_text=ex.checkpoints.encode_step_input(call, (), request), durability=mode
         )
         limits = llm_limits(request["model"])
-        kwargs = {"model": model, "tools": tools, "timeout": timeout, **options}
-        chat: Callable[..., Any] = llm_module.chat
-        args: tuple[Any, ...] = (messages,)
-        if stream:
-            from durable.runtime.llm_stream import streamed_chat
-
-            chat, args = streamed_chat, (ex.cursor, call.step_id, messages)
-        fn = lambda: chat(*args, **kwargs)  # noqa: E731
-        if limits is not None and limits.concurrency:
-            # under a concurrency limit the request is not cut at ``timeout``: the provider
-            # would go on computing it, so its slot is held until the answer arrives
-            # (docs/limits.md#a-timed-out-call-keeps-what-it-holds)
-            held = {**kwargs, "timeout": max(timeout, LLM_HELD_REQUEST_SECONDS)}
-            fn = lambda: call_with_timeout(chat, args, held, timeout, call.step_id)  # noqa: E731
         return ex.attempts.execute(
-            call, fn=fn, policy=retry or LLM_POLICY, safety=None, limits=limits
+            call,
+            fn=make_fn(call, limits),
+            policy=retry or LLM_POLICY,
+            safety=None,
+            limits=limits,
         )
 
     def idempotency_key(self, step_id: str) -> str:

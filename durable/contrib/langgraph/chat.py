@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import replace
 from typing import Any
 
 #: the key that marks an interrupt raised by :meth:`DurableChatModel.invoke`
@@ -100,33 +99,14 @@ def chat_step(ctx: Any, step_id: str, request: dict[str, Any]) -> Any:
     """The LLM step of one :meth:`DurableChatModel.invoke`: its recorded reply, or the
     wrapped model's, recorded (as ``ctx.llm`` records a chat completion)."""
     from durable.exceptions import PermanentError
-    from durable.limits import llm_limits
-    from durable.models import StepKind
-    from durable.runtime.attempts import LLM_POLICY
-    from durable.runtime.batching import resolve
 
-    ex = ctx._execution
     name = request["model"]
-    mode = resolve(None, ex.workflow_durability(), where=f"{name}.invoke")
-    call = ex.cursor.next_call(step_id, kind=StepKind.LLM)
-    if call.succeeded:
-        return ex.cursor.replay(call.recorded)
-    ex.cursor.check_token_budget(call.step_id)
-    stored = {"model": name, "messages": request["messages"], "kwargs": request.get("kwargs")}
-    call = replace(call, tool_name=name)
-    call = replace(
-        call, input_text=ex.checkpoints.encode_step_input(call, (), stored), durability=mode
-    )
     model = _models.get(name)
-    if model is None:
-        raise PermanentError(
-            f"no chat model {name!r} in this worker: call durable_chat_model(...) where the "
-            "graph is built, in a module the workers import"
-        )
 
     def ask() -> dict[str, Any]:
         from langchain_core.messages import message_to_dict, messages_from_dict
 
+        assert model is not None  # make_fn refused a missing one
         answer = model.invoke(messages_from_dict(request["messages"]), **(request["kwargs"] or {}))
         usage = getattr(answer, "usage_metadata", None) or {}
         meta = getattr(answer, "response_metadata", None) or {}
@@ -148,6 +128,13 @@ def chat_step(ctx: Any, step_id: str, request: dict[str, Any]) -> Any:
             "message": json.loads(json.dumps(message_to_dict(answer), default=repr)),
         }
 
-    return ex.attempts.execute(
-        call, fn=ask, policy=LLM_POLICY, safety=None, limits=llm_limits(name)
-    )
+    def make_fn(call: Any, limits: Any) -> Any:
+        if model is None:  # raised before the model is asked: the run fails, saying why
+            raise PermanentError(
+                f"no chat model {name!r} in this worker: call durable_chat_model(...) where "
+                "the graph is built, in a module the workers import"
+            )
+        return ask
+
+    stored = {"model": name, "messages": request["messages"], "kwargs": request.get("kwargs")}
+    return ctx._llm_step(step_id, stored, make_fn, durability=None, where=f"{name}.invoke")
