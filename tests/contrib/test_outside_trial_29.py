@@ -351,7 +351,7 @@ class Script(Model):
         return OAIModelResponse(output=output, usage=Usage(requests=1), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
+        raise NotImplementedError("a scripted model: the adapter never streams a model request")
 
 
 def _outputs(items) -> list[str]:
@@ -686,7 +686,7 @@ class Refusing(Model):
         )
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
+        raise NotImplementedError("a scripted model: the adapter never streams a model request")
 
 
 refused = OAIAgent(name="Refused", instructions="script:refused", model=Refusing())
