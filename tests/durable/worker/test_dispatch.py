@@ -110,6 +110,23 @@ def test_dispatch_marks_the_run_and_leaves_far_countdowns_to_the_sweeper(
     assert Run.objects.get(pk=run.id).dispatched_at is not None
 
 
+def test_dispatch_marks_the_time_by_the_shared_clock(
+    recording, django_capture_on_commit_callbacks, monkeypatch
+):
+    """The sweeper compares ``dispatched_at`` with the shared clock (durable/clock.py):
+    written by this host's wall clock, an hour ahead, a lost dispatch of a child started
+    there stayed "recent" for an hour and the run was never sent again (the chaos audit
+    with a worker's clock stepped an hour)."""
+    from durable import clock
+
+    run = durable.start("tests.add_twice", {"a": 1, "b": 2})
+    shared = timezone.now() - timedelta(minutes=7)
+    monkeypatch.setattr(clock, "now", lambda: shared)
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch_on_commit(run.id)
+    assert Run.objects.get(pk=run.id).dispatched_at == shared
+
+
 def test_the_manual_backend_sends_and_marks_nothing(django_capture_on_commit_callbacks):
     run = durable.start("tests.add_twice", {"a": 1, "b": 2})
     Run.objects.filter(pk=run.id).update(dispatched_at=None)
