@@ -31,6 +31,7 @@ from durable.values.redaction import redact_text
 if TYPE_CHECKING:
     from durable.calls import Call
     from durable.runtime.execution import Execution
+    from durable.runtime.llm_stream import StepStream
 
 
 class WorkflowContext:
@@ -243,6 +244,15 @@ class WorkflowContext:
             retry=retry,
             invalid=invalid,
         )
+
+    def _step_stream(self, step_id: str, *, model: str) -> StepStream:
+        """The run's stream for one try of the model step ``step_id`` (call it in the
+        step's body, on a live try: a replay never reaches the body): a
+        :class:`~durable.runtime.llm_stream.StepStream`, for an integration whose
+        framework streams its model requests (docs/streaming.md)."""
+        from durable.runtime.llm_stream import StepStream
+
+        return StepStream(self._execution.cursor, step_id, model=model)
 
     def _llm_step(
         self,

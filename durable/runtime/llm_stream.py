@@ -187,40 +187,69 @@ def chat_stream(
     return llm.finish(assembly.response(), requested=model)
 
 
+class StepStream:
+    """The stream of one try of a streamed model step, as a context manager.
+
+    On entry: an ``interrupted`` event when the step streamed before without being
+    recorded (a lost worker, a failed try), then ``step_started`` with ``{"model"}``.
+    Inside, :meth:`emit` queues events (any thread: the model's client may stream on an
+    agent framework's event loop); :meth:`end` sets the ``step_ended`` data. On exit:
+    ``step_ended`` (``{"error"}`` when the body raised an ``Exception``; none for engine
+    control flow, a dying execution claims no end) and the events are committed. Used by
+    ``ctx.llm(stream=True)`` and the framework adapters' streamed model requests
+    (``WorkflowContext._step_stream``). A database fault while writing raises
+    :class:`~durable.exceptions.DatabaseUnavailable` on exit.
+    """
+
+    def __init__(self, cursor: ReplayCursor, step_id: str, *, model: str) -> None:
+        heartbeat = cursor.heartbeat
+        self.writer = StreamWriter(
+            cursor.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
+        )
+        self.model = model
+        self.ended: dict[str, Any] = {}
+
+    def __enter__(self) -> StepStream:
+        try:
+            self.writer.interrupted_before()
+        except Exception as exc:
+            self.writer.close()
+            if is_db_fault(exc):  # the engine's own read: not the call's failure
+                raise DatabaseUnavailable(exc) from exc
+            raise
+        self.writer.emit(StreamKind.STEP_STARTED, {"model": self.model})
+        return self
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        """Queue one event (``kind`` a :class:`~durable.vocabulary.StreamKind`)."""
+        self.writer.emit(kind, data)
+
+    def end(self, *, finish_reason: Any = None, usage: Any = None, cost_usd: Any = None) -> None:
+        """What ``step_ended`` says when the body returns."""
+        self.ended = {"finish_reason": finish_reason, "usage": usage, "cost_usd": cost_usd}
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.writer.emit(StreamKind.STEP_ENDED, self.ended)
+            self.writer.close()
+        elif isinstance(exc, Exception):
+            self.writer.emit(StreamKind.STEP_ENDED, {"error": safe_str(exc)[:500]})
+            with contextlib.suppress(BaseException):  # the call's own failure is reported
+                self.writer.close()
+        else:
+            self.writer.close()  # a dying execution: what arrived is shown; no end is claimed
+
+
 def streamed_chat(
     cursor: ReplayCursor, step_id: str, messages: list[dict[str, Any]], **kwargs: Any
 ) -> dict[str, Any]:
     """One try of a streamed ``ctx.llm`` step: its events go to the run's stream,
-    framed by ``step_started`` and ``step_ended`` (after an ``interrupted`` when the step
-    streamed before without being recorded)."""
-    heartbeat = cursor.heartbeat
-    writer = StreamWriter(
-        cursor.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
-    )
-    try:
-        try:
-            writer.interrupted_before()
-        except Exception as exc:
-            if is_db_fault(exc):  # the engine's own read: not the call's failure
-                raise DatabaseUnavailable(exc) from exc
-            raise
-        writer.emit(StreamKind.STEP_STARTED, {"model": kwargs.get("model") or llm.default_model()})
-        result = chat_stream(messages, emit=writer.emit, **kwargs)
-    except Exception as exc:
-        writer.emit(StreamKind.STEP_ENDED, {"error": safe_str(exc)[:500]})
-        with contextlib.suppress(BaseException):  # the call's own failure is reported
-            writer.close()
-        raise
-    except BaseException:
-        writer.close()  # a dying execution: what arrived is shown; no end is claimed
-        raise
-    writer.emit(
-        StreamKind.STEP_ENDED,
-        {
-            "finish_reason": result.get("finish_reason"),
-            "usage": result.get("usage"),
-            "cost_usd": result.get("cost_usd"),
-        },
-    )
-    writer.close()
+    framed by ``step_started`` and ``step_ended`` (:class:`StepStream`)."""
+    with StepStream(cursor, step_id, model=kwargs.get("model") or llm.default_model()) as out:
+        result = chat_stream(messages, emit=out.emit, **kwargs)
+        out.end(
+            finish_reason=result.get("finish_reason"),
+            usage=result.get("usage"),
+            cost_usd=result.get("cost_usd"),
+        )
     return result

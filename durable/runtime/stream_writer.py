@@ -48,8 +48,10 @@ INTERRUPTED_MESSAGE = {
 class StreamWriter:
     """The events of one streamed call of run ``run_id`` (step ``step_id``).
 
-    :meth:`emit` never touches the database in the worker (a thread commits); inside a
-    transaction (a test's), there is no thread and :meth:`emit` commits when due.
+    :meth:`emit` never touches the database in the worker (a thread commits) and may be
+    called from any thread; inside a transaction (a test's), there is no thread and
+    :meth:`emit` commits when due on the thread that made the writer (the transaction's),
+    else :meth:`close` does.
     :meth:`close` commits what is left; a database fault while writing raises
     :class:`~durable.exceptions.DatabaseUnavailable` there (the execution stops and
     the run is released, as for a checkpoint's fault); any other failure is logged and
@@ -78,6 +80,7 @@ class StreamWriter:
         self.closing = False
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.owner = threading.get_ident()
         if not connection.in_atomic_block:
             context = contextvars.copy_context()  # the secrets in scope, for redaction
             self.thread = threading.Thread(
@@ -136,6 +139,8 @@ class StreamWriter:
                 elif len(self.pending) == 1:
                     self.cond.notify()  # the flusher waits for a first event
                 return
+        if threading.get_ident() != self.owner:
+            return  # another thread (an agent's event loop): the owner's close commits
         if (
             len(self.pending) >= self.max_pending
             or time.monotonic() - self.last_flush >= self.flush_seconds
