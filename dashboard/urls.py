@@ -10,7 +10,7 @@ from django.urls import path, register_converter
 
 from durable.queries.parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
-from . import actions, deploy, exports, schedules, views
+from . import actions, deploy, exports, schedules, streams, views
 
 app_name = "dashboard"
 
@@ -27,6 +27,7 @@ urlpatterns = [
         views.run_payload,
         name="payload",
     ),
+    path("runs/<run_id:run_id>/stream/", streams.run_stream, name="run_stream"),
     path("runs/<run_id:run_id>/signal/", actions.run_signal_view, name="run_signal"),
     # before run_action, whose <slug:action> would take "export"
     path("runs/<run_id:run_id>/export/", exports.run_export, name="run_export"),

@@ -24,6 +24,7 @@ from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 from durable import postgres
 from durable.models import RunStatus, transitions
 from durable.observability import otel
+from durable.queries import streams
 from durable.queries.parsing import BadParameter, clean_text, parse_int
 
 from . import selectors
@@ -146,6 +147,7 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
         "server_now_ms": int(time.time() * 1000),
         "trace_url": otel.trace_url(run.trace_id),
         "since": since,
+        "has_stream": streams.has_stream(run.id, run.status),
         "nav": "runs",
     }
     context.update(extra)

@@ -69,3 +69,9 @@ def follow(
         if status not in FOLLOWED:
             return
         sleep(poll)
+
+
+def has_stream(run_id: str, status: str) -> bool:
+    """Whether a reader of run ``run_id`` (in ``status``) may see anything: it streamed,
+    or it may still stream (its status is one of ``FOLLOWED``)."""
+    return status in FOLLOWED or StreamEvent.objects.filter(run_id=run_id).exists()

@@ -63,9 +63,9 @@ def admin(db):
 def _short_streams(monkeypatch):
     """A run's stream answers with what it has and ends, without following the run:
     the fuzzer's pending runs would otherwise be followed until ``MAX_SECONDS``."""
-    from api import streams
+    from durable.queries import sse
 
-    monkeypatch.setattr(streams, "MAX_SECONDS", 0.0)
+    monkeypatch.setattr(sse, "MAX_SECONDS", 0.0)
 
 
 @pytest.fixture

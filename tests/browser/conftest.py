@@ -73,6 +73,7 @@ WORKFLOW_MODULES = [
     "tests.dashboard.dash_workflows",
     "tests.browser.tour_workflows",
     "tests.schedule_workflows",
+    "tests.stream_workflows",
 ]
 VIEWPORT = {"width": 1280, "height": 800}
 #: how long a locator action or an ``expect`` waits (ms): a live update arrives within a
@@ -124,13 +125,32 @@ def _server_env(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="package")
-def worker(django_db_setup, _broker) -> Iterator[WorkerPool]:
+def browser_llm(_requirements) -> Iterator[Any]:
+    """The scripted model (examples/fake_llm.py) in a thread of this process, for the
+    package's worker (``OPENAI_BASE_URL``): the run page's live output streams from it.
+    Each test starts with its faults, holds and log cleared (``live``)."""
+    from examples._http import start
+    from examples.fake_llm import FakeLLM
+
+    llm = FakeLLM()
+    http = start(llm.router, "fake-llm")
+    llm.env = {
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{http.server_address[1]}/v1",
+        "OPENAI_API_KEY": "scripted",
+    }
+    yield llm
+    llm.release.set()
+    http.shutdown()
+
+
+@pytest.fixture(scope="package")
+def worker(django_db_setup, _broker, browser_llm) -> Iterator[WorkerPool]:
     """One real Celery worker for the package (started once: start-up takes seconds;
     ``live`` waits until it is ready, so daphne starts meanwhile)."""
     pool = WorkerPool(_broker / "crash", _broker / "logs")
     with pytest.MonkeyPatch.context() as mp:  # the worker keeps Django's async-safety checks
         mp.delenv(ASYNC_UNSAFE, raising=False)
-        pool.start(DURABLE_WORKFLOW_MODULES=",".join(WORKFLOW_MODULES))
+        pool.start(DURABLE_WORKFLOW_MODULES=",".join(WORKFLOW_MODULES), **browser_llm.env)
     yield pool
     pool.kill_all()
 
@@ -202,7 +222,7 @@ def _failed(request) -> bool:
 
 
 @pytest.fixture
-def live(request, transactional_db, server, worker) -> Iterator[Daphne]:
+def live(request, transactional_db, server, worker, browser_llm) -> Iterator[Daphne]:
     """The dashboard and its worker, with an empty broker; returns the server.
 
     On failure, prints what daphne and the worker logged during the test.
@@ -211,9 +231,11 @@ def live(request, transactional_db, server, worker) -> Iterator[Daphne]:
     for w in worker.workers:
         w.wait_ready()
     purge_broker()
+    browser_llm.release.clear()
     offsets = {"daphne": server.log_size()}
     worker_offsets = {w.name: len(w.log_text()) for w in worker.workers}
     yield server
+    browser_llm.release.set()  # a stream the test held goes on
     if _failed(request):
         print(f"----- daphne (pid {server.proc.pid if server.proc else '?'}) -----")
         print(server.log_since(offsets["daphne"])[-8000:])
