@@ -51,6 +51,9 @@ def test_the_run_page_shows_a_streamed_reply_as_it_arrives(context, page, settin
     expect(attempt).to_have_count(1)
 
 
+LOST = "the worker was lost; the call is asked again"
+
+
 def _write(run_id: str, events: list[tuple[str, dict]]) -> None:
     start = timezone.now() - timedelta(seconds=10)
     StreamEvent.objects.bulk_create(
@@ -66,9 +69,7 @@ def _write(run_id: str, events: list[tuple[str, dict]]) -> None:
     )
 
 
-def test_a_try_cut_off_by_a_lost_worker_stays_visible_beside_the_call_asked_again(
-    context, page
-):
+def test_a_try_cut_off_by_a_lost_worker_stays_visible_beside_the_call_asked_again(context, page):
     # the events a worker killed mid-stream leaves, then its successor's
     # (tests/processes/test_stream_processes.py makes them with real processes)
     run = drive(durable.start("dash.echo", {"n": 1}, version="1").id)
@@ -80,10 +81,7 @@ def test_a_try_cut_off_by_a_lost_worker_stays_visible_beside_the_call_asked_agai
             ("token", {"delta": "Otters hold"}),
             ("tool_call_started", {"index": 0, "id": "c1", "name": "lookup"}),
             ("tool_call_delta", {"index": 0, "delta": '{"q": "ot'}),
-            (
-                "interrupted",
-                {"reason": "worker_lost", "message": "the worker was lost; the call is asked again"},
-            ),
+            ("interrupted", {"reason": "worker_lost", "message": LOST}),
             ("step_started", {"model": "scripted"}),
             ("token", {"delta": "Otters hold hands <b>asleep</b>."}),
             ("step_ended", {"finish_reason": "stop", "usage": None, "cost_usd": None}),
