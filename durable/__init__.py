@@ -140,22 +140,46 @@ def result(run_id: str, timeout: float | None = 60.0) -> Any:
     return _result(run_id, timeout)
 
 
-def stream(run_id: str, after: int = 0, *, poll: float = 0.25) -> Iterator[dict[str, Any]]:
+def stream(
+    run_id: str, after: int = 0, *, poll: float = 0.25, timeout: float | None = None
+) -> Iterator[dict[str, Any]]:
     """The run's live stream: an iterator of the events of its streamed calls
     (``ctx.llm(..., stream=True)``) with ``seq > after``, first those already written,
     then the new ones as they come, until the run ends or waits (for a person, a timer,
-    a signal) and everything is read; ``poll``: seconds between two reads.
+    a signal) and everything is read; ``poll``: seconds between two reads (> 0);
+    ``timeout``: seconds to follow at most (``None``: no bound), then ``TimeoutError``
+    (pass the last ``seq`` read as ``after`` to go on).
 
     Each event is ``{"seq": int, "step_id": str, "kind": str, "data": dict,
     "created_at": str}``; ``kind`` is ``step_started``, ``token`` (``data["delta"]``:
     text), ``tool_call_started`` / ``tool_call_delta`` / ``tool_call_ended``,
     ``step_ended`` or ``interrupted`` (docs/streaming.md#the-events). Raises
-    :class:`RunNotFound`.
+    :class:`RunNotFound`; ``ValueError`` for a negative ``after``, a ``poll`` that is
+    not a positive number of seconds or a negative ``timeout``.
     """
     from durable.queries.streams import follow
 
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValueError(f"durable.stream(after=...) must be a seq, an int >= 0: {after!r}")
+    _seconds(poll, "poll", positive=True)
+    if timeout is not None:
+        _seconds(timeout, "timeout", positive=False)
     get_run(run_id)  # an unknown run is refused here, not at the first event
-    return follow(str(run_id), after, poll=poll)
+    return follow(str(run_id), after, poll=poll, timeout=timeout)
+
+
+def _seconds(value: Any, name: str, *, positive: bool) -> None:
+    import math
+
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"durable.stream({name}=...) must be seconds, a number {bound}: {value!r}")
 
 
 def signal(

@@ -52,13 +52,25 @@ def read(run_id: str, after: int = 0, limit: int = PAGE) -> tuple[str, list[dict
 
 
 def follow(
-    run_id: str, after: int = 0, *, poll: float = POLL_SECONDS, sleep: Any = None
+    run_id: str,
+    after: int = 0,
+    *,
+    poll: float = POLL_SECONDS,
+    timeout: float | None = None,
+    sleep: Any = None,
+    clock: Any = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the run's events after ``after``, then the new ones as they are written,
-    until the run ends or parks and everything is read (see :func:`read`)."""
+    until the run ends or parks and everything is read (see :func:`read`).
+
+    ``timeout``: seconds to follow at most (``None``: until the run ends or parks); when
+    they pass with the run still streaming, ``TimeoutError`` is raised (the events read
+    until then were yielded: pass the last ``seq`` as ``after`` to go on)."""
     import time
 
     sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    deadline = None if timeout is None else clock() + timeout
     while True:
         status, events = read(run_id, after)
         for event in events:
@@ -68,6 +80,11 @@ def follow(
             continue
         if status not in FOLLOWED:
             return
+        if deadline is not None and clock() >= deadline:
+            raise TimeoutError(
+                f"run {run_id} is still {status} after {timeout} s of its stream "
+                f"(the last event read: seq {after}; pass after={after} to go on)"
+            )
         sleep(poll)
 
 

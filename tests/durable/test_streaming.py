@@ -157,6 +157,44 @@ def test_an_unknown_run_has_no_stream():
         durable.stream("no-such-run")
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"after": -1}, "after"),
+        ({"after": "3"}, "after"),
+        ({"poll": 0}, "poll"),
+        ({"poll": float("nan")}, "poll"),
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": "5"}, "timeout"),
+    ],
+)
+def test_bad_reader_arguments_are_refused_by_name(kwargs, named):
+    run = durable.start("stream.chat", {"message": "hi"})
+    with pytest.raises(ValueError, match=rf"durable\.stream\({named}=\.\.\.\)"):
+        durable.stream(run.id, **kwargs)
+
+
+def test_a_reader_with_a_timeout_stops_on_a_run_still_streaming_and_can_go_on():
+    from durable.queries.streams import follow
+
+    run = durable.start("stream.chat", {"message": "hi"})  # pending: followed
+    StreamEvent.objects.create(
+        run_id=run.id, seq=1, step_id="llm", kind="step_started", data={"model": "m"}
+    )
+    now = [0.0]
+
+    def sleep(seconds):  # the clock moves only when the reader waits
+        now[0] += seconds
+
+    reader = follow(run.id, poll=1.0, timeout=2.5, sleep=sleep, clock=lambda: now[0])
+    assert next(reader)["seq"] == 1
+    with pytest.raises(TimeoutError, match=r"still pending after 2\.5 s.*after=1"):
+        next(reader)
+    assert now[0] == 3.0  # it read every second until the bound, then gave up
+    Run.objects.filter(pk=run.id).update(status=RunStatus.CANCELLED)
+    assert list(durable.stream(run.id, after=1, timeout=0)) == []  # ended: no error
+
+
 def test_retention_deletes_the_stream_with_its_run(streaming_llm):
     run = drive(durable.start("stream.chat", {"message": "hello there"}).id)
     streamed = StreamEvent.objects.filter(run_id=run.id).count()
