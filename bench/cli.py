@@ -37,6 +37,7 @@ from .common import (
 from .numbers import MARGINAL_SCENARIOS
 from .report import render
 from .scenarios import scenarios as checkpoint_scenarios
+from .stream import part_stream
 from .throughput import part_throughput
 
 PARTS = (
@@ -49,6 +50,7 @@ PARTS = (
     "dashboard",
     "prune",
     "replay",
+    "stream",
     "memory",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -539,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         "dashboard": part_dashboard,
         "prune": part_prune,
         "replay": part_replay,
+        "stream": part_stream,
     }
     todo = [p for p in cfg.parts if p != "memory"]
     if "memory" in cfg.parts and "throughput" not in todo:

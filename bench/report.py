@@ -452,6 +452,10 @@ def render(results: dict[str, Any]) -> str:
         out += prune_section(parts["prune"]) + [""]
     if "replay" in parts:
         out += replay_section(parts["replay"]) + [""]
+    if "stream" in parts:
+        from .stream import section as stream_section
+
+        out += stream_section(parts["stream"]) + [""]
     if "throughput" in parts and "memory" in results.get("requested_parts", ["memory"]):
         out += memory_section(parts["throughput"]) + [""]
     if results.get("errors"):

@@ -112,3 +112,11 @@ def replay_flow(ctx: Any, inp: dict[str, Any]) -> None:
     for _ in range(int(inp["steps"])):
         ctx.step("s", _noop)
     ctx.wait_for_approval("ok", title="go on?")
+
+
+@durable.workflow(name="bench.stream", version="1")
+def stream_flow(ctx: Any, inp: dict[str, Any]) -> Any:
+    """One streamed model call (bench/stream.py): the scripted model's reply to
+    ``inp["message"]``."""
+    messages = [{"role": "user", "content": inp["message"]}]
+    return ctx.llm(messages, stream=True)["content"]

@@ -419,3 +419,47 @@ def test_replay_part_renders_its_section_and_its_target_row() -> None:
     text = "\n".join(replay_section(part))
     assert "| postgresql | " in text and "| 60,000 | 1.50 | 12,000 |" in text
     assert replay_section({"skipped": "no server"})[-1] == "Skipped: no server"
+
+
+# ------------------------------------------------------------------------ the stream part
+
+
+def test_stream_part_measures_the_first_token_both_ways_and_the_storage(tmp_path: Path) -> None:
+    """``bench/stream.py`` times the first token of a streamed call made directly and
+    through a Durable run read with ``durable.stream``, and what the stream stores."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_") and k not in ("DATABASE_URL", "CELERY_BROKER_URL")
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DURABLE_VAR_DIR=str(tmp_path / "var"),
+        DURABLE_WORKFLOW_MODULES="bench.workflows",
+        DURABLE_DISPATCH="manual",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stream", "--calls", "2", "--words", "20"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("@@BENCH "))
+    part = json.loads(line.removeprefix("@@BENCH "))
+    assert part["database"] == "sqlite" and part["direct"]["first_token_s"]["n"] == 2
+    assert [r["poll_s"] for r in part["durable"]] == [0.25, 0.05]
+    for row in part["durable"]:  # through a run, the first token comes after the start
+        assert 0 < row["first_token_s"]["min"] <= row["whole_s"]["min"]
+    storage = part["storage"]
+    assert storage["calls"] == 4 and storage["rows_per_call"] >= 3  # started, tokens, ended
+    assert storage["bytes_per_call"] > 0 and storage["record_bytes_per_call"] > 0
+
+    from bench.stream import section
+
+    text = "\n".join(section(part))
+    assert "| the model directly (openai client) | – |" in text
+    assert text.count("| through Durable") == 2 and "stream rows" in text
