@@ -37,6 +37,7 @@ from .common import (
 from .numbers import MARGINAL_SCENARIOS
 from .report import render
 from .scenarios import scenarios as checkpoint_scenarios
+from .startup import part_startup
 from .stream import part_stream
 from .throughput import part_throughput
 
@@ -51,6 +52,7 @@ PARTS = (
     "prune",
     "replay",
     "stream",
+    "startup",
     "memory",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -542,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         "prune": part_prune,
         "replay": part_replay,
         "stream": part_stream,
+        "startup": part_startup,
     }
     todo = [p for p in cfg.parts if p != "memory"]
     if "memory" in cfg.parts and "throughput" not in todo:

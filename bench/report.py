@@ -456,6 +456,10 @@ def render(results: dict[str, Any]) -> str:
         from .stream import section as stream_section
 
         out += stream_section(parts["stream"]) + [""]
+    if "startup" in parts:
+        from .startup import section as startup_section
+
+        out += startup_section(parts["startup"]) + [""]
     if "throughput" in parts and "memory" in results.get("requested_parts", ["memory"]):
         out += memory_section(parts["throughput"]) + [""]
     if results.get("errors"):

@@ -28,6 +28,8 @@ TARGETS = {
     "recovery_default_p50_s": 10.0,
     "rss_mb": 150.0,
     "replay_runs_per_min": 1000.0,  # issue 32: the replay check, runs checked a minute
+    "cli_start_s": 1.0,  # issue 33: a CLI command that reads runs, spawn to exit
+    "worker_ready_s": 2.0,  # issue 33: a worker, spawn to ready
 }
 
 
@@ -258,6 +260,25 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             " runs/min",
             higher=True,
             note=rc.get("skipped", "") or f"in process: {rc.get('runs_per_minute', 0):,} runs/min",
+        )
+    su = parts.get("startup")
+    if su is not None:
+        t.add(
+            "a CLI command starts ≤ 1 s (`manage.py durable runs`, the demo's apps)",
+            su.get("cli_runs_s", {}).get("median", math.nan),
+            T["cli_start_s"],
+            " s",
+            note=su.get("skipped", "")
+            or f"`durable workflows` {fmt(su.get('cli_workflows_s', {}).get('median'))} s",
+        )
+        t.add(
+            "a worker is ready ≤ 2 s (the demo's configuration)",
+            su.get("worker_ready_s", {}).get("median", math.nan),
+            T["worker_ready_s"],
+            " s",
+            note=su.get("skipped", "")
+            or "naming its modules: "
+            f"{fmt(su.get('worker_named_modules_ready_s', {}).get('median'))} s",
         )
     if tp is not None and "workers_1" in tp:
         w = tp["workers_1"]

@@ -130,9 +130,14 @@ X_FRAME_OPTIONS = "DENY"
 # (dashboard/bodylimit.py, in front of Django in config/asgi.py)
 MAX_REQUEST_BODY_BYTES = env_int("DURABLE_MAX_REQUEST_BYTES", 4 * 1024 * 1024)
 
+# Each process imports only what it uses, so a CLI command starts in well under a second:
+# the admin's modules are discovered when the URLs are loaded (config/urls.py), not at
+# start-up (SimpleAdminConfig, as Django documents); daphne serves the app from its own
+# command (Procfile) and is not an app here (``manage.py runserver`` serves plain HTTP,
+# without the live pages' websockets); the workflow modules are imported at the
+# registry's first lookup (durable/registry.py).
 INSTALLED_APPS = [
-    "daphne",
-    "django.contrib.admin",
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -10,10 +10,10 @@ class DurableConfig(AppConfig):
 
     def ready(self) -> None:
         from durable import checks  # noqa: F401  (system checks; Tool rows on migrate)
-        from durable.registry import autodiscover
+        from durable.registry import discover_later
         from durable.services import toolsync  # noqa: F401  (system checks; Tool rows on migrate)
 
-        autodiscover()
+        discover_later()  # the workflow modules are imported at the registry's first lookup
         from durable.observability import otel
 
         otel.connect()  # OpenTelemetry, when DURABLE['OTEL'] is set

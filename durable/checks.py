@@ -124,7 +124,7 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                 id="durable.E010",
             )
         )
-    for module, tb in registry.load_errors.items():
+    for module, tb in registry.import_errors().items():
         last = tb.strip().splitlines()[-1] if tb.strip() else "import failed"
         messages.append(
             Warning(

@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import logging
 import re
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -310,6 +311,7 @@ def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:
 
     Raises :class:`WorkflowNotFound`.
     """
+    ensure_discovered()
     versions = _workflows.get(name)
     if not versions:
         raise WorkflowNotFound(name, version, list(_workflows))
@@ -322,11 +324,13 @@ def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:
 
 
 def workflows() -> list[WorkflowSpec]:
+    ensure_discovered()
     return [spec for versions in _workflows.values() for spec in versions.values()]
 
 
 def get_tool(name: str) -> ToolSpec:
     """The code spec of tool ``name``. Raises :class:`ToolNotFound`."""
+    ensure_discovered()
     try:
         return _tools[name]
     except KeyError:
@@ -334,6 +338,7 @@ def get_tool(name: str) -> ToolSpec:
 
 
 def tools() -> list[ToolSpec]:
+    ensure_discovered()
     return list(_tools.values())
 
 
@@ -422,3 +427,48 @@ def autodiscover() -> None:
         _import(module)
     for module in conf.get("WORKFLOW_MODULES") or []:
         _import(module)
+
+
+# --- discovery when first needed ---------------------------------------------------------
+#
+# Importing the workflow modules costs seconds where they import agent frameworks
+# (LangGraph, PydanticAI, the OpenAI Agents SDK): a CLI command that reads runs, a web
+# process before its first page that needs the registry, pay nothing for them. The app's
+# ready() only asks for discovery (:func:`discover_later`); the first lookup of the
+# registry (:func:`get_workflow`, :func:`workflows`, :func:`get_tool`, :func:`tools`,
+# :func:`import_errors`) runs it, once, under a lock: another thread waits until it is
+# done, and a module that looks the registry up while it is imported (the importing
+# thread itself) sees what is registered so far. A Celery worker discovers in its main
+# process before it forks its children (``durable.worker.tasks``), so they share it.
+
+_discovery_lock = threading.RLock()
+_discovery_pending = False
+_discovering = False
+
+
+def discover_later() -> None:
+    """Ask for :func:`autodiscover` at the first lookup of the registry."""
+    global _discovery_pending
+    _discovery_pending = True
+
+
+def ensure_discovered() -> None:
+    """Run the discovery :func:`discover_later` asked for, if it has not run yet."""
+    global _discovery_pending, _discovering
+    if not _discovery_pending:
+        return
+    with _discovery_lock:
+        if not _discovery_pending or _discovering:
+            return  # done by another thread meanwhile, or this thread is importing
+        _discovering = True
+        try:
+            autodiscover()
+        finally:
+            _discovery_pending = False
+            _discovering = False
+
+
+def import_errors() -> dict[str, str]:
+    """The workflow modules that failed to import: module -> traceback text."""
+    ensure_discovered()
+    return dict(load_errors)

@@ -463,3 +463,26 @@ def test_stream_part_measures_the_first_token_both_ways_and_the_storage(tmp_path
     text = "\n".join(section(part))
     assert "| the model directly (openai client) | – |" in text
     assert text.count("| through Durable") == 2 and "stream rows" in text
+
+
+def test_startup_part_renders_its_section_and_its_two_target_rows() -> None:
+    from bench.startup import section
+    from bench.targets import targets
+
+    def s(median: float) -> dict[str, float]:
+        return {"median": median, "min": median, "max": median, "n": 3}
+
+    part = {
+        "reps": 3,
+        "cli_runs_s": s(0.8),
+        "cli_workflows_s": s(5.0),
+        "worker_ready_s": s(6.0),
+        "worker_named_modules_ready_s": s(1.9),
+    }
+    cli, worker = targets({"parts": {"startup": part}})
+    assert cli["target"].startswith("a CLI command starts ≤ 1 s") and cli["met"] is True
+    assert worker["target"].startswith("a worker is ready ≤ 2 s") and worker["met"] is False
+    assert "naming its modules: 1.9" in worker["gap"]
+    text = "\n".join(section(part))
+    assert "| `manage.py durable runs --limit 1` (reads runs) | 0.8" in text
+    assert text.count("| worker ready") == 2

@@ -68,7 +68,7 @@ def do_workflows(command: BaseCommand, options: dict[str, Any]) -> None:
                 ],
             )
         )
-    errors = dict(registry.load_errors)
+    errors = registry.import_errors()
     for module, tb in sorted(errors.items()):
         lines = tb.strip().splitlines()
         last = lines[-1].strip() if lines else "import failed"

@@ -7,7 +7,7 @@ lives here, with the task it sends, so that the engine never imports Celery.
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import task_postrun, task_prerun, worker_ready
+from celery.signals import task_postrun, task_prerun, worker_init, worker_ready
 
 from durable.dispatch import Dispatcher
 
@@ -62,6 +62,15 @@ def prune() -> int:
     from durable.services.retention import prune as run_prune
 
     return int(run_prune()["runs"])
+
+
+@worker_init.connect
+def _discover_before_forking(sender=None, **kwargs) -> None:  # pragma: no cover - celery hook
+    """The workflow modules, imported in the worker's main process before it forks its
+    children (they share them), not by each child at its first run."""
+    from durable.registry import ensure_discovered
+
+    ensure_discovered()
 
 
 @worker_ready.connect

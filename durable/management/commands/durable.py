@@ -72,6 +72,10 @@ SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
 
 
 class Command(BaseCommand):
+    # as Django's own shell: no system checks first, which would import every workflow
+    # module (seconds, with agent frameworks) before a command that reads a run; a
+    # subcommand that needs the registry imports it then (durable.registry.ensure_discovered)
+    requires_system_checks: list[str] = []
     help = (
         "Inspect and operate Durable: list workflows and runs, start a run, show a "
         "run's trace, sweep, reconcile an unknown outcome."
