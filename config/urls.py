@@ -10,6 +10,11 @@ from api.main import not_found as api_not_found
 from api.main import urls as api_urls
 from durable.observability.metrics_view import metrics_view
 
+admin.autodiscover()  # the apps' admin.py: here, not at start-up (SimpleAdminConfig)
+admin.site.site_header = "Durable administration"
+admin.site.site_title = "Durable admin"
+admin.site.index_title = "Tools, schedules, runs and access"
+
 urlpatterns = [
     # browsers ask for /favicon.ico whatever the page's <link rel="icon"> says
     path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
