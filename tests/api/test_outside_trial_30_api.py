@@ -85,7 +85,5 @@ def test_a_reconnect_after_the_last_event_of_an_ended_run_gets_only_the_end(view
     https://github.com/modelcontextprotocol/typescript-sdk/issues/2499. Resuming after
     the last event of a run that ended answers at once with ``end`` and no event."""
     run_id = finished_run_with_a_stream()
-    events = sse(
-        body_of(viewer_api.get(f"/runs/{run_id}/stream", headers={"Last-Event-ID": "3"}))
-    )
+    events = sse(body_of(viewer_api.get(f"/runs/{run_id}/stream", headers={"Last-Event-ID": "3"})))
     assert events == [{"event": "end", "data": {"status": "succeeded"}}]

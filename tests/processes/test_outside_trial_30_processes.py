@@ -50,8 +50,10 @@ def test_a_live_reader_sees_the_cut_the_retry_and_the_end_when_the_worker_dies(
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     wait_until(
-        lambda: "".join(e["data"].get("delta", "") for e in seen if e["kind"] == "token")
-        == "(scripted model, no",
+        lambda: (
+            "".join(e["data"].get("delta", "") for e in seen if e["kind"] == "token")
+            == "(scripted model, no"
+        ),
         30,
         what="the reader to have the first three words",
     )
