@@ -113,4 +113,7 @@ def response(request: HttpRequest, run_id: str, after: int) -> StreamingHttpResp
     out = StreamingHttpResponse(body, content_type="text/event-stream")
     out["Cache-Control"] = "no-cache"
     out["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+    # not to be compressed: Django's GZipMiddleware (and nginx's gzip) skip a response
+    # that has an encoding, and would otherwise hold the events until a buffer fills
+    out["Content-Encoding"] = "identity"
     return out

@@ -44,8 +44,13 @@ class Assembly:
         self.fingerprint: str | None = None
         self.content: list[str] = []
         self.refusal: list[str] = []
-        #: tool calls by their ``index``: ``{"id", "name", "arguments": [fragments]}``
+        #: tool calls by their index here: ``{"id", "name", "arguments": [fragments]}``
         self.calls: dict[int, dict[str, Any]] = {}
+        #: the provider's ``index`` of a call -> its index here (the same, unless the
+        #: provider gave one index to several calls)
+        self.slots: dict[Any, int] = {}
+        #: the index here of the call started last
+        self.last: int | None = None
         self.ended: set[int] = set()
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -74,10 +79,38 @@ class Assembly:
                 events.extend(self.end_tool_calls())
         return events
 
-    def _tool_fragment(self, fragment: dict[str, Any]) -> list[Event]:
+    def _slot(self, fragment: dict[str, Any]) -> int:
+        """The index here of the call ``fragment`` belongs to (a new one when it starts
+        a call). The ``index`` says which call, as the OpenAI API sends it; without one
+        (Gemini's OpenAI-compatible endpoint, older Ollama), a fragment with neither an
+        id nor a name of its own goes on with the call started last; an index already
+        given to a call with another id (Ollama says 0 for every call of a parallel
+        batch) starts a new call."""
         index = fragment.get("index")
-        if index is None:  # providers that leave it out send each call whole
-            index = len(self.calls)
+        call_id = fragment.get("id") or ""
+        name = (fragment.get("function") or {}).get("name") or ""
+        if index is None:
+            if self.last is not None:
+                last = self.calls[self.last]
+                if call_id in ("", last["id"]) and name in ("", last["name"]):
+                    return self.last
+        elif index in self.slots:
+            slot = self.slots[index]
+            known = self.calls[slot]["id"]
+            if not call_id or not known or call_id == known:
+                return slot
+        slot = (
+            index
+            if isinstance(index, int) and index not in self.calls
+            else max(self.calls, default=-1) + 1
+        )
+        if index is not None:
+            self.slots[index] = slot
+        self.last = slot
+        return slot
+
+    def _tool_fragment(self, fragment: dict[str, Any]) -> list[Event]:
+        index = self._slot(fragment)
         function = fragment.get("function") or {}
         events: list[Event] = []
         call = self.calls.get(index)
