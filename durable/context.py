@@ -205,7 +205,7 @@ class WorkflowContext:
         The request (redacted) and the response, token usage and cost are recorded; a
         replay returns the recorded response, so no call is paid twice. Tokens count
         against the run's ``max_tokens`` budget (:class:`~durable.BudgetExceeded` when
-        spent). Returns ``{"content", "tool_calls": [{"id", "name", "arguments"}],
+        spent). Returns ``{"content", "refusal", "tool_calls": [{"id", "name", "arguments"}],
         "usage", "model", "finish_reason", "cost_usd", "scripted"}``, or a
         :class:`~durable.ModelRecoverable` for malformed tool-call JSON or a 400/422.
         """

@@ -143,6 +143,8 @@ class StreamKind(TextChoices):
 
     STEP_STARTED = "step_started", "Step started"
     TOKEN = "token", "Token"
+    #: text of a refusal (the model declined: OpenAI's ``delta.refusal``), in order
+    REFUSAL = "refusal", "Refusal"
     TOOL_CALL_STARTED = "tool_call_started", "Tool call started"
     TOOL_CALL_DELTA = "tool_call_delta", "Tool call arguments"
     TOOL_CALL_ENDED = "tool_call_ended", "Tool call ended"

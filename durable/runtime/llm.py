@@ -74,8 +74,10 @@ def billed_usage(response: Any) -> dict[str, int]:
 def parse_response(response: Any) -> dict[str, Any]:
     """Turn a chat completion into the plain dict a step records.
 
-    ``{"content", "tool_calls": [{"id", "name", "arguments": dict}], "finish_reason",
-    "model", "usage": {prompt_tokens, completion_tokens, total_tokens}, "scripted"}``.
+    ``{"content", "refusal", "tool_calls": [{"id", "name", "arguments": dict}],
+    "finish_reason", "model", "usage": {prompt_tokens, completion_tokens, total_tokens},
+    "scripted"}``; ``refusal`` is the text of a model that declined (OpenAI's
+    ``message.refusal``), else ``None``.
     Raises :class:`~durable.ModelRecoverableError` when a tool call's arguments are not
     a JSON object, naming the tool and the parse error.
     """
@@ -120,6 +122,7 @@ def parse_response(response: Any) -> dict[str, Any]:
         calls.append({"id": call.get("id") or "", "name": name, "arguments": arguments})
     return {
         "content": message.get("content"),
+        "refusal": message.get("refusal") or None,
         "tool_calls": calls,
         "finish_reason": choices[0].get("finish_reason"),
         "model": data.get("model") or "",

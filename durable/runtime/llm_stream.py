@@ -72,6 +72,7 @@ class Assembly:
                 events.append((StreamKind.TOKEN, {"delta": delta["content"]}))
             if delta.get("refusal"):
                 self.refusal.append(delta["refusal"])
+                events.append((StreamKind.REFUSAL, {"delta": delta["refusal"]}))
             for fragment in delta.get("tool_calls") or []:
                 events.extend(self._tool_fragment(fragment))
             if choice.get("finish_reason"):

@@ -37,7 +37,7 @@ FLUSH_SECONDS = 0.05
 #: events waiting that make a commit at once
 MAX_PENDING = 64
 #: kinds whose adjacent events are merged (their ``delta`` texts joined)
-MERGED = (StreamKind.TOKEN, StreamKind.TOOL_CALL_DELTA)
+MERGED = (StreamKind.TOKEN, StreamKind.REFUSAL, StreamKind.TOOL_CALL_DELTA)
 
 INTERRUPTED_MESSAGE = {
     "worker_lost": "the worker was lost; the call is asked again",

@@ -90,6 +90,11 @@
       token: function (e) {
         tryOf(e.step_id).text.textContent += e.data.delta;
       },
+      refusal: function (e) {
+        var t = tryOf(e.step_id);
+        t.block.setAttribute("data-refused", "true");
+        t.text.textContent += e.data.delta;
+      },
       tool_call_started: function (e) {
         var c = call(tryOf(e.step_id), e.data.index);
         c.name.textContent = e.data.name || "tool";

@@ -51,6 +51,7 @@ def test_content_deltas_are_joined_and_the_usage_chunk_is_kept():
     )
     assert reply == {
         "content": "Hello, world",
+        "refusal": None,
         "tool_calls": [],
         "finish_reason": "stop",
         "model": "m-1",
