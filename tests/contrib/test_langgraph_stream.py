@@ -300,3 +300,69 @@ def test_a_run_that_streams_nothing_writes_nothing(lgs_workflows):
     assert run.status == RunStatus.SUCCEEDED
     assert not StreamEvent.objects.filter(run_id=run.id).exists()
     assert [c[1] for c in lgs_workflows.CALLS] == ["invoke"]
+
+
+# --- the mapping, unit by unit ----------------------------------------------------------
+
+
+def test_chunks_round_trip_through_json_with_their_messages_and_interrupts():
+    import json
+
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langgraph.types import Interrupt
+
+    from durable.contrib.langgraph.streaming import decode, encode
+
+    chunk = {
+        "messages": [HumanMessage("hi", id="1"), AIMessage("yo", id="2")],
+        "tool": ToolMessage("42", tool_call_id="c1"),
+        "__interrupt__": (Interrupt(value={"q": 1}, id="i1"),),
+        "lc": 1,
+        "nested": {"t": (1, 2)},
+    }
+    data = json.loads(json.dumps(encode(chunk)))
+    assert decode(data) == {
+        **chunk,
+        "__interrupt__": [chunk["__interrupt__"][0]],
+        "nested": {"t": [1, 2]},
+    }
+    assert encode(object()).startswith("<object object")
+
+
+def test_a_chat_models_chunks_map_to_the_run_streams_kinds():
+    """openai_delta + Assembly: text deltas are ``token``; a tool call's fragments are
+    ``tool_call_started``, ``tool_call_delta`` and, at its end, ``tool_call_ended``;
+    the chunks added up are the AIMessage invoke returns."""
+    from durable.contrib.langgraph.streaming import streamed_reply
+    from tests.contrib.lg_stream_workflows import ScriptedChat
+
+    model = ScriptedChat(label="unit", tool="search")
+    events = []
+    message = streamed_reply(model, [("user", "otters")], {}, lambda k, d: events.append((k, d)))
+    assert [k for k, _ in events] == [
+        "token",
+        "token",
+        "token",
+        "token",
+        "tool_call_started",
+        "tool_call_delta",
+        "tool_call_delta",
+        "tool_call_ended",
+    ]
+    assert "".join(d["delta"] for k, d in events if k == "token") == "a joke about otters"
+    assert events[4][1] == {"index": 0, "id": "call_1", "name": "search"}
+    assert events[-1][1]["arguments"] == '{"q": "otters"}'
+    invoked = model.invoke([("user", "otters")])
+    assert type(message) is type(invoked)
+    assert (message.content, message.tool_calls, message.usage_metadata) == (
+        invoked.content,
+        invoked.tool_calls,
+        invoked.usage_metadata,
+    )
+
+
+def test_the_sse_schema_names_the_graph_kinds():
+    from api.streams import SSE_EVENT
+
+    kinds = SSE_EVENT["properties"]["event"]["enum"]
+    assert {"graph_values", "graph_updates", "graph_custom", "graph_messages"} <= set(kinds)

@@ -5,7 +5,7 @@ A graph workflow's run writes LangGraph's stream modes ``values``, ``updates``,
 super-step runs in the worker, as events ``graph_values``, ``graph_updates``,
 ``graph_custom`` and ``graph_messages`` with ``{"ns", "chunk"}`` (``ns``: the subgraph's
 namespace, ``[]`` for the graph itself; ``chunk``: what LangGraph's ``graph.stream``
-yields, as JSON, LangChain messages as ``{"__lc__": dumpd(message)}``). The replies of
+yields, as JSON, LangChain messages as ``{"__lc__": {"type", "data"}}``). The replies of
 ``durable_chat_model`` are not among them: the model step streams them (``step_started``
 with the ``metadata`` LangGraph gives a message, ``token``, ``tool_call_*``), and
 :mod:`durable.contrib.langgraph.reader` turns both back into LangGraph's shapes.
@@ -81,8 +81,7 @@ def stream_modes(value: Any, *, where: str) -> tuple[str, ...]:
 
 
 def encode(value: Any, depth: int = 0) -> Any:
-    """A chunk as JSON: LangChain messages (any ``Serializable``) as ``{"__lc__":
-    dumpd(...)}``, LangGraph's ``Interrupt`` as ``{"__interrupt__": {"value", "id"}}``,
+    """A chunk as JSON: LangChain messages as ``{"__lc__": message_to_dict(...)}``, LangGraph's ``Interrupt`` as ``{"__interrupt__": {"value", "id"}}``,
     pydantic models dumped, tuples as lists, anything else not JSON as its ``repr``."""
     if depth > 40:
         return repr(value)[:200]
@@ -92,11 +91,11 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {str(k): encode(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [encode(v, depth + 1) for v in value]
-    from langchain_core.load import Serializable, dumpd
+    from langchain_core.messages import BaseMessage, message_to_dict
     from langgraph.types import Interrupt
 
-    if isinstance(value, Serializable):
-        return {LC: json.loads(json.dumps(dumpd(value), default=repr))}
+    if isinstance(value, BaseMessage):
+        return {LC: json.loads(json.dumps(message_to_dict(value), default=repr))}
     if isinstance(value, Interrupt):
         return {INTERRUPT: {"value": encode(value.value, depth + 1), "id": value.id}}
     dump = getattr(value, "model_dump", None)
@@ -113,9 +112,9 @@ def decode(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     if set(value) == {LC}:
-        from langchain_core.load import load
+        from langchain_core.messages import messages_from_dict
 
-        return load(value[LC], allowed_objects="messages")
+        return messages_from_dict([value[LC]])[0]
     if set(value) == {INTERRUPT} and isinstance(value[INTERRUPT], dict):
         from langgraph.types import Interrupt
 
