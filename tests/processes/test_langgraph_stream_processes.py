@@ -24,9 +24,7 @@ pytestmark = [
     pytest.mark.timeout(120),
 ]
 
-WORKER_ENV = {
-    "DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.contrib.lg_stream_workflows"
-}
+WORKER_ENV = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.contrib.lg_stream_workflows"}
 TOPIC = {"topic": "[fault:stream_hold=3] tell me about otters"}
 MODES = ["updates", "messages"]
 

@@ -40,7 +40,8 @@ def fork_graph(
     from django.db import transaction
 
     import durable
-    from durable.contrib.langgraph.graph import _builders, _graph
+    from durable.contrib.langgraph.graphs import _builders
+    from durable.contrib.langgraph.graphs import compiled as _graph
     from durable.models import Run, Step
 
     source = Run.objects.get(pk=run_id)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +46,8 @@ from durable.contrib.langgraph.chat import CHAT_MARKER, chat_step
 from durable.contrib.langgraph.forks import continue_fork as _continue_fork
 from durable.contrib.langgraph.forks import fork_graph
 from durable.contrib.langgraph.forks import forked_at as _forked_at
+from durable.contrib.langgraph.graphs import STREAM_MODES, _builders
+from durable.contrib.langgraph.graphs import compiled as _graph
 from durable.contrib.langgraph.interrupts import (
     BREAKPOINTS,
     RESUME_KEY,
@@ -54,11 +55,9 @@ from durable.contrib.langgraph.interrupts import (
     ask,
     breakpoint_message,
     human,
-    refuse_breakpoints,
     resume_value,
     valid_kind,
 )
-from durable.contrib.langgraph.saver import DurableSaver
 from durable.contrib.langgraph.serde import jsonable as _jsonable
 from durable.contrib.langgraph.serde import record_json as _record
 from durable.contrib.langgraph.streaming import SuperstepStream, stream_modes
@@ -86,13 +85,6 @@ STEP_MARKERS = {TOOL_MARKER, MODEL_MARKER, CHAT_MARKER}
 ENVELOPE = "__durable_graph__"
 #: LangGraph's ``durability=`` modes -> the checkpoint mode of the super-step steps
 DURABILITY = {"sync": "sync", "async": "batched", "exit": "batched"}
-
-_graphs: dict[tuple[str, str], Any] = {}
-#: (name, version) -> (build_graph, store) of every graph workflow, for fork_graph
-_builders: dict[tuple[str, str], tuple[Callable[[], Any], Any]] = {}
-#: (name, version) -> the stream modes every run of the graph workflow writes
-STREAM_MODES: dict[tuple[str, str], tuple[str, ...]] = {}
-_lock = threading.Lock()
 
 
 def call_tool(name: str, params: dict[str, Any] | None = None) -> Any:
@@ -288,28 +280,6 @@ def graph_workflow(
     )(run_graph)
 
 
-def _graph(name: str, version: str, build_graph: Callable[[], Any], store: Any = None) -> Any:
-    with _lock:
-        graph = _graphs.get((name, version))
-        if graph is None:
-            built = build_graph()
-            if hasattr(built, "compile"):
-                graph = built.compile(checkpointer=DurableSaver(), store=store)
-            elif hasattr(built, "checkpointer") and hasattr(built, "stream"):
-                update = {"checkpointer": DurableSaver()}
-                if store is not None:
-                    update["store"] = store
-                graph = built.copy(update=update)
-            else:
-                raise TypeError(
-                    f"graph_workflow({name!r}): build_graph must return a StateGraph or a "
-                    f"compiled graph, not {type(built).__name__}"
-                )
-            refuse_breakpoints(f"graph_workflow({name!r})", graph)
-            _graphs[(name, version)] = graph
-    return graph
-
-
 # --- the driver: runs in the workflow function, deterministic on replay ---------------
 
 
@@ -361,7 +331,7 @@ def _drive(
                     _ask_together(ctx, humans, answers)  # positions stay in recorded order
                     answers[iid] = _tool_answer(ctx, pending, stream="messages" in modes)
                     if isinstance(answers[iid], dict) and "message" in answers[iid]:
-                        chat_ids.add((answers[iid]["message"].get("data") or {}).get("id"))
+                        chat_ids.add(str((answers[iid]["message"].get("data") or {}).get("id")))
                     continue
                 # one node asking twice raises two interrupts with one id: each gets
                 # its own wait (the id and how often it was asked)
@@ -494,7 +464,7 @@ def _run(
         subgraphs=stream is not None,
     )
     for event in stream.tasks(events) if stream else events:
-        task_id = event.get("id")
+        task_id: Any = event.get("id")
         entry = nodes.setdefault(task_id, {"node": event.get("name"), "started": time.time()})
         if "input" in event:
             entry["input"] = _record(event["input"])

@@ -188,7 +188,8 @@ def _tuple(value: Any) -> Any:
 def run_modes(run: Any) -> tuple[str, ...] | None:
     """The stream modes graph run ``run`` writes; ``None`` when its workflow is not
     registered in this process (its modes are not known here)."""
-    from durable.contrib.langgraph.graph import ENVELOPE, STREAM_MODES
+    from durable.contrib.langgraph.graph import ENVELOPE
+    from durable.contrib.langgraph.graphs import STREAM_MODES
 
     declared = STREAM_MODES.get((run.workflow_name, run.workflow_version))
     if declared is None:
@@ -203,7 +204,8 @@ def run_modes(run: Any) -> tuple[str, ...] | None:
 def _default_mode(name: Any, version: str | None) -> str:
     """The compiled graph's ``stream_mode`` (a ``StateGraph``'s: ``"updates"``), when the
     workflow is registered here (the latest version for a name); else ``"updates"``."""
-    from durable.contrib.langgraph.graph import _builders, _graph
+    from durable.contrib.langgraph.graphs import _builders
+    from durable.contrib.langgraph.graphs import compiled as _graph
     from durable.registry import get_workflow
 
     if version is None:
@@ -251,7 +253,8 @@ def stream(
     the run does not write, a ``version`` other than ``"v1"``, or a graph workflow's
     name without ``input``; :class:`~durable.RunNotFound` for an unknown run.
     """
-    from durable.contrib.langgraph.graph import STREAM_MODES, start_graph
+    from durable.contrib.langgraph.graph import start_graph
+    from durable.contrib.langgraph.graphs import STREAM_MODES
     from durable.exceptions import RunNotFound
     from durable.models import Run
 
@@ -270,7 +273,12 @@ def stream(
         raise ValueError(f"{where}: stream_mode names no mode")
     if version != "v1":
         raise ValueError(f"{where}: version={version!r}: a graph run streams LangGraph's v1 shapes")
-    follow = {"single": single, "subgraphs": subgraphs, "poll": poll, "timeout": timeout}
+    follow: dict[str, Any] = {
+        "single": single,
+        "subgraphs": subgraphs,
+        "poll": poll,
+        "timeout": timeout,
+    }
     if input is not _MISSING:
         run = start_graph(
             target, input, context=context, run_id=run_id, stream_mode=list(modes), **options

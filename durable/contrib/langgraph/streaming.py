@@ -81,8 +81,9 @@ def stream_modes(value: Any, *, where: str) -> tuple[str, ...]:
 
 
 def encode(value: Any, depth: int = 0) -> Any:
-    """A chunk as JSON: LangChain messages as ``{"__lc__": message_to_dict(...)}``, LangGraph's ``Interrupt`` as ``{"__interrupt__": {"value", "id"}}``,
-    pydantic models dumped, tuples as lists, anything else not JSON as its ``repr``."""
+    """A chunk as JSON: LangChain messages as ``{"__lc__": message_to_dict(...)}``,
+    LangGraph's ``Interrupt`` as ``{"__interrupt__": {"value", "id"}}``, pydantic models
+    dumped, tuples as lists, anything else not JSON as its ``repr``."""
     if depth > 40:
         return repr(value)[:200]
     if value is None or isinstance(value, bool | int | float | str):
