@@ -270,12 +270,40 @@ class FanState(TypedDict):
 FAIL_ONCE: set[str] = set()
 
 
+def _crash_after_a(run_id: str) -> None:
+    """SIGKILL this worker once ``a``'s update is in the run's stream, if armed
+    (``$LGS_CRASH_AT=b``; once per test folder: an O_EXCL marker)."""
+    import signal
+    import time
+
+    from durable.models import StreamEvent
+
+    folder = os.environ.get("CRASH_TEST_DIR")
+    if not folder or os.environ.get("LGS_CRASH_AT") != "b":
+        return
+    try:
+        os.close(os.open(Path(folder) / "lgs-crashed", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # a condition, not a guess: a's update is written
+        if StreamEvent.objects.filter(run_id=run_id, kind="graph_updates").exists():
+            break
+        time.sleep(0.02)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def fan_graph() -> StateGraph:
-    """START -> a and b in one super-step (b may fail once) -> c."""
+    """START -> a and b in one super-step (b may fail once, or kill its worker once
+    a's update is streamed) -> c."""
 
     def node(name: str) -> Any:
         def run(state: FanState):
+            from langgraph.config import get_config
+
             get_stream_writer()({"ran": name})
+            if name == "b":
+                _crash_after_a(get_config()["configurable"]["thread_id"])
             if name in FAIL_ONCE:
                 FAIL_ONCE.discard(name)
                 raise durable.TransientError(f"{name} failed once")

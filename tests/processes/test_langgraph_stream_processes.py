@@ -102,3 +102,28 @@ def test_a_worker_killed_mid_stream_the_reader_sees_the_cut_and_the_new_try(
     assert kinds.count("interrupted") == 1 and kinds.count("graph_updates") == 1
     calls = lg_stream_workflows.calls()
     assert [c[:2] for c in calls] == [["openai", "stream"], ["openai", "stream"]]
+
+
+def test_a_worker_killed_mid_super_step_the_reader_sees_each_update_once(workers, proc_env):
+    """a and b run in one super-step; b kills its worker once a's update is in the
+    run's stream. The super-step runs again on another worker after ``interrupted``:
+    a's writes were saved (not run again, its update not repeated), b runs again (its
+    custom write twice, as it ran twice); the reader reads across the kill."""
+    env = {**WORKER_ENV, "LGS_CRASH_AT": "b"}
+    first = workers.start(wait=True, **env)
+    chunks = stream("lgs.fan", {"log": []}, stream_mode=["updates", "custom"], timeout=90)
+    live = iter(chunks)
+    read = take(live, lambda r: ("updates", {"a": {"log": ["a"]}}) in r)
+    first.wait_exit(30)  # b killed it (SIGKILL)
+    workers.start(wait=True, **env)
+    read += list(live)
+    run = wait_for_run(chunks.run_id, timeout=60)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["log"] == ["a", "b", "c"]
+    updates = [chunk for mode, chunk in read if mode == "updates"]
+    assert updates == [{"a": {"log": ["a"]}}, {"b": {"log": ["b"]}}, {"c": {"log": ["c"]}}]
+    ran = [chunk["ran"] for mode, chunk in read if mode == "custom"]
+    assert sorted(ran) == ["a", "b", "b", "c"]
+    events = list(StreamEvent.objects.filter(run_id=run.id).order_by("seq"))
+    cut = [e for e in events if e.kind == "interrupted"]
+    assert [(e.step_id, e.data["reason"]) for e in cut] == [("superstep-1", "worker_lost")]
