@@ -291,6 +291,10 @@ def test_other_bad_arguments_are_clear_errors(lgs_workflows):
         stream("lgs.joke")
     with pytest.raises(durable.RunNotFound):
         stream("no-such-run")
+    from tests import stream_workflows  # noqa: F401  (registers stream.chat)
+
+    with pytest.raises(ValueError, match="workflow 'stream.chat' is not a graph workflow"):
+        stream("stream.chat", {"message": "hi"})
     with pytest.raises(ValueError, match="version='v2'"):
         stream("lgs.joke", TOPIC, version="v2")
     with pytest.raises(ValueError, match=r"start_graph\('lgs.joke'\): unknown stream_mode"):
@@ -370,3 +374,27 @@ def test_the_sse_schema_names_the_graph_kinds():
 
     kinds = SSE_EVENT["properties"]["event"]["enum"]
     assert {"graph_values", "graph_updates", "graph_custom", "graph_messages"} <= set(kinds)
+
+
+def test_the_replay_check_passes_over_streamed_graph_runs_and_writes_nothing(lgs_workflows):
+    """A waiting run that streamed (a chat step's tokens, super-steps' updates) and a
+    finished one: the dry replay completes them and the stream is left as it was."""
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    waiting = stream("lgs.tools", TOPIC, stream_mode=["updates", "custom"])
+    assert drive(waiting.run_id).status == RunStatus.WAITING
+    done = stream("lgs.chat_tools", TOPIC, stream_mode=["messages", "values"])
+    assert drive(done.run_id).status == RunStatus.SUCCEEDED
+    before = StreamEvent.objects.count()
+    out = StringIO()
+    call_command(
+        "durable", "replay-check", "--json", "--status", "all", stdout=out, stderr=StringIO()
+    )
+    report = json.loads(out.getvalue())
+    assert report["checked"] == 2 and report["compatible"] and report["diverged"] == 0
+    outcomes = sorted(next(iter(g["outcomes"])) for g in report["groups"])
+    assert outcomes == ["completes", "continues"], report  # done; waiting at its question
+    assert StreamEvent.objects.count() == before

@@ -220,6 +220,17 @@ def _default_mode(name: Any, version: str | None) -> str:
     return mode if isinstance(mode, str) else "updates"
 
 
+def _registered(name: Any) -> bool:
+    """Whether ``name`` is a workflow registered in this process."""
+    from durable.registry import get_workflow
+
+    try:
+        get_workflow(name)
+    except Exception:  # noqa: BLE001 - not here (durable.start says what is wrong)
+        return False
+    return True
+
+
 def stream(
     target: Any,
     input: Any = _MISSING,
@@ -250,8 +261,8 @@ def stream(
 
     Returns a :class:`GraphStream` (its ``run_id``; iterate it). Raises ``ValueError``
     for an unknown or unsupported mode (``debug``, ``checkpoints``, ``tasks``), a mode
-    the run does not write, a ``version`` other than ``"v1"``, or a graph workflow's
-    name without ``input``; :class:`~durable.RunNotFound` for an unknown run.
+    the run does not write, a ``version`` other than ``"v1"``, a graph workflow's name
+    without ``input`` or another workflow's with it; :class:`~durable.RunNotFound` for an unknown run.
     """
     from durable.contrib.langgraph.graph import start_graph
     from durable.contrib.langgraph.graphs import STREAM_MODES
@@ -280,6 +291,8 @@ def stream(
         "timeout": timeout,
     }
     if input is not _MISSING:
+        if not any(name == target for name, _ in STREAM_MODES) and _registered(target):
+            raise ValueError(f"{where}: workflow {target!r} is not a graph workflow")
         run = start_graph(
             target, input, context=context, run_id=run_id, stream_mode=list(modes), **options
         )
