@@ -262,7 +262,8 @@ def stream(
     Returns a :class:`GraphStream` (its ``run_id``; iterate it). Raises ``ValueError``
     for an unknown or unsupported mode (``debug``, ``checkpoints``, ``tasks``), a mode
     the run does not write, a ``version`` other than ``"v1"``, a graph workflow's name
-    without ``input`` or another workflow's with it; :class:`~durable.RunNotFound` for an unknown run.
+    without ``input`` or another workflow's with it; :class:`~durable.RunNotFound` for an
+    unknown run.
     """
     from durable.contrib.langgraph.graph import start_graph
     from durable.contrib.langgraph.graphs import STREAM_MODES
