@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from durable.calls import Call
     from durable.runtime.execution import Execution
     from durable.runtime.llm_stream import StepStream
+    from durable.runtime.stream_writer import StreamWriter
 
 
 class WorkflowContext:
@@ -245,14 +246,28 @@ class WorkflowContext:
             invalid=invalid,
         )
 
-    def _step_stream(self, step_id: str, *, model: str) -> StepStream:
+    def _step_stream(
+        self, step_id: str, *, model: str, started: dict[str, Any] | None = None
+    ) -> StepStream:
         """The run's stream for one try of the model step ``step_id`` (call it in the
         step's body, on a live try: a replay never reaches the body): a
         :class:`~durable.runtime.llm_stream.StepStream`, for an integration whose
-        framework streams its model requests (docs/streaming.md)."""
+        framework streams its model requests (docs/streaming.md). ``started``: more keys
+        for its ``step_started`` event."""
         from durable.runtime.llm_stream import StepStream
 
-        return StepStream(self._execution.cursor, step_id, model=model)
+        return StepStream(self._execution.cursor, step_id, model=model, started=started)
+
+    def _stream_writer(self, step_id: str) -> StreamWriter:
+        """A writer of the run's stream for the events of step ``step_id`` that are not
+        a model call's (e.g. a LangGraph super-step's stream modes): call it in the step's
+        body, on a live try; it writes nothing once the worker lost the run's lease."""
+        from durable.runtime.stream_writer import StreamWriter
+
+        heartbeat = self._execution.cursor.heartbeat
+        return StreamWriter(
+            self.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
+        )
 
     def _llm_step(
         self,

@@ -151,6 +151,11 @@ class StreamKind(TextChoices):
     STEP_ENDED = "step_ended", "Step ended"
     #: a streamed call was cut off (a lost worker, a failed try) and is asked again
     INTERRUPTED = "interrupted", "Interrupted"
+    #: a LangGraph graph run's stream modes (durable.contrib.langgraph, docs/langgraph.md)
+    GRAPH_VALUES = "graph_values", "Graph values"
+    GRAPH_UPDATES = "graph_updates", "Graph updates"
+    GRAPH_CUSTOM = "graph_custom", "Graph custom"
+    GRAPH_MESSAGES = "graph_messages", "Graph messages"
 
 
 class StepStatus(TextChoices):

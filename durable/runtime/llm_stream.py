@@ -225,9 +225,10 @@ class StepStream:
     """The stream of one try of a streamed model step, as a context manager.
 
     On entry: an ``interrupted`` event when the step streamed before without being
-    recorded (a lost worker, a failed try), then ``step_started`` with ``{"model"}``.
-    Inside, :meth:`emit` queues events (any thread: the model's client may stream on an
-    agent framework's event loop); :meth:`end` sets the ``step_ended`` data. On exit:
+    recorded (a lost worker, a failed try), then ``step_started`` with ``{"model"}`` (and
+    the keys of ``started``: LangGraph's message ``metadata``). Inside, :meth:`emit`
+    queues events (any thread: the model's client may stream on an agent framework's
+    event loop); :meth:`end` sets the ``step_ended`` data. On exit:
     ``step_ended`` (``{"error"}`` when the body raised an ``Exception``; none for engine
     control flow, a dying execution claims no end) and the events are committed. Used by
     ``ctx.llm(stream=True)`` and the framework adapters' streamed model requests
@@ -235,12 +236,20 @@ class StepStream:
     :class:`~durable.exceptions.DatabaseUnavailable` on exit.
     """
 
-    def __init__(self, cursor: ReplayCursor, step_id: str, *, model: str) -> None:
+    def __init__(
+        self,
+        cursor: ReplayCursor,
+        step_id: str,
+        *,
+        model: str,
+        started: dict[str, Any] | None = None,
+    ) -> None:
         heartbeat = cursor.heartbeat
         self.writer = StreamWriter(
             cursor.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
         )
         self.model = model
+        self.started = dict(started or {})
         self.ended: dict[str, Any] = {}
 
     def __enter__(self) -> StepStream:
@@ -251,7 +260,7 @@ class StepStream:
             if is_db_fault(exc):  # the engine's own read: not the call's failure
                 raise DatabaseUnavailable(exc) from exc
             raise
-        self.writer.emit(StreamKind.STEP_STARTED, {"model": self.model})
+        self.writer.emit(StreamKind.STEP_STARTED, {**self.started, "model": self.model})
         return self
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:

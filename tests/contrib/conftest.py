@@ -61,3 +61,20 @@ def scripted_llm_fixture(_llm_server, monkeypatch):
         llm.log.clear()
         llm.seen.clear()
     return llm
+
+
+@pytest.fixture
+def lgs_workflows(settings):
+    """Register the streaming graph workflows of ``tests.contrib.lg_stream_workflows``."""
+    from tests.contrib import lg_stream_workflows
+
+    settings.DURABLE = {
+        **settings.DURABLE,
+        "WORKFLOW_MODULES": [
+            *settings.DURABLE["WORKFLOW_MODULES"],
+            "tests.contrib.lg_stream_workflows",
+        ],
+    }
+    lg_stream_workflows.CALLS.clear()
+    lg_stream_workflows.FAIL_ONCE.clear()
+    return lg_stream_workflows

@@ -19,6 +19,8 @@ not import LangGraph:
   Django models (:mod:`durable.contrib.langgraph.store`).
 - :func:`fork_graph` -- fork a graph run with LangGraph's ``update_state``.
 - :func:`start_graph` -- start a graph run with LangGraph's run-time ``context=``.
+- :func:`stream` -- a graph run's stream modes as LangGraph's ``graph.stream`` yields
+  them, live (:mod:`durable.contrib.langgraph.reader`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from durable.contrib.langgraph.chat import durable_chat_model
-    from durable.contrib.langgraph.graph import (
-        call_model,
-        call_tool,
-        fork_graph,
-        graph_workflow,
-        start_graph,
-    )
+    from durable.contrib.langgraph.forks import fork_graph
+    from durable.contrib.langgraph.graph import call_model, call_tool, graph_workflow, start_graph
     from durable.contrib.langgraph.interrupts import ask
+    from durable.contrib.langgraph.reader import stream
     from durable.contrib.langgraph.saver import DurableSaver
     from durable.contrib.langgraph.store import DurableStore
 
@@ -48,6 +46,7 @@ __all__ = [
     "fork_graph",
     "graph_workflow",
     "start_graph",
+    "stream",
 ]
 
 _LAZY = {
@@ -57,8 +56,9 @@ _LAZY = {
     "call_model": "durable.contrib.langgraph.graph",
     "call_tool": "durable.contrib.langgraph.graph",
     "durable_chat_model": "durable.contrib.langgraph.chat",
-    "fork_graph": "durable.contrib.langgraph.graph",
+    "fork_graph": "durable.contrib.langgraph.forks",
     "start_graph": "durable.contrib.langgraph.graph",
+    "stream": "durable.contrib.langgraph.reader",
     "graph_workflow": "durable.contrib.langgraph.graph",
 }
 

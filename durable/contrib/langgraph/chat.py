@@ -54,7 +54,14 @@ class DurableChatModel:
             raise ValueError(
                 f"{self.name}.invoke: keyword arguments must be JSON ({exc})"
             ) from None
-        request = {"model": self.name, "messages": messages_to_dict(messages), "kwargs": kwargs}
+        from durable.contrib.langgraph.streaming import chat_metadata
+
+        request = {
+            "model": self.name,
+            "messages": messages_to_dict(messages),
+            "kwargs": kwargs,
+            "metadata": chat_metadata(self.model),  # what a streamed reply says it is
+        }
         reply = interrupt({CHAT_MARKER: request})
         if not isinstance(reply, dict) or "message" not in reply:
             raise RuntimeError(f"chat model {self.name!r}: {reply!r}")
@@ -95,38 +102,31 @@ def _message(data: dict[str, Any]) -> Any:
     return messages_from_dict([data])[0]
 
 
-def chat_step(ctx: Any, step_id: str, request: dict[str, Any]) -> Any:
+def chat_step(ctx: Any, step_id: str, request: dict[str, Any], *, stream: bool = False) -> Any:
     """The LLM step of one :meth:`DurableChatModel.invoke`: its recorded reply, or the
-    wrapped model's, recorded (as ``ctx.llm`` records a chat completion)."""
+    wrapped model's, recorded (as ``ctx.llm`` records a chat completion). ``stream``: the
+    graph streams ``messages``: the model's ``stream`` is asked instead of ``invoke`` and
+    its chunks go to the run's stream (the same record)."""
     from durable.exceptions import PermanentError
 
     name = request["model"]
     model = _models.get(name)
 
     def ask() -> dict[str, Any]:
-        from langchain_core.messages import message_to_dict, messages_from_dict
+        from langchain_core.messages import messages_from_dict
 
         assert model is not None  # make_fn refused a missing one
-        answer = model.invoke(messages_from_dict(request["messages"]), **(request["kwargs"] or {}))
-        usage = getattr(answer, "usage_metadata", None) or {}
-        meta = getattr(answer, "response_metadata", None) or {}
-        content = answer.content if isinstance(answer.content, str) else str(answer.text)
-        return {
-            "content": content,
-            "tool_calls": [
-                {"id": c.get("id"), "name": c["name"], "arguments": json.dumps(c.get("args"))}
-                for c in getattr(answer, "tool_calls", None) or []
-            ],
-            "usage": {
-                "prompt_tokens": usage.get("input_tokens", 0),
-                "completion_tokens": usage.get("output_tokens", 0),
-                "total_tokens": usage.get("total_tokens", 0),
-            },
-            "model": meta.get("model_name") or name,
-            "finish_reason": meta.get("finish_reason"),
-            "cost_usd": None,
-            "message": json.loads(json.dumps(message_to_dict(answer), default=repr)),
-        }
+        messages = messages_from_dict(request["messages"])
+        if stream:
+            from durable.contrib.langgraph.streaming import streamed_reply
+
+            started = {"metadata": request.get("metadata") or {}}
+            with ctx._step_stream(step_id, model=name, started=started) as out:
+                answer = streamed_reply(model, messages, request["kwargs"] or {}, out.emit)
+                record = _record(answer, name)
+                out.end(finish_reason=record["finish_reason"], usage=record["usage"])
+            return record
+        return _record(model.invoke(messages, **(request["kwargs"] or {})), name)
 
     def make_fn(call: Any, limits: Any) -> Any:
         if model is None:  # raised before the model is asked: the run fails, saying why
@@ -138,3 +138,28 @@ def chat_step(ctx: Any, step_id: str, request: dict[str, Any]) -> Any:
 
     stored = {"model": name, "messages": request["messages"], "kwargs": request.get("kwargs")}
     return ctx._llm_step(step_id, stored, make_fn, durability=None, where=f"{name}.invoke")
+
+
+def _record(answer: Any, name: str) -> dict[str, Any]:
+    """The step's record of the model's reply ``answer`` (an ``AIMessage``)."""
+    from langchain_core.messages import message_to_dict
+
+    usage = getattr(answer, "usage_metadata", None) or {}
+    meta = getattr(answer, "response_metadata", None) or {}
+    content = answer.content if isinstance(answer.content, str) else str(answer.text)
+    return {
+        "content": content,
+        "tool_calls": [
+            {"id": c.get("id"), "name": c["name"], "arguments": json.dumps(c.get("args"))}
+            for c in getattr(answer, "tool_calls", None) or []
+        ],
+        "usage": {
+            "prompt_tokens": usage.get("input_tokens", 0),
+            "completion_tokens": usage.get("output_tokens", 0),
+            "total_tokens": usage.get("total_tokens", 0),
+        },
+        "model": meta.get("model_name") or name,
+        "finish_reason": meta.get("finish_reason"),
+        "cost_usd": None,
+        "message": json.loads(json.dumps(message_to_dict(answer), default=repr)),
+    }

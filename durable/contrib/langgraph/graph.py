@@ -33,10 +33,9 @@ so existing workflow versions and the runs waiting in them resume as they were s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import json
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +43,11 @@ from typing import Any
 from langgraph.types import Command, interrupt
 
 from durable.contrib.langgraph.chat import CHAT_MARKER, chat_step
+from durable.contrib.langgraph.forks import continue_fork as _continue_fork
+from durable.contrib.langgraph.forks import fork_graph
+from durable.contrib.langgraph.forks import forked_at as _forked_at
+from durable.contrib.langgraph.graphs import STREAM_MODES, _builders
+from durable.contrib.langgraph.graphs import compiled as _graph
 from durable.contrib.langgraph.interrupts import (
     BREAKPOINTS,
     RESUME_KEY,
@@ -51,12 +55,12 @@ from durable.contrib.langgraph.interrupts import (
     ask,
     breakpoint_message,
     human,
-    refuse_breakpoints,
     resume_value,
     valid_kind,
 )
-from durable.contrib.langgraph.saver import DurableSaver
-from durable.exceptions import PermanentError
+from durable.contrib.langgraph.serde import jsonable as _jsonable
+from durable.contrib.langgraph.serde import record_json as _record
+from durable.contrib.langgraph.streaming import SuperstepStream, stream_modes
 from durable.registry import workflow
 
 __all__ = [
@@ -81,13 +85,6 @@ STEP_MARKERS = {TOOL_MARKER, MODEL_MARKER, CHAT_MARKER}
 ENVELOPE = "__durable_graph__"
 #: LangGraph's ``durability=`` modes -> the checkpoint mode of the super-step steps
 DURABILITY = {"sync": "sync", "async": "batched", "exit": "batched"}
-#: node inputs and outputs recorded with a step are cut to a preview above this size
-RECORD_LIMIT = 32_000
-
-_graphs: dict[tuple[str, str], Any] = {}
-#: (name, version) -> (build_graph, store) of every graph workflow, for fork_graph
-_builders: dict[tuple[str, str], tuple[Callable[[], Any], Any]] = {}
-_lock = threading.Lock()
 
 
 def call_tool(name: str, params: dict[str, Any] | None = None) -> Any:
@@ -135,18 +132,27 @@ def call_model(
 
 
 def start_graph(
-    name: str, input: Any = None, *, context: Any = None, run_id: str | None = None, **options: Any
+    name: str,
+    input: Any = None,
+    *,
+    context: Any = None,
+    run_id: str | None = None,
+    stream_mode: str | list[str] | None = None,
+    **options: Any,
 ) -> Any:
     """Start a run of the graph workflow ``name``: LangGraph's ``invoke(input, context=)``.
 
     ``context``: the run-time context of the graph (its ``context_schema``: a dict, a
     dataclass or a pydantic model), stored with the run's input as JSON and given to
-    every super-step as ``context=`` (rebuilt as the schema's type). ``options``: the
+    every super-step as ``context=`` (rebuilt as the schema's type). ``stream_mode``:
+    the stream modes this run writes (with the workflow's ``stream_mode=``; read them with
+    :func:`~durable.contrib.langgraph.reader.stream`). ``options``: the
     other keywords of :func:`durable.start`. Returns the :class:`~durable.models.Run`;
     raises what :func:`durable.start` raises (e.g. ``PayloadError`` for a context that
     cannot be stored), and :class:`~durable.DurableConfigurationError` for LangGraph's
     run-time ``interrupt_before=``/``interrupt_after=`` (static breakpoints: not
-    supported; call ``interrupt()`` in the node).
+    supported; call ``interrupt()`` in the node); ``ValueError`` for an unknown or
+    unsupported stream mode.
     """
     import durable
     from durable.exceptions import DurableConfigurationError
@@ -162,64 +168,11 @@ def start_graph(
             context = dump(mode="json")
         elif dataclasses.is_dataclass(context) and not isinstance(context, type):
             context = dataclasses.asdict(context)
-    envelope = {ENVELOPE: {"input": input, "context": context}}
+    envelope: dict[str, Any] = {ENVELOPE: {"input": input, "context": context}}
+    if stream_mode is not None:
+        modes = stream_modes(stream_mode, where=f"start_graph({name!r})")
+        envelope[ENVELOPE]["stream_mode"] = list(modes)
     return durable.start(name, envelope, run_id=run_id, **options)
-
-
-def fork_graph(
-    run_id: str,
-    *,
-    from_step: str,
-    values: Any = None,
-    as_node: str | None = None,
-    by: Any = None,
-    reason: str = "",
-    new_run_id: str | None = None,
-) -> Any:
-    """Fork the graph run ``run_id`` at ``from_step`` with LangGraph's ``update_state``.
-
-    The new run (:func:`durable.fork`: the steps before ``from_step`` are reused) gets a
-    copy of the run's thread, and ``graph.update_state(<the checkpoint before
-    from_step>, values, as_node=as_node)`` is applied to it, as LangGraph's time travel
-    does; the graph then continues from that state. ``values=None`` with ``as_node=None``
-    continues from the checkpoint unchanged (as a plain :func:`durable.fork` does).
-    ``from_step``: a ``superstep-N`` with N >= 2 (``superstep-1`` has no state before
-    it: start a new run instead). All in one transaction: a worker never sees the fork
-    without its state. Returns the new :class:`~durable.models.Run`; raises ``ValueError``
-    for a run that is not a graph run or a ``from_step`` that is not a later super-step,
-    LangGraph's ``InvalidUpdateError`` for an update it refuses, and what
-    :func:`durable.fork` raises.
-    """
-    import uuid
-
-    from django.db import transaction
-
-    import durable
-    from durable.models import Run, Step
-
-    source = Run.objects.get(pk=run_id)
-    built = _builders.get((source.workflow_name, source.workflow_version))
-    if built is None:
-        raise ValueError(
-            f"fork_graph: run {run_id} is not a run of a graph workflow registered here "
-            f"({source.workflow_name} version {source.workflow_version})"
-        )
-    steps = list(Step.objects.filter(run_id=run_id).order_by("position"))
-    ids = [st.step_id for st in steps]
-    if not from_step.startswith("superstep-") or from_step not in ids:
-        raise ValueError(f"fork_graph: {from_step!r} is not a super-step of run {run_id}")
-    before = [st for st in steps[: ids.index(from_step)] if st.step_id.startswith("superstep-")]
-    if not before:
-        raise ValueError("fork_graph: superstep-1 has no state before it: start a new run")
-    after = before[-1].output_value().get("checkpoint_id")
-    graph = _graph(source.workflow_name, source.workflow_version, *built)
-    new_id = new_run_id or f"{run_id}-fork-{uuid.uuid4().hex[:8]}"
-    with transaction.atomic():
-        run = durable.fork(run_id, from_step=from_step, by=by, reason=reason, new_run_id=new_id)
-        DurableSaver().copy_thread(run_id, run.id)
-        at = {"configurable": {"thread_id": run.id, "checkpoint_ns": "", "checkpoint_id": after}}
-        graph.update_state(at, values, as_node=as_node or ("__copy__" if values is None else None))
-    return run
 
 
 def graph_workflow(
@@ -235,6 +188,7 @@ def graph_workflow(
     store: Any = None,
     interrupt_before: Any = None,
     interrupt_after: Any = None,
+    stream_mode: str | list[str] | None = None,
 ) -> Callable[..., Any]:
     """Register a Durable workflow ``name``/``version`` that runs ``build_graph()``'s graph.
 
@@ -261,8 +215,13 @@ def graph_workflow(
     DurableStore`; its writes are a node's side effects: a node that runs again writes
     again (put under a key the node can compute again, not a random one).
 
+    ``stream_mode``: LangGraph's stream modes (``"values"``, ``"updates"``, ``"custom"``,
+    ``"messages"``, or a list) that every run writes to the run's stream (a run started
+    with :func:`start_graph`'s ``stream_mode=`` writes those too); ``None``: none.
+
     Raises :class:`~durable.DurableConfigurationError` like ``@durable.workflow`` for a
-    bad name or version, and for an unknown ``resume`` kind or ``durability``. Returns
+    bad name or version, and for an unknown ``resume`` kind, ``durability`` or stream
+    mode. Returns
     the workflow function. A graph compiled with ``interrupt_before=`` or
     ``interrupt_after=`` (static breakpoints) is refused when it is built, at its first
     run in a process: the run fails with a ``DurableConfigurationError`` naming the
@@ -290,11 +249,25 @@ def graph_workflow(
             f"is one of {tuple(DURABILITY)}"
         )
 
+    try:
+        modes = stream_modes(stream_mode, where=f"graph_workflow({name!r})")
+    except ValueError as exc:
+        raise DurableConfigurationError(str(exc)) from None
+
     _builders[(name, str(version))] = (build_graph, store)
+    STREAM_MODES[(name, str(version))] = modes
 
     def run_graph(ctx: Any, input: Any) -> Any:
         graph = _graph(name, str(version), build_graph, store)
-        return _drive(ctx, graph, input, approvers=approvers, resume=resume, durability=durability)
+        return _drive(
+            ctx,
+            graph,
+            input,
+            approvers=approvers,
+            resume=resume,
+            durability=durability,
+            stream_mode=modes,
+        )
 
     run_graph.__qualname__ = f"graph_workflow[{name}]"
     run_graph.__doc__ = f"The LangGraph graph of {getattr(build_graph, '__qualname__', name)}."
@@ -305,28 +278,6 @@ def graph_workflow(
         deadline_seconds=deadline_seconds,
         durability=DURABILITY[durability],
     )(run_graph)
-
-
-def _graph(name: str, version: str, build_graph: Callable[[], Any], store: Any = None) -> Any:
-    with _lock:
-        graph = _graphs.get((name, version))
-        if graph is None:
-            built = build_graph()
-            if hasattr(built, "compile"):
-                graph = built.compile(checkpointer=DurableSaver(), store=store)
-            elif hasattr(built, "checkpointer") and hasattr(built, "stream"):
-                update = {"checkpointer": DurableSaver()}
-                if store is not None:
-                    update["store"] = store
-                graph = built.copy(update=update)
-            else:
-                raise TypeError(
-                    f"graph_workflow({name!r}): build_graph must return a StateGraph or a "
-                    f"compiled graph, not {type(built).__name__}"
-                )
-            refuse_breakpoints(f"graph_workflow({name!r})", graph)
-            _graphs[(name, version)] = graph
-    return graph
 
 
 # --- the driver: runs in the workflow function, deterministic on replay ---------------
@@ -340,11 +291,16 @@ def _drive(
     approvers: str | None,
     resume: str | dict[str, str] | None = None,
     durability: str = "sync",
+    stream_mode: tuple[str, ...] = (),
 ) -> Any:
     context = None
+    modes = stream_mode
     if isinstance(input, dict) and set(input) == {ENVELOPE}:
         context = _context(graph, input[ENVELOPE].get("context"))
+        modes = (*modes, *(m for m in input[ENVELOPE].get("stream_mode") or () if m not in modes))
         input = input[ENVELOPE].get("input")
+    chat_ids: set[str] = set()  # the chat steps' replies (streamed by their steps)
+    lead = True
     payload: dict[str, Any] = {"input": input}
     seen: dict[str, int] = {}
     # LangGraph's sync mode keeps the step synchronous (None: "sync" for a plain step)
@@ -352,8 +308,14 @@ def _drive(
     n = 0
     while True:
         n += 1
+        out = SuperstepStream(ctx, f"superstep-{n}", modes, lead=lead, chat_ids=chat_ids)
         step = functools.partial(
-            _superstep, graph, ctx.run_id, context=context, durability=durability
+            _superstep,
+            graph,
+            ctx.run_id,
+            context=context,
+            durability=durability,
+            stream=out if modes else None,
         )
         record = ctx.step(f"superstep-{n}", step, payload, durability=mode)
         after = record.get("checkpoint_id")
@@ -367,18 +329,22 @@ def _drive(
                     {TOOL_MARKER, MODEL_MARKER, CHAT_MARKER} & set(value)
                 ):
                     _ask_together(ctx, humans, answers)  # positions stay in recorded order
-                    answers[iid] = _tool_answer(ctx, pending)
+                    answers[iid] = _tool_answer(ctx, pending, stream="messages" in modes)
+                    if isinstance(answers[iid], dict) and "message" in answers[iid]:
+                        chat_ids.add(str((answers[iid]["message"].get("data") or {}).get("id")))
                     continue
                 # one node asking twice raises two interrupts with one id: each gets
                 # its own wait (the id and how often it was asked)
                 seen[iid] = seen.get(iid, 0) + 1
                 key = iid if seen[iid] == 1 else f"{iid}.{seen[iid]}"
                 humans.append((iid, human(pending, key, approvers, resume)))
+            lead = bool(humans)  # LangGraph's resume emits the state again
             _ask_together(ctx, humans, answers)
             payload = {"resume": answers, "after": after}
         elif record["done"]:
             return record["values"]
         else:
+            lead = False
             payload = {"after": after}
 
 
@@ -402,13 +368,14 @@ def _context(graph: Any, data: Any) -> Any:
     return TypeAdapter(schema).validate_python(data)
 
 
-def _tool_answer(ctx: Any, pending: dict[str, Any]) -> Any:
+def _tool_answer(ctx: Any, pending: dict[str, Any], *, stream: bool = False) -> Any:
     """A :func:`call_tool`, :func:`call_model` or chat model interrupt (``durable_chat_model``):
-    the Durable step's result."""
+    the Durable step's result. ``stream``: the run streams ``messages`` (a chat model's
+    reply streams through its step)."""
     value = pending["value"]
     node = pending.get("node") or "node"
     if CHAT_MARKER in value:
-        return chat_step(ctx, f"{node}.llm", value[CHAT_MARKER])
+        return chat_step(ctx, f"{node}.llm", value[CHAT_MARKER], stream=stream)
     if MODEL_MARKER in value:
         request = value[MODEL_MARKER]
         result = ctx.llm(
@@ -437,8 +404,10 @@ def _superstep(
     *,
     context: Any = None,
     durability: str = "sync",
+    stream: SuperstepStream | None = None,
 ) -> dict[str, Any]:
-    """Run the graph to its next super-step boundary; return the step's record."""
+    """Run the graph to its next super-step boundary; return the step's record.
+    ``stream``: the run's stream modes, written as the super-step runs."""
     config: Any = {"configurable": {"thread_id": thread_id}}
     state = graph.get_state(config)
     started = state.created_at is not None
@@ -464,16 +433,38 @@ def _superstep(
         # not done: resuming applies its writes and goes on)
         return _summary(graph, config, [])
     nodes: dict[str, dict[str, Any]] = {}
-    stream = graph.stream(
+    with stream or contextlib.nullcontext():
+        _run(graph, arg, config, context, durability, stream, nodes)
+    records = []
+    for entry in nodes.values():
+        if "started" in entry:
+            entry["seconds"] = round(time.time() - entry.pop("started"), 6)
+        records.append(entry)
+    return _summary(graph, config, records)
+
+
+def _run(
+    graph: Any,
+    arg: Any,
+    config: Any,
+    context: Any,
+    durability: str,
+    stream: SuperstepStream | None,
+    nodes: dict[str, dict[str, Any]],
+) -> None:
+    """``graph.stream`` to the super-step's end: its tasks in ``nodes``, its chunks of the
+    run's stream modes in the run's stream."""
+    events = graph.stream(
         arg,
         config,
         context=context,
-        stream_mode="tasks",
+        stream_mode=stream.stream_mode() if stream else "tasks",
         interrupt_after="*",
         durability=durability,
+        subgraphs=stream is not None,
     )
-    for event in stream:
-        task_id = event.get("id")
+    for event in stream.tasks(events) if stream else events:
+        task_id: Any = event.get("id")
         entry = nodes.setdefault(task_id, {"node": event.get("name"), "started": time.time()})
         if "input" in event:
             entry["input"] = _record(event["input"])
@@ -485,46 +476,6 @@ def _superstep(
                 entry["interrupted"] = True
             else:
                 entry["output"] = _record(event.get("result"))
-    records = []
-    for entry in nodes.values():
-        if "started" in entry:
-            entry["seconds"] = round(time.time() - entry.pop("started"), 6)
-        records.append(entry)
-    return _summary(graph, config, records)
-
-
-def _continue_fork(graph: Any, thread_id: str, after: str | None) -> Any:
-    """A fork's first live super-step: its thread copied from the run it forks, at a
-    copy of ``after`` (the checkpoint the fork continues from); returns that state."""
-    from django.db import transaction
-
-    from durable.models import Run
-
-    source = Run.objects.filter(pk=thread_id).values_list("forked_from_id", flat=True).first()
-    if not source or not after:
-        raise PermanentError(
-            f"the LangGraph state of run {thread_id} is not in the database (thread_id "
-            f"{thread_id!r} has no checkpoint): a graph run resumes only from its own "
-            "checkpoints or, forked, from those of the run it forks (a pruned thread "
-            "cannot continue)"
-        )
-    at = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": after}}
-    with transaction.atomic():
-        DurableSaver().copy_thread(source, thread_id)
-        if graph.get_state(at).created_at is None:
-            raise PermanentError(
-                f"run {thread_id} forks run {source}, whose thread has no checkpoint {after} "
-                "(pruned?): the fork cannot continue"
-            )
-        graph.update_state(at, None, as_node="__copy__")
-    return graph.get_state({"configurable": {"thread_id": thread_id}})
-
-
-def _forked_at(state: Any, after: str) -> bool:
-    """The graph stands on fork_graph's ``update_state`` of ``after``: go on from it."""
-    source = (state.metadata or {}).get("source")
-    parent = ((state.parent_config or {}).get("configurable") or {}).get("checkpoint_id")
-    return source == "update" and parent == after
 
 
 def _checkpoint_id(state: Any) -> str | None:
@@ -553,31 +504,3 @@ def _summary(
     if recovered:
         summary["recovered"] = True  # the nodes ran in an attempt that crashed
     return summary
-
-
-def _record(value: Any) -> Any:
-    """``value`` as JSON for the step's record; a preview when it is large."""
-    data = _jsonable(value)
-    text = json.dumps(data, default=repr)
-    if len(text) > RECORD_LIMIT:
-        return {"preview": text[:2000], "bytes": len(text)}
-    return data
-
-
-def _jsonable(value: Any, depth: int = 0) -> Any:
-    """A JSON-able copy: messages and models through ``model_dump``, others as ``repr``."""
-    if depth > 40:
-        return repr(value)[:200]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v, depth + 1) for v in value]
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            return _jsonable(dump(mode="json"), depth + 1)
-        except Exception:  # noqa: BLE001 - a model that cannot dump is shown as repr
-            return repr(value)[:2000]
-    return repr(value)[:2000]

@@ -17,6 +17,7 @@ With ``encrypt="all"`` every payload is encrypted. The stored type is
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, Literal
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -77,3 +78,35 @@ class DurableSerializer(SerializerProtocol):
             clear = base64.b64decode(secrets.decrypt(bytes(payload).decode("ascii")))
             return self.inner.loads_typed((typ[: -len(_SUFFIX)], clear))
         return self.inner.loads_typed((typ, bytes(payload)))
+
+
+#: node inputs and outputs recorded with a step are cut to a preview above this size
+RECORD_LIMIT = 32_000
+
+
+def record_json(value: Any) -> Any:
+    """``value`` as JSON for the step's record; a preview when it is large."""
+    data = jsonable(value)
+    text = json.dumps(data, default=repr)
+    if len(text) > RECORD_LIMIT:
+        return {"preview": text[:2000], "bytes": len(text)}
+    return data
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """A JSON-able copy: messages and models through ``model_dump``, others as ``repr``."""
+    if depth > 40:
+        return repr(value)[:200]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v, depth + 1) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return jsonable(dump(mode="json"), depth + 1)
+        except Exception:  # noqa: BLE001 - a model that cannot dump is shown as repr
+            return repr(value)[:2000]
+    return repr(value)[:2000]
