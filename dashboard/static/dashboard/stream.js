@@ -114,7 +114,7 @@
       },
       interrupted: function (e) {
         var reason = (e.data && e.data.reason) || "worker_lost";
-        tryOf(e.step_id);
+        if (!current[e.step_id]) return; // nothing shown here was cut off (a graph's super-step)
         finish(e.step_id, "interrupted", REASONS[reason] || (e.data && e.data.message) || reason);
       }
     };
