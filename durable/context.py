@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from durable.calls import Call
     from durable.runtime.execution import Execution
     from durable.runtime.llm_stream import StepStream
+    from durable.runtime.stream_writer import StreamWriter
 
 
 class WorkflowContext:
@@ -253,6 +254,17 @@ class WorkflowContext:
         from durable.runtime.llm_stream import StepStream
 
         return StepStream(self._execution.cursor, step_id, model=model)
+
+    def _stream_writer(self, step_id: str) -> StreamWriter:
+        """A writer of the run's stream for the events of step ``step_id`` that are not
+        a model call's (e.g. a LangGraph super-step's stream modes): call it in the step's
+        body, on a live try; it writes nothing once the worker lost the run's lease."""
+        from durable.runtime.stream_writer import StreamWriter
+
+        heartbeat = self._execution.cursor.heartbeat
+        return StreamWriter(
+            self.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
+        )
 
     def _llm_step(
         self,

@@ -149,6 +149,9 @@ class StreamKind(TextChoices):
     STEP_ENDED = "step_ended", "Step ended"
     #: a streamed call was cut off (a lost worker, a failed try) and is asked again
     INTERRUPTED = "interrupted", "Interrupted"
+    #: an OpenAI Agents run's items and agent changes (durable.contrib.openai_agents)
+    RUN_ITEM = "run_item", "Run item"
+    AGENT_UPDATED = "agent_updated", "Agent updated"
 
 
 class StepStatus(TextChoices):

@@ -37,14 +37,17 @@ from agents import Agent
 
 from durable.contrib._bridge import current_idempotency_key
 from durable.contrib.openai_agents._errors import retried_by_durable
+from durable.contrib.openai_agents._follow import StreamedRun
+from durable.contrib.openai_agents._model import DurableModel
 from durable.contrib.openai_agents._runner import DurableRunner, find, run_input
-from durable.contrib.openai_agents._steps import DurableModel
 
 __all__ = [
     "DurableModel",
     "DurableRunner",
+    "StreamedRun",
     "current_idempotency_key",
     "durable_run",
+    "durable_run_streamed",
     "register",
     "retried_by_durable",
 ]
@@ -84,3 +87,24 @@ def durable_run(
     runner = find(agent)
     payload = run_input(input, context=context, session_id=session_id, run_config=run_config)
     return runner.start(payload, run_id=run_id, **options)
+
+
+def durable_run_streamed(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    run_id: str | None = None,
+    context: Any = None,
+    session_id: str | None = None,
+    run_config: dict[str, Any] | None = None,
+    poll: float = 0.25,
+    **options: Any,
+) -> StreamedRun:
+    """Start a Durable run of ``agent`` and follow it (the ``Runner.run_streamed``
+    equivalent): a :class:`StreamedRun` with ``stream_events()``, ``final_output``,
+    ``is_complete`` and ``run_id``. The options are :func:`durable_run`'s; the agent must
+    be registered with ``register(..., stream=True)`` (``LookupError`` if not registered,
+    ``ValueError`` if it does not stream)."""
+    runner = find(agent)
+    payload = run_input(input, context=context, session_id=session_id, run_config=run_config)
+    return runner.run_streamed(payload, run_id=run_id, poll=poll, **options)
