@@ -163,3 +163,15 @@ class OrchestratorProvider(ModelProvider):
 
 orchestrator = Agent(name="Orchestrator", instructions="Ask the joker.", tools=[joker_tool])
 register(orchestrator, name="oai.stream-orchestrator", model_provider=OrchestratorProvider)
+
+
+# --- a plain streamed agent of the scripted LLM server (its "no script" reply) ----------
+
+echo = Agent(name="Echo", instructions="You answer questions.", model="scripted")
+echo_runner = register(
+    echo,
+    name="oai.stream-echo",
+    version="1",
+    model_provider=lambda: MultiProvider(openai_use_responses=False),
+    stream=True,
+)
