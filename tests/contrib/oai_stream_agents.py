@@ -175,3 +175,9 @@ echo_runner = register(
     model_provider=lambda: MultiProvider(openai_use_responses=False),
     stream=True,
 )
+
+
+# --- a model that cannot stream, on a streaming runner ----------------------------------
+
+mute = Agent(name="Mute", instructions="Check.", model=oa.CheckerModel())
+register(mute, name="oai.stream-mute", stream=True)

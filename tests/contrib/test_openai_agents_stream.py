@@ -300,3 +300,30 @@ def test_the_follower_raises_the_runs_failure(scripted_llm):
     with pytest.raises(RunFailed):
         asyncio.run(read())
     assert result.is_complete and result.final_output is None
+
+
+def test_a_model_that_cannot_stream_fails_the_run_at_once_naming_it_and_the_step():
+    run = drive(durable_run(osa.mute, "Is this a refund?").id)
+    assert run.status == RunStatus.FAILED
+    assert run.error["type"] == "PermanentError"
+    assert "step 'model': the model 'CheckerModel' cannot stream" in run.error["message"]
+    assert "without stream=True" in run.error["message"]
+    (attempts,) = Step.objects.filter(run=run).values_list("attempts", flat=True)
+    assert attempts == 1  # refused once, not retried
+
+
+def test_the_replay_check_replays_a_streamed_run_dry_and_writes_nothing(scripted_llm):
+    import json
+
+    from durable.services import export
+    from durable.testing import replay
+
+    run = drive(durable_run(osa.stream_triage, "Please refund order B-7").id)
+    doc = json.loads(export.to_json(export.export_run(run.id)))
+    written = len(events(run))
+    # as if a crash lost them: a live execution would write them again
+    lost, _ = StreamEvent.objects.filter(run=run, kind="run_item").delete()
+    report = replay(doc)
+    assert report.compatible, report
+    assert report.outcome == "continues" and report.replayed == 5
+    assert lost == 5 and len(events(run)) == written - lost  # the dry replay wrote none

@@ -103,9 +103,17 @@ class DurableModel(Model):
                 relay = Relay(out.emit)
 
                 async def call() -> ModelResponse:
-                    async for event in model.stream_response(*args, **kwargs):
-                        relay.add(event)
-                        live.put_nowait(event)
+                    try:
+                        async for event in model.stream_response(*args, **kwargs):
+                            relay.add(event)
+                            live.put_nowait(event)
+                    except NotImplementedError as exc:  # a failure for good: not retried
+                        raise PermanentError(
+                            f"step {step_id!r}: the model {_model_name(model)!r} cannot "
+                            "stream (its stream_response raised NotImplementedError): "
+                            "register the agent without stream=True, or give it a model "
+                            "that streams"
+                        ) from exc
                     return relay.response()
 
                 response = session.run_body(call)

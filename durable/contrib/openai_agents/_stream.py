@@ -373,6 +373,8 @@ class ItemLog:
         if not self.pending:
             return
         pending, self.pending = self.pending, []
+        if self.ctx._execution.cursor.dry:  # the replay check: nothing is written
+            return
         if self.written is None:
             from durable.models import StreamEvent
 
