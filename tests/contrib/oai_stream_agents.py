@@ -8,7 +8,9 @@ server's ``refund-desk`` script through chat completions. ``oai.docs.stream-text
 ``register`` lines; :class:`JokeModel` plays them, streaming its text word by word
 (``JOKE_DELAY`` seconds between two words). ``oai.stream-orchestrator``: an agent that
 uses a streamed agent as a tool (``Agent.as_tool(on_stream=...)``, the SDK's in-run
-streaming hook), its events in ``NESTED``.
+streaming hook), its events in ``NESTED``. ``oai.docs.stream-text-in-worker`` and
+``oai.docs.stream-items-in-worker``: the docs' two ``main()`` functions as workflow code
+(``agent_workflow``), printing in the worker.
 """
 
 from __future__ import annotations
@@ -19,11 +21,20 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents import Agent, Model, ModelProvider, ModelResponse, Usage, function_tool
+from agents import (
+    Agent,
+    ItemHelpers,
+    Model,
+    ModelProvider,
+    ModelResponse,
+    Runner,
+    Usage,
+    function_tool,
+)
 from agents.models.multi_provider import MultiProvider
 from openai.types.responses import ResponseTextDeltaEvent
 
-from durable.contrib.openai_agents import register
+from durable.contrib.openai_agents import agent_workflow, register
 from durable.contrib.openai_agents._stream import replayed_events
 from tests.contrib import oai_agents as oa
 from tests.contrib.openai_doc_agents import _call, _items, _text
@@ -181,3 +192,60 @@ echo_runner = register(
 
 mute = Agent(name="Mute", instructions="Check.", model=oa.CheckerModel())
 register(mute, name="oai.stream-mute", stream=True)
+
+
+# --- the docs' main() functions inside the worker (agent_workflow) ---------------------
+
+
+@agent_workflow("oai.docs.stream-text-in-worker", model_provider=JokeProvider)
+async def main(input: str) -> None:
+    """docs/streaming.md's first example, its ``main()`` as workflow code: only the
+    input became the workflow's (``input=input``)."""
+    agent = Agent(
+        name="Joker",
+        instructions="You are a helpful assistant.",
+    )
+
+    result = Runner.run_streamed(agent, input=input)
+    async for event in result.stream_events():
+        if event.type == "raw_response_event" and isinstance(event.data, ResponseTextDeltaEvent):
+            print(event.data.delta, end="", flush=True)
+
+
+@agent_workflow("oai.docs.stream-items-in-worker", model_provider=JokeProvider)
+async def items_main(input: str) -> Any:
+    """docs/streaming.md's second example as workflow code (``input=input``; it returns
+    the final output, for the test)."""
+    agent = Agent(
+        name="Joker",
+        instructions="First call the `how_many_jokes` tool, then tell that many jokes.",
+        tools=[how_many_jokes],
+    )
+
+    result = Runner.run_streamed(
+        agent,
+        input=input,
+    )
+    print("=== Run starting ===")
+
+    async for event in result.stream_events():
+        # We'll ignore the raw responses event deltas
+        if event.type == "raw_response_event":
+            continue
+        # When the agent updates, print that
+        elif event.type == "agent_updated_stream_event":
+            print(f"Agent updated: {event.new_agent.name}")
+            continue
+        # When items are generated, print them
+        elif event.type == "run_item_stream_event":
+            if event.item.type == "tool_call_item":
+                print("-- Tool was called")
+            elif event.item.type == "tool_call_output_item":
+                print(f"-- Tool output: {event.item.output}")
+            elif event.item.type == "message_output_item":
+                print(f"-- Message output:\n {ItemHelpers.text_message_output(event.item)}")
+            else:
+                pass  # Ignore other event types
+
+    print("=== Run complete ===")
+    return result.final_output

@@ -327,3 +327,65 @@ def test_the_replay_check_replays_a_streamed_run_dry_and_writes_nothing(scripted
     assert report.compatible, report
     assert report.outcome == "continues" and report.replayed == 5
     assert lost == 5 and len(events(run)) == written - lost  # the dry replay wrote none
+
+
+# --- in the worker: the SDK's streaming docs as workflow code -----------------------------
+
+
+def drive_printing(run_id: str) -> tuple[Run, str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        run = drive(run_id)
+    return run, out.getvalue()
+
+
+def test_docs_stream_text_as_workflow_code_prints_live_and_replays_the_record():
+    import durable
+
+    run, text = drive_printing(
+        durable.start("oai.docs.stream-text-in-worker", "Please tell me 5 jokes.").id
+    )
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert text.startswith("Sure, here are 5 jokes: 0. Why did joke 0 cross the road?")
+    assert "".join(e.data["delta"] for e in events(run) if e.kind == "token") == text
+    written = len(events(run))
+
+    # executed again (a replay): the record's text, no model asked, nothing written
+    Run.objects.filter(pk=run.id).update(status=RunStatus.PENDING)
+    run, again = drive_printing(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert again == text and len(events(run)) == written
+    assert Counter(c["name"] for c in pa.CALLS if c["kind"] == "model") == Counter({"joker": 1})
+
+
+def test_docs_stream_items_as_workflow_code_prints_the_items():
+    import durable
+
+    run, text = drive_printing(durable.start("oai.docs.stream-items-in-worker", "Hello").id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    lines = text.splitlines()
+    assert lines[:4] == [
+        "=== Run starting ===",
+        "Agent updated: Joker",
+        "-- Tool was called",
+        "-- Tool output: 4",
+    ]
+    assert lines[4] == "-- Message output:" and lines[-1] == "=== Run complete ==="
+    assert run.output_value().startswith("Sure, here are 4 jokes:")
+    steps = list(
+        Step.objects.filter(run=run).order_by("position").values_list("step_id", flat=True)
+    )
+    assert steps == ["model", "tool:how_many_jokes", "model#2"]
+    follower = StreamedRun(run.id)  # any run's stream, in the SDK's shapes
+    asyncio.run(_drain(follower))
+    assert follower.final_output == run.output_value()
+    assert [i.type for i in follower.new_items] == [
+        "tool_call_item",
+        "tool_call_output_item",
+        "message_output_item",
+    ]
+
+
+async def _drain(result) -> None:
+    async for _ in result.stream_events():
+        pass

@@ -23,7 +23,11 @@ recorded with the step.
 A tool with ``needs_approval`` interrupts the SDK's run; each interruption waits for a
 decision in the inbox (its arguments an object the approver may edit) and the run
 continues through the SDK's own ``RunState.approve`` /
-``RunState.reject(rejection_message=...)``. Needs the ``durable[openai-agents]`` extra;
+``RunState.reject(rejection_message=...)``. ``register(..., stream=True)`` runs the agent
+with ``Runner.run_streamed``: each model request streams into the run's stream and is
+recorded once, as unstreamed; :func:`durable_run_streamed` follows a run in the SDK's
+event shapes (:class:`StreamedRun`), and :func:`agent_workflow` makes the SDK's own code
+a workflow (docs/streaming.md#openai-agents-streamed-runs). Needs the ``durable[openai-agents]`` extra;
 the core never imports this module. Nested runs reach the clones through the SDK's
 default agent runner, which :func:`register` replaces with one that passes every other
 run through unchanged.
@@ -40,11 +44,13 @@ from durable.contrib.openai_agents._errors import retried_by_durable
 from durable.contrib.openai_agents._follow import StreamedRun
 from durable.contrib.openai_agents._model import DurableModel
 from durable.contrib.openai_agents._runner import DurableRunner, find, run_input
+from durable.contrib.openai_agents._workflow import agent_workflow
 
 __all__ = [
     "DurableModel",
     "DurableRunner",
     "StreamedRun",
+    "agent_workflow",
     "current_idempotency_key",
     "durable_run",
     "durable_run_streamed",

@@ -426,7 +426,9 @@ class _DurableAgentRunner(AgentRunner):
         session = _running.get()
         if session is not None and session.clones is not None and not session.legacy:
             starting_agent = session.clones.agent(starting_agent)
-            kwargs["run_config"] = session.config(_as_config(kwargs.get("run_config")))
+            kwargs["run_config"] = session.config(
+                _as_config(kwargs.get("run_config")) or session.default_config()
+            )
         else:
             inside = _in_step.get()
             if inside is not None and kwargs.get("run_config") is None:
