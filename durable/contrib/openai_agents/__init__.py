@@ -27,10 +27,10 @@ continues through the SDK's own ``RunState.approve`` /
 with ``Runner.run_streamed``: each model request streams into the run's stream and is
 recorded once, as unstreamed; :func:`durable_run_streamed` follows a run in the SDK's
 event shapes (:class:`StreamedRun`), and :func:`agent_workflow` makes the SDK's own code
-a workflow (docs/streaming.md#openai-agents-streamed-runs). Needs the ``durable[openai-agents]`` extra;
-the core never imports this module. Nested runs reach the clones through the SDK's
-default agent runner, which :func:`register` replaces with one that passes every other
-run through unchanged.
+a workflow (docs/streaming.md#openai-agents-streamed-runs). Needs the
+``durable[openai-agents]`` extra; the core never imports this module. Nested runs reach
+the clones through the SDK's default agent runner, which :func:`register` replaces with
+one that passes every other run through unchanged.
 """
 
 from __future__ import annotations

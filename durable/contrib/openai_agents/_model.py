@@ -9,9 +9,9 @@ to the run's stream.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agents import Model, ModelProvider, ModelResponse, Usage
 from openai.types.responses import ResponseOutputItem
@@ -21,15 +21,24 @@ from durable.contrib.openai_agents._stream import Relay, merge, replayed_events
 from durable.exceptions import PermanentError
 from durable.types import ModelRecoverable
 
-if TYPE_CHECKING:
-    from durable.contrib.openai_agents._steps import _Session
+
+class _Session(Protocol):
+    """What a model needs of its run (``_steps._Session``)."""
+
+    ctx: Any
+
+    async def step(self, step_id: str, body: Any, retry: Any = None) -> Any: ...
+
+    def run_body(self, make: Callable[[], Awaitable[Any]]) -> Any: ...
+
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 
 #: the run whose agent task this is (set on the agent's loop, inherited by its tasks)
-_running: ContextVar[_Session | None] = ContextVar("durable_oai_run", default=None)
+#: (a ``_steps._Session``)
+_running: ContextVar[Any] = ContextVar("durable_oai_run", default=None)
 #: inside a step's body: the run's plain model provider (for a guardrail's own Runner.run)
-_in_step: ContextVar[_Session | None] = ContextVar("durable_oai_step", default=None)
+_in_step: ContextVar[Any] = ContextVar("durable_oai_step", default=None)
 
 
 def _dump(response: ModelResponse) -> dict[str, Any]:
