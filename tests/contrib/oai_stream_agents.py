@@ -56,6 +56,8 @@ stream_desk = register(
 
 #: seconds between two streamed words of JokeModel
 JOKE_DELAY = float(os.environ.get("JOKE_DELAY", "0"))
+#: JokeModel's streams still to cut, each after that many words (a dropped connection)
+CUT_AFTER: list[int] = []
 
 
 def joke_answer(instructions: str, input: Any, tools: list[str]) -> list[Any]:
@@ -99,7 +101,10 @@ class JokeModel(Model):
         for event in replayed_events(ModelResponse(output=output, usage=usage, response_id="r1")):
             if isinstance(event, ResponseTextDeltaEvent):
                 words = event.delta.split(" ")
+                cut = CUT_AFTER.pop(0) if CUT_AFTER else None
                 for n, word in enumerate(words):
+                    if n == cut:
+                        raise ConnectionError("the model's stream was cut")
                     delta = word if n == len(words) - 1 else word + " "
                     yield event.model_copy(update={"delta": delta})
                     if JOKE_DELAY:

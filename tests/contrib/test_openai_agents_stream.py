@@ -36,6 +36,7 @@ def _fresh_calls(monkeypatch):
     monkeypatch.delenv("CRASH_TEST_DIR", raising=False)
     pa.CALLS.clear()
     osa.NESTED.clear()
+    osa.CUT_AFTER.clear()
 
 
 def events(run: Run) -> list[StreamEvent]:
@@ -389,3 +390,41 @@ def test_docs_stream_items_as_workflow_code_prints_the_items():
 async def _drain(result) -> None:
     async for _ in result.stream_events():
         pass
+
+
+def test_a_try_cut_mid_stream_is_retried_the_stream_and_the_caller_say_so():
+    """A try whose stream fails (a dropped connection) is retried by the step; the run's
+    stream has the partial text, ``step_ended`` with the error, ``interrupted`` (failed)
+    and the new try; the caller gets ``error`` events, then the whole reply; the
+    response is recorded once."""
+    from openai.types.responses import ResponseErrorEvent
+
+    osa.CUT_AFTER.append(3)
+    result = durable_run_streamed(osa.agent, input="Please tell me 5 jokes.")
+    run = drive(result.run_id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    written = events(run)
+    cut = next(i for i, e in enumerate(written) if e.kind == "interrupted")
+    assert written[cut].data["reason"] == "failed"
+    assert (
+        written[cut - 1].kind == "step_ended" and "stream was cut" in written[cut - 1].data["error"]
+    )
+    assert "".join(e.data["delta"] for e in written[:cut] if e.kind == "token") == "Sure, here are "
+    (step,) = Step.objects.filter(run=run)
+    assert step.attempts == 2
+    reply = run.output_value()["final_output"]
+    assert step.output_value()["output"][0]["content"][0]["text"] == reply
+
+    seen = []
+
+    async def read() -> None:
+        async for event in result.stream_events():
+            seen.append(event)
+
+    asyncio.run(read())
+    raw = [e.data for e in seen if e.type == "raw_response_event"]
+    errors = [e for e in raw if isinstance(e, ResponseErrorEvent)]
+    assert [e.code for e in errors] == ["failed", "failed"]  # the try's end, interrupted
+    last = max(i for i, e in enumerate(raw) if isinstance(e, ResponseErrorEvent))
+    text = "".join(e.delta for e in raw[last:] if isinstance(e, ResponseTextDeltaEvent))
+    assert text == reply == result.final_output

@@ -119,6 +119,12 @@ class StreamedRun:
         """The SDK's events of the run from the last one read; see the class."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()  # the reader left: the thread ends at its next event
+
+        def put(item: Any) -> None:
+            if not stop.is_set():
+                with contextlib.suppress(RuntimeError):  # the reader's loop is closed
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def read() -> None:
             from django.db import connections
@@ -127,23 +133,27 @@ class StreamedRun:
 
             try:
                 for event in durable.stream(self.run_id, self.after, poll=self.poll):
-                    loop.call_soon_threadsafe(queue.put_nowait, event)
-                run = durable.get_run(self.run_id)
-                loop.call_soon_threadsafe(queue.put_nowait, (_DONE, run))
+                    if stop.is_set():
+                        return
+                    put(event)
+                put((_DONE, durable.get_run(self.run_id)))
             except BaseException as exc:  # noqa: BLE001 - handed to the reader
-                loop.call_soon_threadsafe(queue.put_nowait, (_DONE, exc))
+                put((_DONE, exc))
             finally:
                 connections.close_all()
 
         threading.Thread(target=read, name="durable-oai-follow", daemon=True).start()
-        while True:
-            event = await queue.get()
-            if isinstance(event, tuple) and event[0] is _DONE:
-                self._end(event[1])
-                return
-            self.after = event["seq"]
-            for made in self.events_of(event):
-                yield made
+        try:
+            while True:
+                event = await queue.get()
+                if isinstance(event, tuple) and event[0] is _DONE:
+                    self._end(event[1])
+                    return
+                self.after = event["seq"]
+                for made in self.events_of(event):
+                    yield made
+        finally:
+            stop.set()
 
     def _end(self, outcome: Any) -> None:
         if isinstance(outcome, BaseException):
