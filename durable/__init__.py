@@ -153,7 +153,8 @@ def stream(
     Each event is ``{"seq": int, "step_id": str, "kind": str, "data": dict,
     "created_at": str}``; ``kind`` is ``step_started``, ``token`` (``data["delta"]``:
     text), ``tool_call_started`` / ``tool_call_delta`` / ``tool_call_ended``,
-    ``step_ended`` or ``interrupted`` (docs/streaming.md#the-events). Raises
+    ``step_ended`` or ``interrupted``, and ``run_item`` / ``agent_updated`` for an
+    OpenAI Agents streamed run (docs/streaming.md#the-events). Raises
     :class:`RunNotFound`; ``ValueError`` for a negative ``after``, a ``poll`` that is
     not a positive number of seconds or a negative ``timeout``.
     """

@@ -156,6 +156,9 @@ class StreamKind(TextChoices):
     GRAPH_UPDATES = "graph_updates", "Graph updates"
     GRAPH_CUSTOM = "graph_custom", "Graph custom"
     GRAPH_MESSAGES = "graph_messages", "Graph messages"
+    #: an OpenAI Agents run's items and agent changes (durable.contrib.openai_agents)
+    RUN_ITEM = "run_item", "Run item"
+    AGENT_UPDATED = "agent_updated", "Agent updated"
 
 
 class StepStatus(TextChoices):

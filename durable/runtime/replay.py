@@ -79,6 +79,10 @@ class ReplayCursor:
     child parts hold it as their ``cursor``.
     """
 
+    #: a dry replay (the replay check, ``durable/worker/dry.py``): nothing may be read
+    #: from or written to the database, the run's stream included
+    dry = False
+
     def __init__(
         self,
         *,

@@ -108,6 +108,8 @@ class DryCursor(ReplayCursor):
     replay; the first call that would execute stops the replay (``_WouldContinue``), a
     call that differs from the history stops it (``_Diverged``). Writes nothing."""
 
+    dry = True
+
     def __init__(self, *, run: Run, steps: list[Step], tool_rows: dict[str, Any]) -> None:
         super().__init__(run=run, token="", steps=steps, spec=None, worker_id="replay-check")
         self.tool_rows = tool_rows

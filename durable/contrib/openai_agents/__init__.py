@@ -23,10 +23,14 @@ recorded with the step.
 A tool with ``needs_approval`` interrupts the SDK's run; each interruption waits for a
 decision in the inbox (its arguments an object the approver may edit) and the run
 continues through the SDK's own ``RunState.approve`` /
-``RunState.reject(rejection_message=...)``. Needs the ``durable[openai-agents]`` extra;
-the core never imports this module. Nested runs reach the clones through the SDK's
-default agent runner, which :func:`register` replaces with one that passes every other
-run through unchanged.
+``RunState.reject(rejection_message=...)``. ``register(..., stream=True)`` runs the agent
+with ``Runner.run_streamed``: each model request streams into the run's stream and is
+recorded once, as unstreamed; :func:`durable_run_streamed` follows a run in the SDK's
+event shapes (:class:`StreamedRun`), and :func:`agent_workflow` makes the SDK's own code
+a workflow (docs/streaming.md#openai-agents-streamed-runs). Needs the
+``durable[openai-agents]`` extra; the core never imports this module. Nested runs reach
+the clones through the SDK's default agent runner, which :func:`register` replaces with
+one that passes every other run through unchanged.
 """
 
 from __future__ import annotations
@@ -37,14 +41,19 @@ from agents import Agent
 
 from durable.contrib._bridge import current_idempotency_key
 from durable.contrib.openai_agents._errors import retried_by_durable
+from durable.contrib.openai_agents._follow import StreamedRun
+from durable.contrib.openai_agents._model import DurableModel
 from durable.contrib.openai_agents._runner import DurableRunner, find, run_input
-from durable.contrib.openai_agents._steps import DurableModel
+from durable.contrib.openai_agents._workflow import agent_workflow
 
 __all__ = [
     "DurableModel",
     "DurableRunner",
+    "StreamedRun",
+    "agent_workflow",
     "current_idempotency_key",
     "durable_run",
+    "durable_run_streamed",
     "register",
     "retried_by_durable",
 ]
@@ -84,3 +93,24 @@ def durable_run(
     runner = find(agent)
     payload = run_input(input, context=context, session_id=session_id, run_config=run_config)
     return runner.start(payload, run_id=run_id, **options)
+
+
+def durable_run_streamed(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    run_id: str | None = None,
+    context: Any = None,
+    session_id: str | None = None,
+    run_config: dict[str, Any] | None = None,
+    poll: float = 0.25,
+    **options: Any,
+) -> StreamedRun:
+    """Start a Durable run of ``agent`` and follow it (the ``Runner.run_streamed``
+    equivalent): a :class:`StreamedRun` with ``stream_events()``, ``final_output``,
+    ``is_complete`` and ``run_id``. The options are :func:`durable_run`'s; the agent must
+    be registered with ``register(..., stream=True)`` (``LookupError`` if not registered,
+    ``ValueError`` if it does not stream)."""
+    runner = find(agent)
+    payload = run_input(input, context=context, session_id=session_id, run_config=run_config)
+    return runner.run_streamed(payload, run_id=run_id, poll=poll, **options)

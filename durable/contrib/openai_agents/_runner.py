@@ -23,6 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge
+from durable.contrib.openai_agents._follow import StreamedRun, agents_of
 from durable.contrib.openai_agents._steps import (
     _Clones,
     _running,
@@ -71,7 +72,10 @@ class DurableRunner:
     the run config's ``tool_error_formatter``, else the SDK's default); without it, a
     ``tool_error_formatter`` answers, else "The call to <tool> was rejected by <who>:
     <comment>". ``allow_edit``: approvers may edit a call's arguments (an object); the
-    tool receives the edited ones.
+    tool receives the edited ones. ``stream``: run the agent with
+    ``Runner.run_streamed``: each model request streams into the run's stream (its step
+    records the same response as unstreamed) and the run's items and agent changes are
+    told there too; :meth:`run_streamed` follows a run in the SDK's event shapes.
     """
 
     def __init__(
@@ -90,8 +94,10 @@ class DurableRunner:
         session: Callable[[str], Any] | None = None,
         rejection_message: Callable[[ToolApprovalItem, Decision], str | None] | None = None,
         allow_edit: bool = True,
+        stream: bool = False,
     ) -> None:
         self.agent = agent
+        self.stream = stream
         self.tool_retry = tool_retry
         self.model_provider = model_provider
         self.name = name
@@ -122,6 +128,32 @@ class DurableRunner:
         if not isinstance(input, dict):
             input = {"input": input}
         return start(self.name, to_jsonable_python(input), run_id, **options)
+
+    def run_streamed(
+        self,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        poll: float = 0.25,
+        **options: Any,
+    ) -> StreamedRun:
+        """Start a run (as :meth:`start`, ``input`` the SDK's input or a dict of
+        :data:`RUN_KEYS`) and follow it: a :class:`StreamedRun` whose ``stream_events()``
+        yields the SDK's stream events from the run's stream (``Runner.run_streamed``'s
+        shapes), with ``final_output`` and ``is_complete``. The runner must stream
+        (``register(..., stream=True)``) for model requests' events; raises
+        ``ValueError`` otherwise. ``poll``: seconds between two reads of the stream."""
+        if not self.stream:
+            raise ValueError(
+                f"DurableRunner {self.name!r} does not stream: register it with stream=True "
+                "to use run_streamed"
+            )
+        run = self.start(input, run_id=run_id, **options)
+        return StreamedRun(run.id, agents=agents_of(self.agent), poll=poll)
+
+    def follow(self, run_id: str, *, poll: float = 0.25) -> StreamedRun:
+        """A run of this runner already started, followed as :meth:`run_streamed` does."""
+        return StreamedRun(run_id, agents=agents_of(self.agent), poll=poll)
 
     def _run(self, ctx: Any, input: Any) -> Any:
         payload = input if isinstance(input, dict) else {"input": input}
@@ -170,20 +202,19 @@ class DurableRunner:
         first = dict(options)
         if session.context_adapter is not None:
             first["context"] = session.context_adapter.validate_python(payload["context"])
-        result = await Runner.run(start, payload["input"], **first)
+        result = await self._turn(start, payload["input"], first)
         while result.interruptions:
             state = result.to_state()
             pending = list(result.interruptions)
-            decisions = await session.bridge.call(
-                functools.partial(self._decide, session.ctx, pending)
-            )
+            decisions = await session.bridge.call(functools.partial(self._decide, session, pending))
             for item, decision in zip(pending, decisions, strict=True):
                 if decision.approved:
                     _apply_edit(session, item, decision)
                     state.approve(item)
                 else:
                     state.reject(item, rejection_message=self._message(item, decision, config))
-            result = await Runner.run(start, state, **options)
+            result = await self._turn(start, state, options)
+        await session.bridge.call(session.flush)
         return {
             "final_output": to_jsonable_python(result.final_output),
             "last_agent": result.last_agent.name,
@@ -199,7 +230,19 @@ class DurableRunner:
         reason = f": {decision.comment}" if decision.comment else ""
         return f"The call to {item.tool_name} was rejected by {who}{reason}"
 
-    def _decide(self, ctx: Any, items: list[ToolApprovalItem]) -> list[Decision]:
+    async def _turn(self, start: Agent[Any], input: Any, options: dict[str, Any]) -> Any:
+        """One ``Runner.run`` (``Runner.run_streamed`` and its events drained, when the
+        runner streams) up to its end or its interruptions."""
+        if not self.stream:
+            return await Runner.run(start, input, **options)
+        result = Runner.run_streamed(start, input, **options)
+        async for _ in result.stream_events():
+            pass  # _DurableAgentRunner tells the items to the run's stream
+        return result
+
+    def _decide(self, session: _Session, items: list[ToolApprovalItem]) -> list[Decision]:
+        session.flush()  # what the run said before it waits
+        ctx = session.ctx
         decisions = []
         for item in items:
             decisions.append(

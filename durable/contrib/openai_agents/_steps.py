@@ -17,8 +17,7 @@ import copy
 import dataclasses
 import importlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents import (
@@ -28,34 +27,25 @@ from agents import (
     Handoff,
     Model,
     ModelProvider,
-    ModelResponse,
     RunConfig,
     ToolGuardrailFunctionOutput,
-    Usage,
     handoff,
 )
 from agents.memory import SessionABC
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
+from agents.run_internal.run_steps import QueueCompleteSentinel
 from agents.tool import (
     maybe_invoke_function_tool_failure_error_function,
     set_function_tool_failure_error_function,
 )
-from openai.types.responses import ResponseOutputItem
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.openai_agents._errors import retried_by_durable
-from durable.exceptions import PermanentError
+from durable.contrib.openai_agents._model import DurableModel, _DurableProvider, _in_step, _running
+from durable.contrib.openai_agents._stream import ItemLog
 from durable.retry import RetryPolicy
-from durable.types import ModelRecoverable
-
-_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
-
-#: the run whose agent task this is (set on the agent's loop, inherited by its tasks)
-_running: ContextVar[_Session | None] = ContextVar("durable_oai_run", default=None)
-#: inside a step's body: the run's plain model provider (for a guardrail's own Runner.run)
-_in_step: ContextVar[_Session | None] = ContextVar("durable_oai_step", default=None)
 
 
 @dataclasses.dataclass
@@ -76,13 +66,49 @@ class _Session:
     configs: set[int] = dataclasses.field(default_factory=set)
     #: approved calls' edited arguments (JSON text) by call id: what their tool receives
     edits: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the items of the run's streamed runs, for the run's stream (None: none streamed)
+    items: ItemLog | None = None
+    #: a streamed run's items are being told (a nested streamed run's are not)
+    publishing: bool = False
 
     def arguments(self, tool_ctx: Any, arguments: str) -> str:
         """The arguments a tool call runs with: the approver's edit, else the model's."""
         return self.edits.get(getattr(tool_ctx, "tool_call_id", None) or "", arguments)
 
     async def step(self, step_id: str, body: Any, retry: RetryPolicy | None = None) -> Any:
-        return await self.bridge.call(lambda: self.ctx.step(step_id, body, retry=retry))
+        def run() -> Any:
+            self.flush()  # the items before this step, first
+            return self.ctx.step(step_id, body, retry=retry)
+
+        return await self.bridge.call(run)
+
+    def flush(self) -> None:
+        """(Workflow thread) write the streamed runs' items not written yet."""
+        if self.items is not None:
+            self.items.flush()
+
+    def publish(self, result: Any) -> None:
+        """Tell the items of the streamed run ``result`` (``Runner.run_streamed``'s) to
+        the run's stream, unless a streamed run around it already does."""
+        if self.publishing:
+            return
+        queue = getattr(result, "_event_queue", None)
+        if queue is None:  # pragma: no cover - an SDK without it: items are not told
+            return
+        if self.items is None:
+            self.items = ItemLog(self.ctx)
+        items = self.items
+        put = queue.put_nowait
+        self.publishing = True
+
+        def tapped(event: Any) -> None:
+            if isinstance(event, QueueCompleteSentinel):
+                self.publishing = False
+            else:
+                items.add(event)
+            put(event)
+
+        queue.put_nowait = tapped
 
     def run_body(self, make: Callable[[], Awaitable[Any]]) -> Any:
         """Inside a step (workflow thread): await ``make()`` on the agent's loop, where a
@@ -116,6 +142,10 @@ class _Session:
         else:
             wrapper.context = fresh
 
+    def default_config(self) -> RunConfig:
+        """The run config of a run given none: the run's model provider, no tracing."""
+        return RunConfig(model_provider=self.provider, tracing_disabled=True)
+
     def config(self, given: RunConfig | None) -> RunConfig:
         """``given`` with its model provider, model and guardrails going through steps."""
         if given is not None and id(given) in self.configs:
@@ -140,79 +170,6 @@ class _Session:
         )
         self.configs.add(id(made))
         return made
-
-
-def _dump(response: ModelResponse) -> dict[str, Any]:
-    usage = response.usage
-    return {
-        # as the API wrote them (the openai client's to_dict): by alias, only the fields
-        # set. Dumped by name, ResponseFunctionToolCall's ``async_`` (alias ``async``)
-        # came back as an unknown extra, which the SDK refuses to copy (an approval inside
-        # an agent used as a tool) and which the next request's input items carried
-        "output": [
-            item.model_dump(mode="json", by_alias=True, exclude_unset=True)
-            for item in response.output
-        ],
-        "usage": {
-            "requests": usage.requests,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "total_tokens": usage.total_tokens,
-        },
-        "response_id": response.response_id,
-    }
-
-
-def _load(data: dict[str, Any]) -> ModelResponse:
-    return ModelResponse(
-        # by name too: records written before the dump was by alias
-        output=[
-            _OUTPUT_ITEM.validate_python(item, by_alias=True, by_name=True)
-            for item in data["output"]
-        ],
-        usage=Usage(**data["usage"]),
-        response_id=data.get("response_id"),
-    )
-
-
-class DurableModel(Model):
-    """A model whose ``get_response`` is a durable step; streaming is refused."""
-
-    def __init__(self, model: Model, session: _Session) -> None:
-        self.model = model
-        self._session = session
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        model = self.model
-        session = self._session
-        if _in_step.get() is not None:  # inside a step's body, which records the call
-            return await model.get_response(*args, **kwargs)
-
-        def body() -> dict[str, Any]:
-            return _dump(session.run_body(lambda: model.get_response(*args, **kwargs)))
-
-        record = await session.step("model", body)
-        if isinstance(record, ModelRecoverable):  # a 400/422: the request was refused
-            raise PermanentError(f"the model refused the request: {record.message}")
-        return _load(record)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError(
-            "a durable OpenAI Agents run records whole responses: use durable_run "
-            "(Runner.run), not Runner.run_streamed"
-        )
-
-
-class _DurableProvider(ModelProvider):
-    """The models of ``provider``, each call a step."""
-
-    def __init__(self, provider: ModelProvider, session: _Session) -> None:
-        self.provider = provider
-        self._session = session
-
-    def get_model(self, model_name: str | None) -> Model:
-        model = self.provider.get_model(model_name)
-        return model if isinstance(model, DurableModel) else DurableModel(model, self._session)
 
 
 def _type_name(value: Any) -> str | None:
@@ -469,7 +426,9 @@ class _DurableAgentRunner(AgentRunner):
         session = _running.get()
         if session is not None and session.clones is not None and not session.legacy:
             starting_agent = session.clones.agent(starting_agent)
-            kwargs["run_config"] = session.config(_as_config(kwargs.get("run_config")))
+            kwargs["run_config"] = session.config(
+                _as_config(kwargs.get("run_config")) or session.default_config()
+            )
         else:
             inside = _in_step.get()
             if inside is not None and kwargs.get("run_config") is None:
@@ -481,8 +440,20 @@ class _DurableAgentRunner(AgentRunner):
     def run_sync(self, *args: Any, **kwargs: Any) -> Any:
         return self.inner.run_sync(*args, **kwargs)
 
-    def run_streamed(self, *args: Any, **kwargs: Any) -> Any:
-        return self.inner.run_streamed(*args, **kwargs)
+    def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
+        session = _running.get()
+        if session is not None and session.clones is not None and not session.legacy:
+            starting_agent = session.clones.agent(starting_agent)
+            kwargs["run_config"] = session.config(
+                _as_config(kwargs.get("run_config")) or session.default_config()
+            )
+            result = self.inner.run_streamed(starting_agent, input, **kwargs)
+            session.publish(result)
+            return result
+        inside = _in_step.get()
+        if inside is not None and kwargs.get("run_config") is None:
+            kwargs["run_config"] = RunConfig(model_provider=inside.provider, tracing_disabled=True)
+        return self.inner.run_streamed(starting_agent, input, **kwargs)
 
 
 def _as_config(value: Any) -> RunConfig | None:
