@@ -269,17 +269,6 @@ class WorkflowContext:
             self.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
         )
 
-    def _stream_writer(self, step_id: str) -> StreamWriter:
-        """A writer of the run's stream for the events of step ``step_id`` that are not
-        a model call's (e.g. a LangGraph super-step's stream modes): call it in the step's
-        body, on a live try; it writes nothing once the worker lost the run's lease."""
-        from durable.runtime.stream_writer import StreamWriter
-
-        heartbeat = self._execution.cursor.heartbeat
-        return StreamWriter(
-            self.run_id, step_id, live=lambda: heartbeat is None or not heartbeat.lost
-        )
-
     def _llm_step(
         self,
         step_id: str,
