@@ -4,15 +4,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('durable', '0018_stream_events'),
+        ("durable", "0018_stream_events"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='streamevent',
-            name='kind',
-            field=models.CharField(choices=[('step_started', 'Step started'), ('token', 'Token'), ('refusal', 'Refusal'), ('tool_call_started', 'Tool call started'), ('tool_call_delta', 'Tool call arguments'), ('tool_call_ended', 'Tool call ended'), ('step_ended', 'Step ended'), ('interrupted', 'Interrupted'), ('graph_values', 'Graph values'), ('graph_updates', 'Graph updates'), ('graph_custom', 'Graph custom'), ('graph_messages', 'Graph messages'), ('run_item', 'Run item'), ('agent_updated', 'Agent updated')], max_length=32),
+            model_name="streamevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("step_started", "Step started"),
+                    ("token", "Token"),
+                    ("refusal", "Refusal"),
+                    ("tool_call_started", "Tool call started"),
+                    ("tool_call_delta", "Tool call arguments"),
+                    ("tool_call_ended", "Tool call ended"),
+                    ("step_ended", "Step ended"),
+                    ("interrupted", "Interrupted"),
+                    ("graph_values", "Graph values"),
+                    ("graph_updates", "Graph updates"),
+                    ("graph_custom", "Graph custom"),
+                    ("graph_messages", "Graph messages"),
+                    ("run_item", "Run item"),
+                    ("agent_updated", "Agent updated"),
+                ],
+                max_length=32,
+            ),
         ),
     ]
