@@ -144,7 +144,7 @@ class DurableAgent:
         self.tool_concurrency = tool_concurrency
         self.event_stream_handler = event_stream_handler or agent.event_stream_handler
         self.event_stream_handlers = dict(event_stream_handlers or {})
-        self.stream = stream
+        self.always_stream = stream
         self.toolsets: dict[str, AbstractToolset[Any]] = {}
         for toolset in toolsets:
             if not toolset.id or toolset.id in self.toolsets:
@@ -336,7 +336,7 @@ class DurableAgent:
             tool_concurrency=self.tool_concurrency,
             handler=self._handler(input.get("event_stream_handler")),
         )
-        session.stream = self.stream or bool(input.get("stream")) or session.handler is not None
+        session.stream = bool(self.always_stream or input.get("stream") or session.handler)
         history_data = input.get("message_history")
         history = ModelMessagesTypeAdapter.validate_python(history_data) if history_data else None
         return bridge.run(lambda: self._converse(session, input, history))
