@@ -38,11 +38,14 @@ from pydantic_ai import (
     ToolCallPartDelta,
     ToolReturnPart,
 )
+from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.settings import ModelSettings
 
-from durable.contrib.pydantic_ai import DurableAgent
+from durable import RetryPolicy
+from durable.contrib.pydantic_ai import DurableAgent, StepSettings
 from tests.crash_workflows import append_jsonl
 
 MODEL_CALLS: list[str] = []
@@ -228,3 +231,52 @@ scripted_agent = Agent(instructions="durable-script: echo")
 durable_scripted = DurableAgent(
     scripted_agent, name="pai-stream.scripted", version="1", model=scripted_model
 )
+
+
+# ------------------------------------------------ a try that fails mid-stream; a model that cannot
+
+#: names of the streams that already failed once
+FAILED_ONCE: set[str] = set()
+
+
+async def flaky_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    _record("flaky")
+    yield "It will be "
+    if "flaky" not in FAILED_ONCE:
+        FAILED_ONCE.add("flaky")
+        raise ConnectionError("the connection dropped mid-stream")
+    yield "sunny."
+
+
+flaky_agent = Agent(FunctionModel(stream_function=flaky_stream))
+durable_flaky = DurableAgent(
+    flaky_agent,
+    name="pai-stream.flaky",
+    version="1",
+    event_stream_handler=event_stream_handler,
+    model_step=StepSettings(retry=RetryPolicy(initial_interval=0.01, jitter=False)),
+)
+
+
+class WholeOnly(Model):
+    """A model that answers whole and cannot stream (PydanticAI's base ``request_stream``)."""
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        _record("whole-only")
+        return ModelResponse(parts=[TextPart("whole")])
+
+    @property
+    def model_name(self) -> str:
+        return "whole-only"
+
+    @property
+    def system(self) -> str:
+        return "test"
+
+
+durable_whole_only = DurableAgent(Agent(WholeOnly()), name="pai-stream.whole-only", version="1")

@@ -13,9 +13,12 @@ tests/processes/test_pydantic_ai_stream_processes.py.
 from __future__ import annotations
 
 import asyncio
+import json
+from io import StringIO
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 from django.db import connection
 from pydantic_ai import (
     PartDeltaEvent,
@@ -131,7 +134,8 @@ def test_the_pages_handler_gets_pydantic_ais_events_live_and_the_run_streams():
     events = events_of(run.id)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     first = [(e.kind, e.data) for e in events if e.step_id == "model"]
-    assert [k for k, _ in first] == [
+    kinds = [k for k, _ in first]  # the deltas the writer had not committed yet are merged
+    assert [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]] == [
         "step_started",
         "tool_call_started",
         "tool_call_delta",
@@ -139,8 +143,9 @@ def test_the_pages_handler_gets_pydantic_ais_events_live_and_the_run_streams():
         "step_ended",
     ]
     assert first[1][1] == {"index": 0, "id": "0001", "name": "weather_forecast"}
-    assert first[3][1]["arguments"] == ARGS
-    assert first[4][1]["usage"]["total_tokens"] > 0
+    assert "".join(d["delta"] for k, d in first if k == "tool_call_delta") == ARGS
+    assert first[-2][1]["arguments"] == ARGS
+    assert first[-1][1]["usage"]["total_tokens"] > 0
     assert text_of(events, "model#2") == ANSWER
     assert {e.step_id for e in events} == {"model", "model#2"}  # tools do not stream
 
@@ -288,3 +293,45 @@ def test_at_an_interrupted_event_the_text_starts_over_with_the_new_try():
         "(scripted model, no script here.",
     ]
     assert reader.restarts == 1
+
+
+def test_a_try_that_fails_mid_stream_is_announced_and_asked_again_recorded_once():
+    sa.FAILED_ONCE.clear()
+    run = drive(sa.durable_flaky.start("Will it be sunny?").id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert sa.MODEL_CALLS == ["flaky", "flaky"]
+    # the handler saw the failed try's events, then the new try's (each a fresh stream)
+    starts = [m for m in sa.output_messages if m.startswith("[Request] Starting")]
+    assert starts == ["[Request] Starting part 0: TextPart(content='It will be ')"] * 2
+    events = events_of(run.id)
+    kinds = [e.kind for e in events]
+    assert kinds[:3] == ["step_started", "token", "step_ended"]
+    assert "error" in events[2].data and "connection dropped" in events[2].data["error"]
+    assert events[3].kind == "interrupted" and events[3].data["reason"] == "failed"
+    assert text_of(events[4:], "model") == "It will be sunny."
+    assert Step.objects.filter(run=run, step_id="model").count() == 1
+
+
+def test_a_model_that_cannot_stream_fails_the_run_once_naming_the_model_and_the_way_out():
+    run = drive(sa.durable_whole_only.start("Hello", stream=True).id)
+    assert run.status == RunStatus.FAILED
+    assert run.error["type"] == "PermanentError" and run.error["step_id"] == "model"
+    assert "the model 'whole-only' cannot stream" in run.error["message"]
+    assert "use a model that streams, or run without them" in run.error["message"]
+    assert sa.MODEL_CALLS == []  # refused before any request, and not tried again
+    run = drive(sa.durable_whole_only.start("Hello").id)  # unstreamed, it answers
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+
+def test_the_replay_check_passes_a_streamed_run_and_writes_nothing_to_its_stream():
+    run = drive(sa.durable_approve.start(PROMPT).id)
+    assert run.status == RunStatus.WAITING, run.error
+    streamed = len(events_of(run.id))
+    out = StringIO()
+    call_command(
+        "durable", "replay-check", "--json", "--workflow", "pai-stream.approve", stdout=out
+    )
+    report = json.loads(out.getvalue())
+    assert report["checked"] == 1 and report["diverged"] == 0, report
+    assert len(events_of(run.id)) == streamed
+    assert sa.MODEL_CALLS == ["weather"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from pydantic_ai import (
@@ -37,6 +38,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
+from durable.exceptions import PermanentError
 from durable.vocabulary import StreamKind
 
 Event = tuple[str, dict[str, Any]]
@@ -126,9 +128,20 @@ async def stream_request(
     """One streamed request to ``model`` (on the agent's loop): each event mapped to
     ``emit(kind, data)`` as it arrives and handed to ``handler(run_context, events)``
     (when both are given); the events the handler leaves are drained. Returns the
-    assembled ``ModelResponse``."""
+    assembled ``ModelResponse``. Raises :class:`~durable.exceptions.PermanentError`
+    (not tried again) when the model cannot stream."""
     mapping = StreamMapping()
-    async with model.request_stream(messages, model_settings, parameters, run_context) as streamed:
+    async with AsyncExitStack() as stack:
+        try:
+            streamed = await stack.enter_async_context(
+                model.request_stream(messages, model_settings, parameters, run_context)
+            )
+        except NotImplementedError as exc:  # PydanticAI's base Model: no streamed requests
+            raise PermanentError(
+                f"the model {model.model_name!r} cannot stream ({exc}): this run streams its "
+                "model requests (an event_stream_handler, or stream=True / run_stream); use "
+                "a model that streams, or run without them"
+            ) from exc
 
         async def events() -> AsyncIterator[ModelResponseStreamEvent]:
             async for event in streamed:
