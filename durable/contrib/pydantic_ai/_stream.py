@@ -37,6 +37,7 @@ from pydantic_ai.messages import ModelResponseStreamEvent
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
+from pydantic_core import to_jsonable_python
 
 from durable.exceptions import PermanentError
 from durable.vocabulary import StreamKind
@@ -44,10 +45,11 @@ from durable.vocabulary import StreamKind
 Event = tuple[str, dict[str, Any]]
 
 
-def _args_text(args: str | dict[str, Any] | None) -> str:
+def _args_text(args: Any) -> str:
+    """A tool call's arguments (or a fragment of them) as JSON text."""
     if args is None:
         return ""
-    return args if isinstance(args, str) else json.dumps(args)
+    return args if isinstance(args, str) else json.dumps(to_jsonable_python(args))
 
 
 class StreamMapping:
