@@ -335,3 +335,12 @@ def test_the_replay_check_passes_a_streamed_run_and_writes_nothing_to_its_stream
     assert report["checked"] == 1 and report["diverged"] == 0, report
     assert len(events_of(run.id)) == streamed
     assert sa.MODEL_CALLS == ["weather"]
+
+
+def test_a_follower_gives_up_after_its_timeout_naming_where_to_go_on():
+    run = sa.durable_capital.start("What is the capital of the UK?", stream=True)  # no worker
+    follower = sa.durable_capital.stream(run.id, timeout=0.3)
+    with pytest.raises(TimeoutError, match=r"after 0.3 s .*seq 0; follow on with after=0"):
+        list(follower.stream_text())
+    drive(run.id)
+    assert list(follower.stream_text())[-1] == "The capital of the UK is London."

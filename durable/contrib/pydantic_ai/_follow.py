@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,12 +26,15 @@ from pydantic_ai.exceptions import UserError
 
 import durable
 from durable.observability import logcontext
-from durable.vocabulary import StreamKind
+from durable.vocabulary import TERMINAL, RunStatus, StreamKind
 
 #: the names PydanticAI gives its output tools (``final_result``, ``final_result_<Type>``)
 OUTPUT_TOOL_PREFIX = "final_result"
 
 _END = object()
+
+#: seconds of one read of the run's stream: a reader that went away is seen within it
+WINDOW = 2.0
 
 
 class _Reader:
@@ -109,23 +113,41 @@ class _Follower:
         """How many tries were cut off and asked again (``interrupted`` events read)."""
         return self._reader.restarts
 
-    def _stream(self) -> Iterator[dict[str, Any]]:
-        for event in durable.stream(
-            self.run_id, self.last_seq, poll=self.poll, timeout=self.timeout
-        ):
-            self.last_seq = event["seq"]
-            yield event
+    def _stream(self, stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+        """``durable.stream`` from the last event read, in windows of ``WINDOW`` seconds
+        so that ``stop`` (set: a reader that went away) is seen while the run is quiet;
+        ``TimeoutError`` past the follower's ``timeout``."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            left = WINDOW if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                for event in durable.stream(
+                    self.run_id, self.last_seq, poll=self.poll, timeout=min(WINDOW, left)
+                ):
+                    self.last_seq = event["seq"]
+                    yield event
+                    if stop is not None and stop.is_set():
+                        return
+                return
+            except TimeoutError:
+                if stop is not None and stop.is_set():
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"run {self.run_id} still streams after {self.timeout} s (the last "
+                        f"event read: seq {self.last_seq}; follow on with after={self.last_seq})"
+                    ) from None
 
     def _final(self) -> list[Any]:
         """The run's output once its stream ended: ``[output]`` when it succeeded,
-        ``[]`` when it waits; raises :class:`durable.RunFailed` when it failed."""
-        from durable.models import RunStatus
+        ``[]`` when it waits; raises :class:`durable.RunFailed` when it ended otherwise."""
+        from durable.client import RunFailed
 
         run = durable.get_run(self.run_id)
         if run.status == RunStatus.SUCCEEDED:
             return [self.agent.decode(run.output_value()).output]
-        if run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
-            durable.result(self.run_id, timeout=0)  # raises RunFailed, naming why
+        if run.status in TERMINAL:
+            raise RunFailed(run)
         return []
 
 
@@ -196,10 +218,8 @@ class AsyncStreamedRun(_Follower):
         def pump() -> None:
             close_old_connections()
             try:
-                for event in self._stream():
+                for event in self._stream(stop):
                     loop.call_soon_threadsafe(queue.put_nowait, event)
-                    if stop.is_set():
-                        return
                 loop.call_soon_threadsafe(queue.put_nowait, _END)
             except BaseException as exc:  # handed to the reader, raised there
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
