@@ -17,9 +17,8 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
-from pydantic import BaseModel
 from pydantic_ai import (
     Agent,
     AgentStreamEvent,
@@ -43,6 +42,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
+from typing_extensions import TypedDict  # pydantic wants it before Python 3.12
 
 from durable import RetryPolicy
 from durable.contrib.pydantic_ai import DurableAgent, StepSettings
@@ -180,7 +180,7 @@ durable_approve = DurableAgent(
 )
 
 
-# ------------------------------------------------ run_agent.py's agent, and a structured one
+# ------------------------------------------------ run_agent.py's and streamed_user_profile.py's
 
 CAPITAL = ["The capital of ", "the UK is ", "London."]
 
@@ -195,24 +195,33 @@ capital_agent = Agent(FunctionModel(stream_function=capital_stream))
 durable_capital = DurableAgent(capital_agent, name="pai-stream.capital", version="1")
 
 
-class CityInfo(BaseModel):
-    city: str
-    country: str
+class UserProfile(TypedDict):  # streamed_user_profile.py (ai.pydantic.dev/output)
+    name: str
+    dob: NotRequired[date]
+    bio: NotRequired[str]
 
 
-CITY_ARGS = ['{"city":"Lon', 'don","coun', 'try":"UK"}']
+PROFILE_ARGS = [
+    '{"name": "Ben", "dob": "1990-01-28", "bio": "Likes',
+    " the chain the ",
+    "dog and the pyr",
+    'amid"}',
+]
 
 
-async def city_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
-    _record("city")
-    name = info.output_tools[0].name
-    yield {0: DeltaToolCall(name=name, tool_call_id="c1")}
-    for piece in CITY_ARGS:
+async def profile_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+    _record("profile")
+    yield {0: DeltaToolCall(name=info.output_tools[0].name, tool_call_id="p1")}
+    for piece in PROFILE_ARGS:
         yield {0: DeltaToolCall(json_args=piece)}
 
 
-city_agent = Agent(FunctionModel(stream_function=city_stream), output_type=CityInfo)
-durable_city = DurableAgent(city_agent, name="pai-stream.city", version="1")
+profile_agent = Agent(
+    FunctionModel(stream_function=profile_stream),
+    output_type=UserProfile,
+    instructions="Extract a user profile from the input",
+)
+durable_profile = DurableAgent(profile_agent, name="pai-stream.profile", version="1")
 
 
 # ------------------------------------------------ the scripted model, for worker processes

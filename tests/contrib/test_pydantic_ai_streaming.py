@@ -5,7 +5,8 @@ record on a replay), and a caller following the run in PydanticAI's shapes.
 
 The agents are tests/contrib/pai_stream_agents.py: PydanticAI's "Streaming Events and
 Final Output" example (its ``handle_event`` and ``event_stream_handler`` as the page
-writes them) and ``run_agent.py``'s ``run_stream`` example. Driven in-process here; the
+writes them) ``run_agent.py``'s ``run_stream`` example and ``streamed_user_profile.py``'s
+``stream_output``. Driven in-process here; the
 worker-process tests (a reader while the reply arrives, a worker killed mid-stream) are
 tests/processes/test_pydantic_ai_stream_processes.py.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import date
 from io import StringIO
 
 import pytest
@@ -265,14 +267,18 @@ def test_the_page_run_stream_example_async():
     assert texts[-1] == "The capital of the UK is London."
 
 
-def test_stream_output_validates_a_structured_output_as_its_arguments_arrive():
-    result = sa.durable_city.run_stream_sync("Where is Big Ben?")
+def test_the_pages_streamed_user_profile_example_stream_output():
+    user_input = (
+        "My name is Ben, I was born on January 28th 1990, I like the chain the dog and the pyramid."
+    )
+    result = sa.durable_profile.run_stream_sync(user_input)
     drive(result.run_id)
-    outputs = list(result.stream_output())
-    assert outputs and outputs[-1] == sa.CityInfo(city="London", country="UK")
-    assert all(isinstance(o, sa.CityInfo) for o in outputs)
-    events = events_of(result.run_id)
-    assert [e.kind for e in events if e.kind.startswith("tool_call")][0] == "tool_call_started"
+    profiles = list(result.stream_output())
+    bio = "Likes the chain the dog and the pyramid"
+    assert profiles[-1] == {"name": "Ben", "dob": date(1990, 1, 28), "bio": bio}
+    # partial profiles validated as the output tool's arguments arrived, each growing
+    assert all(p.get("bio", "") == bio[: len(p.get("bio", ""))] for p in profiles)
+    assert result.get_output(timeout=5) == profiles[-1]
 
 
 def test_at_an_interrupted_event_the_text_starts_over_with_the_new_try():
