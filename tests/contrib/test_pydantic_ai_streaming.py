@@ -273,7 +273,7 @@ def test_the_pages_streamed_user_profile_example_stream_output():
     )
     result = sa.durable_profile.run_stream_sync(user_input)
     drive(result.run_id)
-    profiles = list(result.stream_output())
+    profiles = list(result.stream_output(debounce_by=None))  # as the page's other example
     bio = "Likes the chain the dog and the pyramid"
     assert profiles[-1] == {"name": "Ben", "dob": date(1990, 1, 28), "bio": bio}
     # partial profiles validated as the output tool's arguments arrived, each growing

@@ -164,8 +164,10 @@ class StreamedRun(_Follower):
     ``interrupted`` event (a worker lost mid-stream, a failed try) the text starts over
     with the new try; with ``delta=True`` the cut-off try's pieces have been yielded
     already: check :attr:`restarts`, or use ``delta=False``. :meth:`get_output` waits
-    for the run's output. Raises :class:`durable.RunNotFound`, ``TimeoutError`` (past
-    ``timeout`` seconds), :class:`durable.RunFailed` (``stream_output``, ``get_output``).
+    for the run's output. ``debounce_by`` is taken for PydanticAI's signature and not
+    used: the run's stream is already batched by its writer (50 ms). Raises
+    :class:`durable.RunNotFound`, ``TimeoutError`` (past ``timeout`` seconds),
+    :class:`durable.RunFailed` (``stream_output``, ``get_output``).
     """
 
     def stream_events(self) -> Iterator[dict[str, Any]]:
@@ -173,14 +175,16 @@ class StreamedRun(_Follower):
             self._reader.feed(event)
             yield event
 
-    def stream_text(self, *, delta: bool = False) -> Iterator[str]:
+    def stream_text(
+        self, *, delta: bool = False, debounce_by: float | None = None
+    ) -> Iterator[str]:
         wanted = "delta" if delta else "text"
         for event in self._stream():
             for kind, value in self._reader.feed(event):
                 if kind == wanted:
                     yield value
 
-    def stream_output(self) -> Iterator[Any]:
+    def stream_output(self, *, debounce_by: float | None = None) -> Iterator[Any]:
         last: Any = _END
         for event in self._stream():
             for kind, value in self._reader.feed(event):
@@ -241,14 +245,16 @@ class AsyncStreamedRun(_Follower):
             self._reader.feed(event)
             yield event
 
-    async def stream_text(self, *, delta: bool = False) -> AsyncIterator[str]:
+    async def stream_text(
+        self, *, delta: bool = False, debounce_by: float | None = None
+    ) -> AsyncIterator[str]:
         wanted = "delta" if delta else "text"
         async for event in self._astream():
             for kind, value in self._reader.feed(event):
                 if kind == wanted:
                     yield value
 
-    async def stream_output(self) -> AsyncIterator[Any]:
+    async def stream_output(self, *, debounce_by: float | None = None) -> AsyncIterator[Any]:
         last: Any = _END
         async for event in self._astream():
             for kind, value in self._reader.feed(event):
