@@ -20,6 +20,7 @@ from pydantic_ai import (
     ToolApproved,
     ToolDenied,
 )
+from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.models import (
     Model,
 )
@@ -31,6 +32,8 @@ from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge
+from durable.contrib.pydantic_ai import _follow as follow
+from durable.contrib.pydantic_ai._follow import AsyncStreamedRun, StreamedRun
 from durable.contrib.pydantic_ai._options import (
     StepSettings,
     load_deps,
@@ -80,6 +83,16 @@ class DurableAgent:
     ``tool_retry`` is ``tool_step``'s retry policy (kept for existing callers). A
     ``durable_tool`` keeps its registered tool's own policy.
 
+    Streaming (docs/streaming.md): ``event_stream_handler`` (instead of the agent's own)
+    gets PydanticAI's events of every run, in the worker: a model request's events live
+    from the model inside its step, the tool calls' events as the agent makes them; a
+    replay hands it the events derived from the records (one ``PartStartEvent`` per part,
+    whole). ``event_stream_handlers``: handlers a run may choose by name with
+    ``start(event_stream_handler=...)``. A run with a handler, or started with
+    ``stream=True`` (``run_stream``), or of an agent built with ``stream=True``, writes
+    each model request to the run's stream as it arrives; the step records the same
+    ``ModelResponse`` as an unstreamed request.
+
     The tool calls of one model response run as one ``ctx.parallel`` group (recorded in
     the order of the calls): reads at once, at most ``tool_concurrency`` of them
     (``None``: all), writes of ``durable_tool``s one by one. The calls needing approval
@@ -111,6 +124,9 @@ class DurableAgent:
         tool_steps: Mapping[str, StepSettings] | None = None,
         tool_concurrency: int | None = None,
         models: Mapping[str, Model | Callable[[], Model]] | None = None,
+        event_stream_handler: EventStreamHandler[Any] | None = None,
+        event_stream_handlers: Mapping[str, EventStreamHandler[Any]] | None = None,
+        stream: bool = False,
     ) -> None:
         if agent.model is None and model is None:
             raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
@@ -126,6 +142,9 @@ class DurableAgent:
         self.tool_step = (tool_step or StepSettings()).over(StepSettings(retry=tool_retry))
         self.tool_steps = dict(tool_steps or {})
         self.tool_concurrency = tool_concurrency
+        self.event_stream_handler = event_stream_handler or agent.event_stream_handler
+        self.event_stream_handlers = dict(event_stream_handlers or {})
+        self.always_stream = stream
         self.toolsets: dict[str, AbstractToolset[Any]] = {}
         for toolset in toolsets:
             if not toolset.id or toolset.id in self.toolsets:
@@ -167,6 +186,8 @@ class DurableAgent:
         model_settings: ModelSettings | None = None,
         toolsets: Sequence[AbstractToolset[Any] | str] | None = None,
         model: Model | str | None = None,
+        event_stream_handler: EventStreamHandler[Any] | str | None = None,
+        stream: bool = False,
         **options: Any,
     ) -> Any:
         """Start a run (``durable.start``; idempotent on ``run_id``); returns the Run.
@@ -178,14 +199,16 @@ class DurableAgent:
         ``model_settings`` (a JSON-able dict: a timeout in seconds, not an
         ``httpx.Timeout``) and ``toolsets`` (registered with the agent, given as
         themselves or their ids), ``model`` (a name of ``models=``, one of those models,
-        or a PydanticAI model name such as ``"openai:gpt-4o"``, built at each execution).
+        or a PydanticAI model name such as ``"openai:gpt-4o"``, built at each execution),
+        ``event_stream_handler`` (a name of ``event_stream_handlers=``, or one of them),
+        ``stream`` (each model request streams to the run's stream, ``durable.stream``).
         ``options``: ``durable.start``'s (``started_by``,
         ``tags``, budgets).
 
         Raises :class:`~durable.PayloadError` naming the field of ``deps`` or
-        ``model_settings`` that cannot be stored, ``ValueError`` for a toolset or a model
-        instance that is not registered, ``TypeError`` for ``usage_limits`` that are not
-        a ``UsageLimits``; no run is written then.
+        ``model_settings`` that cannot be stored, ``ValueError`` for a toolset, a model
+        instance or an event stream handler that is not registered, ``TypeError`` for
+        ``usage_limits`` that are not a ``UsageLimits``; no run is written then.
         """
         from durable import start
 
@@ -202,6 +225,8 @@ class DurableAgent:
             "model_settings": store_model_settings(model_settings),
             "toolsets": toolset_ids(toolsets, self.toolsets),
             "model": self._model_name(model),
+            "event_stream_handler": self._handler_name(event_stream_handler),
+            "stream": True if stream else None,
         }
         # only the options given: the input of a run without them is as before
         stored = {k: v for k, v in given.items() if v is not None}
@@ -223,6 +248,53 @@ class DurableAgent:
             f"({sorted(self.models) or 'none'}); a model instance cannot be stored with the "
             "run: register it with DurableAgent(..., models={name: model}) or pass a model name"
         )
+
+    def _handler_name(self, handler: EventStreamHandler[Any] | str | None) -> str | None:
+        """What a run stores of ``start(event_stream_handler=...)``: a registered name."""
+        if handler is None:
+            return None
+        for name, registered in self.event_stream_handlers.items():
+            if handler == name or registered is handler:
+                return name
+        raise ValueError(
+            f"event_stream_handler: {handler!r} is not one of the agent's registered handlers "
+            f"({sorted(self.event_stream_handlers) or 'none'}); a function cannot be stored "
+            "with the run: register it with DurableAgent(..., event_stream_handlers={name: fn}) "
+            "and pass its name"
+        )
+
+    # ------------------------------------------------------------- following a run
+
+    @property
+    def output_types(self) -> list[Any]:
+        """The agent's output types (without ``DeferredToolRequests``)."""
+        return list(self._output_types)
+
+    def run_stream(self, prompt: str | None, **options: Any) -> Any:
+        """PydanticAI's ``run_stream`` for a durable run: ``async with
+        agent.run_stream(prompt) as result:`` starts the run (:meth:`start`'s options,
+        with ``stream=True``) and ``result`` (an :class:`AsyncStreamedRun`) follows it:
+        ``stream_text()``, ``stream_output()``, ``get_output()``. Refused inside a
+        workflow (``UserError``): there, set an ``event_stream_handler``."""
+        return follow.run_stream(self, prompt, options)
+
+    def run_stream_sync(self, prompt: str | None, **options: Any) -> StreamedRun:
+        """PydanticAI's ``run_stream_sync``: starts the run as :meth:`run_stream` does
+        and returns a :class:`StreamedRun` (``stream_text()`` ... synchronous)."""
+        return follow.run_stream_sync(self, prompt, options)
+
+    def stream(
+        self, run_id: str, *, after: int = 0, poll: float = 0.25, timeout: float | None = None
+    ) -> StreamedRun:
+        """Follow the run ``run_id`` (started by anyone) from the event after ``after``
+        (``durable.stream``'s arguments): a :class:`StreamedRun`."""
+        return StreamedRun(self, run_id, after=after, poll=poll, timeout=timeout)
+
+    def astream(
+        self, run_id: str, *, after: int = 0, poll: float = 0.25, timeout: float | None = None
+    ) -> AsyncStreamedRun:
+        """:meth:`stream` for ``async`` code: an :class:`AsyncStreamedRun`."""
+        return AsyncStreamedRun(self, run_id, after=after, poll=poll, timeout=timeout)
 
     def result(self, run_id: str, timeout: float | None = 60.0) -> DurableAgentResult:
         """Wait up to ``timeout`` seconds for the run; its output validated into the
@@ -262,7 +334,9 @@ class DurableAgent:
             tool_step=self.tool_step,
             tool_steps=self.tool_steps,
             tool_concurrency=self.tool_concurrency,
+            handler=self._handler(input.get("event_stream_handler")),
         )
+        session.stream = bool(self.always_stream or input.get("stream") or session.handler)
         history_data = input.get("message_history")
         history = ModelMessagesTypeAdapter.validate_python(history_data) if history_data else None
         return bridge.run(lambda: self._converse(session, input, history))
@@ -308,6 +382,7 @@ class DurableAgent:
                     conversation_id=session.ctx.run_id,  # the same on every replay
                     run_id=f"{session.ctx.run_id}:{turn}",
                     usage=usage,  # the limits count the whole run, not one turn
+                    event_stream_handler=session.handler,
                     **options,
                 )
                 history = run.all_messages()
@@ -323,6 +398,16 @@ class DurableAgent:
                 )
                 prompt = None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _handler(self, name: str | None) -> EventStreamHandler[Any] | None:
+        if name is None:
+            return self.event_stream_handler
+        if name not in self.event_stream_handlers:
+            raise ValueError(
+                f"DurableAgent {self.name!r}: the run's event_stream_handler {name!r} is not "
+                f"registered on this worker (registered: {sorted(self.event_stream_handlers)})"
+            )
+        return self.event_stream_handlers[name]
 
     def _decide(self, ctx: Any, requests: DeferredToolRequests) -> DeferredToolResults:
         """Ask the inbox about each call needing approval (workflow thread); a deferred

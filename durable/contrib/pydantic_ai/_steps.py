@@ -24,6 +24,7 @@ from pydantic_ai import (
     ToolFailed,
     ToolReturn,
 )
+from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.models import (
     CompletedStreamedResponse,
     Model,
@@ -40,6 +41,7 @@ from durable.calls import Call, tool_call
 from durable.calls import call as durable_call
 from durable.contrib._bridge import LoopBridge, with_key
 from durable.contrib.pydantic_ai._options import StepSettings, tool_settings
+from durable.contrib.pydantic_ai._stream import stream_request, usage_data
 from durable.exceptions import PermanentError, StepTimeout
 from durable.types import ModelRecoverable
 
@@ -91,6 +93,11 @@ class _Session:
     tool_steps: dict[str, StepSettings] = field(default_factory=dict)
     #: at most this many of a turn's tool calls run at once (None: all of them)
     tool_concurrency: int | None = None
+    #: every model request streams to the run's stream, even one PydanticAI sends whole
+    stream: bool = False
+    #: the run's ``event_stream_handler``: it gets a streamed request's events live,
+    #: inside the step
+    handler: EventStreamHandler[Any] | None = None
     turn: _Turn = field(init=False)
 
     def __post_init__(self) -> None:
@@ -171,6 +178,11 @@ class DurableModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
+        if self._session.stream:  # the run streams: the same record, written live
+            response, _ = await self._streamed(
+                messages, model_settings, model_request_parameters, None
+            )
+            return response
         wrapped = self.wrapped
         session = self._session
         settings = session.model_step
@@ -182,11 +194,7 @@ class DurableModel(WrapperModel):
             response = _dump_response(session.on_loop(send, settings, "the model request"))
             return {"response": response, "stamps": _stamps(messages)}
 
-        recorded = await session.step("model", body, settings)
-        if isinstance(recorded, ModelRecoverable):  # a 400/422: the request was refused
-            raise PermanentError(f"the model refused the request: {recorded.message}")
-        _pin_stamps(messages, recorded["stamps"])
-        return _load_response(recorded["response"])
+        return self._loaded(messages, await session.step("model", body, settings))
 
     @asynccontextmanager
     async def request_stream(
@@ -196,12 +204,61 @@ class DurableModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncGenerator[StreamedResponse]:
-        # a stream cannot be replayed: the step records the whole response, and the
-        # stream yields it as events once it is complete
-        response = await self.request(messages, model_settings, model_request_parameters)
-        yield CompletedStreamedResponse(
-            response, model_request_parameters=model_request_parameters, replay_events=True
+        response, live = await self._streamed(
+            messages, model_settings, model_request_parameters, run_context
         )
+        # a live try handed its events to the handler inside the step: the graph's stream
+        # is then empty (as DBOS's); a replay, or no handler, derives them from the record
+        replay = not live or self._session.handler is None
+        yield CompletedStreamedResponse(
+            response, model_request_parameters=model_request_parameters, replay_events=replay
+        )
+
+    async def _streamed(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None,
+    ) -> tuple[ModelResponse, bool]:
+        """The step ``model`` of a streamed request, and whether this execution asked the
+        model (``False``: the recorded response, replayed)."""
+        wrapped = self.wrapped
+        session = self._session
+        settings = session.model_step
+        ctx = session.ctx
+        live = False
+
+        def body(*, idempotency_key: str) -> Any:
+            nonlocal live
+            live = True
+            step_id = idempotency_key[len(ctx.run_id) + 1 :]  # "{run_id}:{step_id}"
+            with ctx._step_stream(step_id, model=wrapped.model_name) as out:
+
+                def send() -> Awaitable[ModelResponse]:
+                    return stream_request(
+                        wrapped,
+                        messages,
+                        model_settings,
+                        parameters,
+                        run_context,
+                        emit=out.emit,
+                        handler=session.handler,
+                    )
+
+                response = session.on_loop(send, settings, "the model request")
+                out.end(finish_reason=response.finish_reason, usage=usage_data(response.usage))
+            return {"response": _dump_response(response), "stamps": _stamps(messages)}
+
+        recorded = await session.step("model", body, settings)
+        return self._loaded(messages, recorded), live
+
+    @staticmethod
+    def _loaded(messages: list[ModelMessage], recorded: Any) -> ModelResponse:
+        if isinstance(recorded, ModelRecoverable):  # a 400/422: the request was refused
+            raise PermanentError(f"the model refused the request: {recorded.message}")
+        _pin_stamps(messages, recorded["stamps"])
+        return _load_response(recorded["response"])
 
 
 @dataclass
