@@ -9,32 +9,38 @@ die at a step's boundary (:meth:`~DurableEnv.crash_at`) and the run then recover
 production way (its lease runs out, a fresh execution claims and replays it), and every
 tool body entered is recorded with its idempotency key (:meth:`~DurableEnv.tool_calls`).
 Nothing sleeps: the waits a worker would sleep in place are skipped too.
+
+This module is also Durable's pytest plugin (the ``pytest11`` entry point ``durable``,
+installed with the package): the ``durable_env`` and ``durable_llm`` fixtures are at its
+end (the approvals app adds ``durable_approvals``: ``approvals.testing``). pytest loads
+it before Django is set up, so it imports the engine and the models where they are
+used, not at its top.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+import pytest
 from django.conf import settings
 from django.db.models import Min, Q
 from django.test.utils import override_settings
 
 import durable
-from durable.models import TERMINAL, Operation, Run, RunStatus, Schedule, Wait
-from durable.services import schedules
-from durable.services.reconcile import ReconcileOutcome, operation_reconcile
-from durable.testing.clock import SkippingClock
-from durable.testing.crash import CrashPoint, Hooks, SimulatedCrash
-from durable.testing.effects import ToolCall, ToolRecorder
-from durable.vocabulary import OperationStatus, WaitKind, WaitStatus
-from durable.waits.deadlines import IDLE
-from durable.worker.engine import execute
-from durable.worker.sweeper import sweep
+from durable.vocabulary import TERMINAL, OperationStatus, RunStatus, WaitKind, WaitStatus
 
-__all__ = ["DurableEnv"]
+if TYPE_CHECKING:
+    from durable.models import Operation, Run
+    from durable.services.reconcile import ReconcileOutcome
+    from durable.testing.crash import CrashPoint, SimulatedCrash
+    from durable.testing.effects import ToolCall
+    from durable.testing.llm import ScriptedLLM
+
+__all__ = ["DurableEnv", "durable_env", "durable_llm"]
 
 #: how far past a due time the clock lands when it skips to it (the sweeper's tests of
 #: leases and deadlines are strict: ``expires_at < now``)
@@ -59,6 +65,10 @@ class DurableEnv:
     registered tool (:attr:`tools`)."""
 
     def __init__(self, *, started_by: Any = "test:requester") -> None:
+        from durable.testing.crash import Hooks
+        from durable.testing.effects import ToolRecorder
+        from durable.testing.timeskip import SkippingClock
+
         self.started_by = started_by
         self.clock = SkippingClock()
         self.hooks = Hooks()
@@ -115,6 +125,11 @@ class DurableEnv:
         run is returned as the crash left it (RUNNING under a lease nobody renews).
         Raises ``RuntimeError`` after ``max_executions`` executions.
         """
+        from durable.models import Run
+        from durable.testing.crash import SimulatedCrash
+        from durable.worker.engine import execute
+        from durable.worker.sweeper import sweep
+
         run_id = _run_id(run)
         for _ in range(max_executions):
             row = Run.objects.get(pk=run_id)
@@ -177,6 +192,9 @@ class DurableEnv:
     def next_due(self) -> datetime | None:
         """The earliest time after now at which something falls due (see :meth:`advance`),
         or ``None``."""
+        from durable.models import Run, Schedule, Wait
+        from durable.waits.deadlines import IDLE
+
         now = self.now()
         found = [
             Wait.objects.filter(status=WaitStatus.PENDING, wake_at__gt=now).aggregate(
@@ -204,6 +222,9 @@ class DurableEnv:
         retries), the schedule tick (due slots start), then every ready run is executed
         (:meth:`run`), again while runs become ready (a child's end wakes its parent).
         Returns the ids of the runs executed."""
+        from durable.services import schedules
+        from durable.worker.sweeper import sweep
+
         sweep()
         schedules.tick()
         executed: list[str] = []
@@ -219,6 +240,8 @@ class DurableEnv:
 
     def _ready(self) -> list[str]:
         """The runs a worker would claim now, oldest first."""
+        from durable.models import Run
+
         now = self.now()
         ready = (
             Run.objects.filter(
@@ -265,6 +288,9 @@ class DurableEnv:
         (:func:`durable.services.reconcile.operation_reconcile`): ``"happened"`` (with
         its ``result``), ``"not_happened"`` or ``"abort"``. ``tool``: which write, when
         the run has several. Raises ``LookupError`` when no such write is unknown."""
+        from durable.models import Operation
+        from durable.services.reconcile import operation_reconcile
+
         ops = Operation.objects.filter(run_id=_run_id(run), status=OperationStatus.UNKNOWN)
         if tool is not None:
             ops = ops.filter(tool_name=tool)
@@ -275,7 +301,7 @@ class DurableEnv:
             )
         return operation_reconcile(
             operation_id=op.pk,
-            outcome=cast(ReconcileOutcome, outcome),
+            outcome=cast("ReconcileOutcome", outcome),
             result=result,
             by=by,
             reason=reason,
@@ -297,3 +323,27 @@ class DurableEnv:
         """The idempotency keys ``tool``'s body was called with, in order: one per
         entry, so a repeated effect shows its key twice."""
         return [c.idempotency_key for c in self.tool_calls(tool, run=run)]
+
+
+# ---------------------------------------------------------------------- the pytest plugin
+
+
+@pytest.fixture
+def durable_env(transactional_db: None) -> Iterator[DurableEnv]:
+    """An in-process worker, sweeper and beat with a clock that skips time
+    (:class:`DurableEnv`), on the test database (transactional: commits are real)."""
+    with DurableEnv() as env:
+        yield env
+
+
+@pytest.fixture
+def durable_llm() -> Iterator[ScriptedLLM]:
+    """A scripted model for ``ctx.llm`` (:class:`durable.testing.llm.ScriptedLLM`):
+    queue replies with ``.reply(...)``, read ``.requests``."""
+    from durable.testing.llm import ScriptedLLM
+
+    llm = ScriptedLLM().install()
+    try:
+        yield llm
+    finally:
+        llm.uninstall()

@@ -136,7 +136,7 @@ class ScriptedLLM:
             raise RuntimeError("this ScriptedLLM is already installed")
         self._saved = llm_module.__dict__["client"]
         client = _Client(self)
-        llm_module.client = lambda timeout=60.0: client  # type: ignore[assignment]
+        llm_module.client = lambda timeout=60.0: client
         return self
 
     def uninstall(self) -> None:
@@ -258,13 +258,15 @@ def _chunks(completion: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def _status_error(failure: _Failure) -> Exception:
     """The ``openai`` exception a provider's answer with ``failure.status`` raises."""
-    import httpx
     import openai
+    from openai import _exceptions
 
+    # the HTTP library the installed openai is built on (httpx, or its successor httpx2)
+    http: Any = vars(_exceptions).get("httpx2") or vars(_exceptions)["httpx"]
     headers = {} if failure.retry_after is None else {"retry-after": f"{failure.retry_after:g}"}
-    request = httpx.Request("POST", "https://scripted.invalid/v1/chat/completions")
+    request = http.Request("POST", "https://scripted.invalid/v1/chat/completions")
     body = {"error": {"message": failure.message, "type": "scripted"}}
-    response = httpx.Response(failure.status, headers=headers, json=body, request=request)
+    response = http.Response(failure.status, headers=headers, json=body, request=request)
     by_status: dict[int, type[openai.APIStatusError]] = {
         400: openai.BadRequestError,
         401: openai.AuthenticationError,

@@ -85,6 +85,18 @@ def test_a_timer_of_three_days_fires_at_its_time_and_nothing_sleeps(durable_env,
     assert timedelta(days=3) <= after - before < timedelta(days=3, minutes=1)  # at its time
 
 
+def test_a_runs_deadline_fails_it_at_its_time(durable_env):
+    run = durable_env.run(durable_env.start("kit.three_days", deadline_seconds=86400))
+    durable_env.advance(timedelta(hours=23))
+    assert Run.objects.get(pk=run.pk).status == RunStatus.WAITING
+
+    durable_env.advance(timedelta(hours=2))
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error["type"] == "BudgetExceeded"
+    assert ran("after") == []
+
+
 def test_retries_stored_and_slept_in_place_are_skipped_to(durable_env, no_sleep):
     kw.FAILS["flaky_stored"] = [durable.TransientError("down"), durable.TransientError("down")]
     kw.FAILS["flaky_in_place"] = [durable.TransientError("blip")]

@@ -11,7 +11,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-PLUGIN_MODULES = {"durable": "durable.pytest_plugin", "durable_approvals": "approvals.testing"}
+PLUGIN_MODULES = {"durable": "durable.testing.env", "durable_approvals": "approvals.testing"}
 
 
 def test_the_plugin_is_installed_with_the_package():

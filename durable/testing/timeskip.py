@@ -1,6 +1,6 @@
 """A clock a test can move forward: every reader of time sees the same skipped time.
 
-Durable reads time in three places, and a skip must move all three or a test passes for
+Durable reads time in these places, and a skip must move them all or a test passes for
 the wrong reason (a timer fired by the sweeper's clock, but an approval decided by a
 clock three days behind it):
 
@@ -15,7 +15,7 @@ clock three days behind it):
   place (a retry's backoff under ``INPROCESS_RETRY_MAX_SECONDS``, a rate limit that
   admits within a second).
 
-:class:`SkippingClock` adds one offset to the first two and turns the third into a skip
+:class:`SkippingClock` adds one offset to the first three and turns the last into a skip
 of the same length, so "three days later" is three days later for every reader, and
 nothing sleeps. Real time still flows underneath (the offset is added to it), as on
 Temporal's time-skipping test server. Times are never moved backwards.
