@@ -112,6 +112,12 @@ def approval(ctx, data):
     return {"approved": decision.approved, "edited": decision.edited}
 
 
+@durable.workflow(name="kit.two_approvers", version="1")
+def two_approvers(ctx, data):
+    decision = ctx.wait_for_approval("wire", title="Wire it?", required=2, four_eyes=True)
+    return {"approved": decision.approved, "decided_by": list(decision.decided_by)}
+
+
 @durable.workflow(name="kit.blind", version="1")
 def blind(ctx, data):
     return ctx.call_tool("kit.blind_write", {"value": "x"})
