@@ -4,7 +4,7 @@ Once the example services answer, it starts a handful of reference-agent runs wi
 stable ids (one set per day, so running it again finds the same runs) and brings them
 to the states an operator should see at once on the dashboard:
 
-- a support run whose refund waits for approval (approve it as admin);
+- a support run whose refund waits for approval (approve it as admin, within three days);
 - an invoice waiting for approval before it is sent;
 - a procurement request waiting for approval (it escalates to finance after 3 days),
   and one that was approved and waits for its "goods received" signal;

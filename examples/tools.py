@@ -130,11 +130,16 @@ def tickets_create(
     )
 
 
+#: how long a refund waits for a support lead before it is rejected (seconds)
+REFUND_APPROVAL_TIMEOUT = 3 * 24 * 3600.0
+
+
 @durable.tool(
     name="examples.payments.refund",
     safety="unsafe_write",
     requires_approval=True,
     approver_group="support-leads",
+    approval_timeout=REFUND_APPROVAL_TIMEOUT,  # then rejected (approval_on_timeout)
     retry=SERVICE_RETRY,
     reconcile=_by_key("refunds"),
     external_id=_object_id,
@@ -147,7 +152,8 @@ def payments_refund(
     *,
     idempotency_key: str,
 ) -> dict[str, Any]:
-    """Refund (part of) a charge. Money leaves: a support lead approves it first."""
+    """Refund (part of) a charge. Money leaves: a support lead approves it first, within
+    three days, or the refund is rejected."""
     return clients.payments(
         "POST",
         "/v1/refunds",

@@ -13,8 +13,9 @@ from django.test.utils import override_settings
 
 from tests import passwords
 
-#: the suite's own plugins: the time-per-folder table, the backend_free marker
-pytest_plugins = ["tests.timing", "tests.backends"]
+#: the suite's own plugins: the time-per-folder table, the backend_free marker; and pytest's
+#: pytester, for the tests of Durable's pytest plugin (tests/durable/testing/test_plugin.py)
+pytest_plugins = ["tests.timing", "tests.backends", "pytester"]
 
 #: Rows that ``post_migrate`` would write back identically after every flush: they
 #: follow from the installed models alone, and no test changes them.

@@ -129,6 +129,21 @@ def test_every_link_to_docs_names_an_existing_page_and_heading():
     assert not broken, "broken links to docs/:\n" + "\n".join(broken)
 
 
+#: a tutorial whose code is a test file run in CI: page -> the test file it shows
+TUTORIALS = {"docs/testing-agents.md": "tests/examples/test_testing_agents.py"}
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+@pytest.mark.parametrize(("page", "tests"), sorted(TUTORIALS.items()))
+def test_a_tutorials_code_is_the_test_file_that_runs_it(page, tests):
+    """Every Python block of the page is a part of the test file, verbatim: the page
+    cannot show code that CI does not run."""
+    source = (ROOT / tests).read_text(encoding="utf-8")
+    blocks = PYTHON_BLOCK.findall((ROOT / page).read_text(encoding="utf-8"))
+    assert len(blocks) >= 5
+    assert [block for block in blocks if block not in source] == []
+
+
 def test_architecture_has_the_sections_code_links_to():
     have = anchors(ROOT / "docs" / "architecture.md")
     missing = [s for s in REQUIRED_SECTIONS if slug(s) not in have]

@@ -73,16 +73,16 @@ def test_s17_late_click_is_refused_and_the_timeout_rejects(make_user):
         approval_decide(request_id=req.pk, user=buyer, approve=True)
 
 
-def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_user):
+def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_user, durable_env):
     buyer = make_user("buyer", groups=("buyers",))
     fin = make_user("fin", groups=("finance",))
     run, req = waiting(
         "tests.purchase",
         {"approvers": "buyers", "timeout": 600, "on_timeout": "escalate", "escalate_to": "finance"},
     )
-    # the first deadline passed a second ago, the second is 599 s away; no sweep ran
-    req = backdate(req, 1)
     deadline = req.expires_at
+    # the first deadline passes (the second is 600 s after it); no sweep runs meanwhile
+    durable_env.clock.move_to(deadline + timedelta(seconds=1))
     with pytest.raises(ApprovalExpired, match="escalated to the group 'finance'") as err:
         approval_decide(request_id=req.pk, user=buyer, approve=True)
     assert err.value.outcome == "escalated"
@@ -94,11 +94,7 @@ def test_s17_late_click_with_escalation_is_refused_and_finance_is_asked(make_use
     assert not ApprovalDecision.objects.filter(request=req).exists()
     assert TraceEvent.objects.filter(run=run, kind="approval_escalated").count() == 1
     assert req in pending_for(fin) and req not in pending_for(buyer)
-    # finance decides (given time: the test must not race its own second deadline)
-    later = timezone.now() + timedelta(hours=1)
-    ApprovalRequest.objects.filter(pk=req.pk).update(expires_at=later)
-    Wait.objects.filter(pk=req.wait_id).update(wake_at=later)
-    approval_decide(request_id=req.pk, user=fin, approve=True)
+    approval_decide(request_id=req.pk, user=fin, approve=True)  # within its own deadline
     out = drive(run.id).output_value()
     assert out["approved"] is True and out["decided_by"] == ["fin"]
 
@@ -121,22 +117,21 @@ def test_a_decision_at_the_deadline_itself_is_refused():
     assert req.is_expired(req.expires_at - timedelta(microseconds=1)) is False
 
 
-def test_the_sweeper_applies_the_timeout_as_of_the_deadline(make_user):
+def test_the_sweeper_applies_the_timeout_as_of_the_deadline(make_user, durable_env):
     run, req = waiting("tests.purchase", {"timeout": 600})
-    req = backdate(req, 30)
     deadline = req.expires_at
-    assert sweep()["timers"] == 1
+    durable_env.advance(timedelta(seconds=630))  # the sweeper runs as the deadline passes
     req.refresh_from_db()
     assert req.status == ApprovalStatus.EXPIRED and req.decided_at == deadline
-    assert drive(run.id).output_value()["decided_at"] == deadline.isoformat()
+    assert Run.objects.get(pk=run.id).output_value()["decided_at"] == deadline.isoformat()
 
 
-def test_a_late_sweeper_applies_escalation_and_expiry_each_at_its_deadline(make_user):
+def test_a_late_sweeper_applies_escalation_and_expiry_each_at_its_deadline(make_user, durable_env):
     run, req = waiting(
         "tests.purchase", {"timeout": 5, "on_timeout": "escalate", "escalate_to": "finance"}
     )
-    req = backdate(req, 11)  # both the first and the second deadline have passed
     first = req.expires_at
+    durable_env.clock.move_to(first + timedelta(seconds=6))  # both deadlines pass, no sweep
     assert sweep()["timers"] == 1
     req.refresh_from_db()
     assert req.escalated_at == first and req.status == ApprovalStatus.EXPIRED

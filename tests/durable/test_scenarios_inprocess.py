@@ -162,12 +162,12 @@ def test_s11_hard_to_record_failure_that_is_final_still_fails_the_run_readably()
 # --- S14 ------------------------------------------------------------------------------
 
 
-def test_s14_crash_between_last_checkpoint_and_completion_succeeds_without_rerunning():
+def test_s14_crash_between_last_checkpoint_and_completion_succeeds_without_rerunning(
+    durable_env,
+):
     run = durable.start("eng.s14", None)
-    ew.FLAGS["crash:after_last_step"] = True
-    with pytest.raises(ew.Crash):
-        drive(run.id)
-    crashed = Run.objects.get(pk=run.id)
+    durable_env.crash_at("b", "after_checkpoint")  # the last step is recorded, the run not
+    crashed = durable_env.run(run.id, recover=False)
     assert crashed.status == RunStatus.RUNNING and crashed.lease_token != ""
     assert list(Step.objects.filter(run=run).values_list("step_id", "status")) == [
         ("a", StepStatus.SUCCEEDED),
@@ -176,8 +176,7 @@ def test_s14_crash_between_last_checkpoint_and_completion_succeeds_without_rerun
     calls_before = dict(ew.CALLS)
     assert calls_before == {"a": 1, "b": 1}
 
-    ew.expire_lease(run.id)
-    run = drive(run.id)
+    run = durable_env.run(run.id)  # the lease runs out; another worker takes the run
 
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.output_value() == "AB"
@@ -185,6 +184,7 @@ def test_s14_crash_between_last_checkpoint_and_completion_succeeds_without_rerun
     assert run.steps_replayed == 2
     assert run.claims == 2
     assert not StepAttempt.objects.filter(run=run).exists()
+    assert TraceEvent.objects.filter(run=run, kind="lease_expired").count() == 1
     assert TraceEvent.objects.filter(run=run, kind="recovered").count() == 1
     assert TraceEvent.objects.filter(run=run, kind="completed").count() == 1
 

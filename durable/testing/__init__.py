@@ -14,15 +14,16 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable import clock, registry
 from durable.exceptions import WorkflowNotFound
-from durable.models import TERMINAL, Run, RunStatus, Step, Wait, WaitKind, WaitStatus
 from durable.values import codec
-from durable.worker.dry import dry_replay
-from durable.worker.engine import execute
-from durable.worker.replay_check import RunReplay, history_with_waits
+from durable.vocabulary import TERMINAL, RunStatus, WaitKind, WaitStatus
+
+if TYPE_CHECKING:
+    from durable.models import Run
+    from durable.worker.replay_check import RunReplay
 
 __all__ = ["RunReplay", "drive", "due_time", "make_due", "replay"]
 
@@ -53,6 +54,8 @@ def make_due(run_id: str) -> int:
     + waits); 0 for a run that does not exist or has nothing scheduled. Raises nothing of
     its own (database errors propagate).
     """
+    from durable.models import Run, Step, Wait
+
     due = due_time()
     return (
         Run.objects.filter(pk=run_id, wake_at__isnull=False).update(wake_at=due)
@@ -78,6 +81,9 @@ def drive(
     ``wait_for_retries``: sleep until a scheduled retry is due (keep retry intervals
     short in tests). Raises ``RuntimeError`` after ``max_executions`` executions.
     """
+    from durable.models import Run
+    from durable.worker.engine import execute
+
     for _ in range(max_executions):
         run = Run.objects.get(pk=run_id)
         if run.status in TERMINAL or run.status == RunStatus.WAITING:
@@ -125,6 +131,10 @@ def replay(
     here than from the database. Raises ``ValueError`` for a document that is not a
     run export.
     """
+    from durable.models import Run, Step
+    from durable.worker.dry import dry_replay
+    from durable.worker.replay_check import history_with_waits
+
     doc = _export_document(export)
     header = doc["run"]
     run = Run(
@@ -168,6 +178,14 @@ def replay(
         except WorkflowNotFound:
             fn = None
     return dry_replay(run, history_with_waits(steps, waits), fn, header.get("input"))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunReplay":  # the report's class, where it has always been importable
+        from durable.worker.replay_check import RunReplay
+
+        return RunReplay
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _export_document(export: Any) -> dict[str, Any]:
