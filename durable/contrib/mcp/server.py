@@ -26,10 +26,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from durable.exceptions import DurableError, RunInputConflict
 
-from . import calls
+from . import calls, tasks
 
 #: ``_meta`` key of a ``tools/call`` naming its idempotency key (1-200 printable ASCII)
 IDEMPOTENCY_META_KEY = "durable/idempotency_key"
@@ -82,6 +83,8 @@ def tool_list() -> list[types.Tool]:
                 destructive_hint=tool.annotations["destructiveHint"],
                 idempotent_hint=tool.annotations["idempotentHint"],
             ),
+            # MCP Tasks (2025-11-25 sessions): any call may be a task (durable/contrib/mcp/tasks.py)
+            execution=types.ToolExecution(task_support="optional"),
         )
         for tool in calls.listed_tools()
         if tool.name != calls.STATUS_TOOL
@@ -188,7 +191,7 @@ def build_server(principal: Principal, *, call_wait: float = DEFAULT_CALL_WAIT) 
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}") from None
         return result
 
-    return Server(
+    server = _Server(
         "durable",
         version="1",
         instructions=(
@@ -198,6 +201,18 @@ def build_server(principal: Principal, *, call_wait: float = DEFAULT_CALL_WAIT) 
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    tasks.install(server, principal, _db, start_and_settle)
+    return server
+
+
+class _Server(Server[Any]):
+    """The SDK's server, advertising Tasks on the handshake (2025-11-25) sessions."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
+            return capabilities
+        return capabilities.model_copy(update={"tasks": tasks.CAPABILITY})
 
 
 def run_stdio(started_by: Any, caller: str) -> None:
