@@ -2,8 +2,9 @@
 
 Request bodies over ``MAX_REQUEST_BODY_BYTES`` are answered 413 before Django reads
 them (:mod:`dashboard.bodylimit`). With the ``mcp`` extra, ``/mcp`` is the MCP endpoint
-(:mod:`durable.contrib.mcp.http`, API tokens with the scope ``mcp:call``). Websockets (the dashboard's live updates) go through
-the session authentication of ``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
+(:mod:`durable.contrib.mcp.http`, API tokens with the scope ``mcp:call``). Websockets
+(the dashboard's live updates) go through the session authentication of
+``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
 """
 
 import importlib.util

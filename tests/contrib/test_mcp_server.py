@@ -15,17 +15,17 @@ from django.contrib.auth import get_user_model
 
 pytest.importorskip("mcp")
 
-from mcp import Client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
-from mcp_types.jsonrpc import INVALID_PARAMS  # noqa: E402
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
-from approvals.models import ApprovalRequest  # noqa: E402
-from approvals.services import approval_decide  # noqa: E402
-from durable.contrib.mcp import calls  # noqa: E402
-from durable.contrib.mcp.server import IDEMPOTENCY_META_KEY, build_server  # noqa: E402
-from durable.models import Run, RunStatus, Step  # noqa: E402
-from tests import crash_workflows as cw  # noqa: E402
-from tests import mcp_tools  # noqa: E402, F401  (registers the tools)
+from approvals.models import ApprovalRequest
+from approvals.services import approval_decide
+from durable.contrib.mcp import calls
+from durable.contrib.mcp.server import IDEMPOTENCY_META_KEY, build_server
+from durable.models import Run, RunStatus, Step
+from tests import crash_workflows as cw
+from tests import mcp_tools  # noqa: F401  (registers the tools)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,7 +33,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def effects(tmp_path, monkeypatch):
     monkeypatch.setenv("CRASH_TEST_DIR", str(tmp_path))
-    return lambda service: [e for e in cw.read_jsonl(tmp_path / "effects.jsonl") if e["service"] == service]
+    return lambda service: [
+        e for e in cw.read_jsonl(tmp_path / "effects.jsonl") if e["service"] == service
+    ]
 
 
 def server(by: str = "mcp-client"):

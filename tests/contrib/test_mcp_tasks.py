@@ -14,15 +14,15 @@ from django.contrib.auth import get_user_model
 
 pytest.importorskip("mcp")
 
-import mcp_types as types  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
 
-from approvals.services import approval_decide  # noqa: E402
-from durable.contrib.mcp.server import build_server  # noqa: E402
-from durable.models import Run, RunStatus  # noqa: E402
-from tests import crash_workflows as cw  # noqa: E402
-from tests import mcp_tools  # noqa: E402, F401  (registers the tools)
+from approvals.services import approval_decide
+from durable.contrib.mcp.server import build_server
+from durable.models import Run, RunStatus
+from tests import crash_workflows as cw
+from tests import mcp_tools  # noqa: F401  (registers the tools)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -116,7 +116,9 @@ def test_a_gated_write_is_a_task_that_completes_once_after_the_approval(effects)
 def test_a_task_can_be_cancelled_before_the_decision_and_never_runs(effects):
     async def call_then_cancel(c):
         arguments = {"order_id": "o-2", "quantity": 1}
-        created = await raw("tools/call", {"name": "mcpt.ship", "arguments": arguments, "task": {}})(c)
+        created = await raw(
+            "tools/call", {"name": "mcpt.ship", "arguments": arguments, "task": {}}
+        )(c)
         return created, await raw("tasks/cancel", {"taskId": created["task"]["taskId"]})(c)
 
     ((created, cancelled),) = session(call_then_cancel)

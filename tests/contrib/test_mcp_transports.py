@@ -23,18 +23,18 @@ from django.contrib.auth import get_user_model
 
 pytest.importorskip("mcp")
 
-import uvicorn  # noqa: E402
-from mcp import Client, StdioServerParameters  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
+import uvicorn
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
-from api.models import token_create  # noqa: E402
-from approvals.services import approval_decide  # noqa: E402
-from durable.contrib.mcp import calls  # noqa: E402
-from durable.models import Run  # noqa: E402
-from tests import crash_workflows as cw  # noqa: E402
-from tests import mcp_tools  # noqa: E402, F401  (registers the tools)
-from tests.harness import REPO, worker_env  # noqa: E402
+from api.models import token_create
+from approvals.services import approval_decide
+from durable.contrib.mcp import calls
+from durable.models import Run
+from tests import crash_workflows as cw
+from tests import mcp_tools  # noqa: F401  (registers the tools)
+from tests.harness import REPO, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

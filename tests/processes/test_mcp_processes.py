@@ -17,14 +17,14 @@ from django.contrib.auth import get_user_model
 
 pytest.importorskip("mcp")
 
-from mcp import Client  # noqa: E402
+from mcp import Client
 
-from approvals.services import approval_decide  # noqa: E402
-from durable.contrib.mcp import calls  # noqa: E402
-from durable.contrib.mcp.server import build_server  # noqa: E402
-from durable.models import RunStatus  # noqa: E402
-from tests import mcp_tools  # noqa: E402, F401  (registers the tools)
-from tests.harness import wait_for_run, wait_until  # noqa: E402
+from approvals.services import approval_decide
+from durable.contrib.mcp import calls
+from durable.contrib.mcp.server import build_server
+from durable.models import RunStatus
+from tests import mcp_tools  # noqa: F401  (registers the tools)
+from tests.harness import wait_for_run, wait_until
 
 pytestmark = pytest.mark.processes
 

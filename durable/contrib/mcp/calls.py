@@ -202,7 +202,10 @@ class CallState:
 
 def call_state(run: Run) -> CallState:
     """The :class:`CallState` of a call's run."""
-    times = {"created_at": run.created_at.isoformat(), "updated_at": run.updated_at.isoformat()}
+    times: dict[str, Any] = {
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+    }
     if run.status == RunStatus.SUCCEEDED:
         output = run.output_value() or {}
         if isinstance(output, dict) and "error" in output:
