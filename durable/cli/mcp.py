@@ -7,6 +7,7 @@ only here, when the subcommand runs. Standard output carries the protocol only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -14,7 +15,9 @@ from django.core.management.base import BaseCommand, CommandError
 from durable.cli.text import USER_ERROR, _default_actor
 
 
-def do_mcp(command: BaseCommand, options: dict[str, Any]) -> None:
+def do_mcp(command: BaseCommand, options: dict[str, Any], *, execute: Callable[..., Any]) -> None:
+    """``execute``: the engine's (given by the command, so this module's import chain
+    stays short): the server runs the calls' runs in its own process."""
     try:
         from durable.contrib.mcp.server import run_stdio
     except ImportError as exc:
@@ -32,4 +35,4 @@ def do_mcp(command: BaseCommand, options: dict[str, Any]) -> None:
         )
     by = options["by"] if options["by"] is not None else _default_actor()
     # the runs record the name (and the dashboard account of that name, if any)
-    run_stdio(by or None, by or "unknown")
+    run_stdio(by or None, by or "unknown", execute=execute)

@@ -24,6 +24,7 @@ from approvals.services import approval_decide
 from durable.contrib.mcp import calls
 from durable.contrib.mcp.server import IDEMPOTENCY_META_KEY, build_server
 from durable.models import Run, RunStatus, Step
+from durable.worker.engine import execute
 from tests import crash_workflows as cw
 from tests import mcp_tools  # noqa: F401  (registers the tools)
 
@@ -39,7 +40,7 @@ def effects(tmp_path, monkeypatch):
 
 
 def server(by: str = "mcp-client"):
-    return build_server(lambda ctx: (by, by), call_wait=5.0)
+    return build_server(lambda ctx: (by, by), execute=execute, call_wait=5.0)
 
 
 def call(*steps, by: str = "mcp-client"):

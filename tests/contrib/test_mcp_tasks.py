@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from approvals.services import approval_decide
 from durable.contrib.mcp.server import build_server
 from durable.models import Run, RunStatus
+from durable.worker.engine import execute
 from tests import crash_workflows as cw
 from tests import mcp_tools  # noqa: F401  (registers the tools)
 
@@ -45,7 +46,7 @@ def session(*steps, by: str = "bob"):
     """Run ``steps`` on one 2025-11-25 (handshake) connection; their results."""
 
     async def main():
-        server = build_server(lambda ctx: (by, by), call_wait=5.0)
+        server = build_server(lambda ctx: (by, by), execute=execute, call_wait=5.0)
         async with Client(server, mode="legacy") as client:
             assert client.protocol_version == "2025-11-25"
             return [await step(client) for step in steps]

@@ -23,6 +23,7 @@ from approvals.services import approval_decide
 from durable.contrib.mcp import calls
 from durable.contrib.mcp.server import build_server
 from durable.models import RunStatus
+from durable.worker.engine import execute
 from tests import mcp_tools  # noqa: F401  (registers the tools)
 from tests.harness import wait_for_run, wait_until
 
@@ -33,7 +34,9 @@ WORKER_ENV = {"DURABLE_WORKFLOW_MODULES": "tests.crash_workflows,tests.mcp_tools
 
 def mcp(*steps):
     async def main():
-        async with Client(build_server(lambda ctx: ("bob", "bob"), call_wait=5.0)) as c:
+        async with Client(
+            build_server(lambda ctx: ("bob", "bob"), execute=execute, call_wait=5.0)
+        ) as c:
             return [json.loads((await step(c)).content[0].text) for step in steps]
 
     return anyio.run(main)

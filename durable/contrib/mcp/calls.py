@@ -20,6 +20,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,14 +153,14 @@ def start_call(
     ``ValueError`` for a bad key, :class:`~durable.RunInputConflict` when the key was
     used with other arguments, :class:`~durable.PayloadError` for unstorable arguments.
     """
-    import durable
+    from durable.client import start
 
     spec = _effective(tool)
     arguments = dict(arguments or {})
     errors = validate_arguments(spec.fn, arguments)
     if errors:
         raise BadArguments(tool, errors)
-    return durable.start(
+    return start(
         CALL_WORKFLOW,
         {"tool": tool, "arguments": arguments},
         run_id=call_id_for(caller, key),
@@ -257,12 +258,16 @@ def get_call(call_id: str, *, caller: str | None = None) -> Run:
     return run
 
 
-def settle(call_id: str, wait: float, *, worker_id: str = "mcp") -> CallState:
-    """Execute the call's run here while it is runnable, and wait up to ``wait`` seconds
-    (at most :data:`MAX_WAIT_SECONDS`) for it to end or ask for an approval; returns its
-    state then. A run another process holds (a worker) is waited for, not taken."""
-    from durable.worker.engine import execute
+#: the engine's ``execute(run_id, *, worker_id)`` (:func:`durable.worker.engine.execute`),
+#: given by whoever serves the calls, so this module's import chain stays short
+Execute = Callable[..., Any]
 
+
+def settle(call_id: str, wait: float, *, execute: Execute, worker_id: str = "mcp") -> CallState:
+    """Execute the call's run here (``execute``: the engine's) while it is runnable, and
+    wait up to ``wait`` seconds (at most :data:`MAX_WAIT_SECONDS`) for it to end or ask
+    for an approval; returns its state then. A run another process holds (a worker) is
+    waited for, not taken."""
     deadline = time.monotonic() + max(0.0, min(float(wait), MAX_WAIT_SECONDS))
     delay = 0.02
     while True:

@@ -29,6 +29,8 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from durable.worker.engine import execute
+
 from .server import build_server
 
 Scope = MutableMapping[str, Any]
@@ -104,7 +106,7 @@ class McpEndpoint:
     def __init__(self, *, call_wait: float | None = None) -> None:
         options = {} if call_wait is None else {"call_wait": call_wait}
         self.manager = StreamableHTTPSessionManager(
-            app=build_server(_principal, **options),
+            app=build_server(_principal, execute=execute, **options),
             json_response=True,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )

@@ -31,6 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from durable.exceptions import DurableError, RunInputConflict
 
 from . import calls, tasks
+from .results import error_result, state_result
 
 #: ``_meta`` key of a ``tools/call`` naming its idempotency key (1-200 printable ASCII)
 IDEMPOTENCY_META_KEY = "durable/idempotency_key"
@@ -106,20 +107,6 @@ def tool_list() -> list[types.Tool]:
     return listed
 
 
-def state_result(state: calls.CallState) -> types.CallToolResult:
-    """A call's state as a ``CallToolResult``: the JSON text and the same object as
-    structured content; ``isError`` for a failed or cancelled call."""
-    return types.CallToolResult(
-        content=[types.TextContent(text=state.text())],
-        structured_content=state.as_dict(),
-        is_error=state.state in ("failed", "cancelled"),
-    )
-
-
-def error_result(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
-
-
 def _key_of(params: types.CallToolRequestParams) -> str | None:
     meta: Any = params.meta or {}
     if not isinstance(meta, dict):
@@ -129,7 +116,11 @@ def _key_of(params: types.CallToolRequestParams) -> str | None:
 
 
 def start_and_settle(
-    params: types.CallToolRequestParams, started_by: Any, caller: str, wait: float
+    params: types.CallToolRequestParams,
+    started_by: Any,
+    caller: str,
+    wait: float,
+    execute: calls.Execute,
 ) -> types.CallToolResult:
     """Start the call's run and settle it for up to ``wait`` seconds (sync, Django)."""
     try:
@@ -151,10 +142,14 @@ def start_and_settle(
         )
     except (ValueError, DurableError) as exc:
         return error_result(str(exc))
-    return state_result(calls.settle(run.id, wait, worker_id=f"mcp:{os.getpid()}"))
+    return state_result(calls.settle(run.id, wait, execute=execute, worker_id=_worker()))
 
 
-def status(arguments: dict[str, Any], caller: str) -> types.CallToolResult:
+def _worker() -> str:
+    return f"mcp:{os.getpid()}"
+
+
+def status(arguments: dict[str, Any], caller: str, execute: calls.Execute) -> types.CallToolResult:
     """The status tool (sync, Django)."""
     call_id = arguments.get("call_id")
     wait = arguments.get("wait_seconds", 0)
@@ -169,11 +164,15 @@ def status(arguments: dict[str, Any], caller: str) -> types.CallToolResult:
         run = calls.get_call(call_id, caller=caller)
     except calls.UnknownCall:
         return error_result(f"call_id: no call {call_id!r} of yours")
-    return state_result(calls.settle(run.id, float(wait), worker_id=f"mcp:{os.getpid()}"))
+    return state_result(calls.settle(run.id, float(wait), execute=execute, worker_id=_worker()))
 
 
-def build_server(principal: Principal, *, call_wait: float = DEFAULT_CALL_WAIT) -> Server[Any]:
-    """The MCP server of the registered tools; ``principal(ctx)`` says who calls."""
+def build_server(
+    principal: Principal, *, execute: calls.Execute, call_wait: float = DEFAULT_CALL_WAIT
+) -> Server[Any]:
+    """The MCP server of the registered tools; ``principal(ctx)`` says who calls,
+    ``execute`` is the engine's (:func:`durable.worker.engine.execute`), which runs the
+    calls' runs in this process."""
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -183,10 +182,12 @@ def build_server(principal: Principal, *, call_wait: float = DEFAULT_CALL_WAIT) 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         started_by, caller = principal(ctx)
         if params.name == calls.STATUS_TOOL:
-            result: types.CallToolResult = await _db(status, dict(params.arguments or {}), caller)
+            result: types.CallToolResult = await _db(
+                status, dict(params.arguments or {}), caller, execute
+            )
             return result
         try:
-            result = await _db(start_and_settle, params, started_by, caller, call_wait)
+            result = await _db(start_and_settle, params, started_by, caller, call_wait, execute)
         except calls.UnknownTool:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}") from None
         return result
@@ -201,7 +202,7 @@ def build_server(principal: Principal, *, call_wait: float = DEFAULT_CALL_WAIT) 
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-    tasks.install(server, principal, _db, start_and_settle)
+    tasks.install(server, principal, _db, start_and_settle, execute)
     return server
 
 
@@ -215,9 +216,9 @@ class _Server(Server[Any]):
         return capabilities.model_copy(update={"tasks": tasks.CAPABILITY})
 
 
-def run_stdio(started_by: Any, caller: str) -> None:
+def run_stdio(started_by: Any, caller: str, *, execute: calls.Execute) -> None:
     """Serve the tools on standard input/output until the client closes them."""
-    server = build_server(lambda ctx: (started_by, caller))
+    server = build_server(lambda ctx: (started_by, caller), execute=execute)
 
     async def main() -> None:
         async with stdio_server() as (read, write):

@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
 from . import calls
+from .results import state_result
 
 #: the protocol version whose Tasks are served
 TASKS_VERSION = "2025-11-25"
@@ -61,9 +62,9 @@ class ListParams(types.RequestParams):
     cursor: str | None = None
 
 
-def _state(call_id: str, caller: str, wait: float = 0.0) -> calls.CallState:
+def _state(call_id: str, caller: str, execute: calls.Execute, wait: float = 0.0) -> calls.CallState:
     run = calls.get_call(call_id, caller=caller)
-    return calls.settle(run.id, wait, worker_id=f"mcp:{os.getpid()}")
+    return calls.settle(run.id, wait, execute=execute, worker_id=f"mcp:{os.getpid()}")
 
 
 def _list(caller: str, cursor: str | None) -> dict[str, Any]:
@@ -81,17 +82,20 @@ def _list(caller: str, cursor: str | None) -> dict[str, Any]:
 
 
 def _cancel(call_id: str, caller: str) -> dict[str, Any]:
-    import durable
+    from durable.services.runs import run_cancel
 
     run = calls.get_call(call_id, caller=caller)
     state = calls.call_state(run)
     if state.final:
         raise MCPError(INVALID_PARAMS, f"task {call_id} has ended ({state.state})")
-    durable.cancel(run.id, by=run.started_by or run.started_by_name or None, reason="tasks/cancel")
+    by = run.started_by or run.started_by_name or None
+    run_cancel(run_id=run.id, by=by, reason="tasks/cancel")
     return task_of(calls.call_state(calls.get_call(call_id)))
 
 
-def install(server: Any, principal: Any, db: Any, start_and_settle: Any) -> None:
+def install(
+    server: Any, principal: Any, db: Any, start_and_settle: Any, execute: calls.Execute
+) -> None:
     """Serve Tasks on ``server`` (a low-level ``mcp`` Server built by :mod:`.server`)."""
 
     async def unknown_task(call_id: str) -> MCPError:
@@ -109,29 +113,27 @@ def install(server: Any, principal: Any, db: Any, start_and_settle: Any) -> None
         request = types.CallToolRequestParams.model_validate(params, by_name=False)
         started_by, caller = principal(ctx)
         try:
-            result = await db(start_and_settle, request, started_by, caller, 0.0)
+            result = await db(start_and_settle, request, started_by, caller, 0.0, execute)
         except calls.UnknownTool:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {request.name}") from None
         call_id = (result.structured_content or {}).get("call_id")
         if call_id is None:  # refused before a run was started: the tool error itself
             return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        state = await db(_state, call_id, caller)
+        state = await db(_state, call_id, caller, execute)
         return {"task": task_of(state)}
 
     async def get(ctx: Any, params: TaskParams) -> dict[str, Any]:
         try:
-            state = await db(_state, params.task_id, principal(ctx)[1])
+            state = await db(_state, params.task_id, principal(ctx)[1], execute)
         except calls.UnknownCall:
             raise await unknown_task(params.task_id) from None
         return task_of(state)
 
     async def result(ctx: Any, params: TaskParams) -> dict[str, Any]:
-        from .server import state_result
-
         caller = principal(ctx)[1]
         while True:
             try:
-                state = await db(_state, params.task_id, caller, calls.MAX_WAIT_SECONDS)
+                state = await db(_state, params.task_id, caller, execute, calls.MAX_WAIT_SECONDS)
             except calls.UnknownCall:
                 raise await unknown_task(params.task_id) from None
             if state.final:

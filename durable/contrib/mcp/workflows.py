@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import durable
+from durable.registry import workflow
 from durable.types import ModelRecoverable
 
 #: the name of the call workflow (docs/mcp.md)
@@ -18,7 +18,7 @@ CALL_WORKFLOW = "durable.mcp.call"
 CALL_STEP = "call"
 
 
-@durable.workflow(name=CALL_WORKFLOW, version="1")
+@workflow(name=CALL_WORKFLOW, version="1")
 def mcp_call(ctx: Any, call: dict[str, Any]) -> dict[str, Any]:
     """``call``: ``{"tool": name, "arguments": {...}}``. Returns ``{"result": value}``,
     or ``{"error": {"type", "message"}}`` when the tool answered a model-recoverable

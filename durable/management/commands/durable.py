@@ -46,7 +46,7 @@ from durable.cli.text import (  # noqa: F401
     table,
 )
 from durable.models import RunStatus
-from durable.worker import dry
+from durable.worker import dry, engine
 
 #: ``options["subcommand"]`` -> its implementation, called with the command and options
 SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
@@ -64,7 +64,8 @@ SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
     "prune": operate.do_prune,
     "export": operate.do_export,
     # the check is given to the printing: the engine's import chain stays short
-    "mcp": mcp.do_mcp,
+    # as the replay check: the engine is given, the CLI's import chain stays short
+    "mcp": functools.partial(mcp.do_mcp, execute=engine.execute),
     "replay-check": functools.partial(replaycheck.do_replay_check, check=dry.check_runs),
 }
 
