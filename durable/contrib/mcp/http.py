@@ -25,6 +25,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
+from django.db import connections
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -55,21 +56,25 @@ def _principal(ctx: Any) -> tuple[Any, str]:
 def authenticate(scope: Scope) -> tuple[int, str, dict[str, str], Any]:
     """``(status, detail, headers, user)`` for an MCP request's token: status 200 and the
     token's user, or 401 / 403 / 429 and why (sync, Django)."""
-    from api.auth import TokenAuth, count_failure
+    request = ASGIRequest(dict(scope), io.BytesIO())
+    try:
+        return _authenticate(request)
+    finally:
+        connections.close_all()  # as Django does at the end of a request
+
+
+def _authenticate(request: ASGIRequest) -> tuple[int, str, dict[str, str], Any]:
+    from api.auth import TokenAuth
     from api.problems import ApiProblem
     from api.scopes import Refused
 
-    request = ASGIRequest(dict(scope), io.BytesIO())
     try:
         found = TokenAuth(SCOPE)(request)
     except ApiProblem as exc:
         return exc.status, exc.detail, dict(exc.extra.get("headers", {})), None
     except Refused as exc:
-        count_failure(request)
         return 403, str(exc), {}, None
-    if not found:
-        if "Authorization" in request.headers:
-            count_failure(request)
+    if not found:  # no token: counts against nothing, as for the API (api/auth.py)
         return (
             401,
             f"An MCP request needs an API token with the scope {SCOPE}: "

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -60,14 +60,16 @@ STATUS_SCHEMA: dict[str, Any] = {
 
 
 def _db(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a Django call on a worker thread (never on the event loop)."""
+    """Run a Django call on a worker thread (never on the event loop); the thread's
+    database connections are closed after it, as Django closes a request's, so no pool
+    thread keeps one open while idle."""
 
     def work() -> Any:
         close_old_connections()
         try:
             return fn(*args)
         finally:
-            close_old_connections()
+            connections.close_all()
 
     return anyio.to_thread.run_sync(work)
 
