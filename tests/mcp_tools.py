@@ -56,3 +56,9 @@ def tag(order_id: str, label: str, *, idempotency_key: str) -> dict[str, Any]:
         dedupe=True,
         make_result=lambda n: {"tag": n},
     )
+
+
+@durable.tool(name="mcpt.quote", safety="read_only", rate_limit="1/h")
+def quote(sku: str) -> dict[str, Any]:
+    """A price from a provider that allows one request an hour."""
+    return {"sku": sku, "price": 3}

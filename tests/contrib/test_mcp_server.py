@@ -40,7 +40,7 @@ def effects(tmp_path, monkeypatch):
 
 
 def server(by: str = "mcp-client"):
-    return build_server(lambda ctx: (by, by), execute=execute, call_wait=5.0)
+    return build_server(lambda ctx: (by, by), execute=execute, call_wait=3.0)
 
 
 def call(*steps, by: str = "mcp-client"):
@@ -180,3 +180,17 @@ def test_the_status_tool_shows_only_the_callers_calls():
     assert other.is_error and "no call" in other.content[0].text
     (bad,) = call(lambda c: c.call_tool(calls.STATUS_TOOL, {"call_id": call_id, "x": 1}))
     assert bad.is_error and bad.content[0].text.startswith("x:")
+
+
+def test_a_call_over_the_tools_rate_limit_waits_and_says_so():
+    first, second = call(
+        lambda c: c.call_tool("mcpt.quote", {"sku": "a"}),
+        lambda c: c.call_tool("mcpt.quote", {"sku": "b"}),
+    )
+    assert payload(first)["state"] == "completed"
+    body = payload(second)
+    assert body["state"] == "working"
+    assert "rate or concurrency limit" in body["message"]
+    run = Run.objects.get(pk=body["call_id"])
+    assert run.status == RunStatus.WAITING
+    assert not Step.objects.filter(run=run, step_id="call", status="succeeded").exists()

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from durable import registry
 from durable.models import TERMINAL, Run, RunStatus
 from durable.models import Tool as ToolRow
@@ -235,6 +237,15 @@ def call_state(run: Run) -> CallState:
             approval_id=req.pk if req is not None else None,
             **times,
         )
+    limit = pending.filter(kind=WaitKind.LIMIT).first()
+    if limit is not None:
+        until = f" (next try {limit.wake_at.isoformat()})" if limit.wake_at else ""
+        return CallState(
+            run.id,
+            "working",
+            f"waits for the tool's rate or concurrency limit to admit it{until}",
+            **times,
+        )
     if pending.filter(kind=WaitKind.RECONCILE).exists():
         return CallState(
             run.id,
@@ -258,6 +269,19 @@ def get_call(call_id: str, *, caller: str | None = None) -> Run:
     return run
 
 
+def _runnable(run: Run) -> bool:
+    """Pending and free, or waiting on a wait that is due (a limit's next try, a timer):
+    what a worker would be sent now. A run held by another process is not."""
+    if run.lease_token:
+        return False
+    if run.status == RunStatus.PENDING:
+        return True
+    if run.status != RunStatus.WAITING:
+        return False
+    due = run.waits.filter(status=WaitStatus.PENDING, wake_at__lte=timezone.now())
+    return due.exclude(kind=WaitKind.APPROVAL).exists()
+
+
 #: the engine's ``execute(run_id, *, worker_id)`` (:func:`durable.worker.engine.execute`),
 #: given by whoever serves the calls, so this module's import chain stays short
 Execute = Callable[..., Any]
@@ -272,7 +296,7 @@ def settle(call_id: str, wait: float, *, execute: Execute, worker_id: str = "mcp
     delay = 0.02
     while True:
         run = Run.objects.get(pk=call_id)
-        if run.status == RunStatus.PENDING and not run.lease_token:
+        if _runnable(run):
             execute(call_id, worker_id=worker_id)
             run = Run.objects.get(pk=call_id)
         state = call_state(run)
