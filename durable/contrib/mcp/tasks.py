@@ -70,13 +70,13 @@ def _state(call_id: str, caller: str, execute: calls.Execute, wait: float = 0.0)
 def _list(caller: str, cursor: str | None) -> dict[str, Any]:
     from durable.models import Run
 
-    runs = Run.objects.filter(workflow_name=calls.CALL_WORKFLOW, id__startswith="mcp.")
-    runs = runs.order_by("-created_at", "-id")
+    runs = Run.objects.filter(
+        workflow_name=calls.CALL_WORKFLOW, id__startswith="mcp.", started_by_name=caller
+    ).order_by("-created_at", "-id")
     offset = int(cursor) if cursor and cursor.isdigit() else 0
-    page = [r for r in runs[offset : offset + PAGE + 1] if r.starter_label == caller]
-    found = [task_of(calls.call_state(r)) for r in page[:PAGE]]
-    out: dict[str, Any] = {"tasks": found}
-    if runs[offset + PAGE : offset + PAGE + 1].exists():
+    page = list(runs[offset : offset + PAGE + 1])
+    out: dict[str, Any] = {"tasks": [task_of(calls.call_state(r)) for r in page[:PAGE]]}
+    if len(page) > PAGE:
         out["nextCursor"] = str(offset + PAGE)
     return out
 
