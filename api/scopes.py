@@ -26,6 +26,8 @@ SCOPES: dict[str, tuple[str, str]] = {
     "approvals:decide": ("approve or reject approval requests", DECIDE_APPROVAL),
     "webhooks:manage": ("manage webhook subscriptions", "api.change_webhooksubscription"),
     "tokens:manage": ("list and revoke your own API tokens", VIEW_RUN),
+    # the MCP endpoint (/mcp, durable.contrib.mcp.http): each call starts a run
+    "mcp:call": ("list and call the registered tools over MCP", OPERATE_RUN),
 }
 
 

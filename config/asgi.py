@@ -1,10 +1,13 @@
 """ASGI entry point, served by daphne: HTTP through Django, websockets through Channels.
 
 Request bodies over ``MAX_REQUEST_BODY_BYTES`` are answered 413 before Django reads
-them (:mod:`dashboard.bodylimit`). Websockets (the dashboard's live updates) go through
-the session authentication of ``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
+them (:mod:`dashboard.bodylimit`). With the ``mcp`` extra, ``/mcp`` is the MCP endpoint
+(:mod:`durable.contrib.mcp.http`, API tokens with the scope ``mcp:call``). Websockets
+(the dashboard's live updates) go through the session authentication of
+``AuthMiddlewareStack`` and accept only origins in ``ALLOWED_HOSTS``.
 """
 
+import importlib.util
 import os
 
 from django.core.asgi import get_asgi_application
@@ -20,9 +23,16 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from dashboard.bodylimit import BodySizeLimitMiddleware
 from dashboard.routing import websocket_urlpatterns
 
+http_app = BodySizeLimitMiddleware(django_asgi_app)
+if importlib.util.find_spec("mcp") is not None:
+    # the MCP endpoint at /mcp (durable[mcp], docs/mcp.md), behind API tokens
+    from durable.contrib.mcp.http import with_mcp
+
+    http_app = BodySizeLimitMiddleware(with_mcp(django_asgi_app))
+
 application = ProtocolTypeRouter(
     {
-        "http": BodySizeLimitMiddleware(django_asgi_app),
+        "http": http_app,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

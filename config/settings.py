@@ -153,6 +153,8 @@ INSTALLED_APPS = [
     "durable",
     # LangGraph checkpoints (durable[langgraph]); the app imports no LangGraph itself
     "durable.contrib.langgraph",
+    # MCP (durable[mcp]): the call workflow; the app imports no MCP SDK itself
+    "durable.contrib.mcp",
     "approvals",
     "dashboard",
     "api",

@@ -183,3 +183,21 @@ def validate_arguments(
     except ValidationError as exc:
         errors.extend(_errors(exc))
     return errors
+
+
+def arguments_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12, ``{"type": "object", "properties", "required",
+    ...}``) of ``fn``'s keyword arguments, as :func:`validate_arguments` checks them:
+    ``idempotency_key`` left out, ``additionalProperties: false`` unless ``fn`` takes
+    ``**kwargs``. A function whose signature cannot be modelled gets the open schema
+    ``{"type": "object"}``."""
+    try:
+        schema = _model(fn).model_json_schema()
+    except Exception as exc:  # noqa: BLE001 - no signature, or names pydantic refuses
+        logger.info("durable: no argument schema for %r: %s", fn, exc)
+        return {"type": "object"}
+    schema.pop("title", None)
+    for prop in (schema.get("properties") or {}).values():
+        if isinstance(prop, dict):
+            prop.pop("title", None)
+    return schema

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from durable.cli import actions, inspection, operate, replaycheck
+from durable.cli import actions, inspection, mcp, operate, replaycheck
 
 # the names this module held before the subcommands moved to durable.cli, still
 # importable from here (tests import _parse_json)
@@ -46,7 +46,7 @@ from durable.cli.text import (  # noqa: F401
     table,
 )
 from durable.models import RunStatus
-from durable.worker import dry
+from durable.worker import dry, engine
 
 #: ``options["subcommand"]`` -> its implementation, called with the command and options
 SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
@@ -64,6 +64,8 @@ SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
     "prune": operate.do_prune,
     "export": operate.do_export,
     # the check is given to the printing: the engine's import chain stays short
+    # as the replay check: the engine is given, the CLI's import chain stays short
+    "mcp": functools.partial(mcp.do_mcp, execute=engine.execute),
     "replay-check": functools.partial(replaycheck.do_replay_check, check=dry.check_runs),
 }
 
@@ -301,6 +303,18 @@ class Command(BaseCommand):
             help="runs created since an ISO date or date-time, or an age (12h, 7d)",
         )
         p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+        p = sub.add_parser(
+            "mcp",
+            help="serve the registered tools over MCP on stdio (the mcp extra); every call "
+            "is a run, a write that needs approval waits in the inbox",
+        )
+        p.add_argument(
+            "--by",
+            default=None,
+            metavar="NAME",
+            help="who calls: the starter of the calls' runs (default: os:<login name>)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         SUBCOMMANDS[options["subcommand"]](self, options)
