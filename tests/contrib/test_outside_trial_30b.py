@@ -11,7 +11,15 @@ from collections.abc import AsyncIterator
 from typing import Any, TypedDict
 
 import pytest
-from agents import GuardrailFunctionOutput, input_guardrail, output_guardrail
+from agents import (
+    Agent as OAIAgent,
+)
+from agents import (
+    GuardrailFunctionOutput,
+    Runner,
+    input_guardrail,
+    output_guardrail,
+)
 from django.contrib.auth.models import Permission, User
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
@@ -19,15 +27,17 @@ from langgraph.types import Command, interrupt
 from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseOutputItemDoneEvent,
+    ResponseTextDeltaEvent,
 )
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
+import durable
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable.contrib.langgraph import graph_workflow, stream
-from durable.contrib.openai_agents import durable_run_streamed, register
+from durable.contrib.openai_agents import agent_workflow, durable_run_streamed, register
 from durable.contrib.pydantic_ai import DurableAgent
 from durable.models import Run, RunStatus, Step, StreamEvent
 from durable.testing import drive
@@ -216,6 +226,79 @@ def test_oai_an_output_guardrail_tripwire_leaves_no_final_output():
     seen = _follow_failed(result)
     assert [e for e in seen if e.type == "raw_response_event"]  # the answer did stream
     assert result.is_complete and result.final_output is None
+
+
+@agent_workflow("t30b.cancel-in-worker", model_provider=osa.JokeProvider)
+async def cancel_main(input: str) -> Any:
+    """The SDK's streaming docs, "Cancel streaming": ``result.cancel()`` after three
+    deltas, as workflow code."""
+    agent = OAIAgent(name="Joker", instructions="You are a helpful assistant.")
+    result = Runner.run_streamed(agent, input=input)
+    deltas: list[str] = []
+    async for event in result.stream_events():
+        if event.type == "raw_response_event" and isinstance(event.data, ResponseTextDeltaEvent):
+            deltas.append(event.data.delta)
+            if len(deltas) == 3:
+                result.cancel()
+    return {"deltas": deltas, "final_output": result.final_output}
+
+
+def test_oai_cancel_in_the_worker_stops_the_stream_and_the_run_goes_on():
+    """https://github.com/openai/openai-agents-python/issues/574 (PR #579) and
+    https://github.com/openai/openai-agents-python/pull/2710: ``result.cancel()`` while
+    iterating ``stream_events()`` stops the run; ``final_output`` stays None. As
+    workflow code the cancel stops the SDK's run and the workflow finishes."""
+    run = drive(durable.start("t30b.cancel-in-worker", "Please tell me 5 jokes.").id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    out = run.output_value()
+    assert len(out["deltas"]) == 3 and out["final_output"] is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a replay hands the recorded reply as one delta, so workflow code that "
+    "cancels after N deltas does not cancel again: the re-execution's final_output is "
+    "the whole reply where the first execution's was None",
+)
+def test_oai_a_cancel_after_n_deltas_is_the_same_on_a_replay():
+    """https://github.com/openai/openai-agents-python/issues/574 (the SDK's cancel after
+    three deltas, PR #579's own example) as workflow code, executed again (a replay):
+    the live execution cancelled (``final_output`` None) and recorded the model's whole
+    response; the replay derives one delta from the record, never reaches three, and
+    the SDK's run completes -- the code after it sees another outcome."""
+    run = drive(durable.start("t30b.cancel-in-worker", "Please tell me 5 jokes.").id)
+    first = run.output_value()
+    Run.objects.filter(pk=run.id).update(status=RunStatus.PENDING)
+    run = drive(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value()["final_output"] == first["final_output"] is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="StreamedRun has no cancel(): the SDK's streaming docs' result.cancel() "
+    "raises AttributeError on a durable follower",
+)
+def test_oai_the_followers_cancel_as_the_sdks_docs_write_it():
+    """https://github.com/openai/openai-agents-python/issues/574 (PR #579): the SDK's
+    streamed result has ``cancel()`` (``mode="immediate" | "after_turn"``, docs
+    "Cancel streaming after the current turn", PR #2710); durable's docs say the SDK's
+    streaming works "for a caller outside it" as the SDK's docs say. Calling it at the
+    first delta should end the iteration (is_complete)."""
+    result = durable_run_streamed(osa.agent, input="Please tell me 5 jokes.")
+    drive(result.run_id)
+    deltas: list[str] = []
+
+    async def main() -> None:
+        async for event in result.stream_events():
+            if event.type == "raw_response_event" and isinstance(
+                event.data, ResponseTextDeltaEvent
+            ):
+                deltas.append(event.data.delta)
+                result.cancel()  # at the first delta: the writer may merge tokens
+
+    asyncio.run(main())
+    assert len(deltas) == 1 and result.is_complete
 
 
 # --- PydanticAI ---------------------------------------------------------------------------
@@ -477,3 +560,79 @@ def test_lg_messages_mode_does_not_repeat_the_whole_reply_after_its_tokens(lgs_w
     assert {type(m).__name__ for m, _ in got} == {"AIMessageChunk"}
     text = "".join(m.content for m, _ in expected)
     assert "".join(m.content for m, _ in got) == text == "a joke about ice cream"
+
+
+def ask_after_chat_graph() -> StateGraph:
+    """One node: a durable_chat_model's joke, then a question (interrupt) about it."""
+
+    def joke_then_ask(state: AskState):
+        reply = lgs.JOKER.invoke([{"role": "user", "content": state["topic"]}])
+        ok = interrupt({"question": f"tell it? {reply.content}"})
+        return {"joke": reply.content if ok else "no"}
+
+    return StateGraph(AskState).add_node(joke_then_ask).add_edge(START, "joke_then_ask")
+
+
+graph_workflow("t30b.ask-after-chat", "1", ask_after_chat_graph, resume="approve")
+
+
+def test_lg_a_node_resumed_after_its_interrupt_does_not_stream_its_model_again(lgs_workflows):
+    """https://github.com/langchain-ai/langgraph/issues/6208: a node that interrupted is
+    executed again from its start on the resume, so what it streamed before the
+    interrupt (a chat model's tokens) comes again. A durable run replays the recorded
+    chat step: the model is asked once, and the run's ``messages`` have its text once."""
+    chunks = stream("t30b.ask-after-chat", TOPIC, stream_mode=["messages", "updates"])
+    run = drive(chunks.run_id)
+    assert run.status == RunStatus.WAITING, run.error
+    run = approve(run.id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    whole = list(stream(run.id, stream_mode=["messages", "updates"]))
+    text = "".join(c[0].content for mode, c in whole if mode == "messages")
+    assert text == "a joke about ice cream"
+    assert [c for c in lgs.CALLS if c[0] == "joker"] == [("joker", "stream", "ice cream")]
+    updates = [c for mode, c in whole if mode == "updates"]
+    assert [list(u) for u in updates] == [["__interrupt__"], ["joke_then_ask"]]
+
+
+def custom_subgraph_graph() -> StateGraph:
+    """node_1 writes custom data, then node_2: a subgraph whose node writes too."""
+    from langgraph.config import get_stream_writer
+
+    def inner(state: ChatState):
+        get_stream_writer()({"from": "inner"})
+        return {"joke": "j"}
+
+    sub = StateGraph(ChatState).add_node(inner).add_edge(START, "inner").compile()
+
+    def node_1(state: ChatState):
+        get_stream_writer()({"from": "node_1"})
+        return {"topic": state["topic"] + "!"}
+
+    return (
+        StateGraph(ChatState)
+        .add_node("node_1", node_1)
+        .add_node("node_2", sub)
+        .add_edge(START, "node_1")
+        .add_edge("node_1", "node_2")
+    )
+
+
+graph_workflow("t30b.custom-sub", "1", custom_subgraph_graph)
+
+
+@pytest.mark.parametrize("subgraphs", [False, True])
+def test_lg_custom_data_of_a_subgraph_follows_the_subgraphs_flag(lgs_workflows, subgraphs):
+    """https://github.com/langchain-ai/langgraph/pull/4843 (issue #4826): ``custom`` (and
+    ``messages``) ignored ``subgraphs=False`` and streamed every subgraph's writes. The
+    durable run's ``custom`` chunks are LangGraph's, with and without the flag."""
+    expected = _langgraph(custom_subgraph_graph, TOPIC, stream_mode="custom", subgraphs=subgraphs)
+    chunks = stream("t30b.custom-sub", TOPIC, stream_mode="custom", subgraphs=subgraphs)
+    run = drive(chunks.run_id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+    def shape(chunks: list[Any]) -> list[Any]:
+        if not subgraphs:
+            return chunks
+        return [(tuple(n.split(":")[0] for n in ns), c) for ns, c in chunks]
+
+    assert shape(list(chunks)) == shape(expected)
