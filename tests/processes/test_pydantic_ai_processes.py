@@ -53,7 +53,14 @@ def approve_and_finish(run_id: str) -> Run:
 
 def comparable(messages) -> list:
     """The history without what differs between any two runs (times, ids)."""
-    volatile = {"timestamp", "run_id", "conversation_id", "provider_response_id"}
+    volatile = {
+        "timestamp",
+        "request_timestamp",  # pydantic-ai 2.7x: when the request was sent
+        "duration",
+        "run_id",
+        "conversation_id",
+        "provider_response_id",
+    }
 
     def clean(value):
         if isinstance(value, dict):
