@@ -101,6 +101,13 @@ def lookup_then_wait(ctx, data):
     return found
 
 
+@durable.workflow(name="trial32.a_moment", version="1")
+def a_moment(ctx, data):
+    """Inngest's report's function: a one-second sleep, then a step."""
+    ctx.sleep(1)
+    return ctx.step("validate", lambda: "Hello world!")
+
+
 @durable.workflow(name="trial32.two_steps", version="1")
 def two_steps(ctx, data):
     a = ctx.step("a", lambda: "a")
@@ -166,6 +173,25 @@ def test_a_stubbed_call_is_not_timed_out_by_the_skipped_clock(durable_env):
     [call] = durable_env.tool_calls("trial32.check")
     assert call.outcome == "returned" and call.params == {"order": "o1"}
     assert REAL == []
+
+
+def test_a_one_second_sleep_neither_hangs_nor_sleeps(durable_env, monkeypatch):
+    """https://github.com/inngest/inngest-js/issues/801: the test engine hung on a
+    ``step.sleep("1s")``. Here a run sleeping one second is executed with ``time.sleep``
+    forbidden: it waits for its timer (or was skipped past it) and one second of
+    ``advance`` finishes it."""
+    import time
+
+    def no_sleep(seconds):
+        raise AssertionError(f"slept {seconds} s")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    run = durable_env.run(durable_env.start("trial32.a_moment"))
+    assert run.status in (RunStatus.WAITING, RunStatus.SUCCEEDED), run.error
+    durable_env.advance(1)
+    run = durable_env.run(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output_value() == "Hello world!"
 
 
 # ---------------------------------------------------------------------- stubs
