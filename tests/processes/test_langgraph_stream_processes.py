@@ -81,9 +81,12 @@ def test_a_worker_killed_mid_stream_the_reader_sees_the_cut_and_the_new_try(
     workers.kill(first)  # mid-stream: the model has more to say, nothing is recorded
     assert not Step.objects.filter(run_id=chunks.run_id, step_id="call_model.llm").exists()
     workers.start(wait=True, **streaming_llm.env, **WORKER_ENV)
-    read += list(live)
+    # sweep as beat would until the run is taken over and done (the reader does not
+    # sweep: without it the takeover waits for a sweep nobody sends), then the same
+    # reader goes on from where it stopped before the kill
     run = wait_for_run(chunks.run_id, timeout=60)
     assert run.status == RunStatus.SUCCEEDED, run.error
+    read += list(live)
 
     (step,) = Step.objects.filter(run=run, step_id="call_model.llm")  # recorded once
     reply = step.output_value()
@@ -116,9 +119,9 @@ def test_a_worker_killed_mid_super_step_the_reader_sees_each_update_once(workers
     read = take(live, lambda r: ("updates", {"a": {"log": ["a"]}}) in r)
     first.wait_exit(30)  # b killed it (SIGKILL)
     workers.start(wait=True, **env)
-    read += list(live)
-    run = wait_for_run(chunks.run_id, timeout=60)
+    run = wait_for_run(chunks.run_id, timeout=60)  # sweeps as beat would (see above)
     assert run.status == RunStatus.SUCCEEDED, run.error
+    read += list(live)
     assert run.output_value()["log"] == ["a", "b", "c"]
     updates = [chunk for mode, chunk in read if mode == "updates"]
     assert updates == [{"a": {"log": ["a"]}}, {"b": {"log": ["b"]}}, {"c": {"log": ["c"]}}]
