@@ -85,7 +85,10 @@ def _take_what_the_server_takes(case):
       ``tests/durable/queries``);
     - ``POST /webhooks/subscriptions``: the destination must be a public address, which
       depends on what its name resolves to (``api/egress.py``, tested by
-      ``test_egress.py``): a refused one becomes a public name.
+      ``test_egress.py``): a refused one becomes a public name;
+    - ``POST /runs/{run_id}/fork``: ``from_step`` must be one of the run's
+      ``fork_points`` (its recorded steps): a drawn one becomes the run's first, and a
+      run with none (its refusals are tested by ``test_runs.py``) the run ``fuzz-done``.
     """
     label, body, query = case.operation.label, case.body, case.query
     if label == "POST /api/v1/runs" and isinstance(body, dict) and body.get("run_id"):
@@ -97,6 +100,8 @@ def _take_what_the_server_takes(case):
             if isinstance(query.get(name), str) and query[name]:
                 key = "2026-01-01T00:00:00+00:00" if kind == "created" else 1_000_000
                 query[name] = encode_cursor(key, "fuzz-done")
+    if label == "POST /api/v1/runs/{run_id}/fork" and isinstance(body, dict):
+        _a_real_fork_point(case, body)
     url = body.get("url") if isinstance(body, dict) else None
     if label == "POST /api/v1/webhooks/subscriptions" and isinstance(url, str):
         try:
@@ -104,6 +109,23 @@ def _take_what_the_server_takes(case):
         except egress.EgressRefused:
             body["url"] = "https://hooks.example.com/durable"
     return case
+
+
+def _a_real_fork_point(case, body: dict) -> None:
+    from durable.models import Step
+    from durable.services.forks import fork_points
+
+    def points(run_id: object) -> list[str]:
+        steps = Step.objects.filter(run_id=str(run_id)).order_by("position")
+        return fork_points(steps.only("run_id", "step_id", "kind", "status"))
+
+    path = case.path_parameters or {}
+    found = points(path.get("run_id"))
+    if not found:
+        case.path_parameters = {**path, "run_id": "fuzz-done"}
+        found = points("fuzz-done")
+    if body.get("from_step") not in found:
+        body["from_step"] = found[0]
 
 
 def _scope_of(operation) -> str | None:
