@@ -303,6 +303,36 @@ def test_the_follower_raises_the_runs_failure(scripted_llm):
     assert result.is_complete and result.final_output is None
 
 
+@pytest.mark.parametrize("mode", ["immediate", "after_turn"])
+def test_the_followers_cancel_cancels_a_run_not_yet_ended_and_ends_the_stream(mode):
+    """``cancel()`` as the SDK's (``RunResultStreaming.cancel``): the run is cancelled,
+    never executed, and ``stream_events()`` ends without ``RunFailed`` -- the caller
+    asked for it."""
+    result = durable_run_streamed(osa.agent, input="Please tell me 5 jokes.")
+    result.cancel(mode)
+    if mode == "immediate":
+        assert result.is_complete
+
+    async def read() -> list[object]:
+        return [event async for event in result.stream_events()]
+
+    assert asyncio.run(read()) == []
+    run = Run.objects.get(pk=result.run_id)
+    assert run.status == RunStatus.CANCELLED and not Step.objects.filter(run=run).exists()
+    assert result.is_complete and result.final_output is None
+    drive(run.id)  # a worker that comes for it later executes nothing
+    assert not Step.objects.filter(run=run).exists()
+
+
+def test_the_followers_cancel_of_an_ended_run_changes_nothing_and_a_bad_mode_is_named():
+    result = durable_run_streamed(osa.agent, input="Please tell me 5 jokes.")
+    drive(result.run_id)
+    with pytest.raises(ValueError, match="mode"):
+        result.cancel("now")
+    result.cancel("after_turn")
+    assert Run.objects.get(pk=result.run_id).status == RunStatus.SUCCEEDED
+
+
 def test_a_model_that_cannot_stream_fails_the_run_at_once_naming_it_and_the_step():
     run = drive(durable_run(osa.mute, "Is this a refund?").id)
     assert run.status == RunStatus.FAILED

@@ -274,11 +274,6 @@ def test_oai_a_cancel_after_n_deltas_is_the_same_on_a_replay():
     assert run.output_value()["final_output"] == first["final_output"] is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StreamedRun has no cancel(): the SDK's streaming docs' result.cancel() "
-    "raises AttributeError on a durable follower",
-)
 def test_oai_the_followers_cancel_as_the_sdks_docs_write_it():
     """https://github.com/openai/openai-agents-python/issues/574 (PR #579): the SDK's
     streamed result has ``cancel()`` (``mode="immediate" | "after_turn"``, docs

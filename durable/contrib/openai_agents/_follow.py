@@ -89,7 +89,8 @@ class StreamedRun:
     run items told so far (the SDK's ``RunItem`` objects). ``agents``: the ``Agent``
     objects by name (``AgentUpdatedStreamEvent.new_agent``, each item's ``agent``); a
     name not there gets an ``Agent`` of that name. ``poll``: seconds between two reads
-    of the stream.
+    of the stream. :meth:`cancel` cancels the run, as the SDK's ``cancel()`` stops its
+    own.
     """
 
     def __init__(
@@ -109,6 +110,46 @@ class StreamedRun:
         self.new_items: list[Any] = []
         self.status: str | None = None
         self._try: _Try | None = None
+        self._cancel_mode: str | None = None
+
+    def cancel(self, mode: str = "immediate") -> None:
+        """Cancel the run, as ``RunResultStreaming.cancel(mode)`` stops the SDK's own
+        (openai-agents-python PR #579 and #2710): :func:`durable.cancel` (by
+        ``openai-agents``), which stops the run at its next step boundary, so a model
+        request in flight finishes and is recorded. ``mode="immediate"``:
+        ``stream_events()`` ends at once and :attr:`is_complete` is true;
+        ``"after_turn"``: it goes on with what the run still writes until the run ends
+        (cancelled, or done if it ended first). A run that has already ended is left as
+        it is. Safe to call inside ``async for``: the database is reached from a thread.
+        Raises ``ValueError`` for another ``mode``.
+        """
+        if mode not in ("immediate", "after_turn"):
+            raise ValueError(f"cancel(mode={mode!r}): mode is 'immediate' or 'after_turn'")
+        self._cancel_mode = mode
+        failure: list[BaseException] = []
+
+        def cancel_run() -> None:
+            from django.db import connections
+
+            import durable
+            from durable.exceptions import IllegalTransition
+
+            try:
+                durable.cancel(self.run_id, by="openai-agents", reason=f"cancel({mode!r})")
+            except IllegalTransition:
+                pass  # it ended first: nothing to stop
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller
+                failure.append(exc)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=cancel_run, name="durable-oai-cancel")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+        if mode == "immediate":
+            self.is_complete = True
 
     def agent(self, name: str) -> Agent[Any]:
         if name not in self.agents:
@@ -152,6 +193,8 @@ class StreamedRun:
                 self.after = event["seq"]
                 for made in self.events_of(event):
                     yield made
+                    if self._cancel_mode == "immediate":
+                        return
         finally:
             stop.set()
 
@@ -169,6 +212,8 @@ class StreamedRun:
             self.final_output = output["final_output"] if is_runner else output
         elif outcome.status in (RunStatus.FAILED, RunStatus.CANCELLED):
             self.is_complete = True
+            if outcome.status == RunStatus.CANCELLED and self._cancel_mode:
+                return  # cancelled as asked: the end of the stream, not a failure
             raise RunFailed(outcome)
 
     def events_of(self, event: dict[str, Any]) -> Iterable[Any]:
