@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["McpTools"]
+from durable.contrib.mcp.adapters import McpSafety
+
+__all__ = ["McpSafety", "McpTools"]
 
 
 def __getattr__(name: str) -> Any:
