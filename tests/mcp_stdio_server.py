@@ -21,11 +21,15 @@ from mcp.server.mcpserver import Context, MCPServer
 
 
 class LoggedServer(MCPServer):
-    """Logs each ``tools/list`` it answers."""
+    """Logs each ``tools/list`` it answers; lists one tool more, ``extra``, once a file
+    ``LOG.changed`` exists (a test changes the server under a run)."""
 
     async def list_tools(self):  # type: ignore[no-untyped-def]
         log({"kind": "list"})
-        return await super().list_tools()
+        tools = await super().list_tools()
+        if LOG and os.path.exists(LOG + ".changed"):  # the server changed: one tool more
+            tools = [*tools, tools[0].model_copy(update={"name": "extra"})]
+        return tools
 
 
 server = LoggedServer("weather")

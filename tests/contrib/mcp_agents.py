@@ -7,7 +7,8 @@ processes of tests/processes/test_mcp_processes.py.
 play the same script: ask ``forecast`` (``read_only``), then ``book`` (approval), then
 answer with both results. The server appends its starts and calls to ``server_log()``
 (``$CRASH_TEST_DIR/mcp.jsonl`` in worker processes, else ``LOG``); every model request
-is ``record("model", ...)`` of ``pai_agents`` (``CRASH_AT=model:2`` kills a worker there).
+is ``record("model", n, tools=<the tool names offered>)`` of ``pai_agents``
+(``CRASH_AT=model:2`` kills a worker there).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def _returns(messages: list[ModelMessage]) -> dict[str, Any]:
 
 def _pai_model(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
     n = sum(isinstance(m, PaiResponse) for m in messages) + 1
-    record("model", str(n))
+    record("model", str(n), tools=sorted(t.name for t in info.function_tools))
     done = _returns(messages)
     if "forecast" not in done:
         return PaiResponse(parts=[ToolCallPart("forecast", {"city": "Oslo"}, "call-1")])

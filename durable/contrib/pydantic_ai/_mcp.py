@@ -11,6 +11,7 @@ live unit (PydanticAI's ``MCPToolset`` enters itself for a request), never for a
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,9 +139,24 @@ def durable_mcp(
             f"an MCPToolset under a DurableAgent needs an id (MCPToolset(..., id='files')): "
             f"its tools are the Durable tools '<id>.<tool>'; {toolset.label} has none"
         )
+    _real_stderr(toolset)
     return DurableMCPToolset(
         toolset,
         session=session,
         policy=safety.get(toolset.id) or McpSafety(),
         prefix=prefix_of(toolset.id),
     )
+
+
+def _real_stderr(toolset: AbstractToolset[Any]) -> None:
+    """A stdio server's stderr where a process can write: FastMCP's ``StdioTransport``
+    hands the subprocess ``sys.stderr``, which a Celery worker replaces by a logging
+    proxy without a file descriptor ("Client failed to connect: 'LoggingProxy' object has
+    no attribute 'fileno'"); a transport given no ``log_file`` gets the process's own."""
+    transport = getattr(getattr(toolset, "client", None), "transport", None)
+    if transport is None or getattr(transport, "log_file", False) is not None:
+        return
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        transport.log_file = sys.__stderr__
