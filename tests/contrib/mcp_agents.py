@@ -92,7 +92,9 @@ def _pai_model(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
 
 
 pai_toolset: MCPToolset[Any] = MCPToolset(
-    StdioTransport(command=sys.executable, args=[SERVER, _log_path()]), id="weather"
+    # no kept-alive server between connections: each test's server logs to its own file
+    StdioTransport(command=sys.executable, args=[SERVER, _log_path()], keep_alive=False),
+    id="weather",
 )
 pai_agent = Agent(FunctionModel(_pai_model), toolsets=[pai_toolset], name="trip")
 pai_trip = DurableAgent(pai_agent, name="mcpa.pai-trip", version="1", mcp_safety=SAFETY)
