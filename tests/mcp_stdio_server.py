@@ -43,13 +43,15 @@ def log(entry: dict[str, Any]) -> None:
             out.write(json.dumps({**entry, "pid": os.getpid()}) + "\n")
 
 
-def _key(ctx: Context) -> str | None:
+def _meta(ctx: Context) -> dict[str, Any]:
     meta: Any = ctx.request_context.meta
     if meta is None:
-        return None
-    if not isinstance(meta, dict):
-        meta = meta.model_dump(by_alias=True)
-    return meta.get("durable/idempotency_key")
+        return {}
+    return meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
+
+
+def _key(ctx: Context) -> str | None:
+    return _meta(ctx).get("durable/idempotency_key")
 
 
 def _calls(tool: str) -> int:
@@ -63,7 +65,16 @@ def _calls(tool: str) -> int:
 @server.tool()
 def forecast(city: str, ctx: Context) -> dict[str, str]:
     """The sky over a city today."""
-    log({"kind": "call", "tool": "forecast", "args": {"city": city}, "key": _key(ctx)})
+    tenant = _meta(ctx).get("tenant")
+    log(
+        {
+            "kind": "call",
+            "tool": "forecast",
+            "args": {"city": city},
+            "key": _key(ctx),
+            "tenant": tenant,
+        }
+    )
     return {"city": city, "sky": "clear"}
 
 

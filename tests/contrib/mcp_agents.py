@@ -36,7 +36,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from durable.contrib.mcp import McpSafety
 from durable.contrib.openai_agents import register
-from durable.contrib.pydantic_ai import DurableAgent
+from durable.contrib.pydantic_ai import DurableAgent, current_idempotency_key
 from tests.contrib.pai_agents import record
 from tests.crash_workflows import read_jsonl
 
@@ -62,6 +62,7 @@ def set_log(path: str) -> None:
     """(In-process tests) the log of the servers started from now on."""
     LOG[0] = path
     pai_toolset.client.transport.args[1] = path  # type: ignore[attr-defined]
+    hooked_toolset.client.transport.args[1] = path  # type: ignore[attr-defined]
     oai_server.params.args[1] = path
 
 
@@ -98,6 +99,34 @@ pai_toolset: MCPToolset[Any] = MCPToolset(
 )
 pai_agent = Agent(FunctionModel(_pai_model), toolsets=[pai_toolset], name="trip")
 pai_trip = DurableAgent(pai_agent, name="mcpa.pai-trip", version="1", mcp_safety=SAFETY)
+
+#: what ``tenant_hook`` saw: (tool, current_idempotency_key())
+HOOKED: list[tuple[str, str | None]] = []
+
+
+async def tenant_hook(ctx: Any, call_tool: Any, name: str, args: dict[str, Any]) -> Any:
+    """A ``process_tool_call`` adding the run's tenant to each call's ``_meta``."""
+    HOOKED.append((name, current_idempotency_key()))
+    return await call_tool(name, args, metadata={"tenant": "t-1"})
+
+
+def _forecast_only(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+    done = _returns(messages)
+    if "forecast" not in done:
+        return PaiResponse(parts=[ToolCallPart("forecast", {"city": "Bergen"}, "call-1")])
+    return PaiResponse(parts=[TextPart(json.dumps(done["forecast"]))])
+
+
+hooked_toolset: MCPToolset[Any] = MCPToolset(
+    StdioTransport(command=sys.executable, args=[SERVER, _log_path()], keep_alive=False),
+    id="hooked",
+    process_tool_call=tenant_hook,
+)
+hooked_trip = DurableAgent(
+    Agent(FunctionModel(_forecast_only), toolsets=[hooked_toolset]),
+    name="mcpa.pai-hooked",
+    version="1",
+)
 
 
 # ---------------------------------------------------------------- OpenAI Agents

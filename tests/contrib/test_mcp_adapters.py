@@ -127,3 +127,15 @@ def test_an_mcp_toolset_without_an_id_is_refused_with_its_name():
     run = drive(durable_agent.start("hi").id)
     assert run.status == RunStatus.FAILED
     assert "needs an id" in json.dumps(run.error), run.error
+
+
+def test_an_mcp_toolsets_process_tool_call_runs_in_the_step_with_the_key():
+    ma.HOOKED.clear()
+    run = drive(ma.hooked_trip.start("weather in Bergen").id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    key = f"{run.id}:tool:forecast"
+    assert ma.HOOKED == [("forecast", key)]
+    (called,) = calls("forecast")
+    assert (called["key"], called["tenant"]) == (key, "t-1")  # the hook's _meta and ours
+    assert registry.get_tool("hooked.forecast").safety == "unsafe_write"  # the default
+    assert json.loads(run.output_value()["output"]) == {"city": "Bergen", "sky": "clear"}

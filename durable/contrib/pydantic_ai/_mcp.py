@@ -7,6 +7,8 @@ entered inside the unit), :class:`DurableMCPToolset` makes the listing the step
 and each call ``ctx.call_tool("<id>.<tool>")`` (:mod:`durable.contrib.mcp.adapters`):
 ledger, idempotency key, safety class, approval. The server is connected around each
 live unit (PydanticAI's ``MCPToolset`` enters itself for a request), never for a replay.
+A toolset's ``process_tool_call`` hook runs inside the call's body (with
+``current_idempotency_key()``); the key is also merged into the ``_meta`` it sends.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import to_jsonable_python
 
 from durable.calls import tool_call
+from durable.contrib._bridge import with_key
 from durable.contrib.mcp.adapters import McpSafety, prefix_of, server_tool
 from durable.contrib.pydantic_ai._steps import DurableToolset, _order
 from durable.types import ModelRecoverable
@@ -94,10 +97,22 @@ class DurableMCPToolset(DurableToolset):
         assert session is not None
         wrapped: Any = self.wrapped
 
+        pending = session.mcp_contexts.get((self.prefix, name))
+        run_ctx = pending.pop(0) if pending else None
+
+        async def call(
+            tool: str, args: dict[str, Any], *, metadata: dict[str, Any] | None = None
+        ) -> Any:
+            meta = {**(metadata or {}), **({IDEMPOTENCY_META_KEY: key} if key else {})}
+            return await wrapped.direct_call_tool(tool, args, metadata=meta or None)
+
         async def run() -> Any:
-            meta = {IDEMPOTENCY_META_KEY: key} if key else None
+            hook = wrapped.process_tool_call
             try:
-                result = await wrapped.direct_call_tool(name, arguments, metadata=meta)
+                if hook is not None and run_ctx is not None:  # the toolset's own hook
+                    result = await with_key(key or "", lambda: hook(run_ctx, call, name, arguments))
+                else:
+                    result = await call(name, arguments)
             except ModelRetry as exc:  # an isError result: the model may correct itself
                 return {"retry": exc.message}
             except ToolFailed as exc:
@@ -115,8 +130,14 @@ class DurableMCPToolset(DurableToolset):
         session = self.session
         assert session is not None and self.policy is not None
         durable_name = server_tool(self.prefix, name, self.policy)
+        # the RunContext for the toolset's process_tool_call, taken by the call's body
+        waiting = session.mcp_contexts.setdefault((self.prefix, name), [])
+        waiting.append(ctx)
         call = tool_call(durable_name, dict(tool_args), step_id=f"tool:{name}")
-        outcome = await session.turn.run(call, _order(ctx))
+        try:
+            outcome = await session.turn.run(call, _order(ctx))
+        finally:  # a replayed call never took it
+            waiting[:] = [c for c in waiting if c is not ctx]
         if isinstance(outcome, ModelRecoverable):
             if outcome.error_type == "ApprovalRejected":  # the inbox said no: a denial
                 return ToolDenied(outcome.message)
