@@ -2,6 +2,7 @@
 
 - streamable HTTP over loopback: the project's ASGI app (``config.asgi``) served by
   uvicorn on a thread of this process, behind an API token with the scope ``mcp:call``;
+  and by daphne, the production server of the Procfile, as a process of its own;
 - stdio: ``manage.py durable mcp`` as a subprocess on the test database.
 
 In both, an approval-gated write answers that it waits, waits in the inbox, and runs
@@ -11,7 +12,9 @@ once after the approval (the status tool's poll executes the resumed run).
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
 from contextlib import contextmanager
@@ -27,6 +30,7 @@ import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from api.models import token_create
 from approvals.services import approval_decide
@@ -160,3 +164,80 @@ def test_stdio_lists_calls_and_completes_an_approved_write_once(alice, crash_dir
 
     call_id = gated_write(over_stdio, alice, crash_dir)
     assert Run.objects.get(pk=call_id).starter_label == "bob"
+
+
+@contextmanager
+def daphne(crash_dir):
+    """``daphne config.asgi:application`` (the Procfile's web process) in a process of
+    its own on the test database, on a loopback socket this test bound and hands it
+    (``--fd``: no port race); yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    env = worker_env(
+        crash_dir, DURABLE_WORKFLOW_MODULES="tests.mcp_tools", DURABLE_DISPATCH="manual"
+    )
+    log = open(crash_dir / "daphne.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "daphne"),
+            "--fd",
+            str(sock.fileno()),
+            "-v",
+            "1",
+            "config.asgi:application",
+        ],
+        env=env,
+        cwd=str(REPO),
+        pass_fds=[sock.fileno()],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):  # up to 30 s on a loaded machine: the app imports Django
+            assert proc.poll() is None, (crash_dir / "daphne.log").read_text()
+            try:
+                httpx.get(f"{url}/mcp", timeout=1)  # any answer: daphne serves
+                break
+            except httpx.TransportError:
+                threading.Event().wait(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+        sock.close()
+
+
+def test_http_under_daphne_lists_reads_and_refuses_a_token_without_the_scope(crash_dir):
+    bob = get_user_model().objects.create_superuser("bob", "bob@example.com", "pw")
+    _, token = token_create(user=bob, name="desktop", scopes=["mcp:call"])
+    _, reader = token_create(user=bob, name="reader", scopes=["runs:read"])
+    with daphne(crash_dir) as url:
+        listed, read = over_http(
+            url,
+            token,
+            lambda c: c.list_tools(),
+            lambda c: c.call_tool("mcpt.stock", {"sku": "abcd"}),
+        )
+        with pytest.raises(BaseExceptionGroup) as refused:  # the SDK's task group
+            over_http(url, reader, lambda c: c.list_tools())
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        wrong_scope = httpx.post(
+            f"{url}/mcp", json=hello, headers={"Authorization": f"Bearer {reader}"}
+        )
+    names = {t.name for t in listed.tools}
+    assert {"mcpt.stock", "mcpt.ship", calls.STATUS_TOOL} <= names
+    body = payload(read)
+    assert body["state"] == "completed" and body["result"]["count"] == 4, body
+    assert Run.objects.get(pk=body["call_id"]).started_by_id == bob.pk  # recorded, too
+    # the SDK's client reports an HTTP error status as an internal error, whatever it was
+    assert refused.group_contains(MCPError, depth=None), refused.value
+    assert wrong_scope.status_code == 403
+    assert "mcp:call" in wrong_scope.json()["detail"]

@@ -7,7 +7,9 @@ Two directions, both through the operation ledger and the approvals inbox:
   :data:`~durable.contrib.mcp.calls.CALL_WORKFLOW` (:mod:`.calls`, :mod:`.server`,
   :mod:`.http`).
 - **An MCP server's tools used from a workflow** (:class:`McpTools`, :mod:`.client`):
-  each call a durable step, the tool listing recorded for replay.
+  each call a durable step, the tool listing recorded for replay; the PydanticAI and
+  OpenAI Agents adapters' own MCP servers take the same path (:mod:`.adapters`,
+  :class:`McpSafety`).
 
 Only :mod:`.server`, :mod:`.http` and :mod:`.client` import the ``mcp`` SDK; this
 package and the Django app (``durable.contrib.mcp`` in ``INSTALLED_APPS``, which
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["McpTools"]
+from durable.contrib.mcp.adapters import McpSafety
+
+__all__ = ["McpSafety", "McpTools"]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents import (
@@ -23,6 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge
+from durable.contrib.mcp.adapters import McpSafety, linked
 from durable.contrib.openai_agents._follow import StreamedRun, agents_of
 from durable.contrib.openai_agents._steps import (
     _Clones,
@@ -76,6 +77,12 @@ class DurableRunner:
     ``Runner.run_streamed``: each model request streams into the run's stream (its step
     records the same response as unstreamed) and the run's items and agent changes are
     told there too; :meth:`run_streamed` follows a run in the SDK's event shapes.
+    ``mcp_safety``: server name -> :class:`~durable.contrib.mcp.McpSafety` for the
+    agents' ``mcp_servers``, whose listing is the recorded step ``"<name>.tools/list"``
+    and whose every call is the Durable tool ``"<name>.<tool>"`` (ledger, idempotency
+    key, approval; default: ``unsafe_write``, no approval), as
+    :class:`~durable.contrib.mcp.McpTools`; the worker connects a server around each
+    live call (docs/mcp.md).
     """
 
     def __init__(
@@ -95,8 +102,10 @@ class DurableRunner:
         rejection_message: Callable[[ToolApprovalItem, Decision], str | None] | None = None,
         allow_edit: bool = True,
         stream: bool = False,
+        mcp_safety: Mapping[str, McpSafety] | None = None,
     ) -> None:
         self.agent = agent
+        self.mcp_safety = dict(mcp_safety or {})
         self.stream = stream
         self.tool_retry = tool_retry
         self.model_provider = model_provider
@@ -176,8 +185,10 @@ class DurableRunner:
             self.tool_retry,
             self.context_adapter if "context" in payload else None,
             legacy=not isinstance(input, dict),
+            mcp_safety=self.mcp_safety,
         )
-        return bridge.run(lambda: self._converse(session, payload))
+        with linked(session.mcp_links):
+            return bridge.run(lambda: self._converse(session, payload))
 
     def _config(self, session: _Session, overrides: dict[str, Any] | None) -> RunConfig:
         base = self.run_config or RunConfig(tracing_disabled=True)

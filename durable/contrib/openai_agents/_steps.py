@@ -70,6 +70,14 @@ class _Session:
     items: ItemLog | None = None
     #: a streamed run's items are being told (a nested streamed run's are not)
     publishing: bool = False
+    #: each MCP server's safety classes and approvals, by server name
+    mcp_safety: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the MCP servers' listings of this execution, by prefix (one step each)
+    mcp_tools: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the MCP servers' connections, by prefix, for their Durable tools' bodies
+    mcp_links: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the SDK's ``_meta`` of an MCP call about to run, by (prefix, tool)
+    mcp_meta: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
 
     def arguments(self, tool_ctx: Any, arguments: str) -> str:
         """The arguments a tool call runs with: the approver's edit, else the model's."""
@@ -224,6 +232,12 @@ class _Clones:
         clone.handoffs = [self.handoff(h) for h in agent.handoffs]
         if self.session.legacy:
             return clone
+        if agent.mcp_servers:
+            from durable.contrib.openai_agents._mcp import durable_servers
+
+            clone.mcp_servers = durable_servers(
+                list(agent.mcp_servers), self.session, self.session.mcp_safety
+            )
         clone.input_guardrails = [
             self.guardrail("input_guardrail", g) for g in agent.input_guardrails
         ]

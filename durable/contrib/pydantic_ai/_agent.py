@@ -32,8 +32,10 @@ from pydantic_core import to_jsonable_python
 
 from durable import registry
 from durable.contrib._bridge import LoopBridge
+from durable.contrib.mcp.adapters import McpSafety, linked
 from durable.contrib.pydantic_ai import _follow as follow
 from durable.contrib.pydantic_ai._follow import AsyncStreamedRun, StreamedRun
+from durable.contrib.pydantic_ai._mcp import durable_mcp, is_mcp
 from durable.contrib.pydantic_ai._options import (
     StepSettings,
     load_deps,
@@ -93,6 +95,13 @@ class DurableAgent:
     each model request to the run's stream as it arrives; the step records the same
     ``ModelResponse`` as an unstreamed request.
 
+    MCP servers (PydanticAI's ``MCPToolset``, with an ``id``, among the agent's toolsets
+    or ``toolsets=``): the listing is the recorded step ``"<id>.tools/list"`` and each call
+    is the Durable tool ``"<id>.<tool>"`` (ledger, idempotency key, approval), as
+    :class:`~durable.contrib.mcp.McpTools`; ``mcp_safety`` (toolset id ->
+    :class:`~durable.contrib.mcp.McpSafety`) gives each server's safety classes and
+    approvals (default: every tool ``unsafe_write``, no approval). See docs/mcp.md.
+
     The tool calls of one model response run as one ``ctx.parallel`` group (recorded in
     the order of the calls): reads at once, at most ``tool_concurrency`` of them
     (``None``: all), writes of ``durable_tool``s one by one. The calls needing approval
@@ -127,6 +136,7 @@ class DurableAgent:
         event_stream_handler: EventStreamHandler[Any] | None = None,
         event_stream_handlers: Mapping[str, EventStreamHandler[Any]] | None = None,
         stream: bool = False,
+        mcp_safety: Mapping[str, McpSafety] | None = None,
     ) -> None:
         if agent.model is None and model is None:
             raise ValueError(f"DurableAgent {name!r}: the agent has no model; pass model=")
@@ -145,6 +155,7 @@ class DurableAgent:
         self.event_stream_handler = event_stream_handler or agent.event_stream_handler
         self.event_stream_handlers = dict(event_stream_handlers or {})
         self.always_stream = stream
+        self.mcp_safety = dict(mcp_safety or {})
         self.toolsets: dict[str, AbstractToolset[Any]] = {}
         for toolset in toolsets:
             if not toolset.id or toolset.id in self.toolsets:
@@ -339,7 +350,8 @@ class DurableAgent:
         session.stream = bool(self.always_stream or input.get("stream") or session.handler)
         history_data = input.get("message_history")
         history = ModelMessagesTypeAdapter.validate_python(history_data) if history_data else None
-        return bridge.run(lambda: self._converse(session, input, history))
+        with linked(session.mcp_links):
+            return bridge.run(lambda: self._converse(session, input, history))
 
     async def _converse(
         self, session: _Session, input: dict[str, Any], history: list[ModelMessage] | None
@@ -355,7 +367,10 @@ class DurableAgent:
         model = DurableModel(chosen if isinstance(chosen, Model) else _infer(chosen), session)
         extra = [self.toolsets[t] for t in input.get("toolsets") or ()]
         toolsets: list[AbstractToolset[Any]] = [
-            DurableToolset(toolset, session=session) for toolset in [*agent.toolsets, *extra]
+            durable_mcp(toolset, session, self.mcp_safety)
+            if is_mcp(toolset)
+            else DurableToolset(toolset, session=session)
+            for toolset in [*agent.toolsets, *extra]
         ]
         deps = load_deps(input.get("deps"), agent.deps_type, self.deps_factory)
         if inspect.isawaitable(deps):

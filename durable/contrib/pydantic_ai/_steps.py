@@ -98,6 +98,12 @@ class _Session:
     #: the run's ``event_stream_handler``: it gets a streamed request's events live,
     #: inside the step
     handler: EventStreamHandler[Any] | None = None
+    #: the MCP toolsets' listings of this execution, by prefix (one step each)
+    mcp_tools: dict[str, Any] = field(default_factory=dict)
+    #: the MCP toolsets' connections, by prefix, for their Durable tools' bodies
+    mcp_links: dict[str, Any] = field(default_factory=dict)
+    #: the RunContexts of the MCP calls made and not yet run, by (prefix, tool)
+    mcp_contexts: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
     turn: _Turn = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,111 @@
+"""The agent frameworks' own MCP servers on the path of :class:`~durable.contrib.mcp.McpTools`.
+
+PydanticAI's ``MCPToolset`` (under ``DurableAgent``) and the OpenAI Agents SDK's
+``Agent(mcp_servers=[...])`` (under ``durable.contrib.openai_agents``) call a server's
+tool ``T`` as the Durable tool ``"<prefix>.T"`` (the prefix: the toolset's ``id``, the
+server's ``name``), with ``ctx.call_tool``: the operation ledger and its idempotency key
+``"<run id>:<step id>"`` (also sent to the server as
+``_meta["durable/idempotency_key"]``), the safety class and the approvals inbox that
+:class:`McpSafety` declares. The tool's body reaches the server through the adapter's
+connection of the running execution (:func:`linked`), on the agent's event loop. The
+listing is the adapter's step ``"<prefix>.tools/list"``, so a replay needs no server.
+This module does not import the ``mcp`` SDK.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable.exceptions import DurableConfigurationError, PermanentError
+from durable.registry import SAFETY_CLASSES, get_tool, tool
+
+#: calls server tool ``name`` with ``arguments`` and the idempotency key; returns the
+#: JSON-able record of the result
+Link = Callable[[str, dict[str, Any], "str | None"], Any]
+
+_links: contextvars.ContextVar[Mapping[str, Link] | None] = contextvars.ContextVar(
+    "durable_mcp_links", default=None
+)
+
+
+@dataclass(frozen=True)
+class McpSafety:
+    """What Durable trusts of one MCP server's tools (as :class:`McpTools`' arguments).
+
+    ``safety``: tool -> ``"read_only"``, ``"idempotent_write"`` or ``"unsafe_write"``;
+    ``default_safety``: the class of the tools not named (a server's own annotations
+    are hints from another party, never trusted); ``requires_approval``: the tools whose
+    every call a person approves (``True``: every tool that is not read-only). A bad
+    class raises :class:`~durable.DurableConfigurationError`.
+    """
+
+    safety: Mapping[str, str] = field(default_factory=dict)
+    default_safety: str = "unsafe_write"
+    requires_approval: Collection[str] | bool = ()
+
+    def __post_init__(self) -> None:
+        for name, value in {**self.safety, "(default)": self.default_safety}.items():
+            if value not in SAFETY_CLASSES:
+                raise DurableConfigurationError(
+                    f"McpSafety: safety of {name} must be one of "
+                    f"{', '.join(SAFETY_CLASSES)}, got {value!r}"
+                )
+
+    def of(self, name: str) -> tuple[str, bool]:
+        """Tool ``name``'s safety class and whether each call needs approval."""
+        safety = self.safety.get(name, self.default_safety)
+        approve = self.requires_approval
+        if approve is True:
+            return safety, safety != "read_only"
+        return safety, bool(approve) and name in approve  # type: ignore[operator]
+
+
+def prefix_of(name: str) -> str:
+    """A server's name as a Durable tool name prefix (characters outside
+    ``[A-Za-z0-9_.-]`` become ``_``; a leading digit or dot gets a ``_`` first)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", name.strip()) or "mcp"
+    return cleaned if re.match(r"[A-Za-z_]", cleaned) else f"_{cleaned}"
+
+
+def server_tool(prefix: str, name: str, policy: McpSafety) -> str:
+    """The Durable tool ``"<prefix>.<name>"`` of a framework's MCP server, registered at
+    its first use in a process from ``policy`` (so every worker has the same spec)."""
+    full = f"{prefix}.{name}"
+    try:
+        found = get_tool(full)
+    except Exception:  # ToolNotFound
+        found = None
+    if found is None:
+        safety, needs = policy.of(name)
+
+        def call(*, idempotency_key: str | None = None, **arguments: Any) -> Any:
+            link = (_links.get() or {}).get(prefix)
+            if link is None:
+                raise PermanentError(
+                    f"the MCP tool {full!r} runs only inside the agent run that lists its "
+                    "server (durable.contrib.pydantic_ai, durable.contrib.openai_agents)"
+                )
+            return link(name, arguments, idempotency_key)
+
+        call.__name__ = call.__qualname__ = f"mcp_{full}".replace(".", "_").replace("-", "_")
+        call.__module__ = f"{__name__}.{prefix}"
+        call.__doc__ = f"Tool {name} of the MCP server {prefix}."
+        tool(name=full, safety=safety, requires_approval=needs)(call)
+    return full
+
+
+@contextmanager
+def linked(links: Mapping[str, Link]) -> Iterator[None]:
+    """(Workflow thread) the servers' connections of one execution, by prefix, for the
+    Durable tools' bodies run meanwhile (``ctx.parallel`` copies it to its threads);
+    ``links`` is read at each call, so the adapter adds a server when it first lists it."""
+    token = _links.set(links)
+    try:
+        yield
+    finally:
+        _links.reset(token)
