@@ -30,11 +30,6 @@ from durable.contrib.mcp.adapters import McpSafety, prefix_of, server_tool
 from durable.contrib.pydantic_ai._steps import DurableToolset, _order
 from durable.types import ModelRecoverable
 
-try:  # PydanticAI's mcp extra (FastMCP's client)
-    from pydantic_ai.mcp import MCPToolset
-except ImportError:  # pragma: no cover - without the extra there are no MCP toolsets
-    MCPToolset = None  # type: ignore[assignment,misc]
-
 IDEMPOTENCY_META_KEY = "durable/idempotency_key"  # durable.contrib.mcp.server's, SDK-free
 
 _TOOL_DEFS: TypeAdapter[dict[str, ToolDefinition]] = TypeAdapter(dict[str, ToolDefinition])
@@ -42,7 +37,11 @@ _TOOL_RETURN: TypeAdapter[ToolReturn] = TypeAdapter(ToolReturn)
 
 
 def is_mcp(toolset: AbstractToolset[Any]) -> bool:
-    return MCPToolset is not None and isinstance(toolset, MCPToolset)
+    """Whether ``toolset`` is PydanticAI's ``MCPToolset``. ``pydantic_ai.mcp`` (FastMCP's
+    client: 2 s to import) is not imported here: a toolset made from it has imported it,
+    so a process without MCP servers does not pay for it at start."""
+    module = sys.modules.get("pydantic_ai.mcp")
+    return module is not None and isinstance(toolset, module.MCPToolset)
 
 
 @dataclass

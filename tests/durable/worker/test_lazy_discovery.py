@@ -43,7 +43,8 @@ PROBE = (
     "from durable import registry\n"
     "names = sorted(s.name for s in registry.workflows())\n"
     "print(json.dumps({'before': before, 'after': frameworks(),"
-    " 'refund_graph': 'examples.refund_graph' in names}))\n"
+    " 'refund_graph': 'examples.refund_graph' in names,"
+    " 'fastmcp': 'pydantic_ai.mcp' in sys.modules or 'fastmcp' in sys.modules}))\n"
 )
 
 
@@ -52,6 +53,8 @@ def test_start_up_imports_no_workflow_module_and_the_first_lookup_imports_them(t
     assert seen["before"] == []  # django.setup() alone: none of the frameworks
     assert seen["after"] == sorted(FRAMEWORKS)  # the example agents, at the first lookup
     assert seen["refund_graph"]
+    # no agent of the demo has an MCP server: FastMCP's client (2 s) is not imported
+    assert not seen["fastmcp"]
 
 
 def test_a_cli_command_that_reads_runs_imports_no_framework(tmp_path):
