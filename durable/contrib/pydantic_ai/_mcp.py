@@ -27,13 +27,12 @@ from pydantic_core import to_jsonable_python
 from durable.calls import tool_call
 from durable.contrib._bridge import with_key
 from durable.contrib.mcp.adapters import McpSafety, prefix_of, server_tool
-from durable.contrib.pydantic_ai._steps import DurableToolset, _order
+from durable.contrib.pydantic_ai._steps import _TOOL_RETURN, DurableToolset, _order, tool_outcome
 from durable.types import ModelRecoverable
 
 IDEMPOTENCY_META_KEY = "durable/idempotency_key"  # durable.contrib.mcp.server's, SDK-free
 
 _TOOL_DEFS: TypeAdapter[dict[str, ToolDefinition]] = TypeAdapter(dict[str, ToolDefinition])
-_TOOL_RETURN: TypeAdapter[ToolReturn] = TypeAdapter(ToolReturn)
 
 
 def is_mcp(toolset: AbstractToolset[Any]) -> bool:
@@ -141,13 +140,7 @@ class DurableMCPToolset(DurableToolset):
             if outcome.error_type == "ApprovalRejected":  # the inbox said no: a denial
                 return ToolDenied(outcome.message)
             raise ModelRetry(outcome.message)
-        if "retry" in outcome:
-            raise ModelRetry(outcome["retry"])
-        if "failed" in outcome:
-            raise ToolFailed(outcome["failed"])
-        if "tool_return" in outcome:
-            return _TOOL_RETURN.validate_python(outcome["tool_return"])
-        return outcome["return"]
+        return tool_outcome(outcome)
 
 
 def durable_mcp(

@@ -324,13 +324,20 @@ class DurableToolset(WrapperToolset[Any]):
             raise ApprovalRequired(outcome["approval"])
         if "deferred" in outcome:
             raise CallDeferred(outcome["deferred"], kind=outcome.get("kind") or "external")
-        if "retry" in outcome:
-            raise ModelRetry(outcome["retry"])
-        if "failed" in outcome:
-            raise ToolFailed(outcome["failed"])
-        if "tool_return" in outcome:
-            return _TOOL_RETURN.validate_python(outcome["tool_return"])
-        return outcome["return"]
+        return tool_outcome(outcome)
+
+
+def tool_outcome(outcome: dict[str, Any]) -> Any:
+    """A tool call's recorded outcome as PydanticAI takes it: ``{"retry": message}``
+    raises ``ModelRetry``, ``{"failed": message}`` ``ToolFailed``; ``{"tool_return":
+    json}`` is the ``ToolReturn`` again, ``{"return": value}`` the value."""
+    if "retry" in outcome:
+        raise ModelRetry(outcome["retry"])
+    if "failed" in outcome:
+        raise ToolFailed(outcome["failed"])
+    if "tool_return" in outcome:
+        return _TOOL_RETURN.validate_python(outcome["tool_return"])
+    return outcome["return"]
 
 
 def _order(ctx: RunContext[Any]) -> int:
