@@ -37,6 +37,7 @@ def lg_workflows(settings):
     lg_workflows.REFUNDS.clear()
     lg_workflows.FAIL_ONCE.clear()
     lg_workflows.FAIL_SUBJECTS.clear()
+    lg_workflows.BEFORE_FAIL.clear()
     lg_workflows.CHAT_CALLS.clear()
     return lg_workflows
 

@@ -458,6 +458,8 @@ graph_workflow("lg.context", "1", hooked("context", context_graph))
 
 #: subjects whose joke fails once with a TransientError (in-process tests)
 FAIL_SUBJECTS: set[str] = set()
+#: called by a failing ``generate_joke`` branch just before it raises (a test's wait)
+BEFORE_FAIL: list[Callable[[], Any]] = []
 
 
 class OverallState(TypedDict):
@@ -476,6 +478,8 @@ def jokes_graph() -> StateGraph:
         _note("", "generate_joke", subject=subject)
         if subject in FAIL_SUBJECTS:
             FAIL_SUBJECTS.discard(subject)
+            for hook in BEFORE_FAIL:
+                hook()
             raise durable.TransientError(f"the joke about {subject} failed once")
         return {"jokes": [f"Joke about {subject}"]}
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 import durable
 from durable.contrib.langgraph import start_graph
+from durable.contrib.langgraph.saver import DurableSaver
 from durable.exceptions import DurableConfigurationError
 from durable.models import Run, RunStatus, Step
 from durable.testing import drive
@@ -42,10 +45,29 @@ def test_the_run_time_context_reaches_every_super_step(lg_workflows):
     assert default.output_value()["log"] == ["first:openai", "second:openai"]
 
 
-def test_send_fans_out_and_a_failed_branch_is_the_only_one_run_again(lg_workflows):
+def test_send_fans_out_and_a_failed_branch_is_the_only_one_run_again(lg_workflows, monkeypatch):
     """Graph API page, "Send": one ``generate_joke`` per subject, in one super-step; the
     jokes reduce into the state. A branch that fails is retried alone: the others'
-    writes are kept."""
+    writes are kept.
+
+    The failing branch raises once the others' writes are saved: LangGraph ends a
+    super-step at its first failure, and a branch that returns after that (on a loaded
+    machine it can) has its writes dropped and runs again, as under LangGraph's own
+    savers."""
+    saved = threading.Condition()
+    jokes_saved: list[str] = []
+    put_writes = DurableSaver.put_writes
+
+    def counting(self, config, writes, task_id, task_path=""):
+        put_writes(self, config, writes, task_id, task_path)
+        with saved:
+            jokes_saved.extend(task_id for channel, _ in writes if channel == "jokes")
+            saved.notify_all()
+
+    monkeypatch.setattr(DurableSaver, "put_writes", counting)
+    lg_workflows.BEFORE_FAIL.append(
+        lambda: _wait_for(saved, lambda: len(jokes_saved) >= 2, "the other branches' writes")
+    )
     lg_workflows.FAIL_SUBJECTS.add("dogs")
     run = drive(durable.start("lg.jokes", {"subjects": ["cats", "dogs", "birds"]}).id)
     assert run.status == RunStatus.SUCCEEDED, run.error
@@ -139,3 +161,9 @@ def test_durable_chat_model_refuses_two_models_under_one_name():
     durable_chat_model(_counting_chat(), name="twice")
     with pytest.raises(ValueError, match="pass name="):
         durable_chat_model(_counting_chat(), name="twice")
+
+
+def _wait_for(condition: threading.Condition, done: Callable[[], bool], what: str) -> None:
+    with condition:
+        if not condition.wait_for(done, timeout=120):
+            raise AssertionError(f"waited 120 s for {what}")
