@@ -137,6 +137,9 @@ def test_http_needs_a_token_with_the_mcp_scope(alice):
             f"{url}/mcp", json=hello, headers={"Authorization": f"Bearer {other}"}
         )
         django_still = httpx.get(f"{url}/api/v1/runs")
+        with pytest.raises(BaseExceptionGroup) as refused:  # the SDK's task group
+            over_http(url, other, lambda c: c.list_tools())
+    assert refused.group_contains(MCPError, match="mcp:call", depth=None), refused.value
     assert anonymous.status_code == 401
     assert "mcp:call" in anonymous.json()["detail"]
     assert wrong_scope.status_code == 403
@@ -237,7 +240,8 @@ def test_http_under_daphne_lists_reads_and_refuses_a_token_without_the_scope(cra
     body = payload(read)
     assert body["state"] == "completed" and body["result"]["count"] == 4, body
     assert Run.objects.get(pk=body["call_id"]).started_by_id == bob.pk  # recorded, too
-    # the SDK's client reports an HTTP error status as an internal error, whatever it was
-    assert refused.group_contains(MCPError, depth=None), refused.value
+    # the refusal's JSON-RPC body reaches the SDK's client as the error, naming the scope
+    # (a bare status would be "Server returned an error response")
+    assert refused.group_contains(MCPError, match="mcp:call", depth=None), refused.value
     assert wrong_scope.status_code == 403
     assert "mcp:call" in wrong_scope.json()["detail"]

@@ -85,9 +85,22 @@ def _authenticate(request: ASGIRequest) -> tuple[int, str, dict[str, str], Any]:
     return 200, "", {}, request.user
 
 
+#: the JSON-RPC error code of a request refused before MCP saw it (the server-defined
+#: range, -32000 to -32099, of JSON-RPC 2.0 section 5.1)
+REFUSED = -32001
+
+
 async def _answer(send: Send, status: int, detail: str, headers: dict[str, str]) -> None:
-    body = json.dumps({"status": status, "detail": detail}).encode()
-    raw = [(b"content-type", b"application/problem+json"), (b"content-length", b"%d" % len(body))]
+    """A refusal (``status``: 400, 401, 403, 429) as a JSON-RPC error that also reads as
+    a problem document (``status``, ``detail``): the official SDK's client surfaces a
+    JSON-RPC error body of a non-2xx answer (``application/json``) as the call's error,
+    with ``detail`` as its message, where a bare status becomes "Server returned an
+    error response" (modelcontextprotocol/python-sdk#1295)."""
+    error = {"code": REFUSED, "message": detail, "data": {"status": status}}
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": error, "status": status, "detail": detail}
+    ).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
