@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -40,8 +40,18 @@ from durable.vocabulary import EventKind
 COMPENSATION_PREFIX = "compensate:"
 
 
-def fork_points(steps: Iterable[Step]) -> list[str]:
-    """The step ids a fork may start from, of a run's ``steps`` in position order.
+class _StepRow(Protocol):
+    @property
+    def step_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+
+
+def fork_points(steps: Iterable[_StepRow]) -> list[str]:
+    """The step ids a fork may start from, of a run's ``steps`` in position order
+    (``Step`` objects or rows with ``step_id``, ``kind`` and ``status``).
 
     The workflow's own steps (a compensation step is not one), up to and including the
     first write whose compensation ran: that write was undone, so a fork cannot reuse
