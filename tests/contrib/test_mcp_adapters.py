@@ -22,6 +22,7 @@ pytest.importorskip("fastmcp")
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable import registry
+from durable.exceptions import WorkflowNotFound
 from durable.models import RunStatus, Step
 from durable.testing import drive
 from tests.contrib import mcp_agents as ma
@@ -127,6 +128,34 @@ def test_an_mcp_toolset_without_an_id_is_refused_with_its_name():
     run = drive(durable_agent.start("hi").id)
     assert run.status == RunStatus.FAILED
     assert "needs an id" in json.dumps(run.error), run.error
+
+
+def test_an_mcp_toolset_wrapped_or_sharing_an_id_is_refused_when_the_agent_is_made():
+    """A wrapped MCPToolset (``.prefixed()``, ``.filtered()``, combined) would be a plain
+    step, its writes without the ledger or the approvals: refused at once, naming it; so
+    are two MCPToolsets with one id."""
+    from pydantic_ai import Agent
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
+
+    from durable.contrib.pydantic_ai import DurableAgent
+
+    transport = ma.pai_toolset.client.transport
+    files = MCPToolset(transport, id="files")
+    for wrapped in (
+        files.prefixed("fs"),
+        files.filtered(lambda ctx, tool: True),
+        CombinedToolset([FunctionToolset(), files]),
+    ):
+        agent = Agent(TestModel(), toolsets=[wrapped])
+        with pytest.raises(ValueError, match="inside .* pass the MCPToolset itself"):
+            DurableAgent(agent, name="mcpa.wrapped", version="1")
+    twins = Agent(TestModel(), toolsets=[files, MCPToolset(transport, id="files")])
+    with pytest.raises(ValueError, match="two MCPToolsets have the id 'files'"):
+        DurableAgent(twins, name="mcpa.twins", version="1")
+    with pytest.raises(WorkflowNotFound):  # nothing registered on the way
+        registry.get_workflow("mcpa.wrapped")
 
 
 def test_an_mcp_toolsets_process_tool_call_runs_in_the_step_with_the_key():

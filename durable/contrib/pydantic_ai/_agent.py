@@ -35,7 +35,7 @@ from durable.contrib._bridge import LoopBridge
 from durable.contrib.mcp.adapters import McpSafety, linked
 from durable.contrib.pydantic_ai import _follow as follow
 from durable.contrib.pydantic_ai._follow import AsyncStreamedRun, StreamedRun
-from durable.contrib.pydantic_ai._mcp import durable_mcp, is_mcp
+from durable.contrib.pydantic_ai._mcp import check_mcp_toolsets, durable_mcp, is_mcp
 from durable.contrib.pydantic_ai._options import (
     StepSettings,
     load_deps,
@@ -164,6 +164,7 @@ class DurableAgent:
                     f"(FunctionToolset(id=...)); {toolset!r} has {toolset.id!r}"
                 )
             self.toolsets[toolset.id] = toolset
+        check_mcp_toolsets(name, [*agent.toolsets, *self.toolsets.values()])
         output_type = agent.output_type
         declared = list(output_type) if isinstance(output_type, Sequence) else [output_type]
         self._output_types: list[Any] = [t for t in declared if t is not DeferredToolRequests]

@@ -14,6 +14,7 @@ A toolset's ``process_tool_call`` hook runs inside the call's body (with
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,41 @@ def is_mcp(toolset: AbstractToolset[Any]) -> bool:
     so a process without MCP servers does not pay for it at start."""
     module = sys.modules.get("pydantic_ai.mcp")
     return module is not None and isinstance(toolset, module.MCPToolset)
+
+
+def check_mcp_toolsets(agent_name: str, toolsets: Iterable[AbstractToolset[Any]]) -> None:
+    """Refuse, when the ``DurableAgent`` is made, what would let an MCP server's calls
+    skip the ledger and the approvals: an ``MCPToolset`` inside another toolset
+    (``.prefixed()``, ``.filtered()``, a ``CombinedToolset``...: only a toolset given as
+    it is becomes durable) and two ``MCPToolset`` objects with one ``id`` (their tools would
+    be the same Durable tools ``"<id>.<tool>"``). Raises ``ValueError`` naming them."""
+    seen: dict[str, str] = {}
+    for top in toolsets:
+        stack: list[tuple[AbstractToolset[Any], int]] = [(top, 0)]
+        while stack:
+            toolset, depth = stack.pop()
+            if is_mcp(toolset):
+                if depth:
+                    raise ValueError(
+                        f"DurableAgent {agent_name!r}: {toolset.label} is inside "
+                        f"{type(top).__name__}; an MCPToolset is durable only as a toolset "
+                        "of its own (its calls would skip the ledger and the approvals): "
+                        "pass the MCPToolset itself; its tools are named '<id>.<tool>'"
+                    )
+                if toolset.id and toolset.id in seen:
+                    raise ValueError(
+                        f"DurableAgent {agent_name!r}: two MCPToolsets have the id "
+                        f"{toolset.id!r} ({seen[toolset.id]} and {toolset.label}): their "
+                        "tools would be the same Durable tools; give each its own id"
+                    )
+                seen[toolset.id or ""] = toolset.label
+                continue
+            inner = getattr(toolset, "wrapped", None)  # WrapperToolset and its kinds
+            if isinstance(inner, AbstractToolset):
+                stack.append((inner, depth + 1))
+            for member in getattr(toolset, "toolsets", None) or ():  # CombinedToolset
+                if isinstance(member, AbstractToolset):
+                    stack.append((member, depth + 1))
 
 
 @dataclass
