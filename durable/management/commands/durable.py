@@ -16,11 +16,13 @@ This module is the argument wiring only; the subcommands are in :mod:`durable.cl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from durable.cli import actions, inspection, mcp, operate, replaycheck
 
@@ -317,4 +319,29 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        SUBCOMMANDS[options["subcommand"]](self, options)
+        try:
+            SUBCOMMANDS[options["subcommand"]](self, options)
+        except DatabaseError as exc:
+            missing = _unmigrated(exc)
+            if missing is None:
+                raise
+            raise CommandError(missing) from exc
+
+
+def _unmigrated(exc: DatabaseError) -> str | None:
+    """What to do when ``exc`` says a Durable table does not exist (the database was
+    never migrated, or ``DATABASE_URL`` names another one), or ``None``. The command runs
+    no system checks first, as ``shell`` does, so this is where it is said."""
+    from django.db import connection, connections
+
+    text = str(exc)
+    if "no such table" not in text and not ("relation" in text and "does not exist" in text):
+        return None
+    name = connection.settings_dict.get("NAME")
+    with contextlib.suppress(Exception):  # an aborted transaction on PostgreSQL
+        connections.close_all()
+    return (
+        f"{text.strip().splitlines()[0]}: the database {str(name)!r} has no Durable tables "
+        "yet. Run `python manage.py migrate` (or check that DATABASE_URL names the "
+        "database you meant)."
+    )
