@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +47,19 @@ from durable.cli.text import (  # noqa: F401
     table,
 )
 from durable.models import RunStatus
-from durable.worker import dry, engine
+
+
+def _do_mcp(command: BaseCommand, options: dict[str, Any]) -> None:
+    from durable.worker import engine  # imported by the two subcommands that run it only
+
+    mcp.do_mcp(command, options, execute=engine.execute)
+
+
+def _do_replay_check(command: BaseCommand, options: dict[str, Any]) -> None:
+    from durable.worker import dry
+
+    replaycheck.do_replay_check(command, options, check=dry.check_runs)
+
 
 #: ``options["subcommand"]`` -> its implementation, called with the command and options
 SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
@@ -65,10 +76,10 @@ SUBCOMMANDS: dict[str, Callable[[BaseCommand, dict[str, Any]], None]] = {
     "signal": actions.do_signal,
     "prune": operate.do_prune,
     "export": operate.do_export,
-    # the check is given to the printing: the engine's import chain stays short
-    # as the replay check: the engine is given, the CLI's import chain stays short
-    "mcp": functools.partial(mcp.do_mcp, execute=engine.execute),
-    "replay-check": functools.partial(replaycheck.do_replay_check, check=dry.check_runs),
+    # the engine is given to these two: durable.cli's import chain stays short, and a
+    # command that reads runs does not import the engine at all
+    "mcp": _do_mcp,
+    "replay-check": _do_replay_check,
 }
 
 
