@@ -90,6 +90,7 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
         "since": since,
         "current_url": request.get_full_path(),
         "nav": "runs",
+        "may_operate": request.user.has_perm(OPERATE_RUN),
     }
     return page_or_fragment(request, "dashboard/runs.html", "table", context)
 

@@ -1,0 +1,212 @@
+"""Starting a run from the dashboard: ``GET /runs/new/`` and its ``POST``.
+
+The operator picks a registered workflow and gives its input. When the workflow's
+``input`` parameter has a type hint that pydantic can validate (a pydantic model, a
+``TypedDict``, a dataclass), the form has one field per top-level property of its JSON
+schema (a text, number or checkbox field, a choice for an enum, a JSON box for anything
+nested), and the input is validated against the hint before anything starts: each error
+is shown by its field. Without a hint the input is one JSON box, prefilled with the input
+of the workflow's last run. Nothing is started on an error (422); on success the run is
+started by the operator (as ``durable.start`` with ``started_by``) and the page goes to
+it. The system's own workflows (``durable.*``, ``api.*``, ``approvals.*``) are not offered.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+from pydantic import TypeAdapter, ValidationError
+
+import durable
+from approvals.access import require_perm
+from approvals.roles import OPERATE_RUN
+from durable import registry
+from durable.exceptions import DurableError
+from durable.models import Run
+from durable.values import codec
+
+#: the first segment of the system's own workflows' names: not started by hand
+SYSTEM_NAMESPACES = frozenset({"durable", "api", "approvals", "dashboard"})
+#: at most this many characters of JSON in one box (the input's own limits apply too)
+MAX_JSON = 100_000
+_SIMPLE = {"string": "text", "integer": "number", "number": "number", "boolean": "checkbox"}
+
+
+@dataclass
+class Field:
+    """One input of the form: ``kind`` is ``text``, ``number``, ``checkbox``, ``choice``
+    or ``json`` (anything nested); ``value`` what the box shows."""
+
+    name: str
+    kind: str
+    required: bool
+    value: str = ""
+    choices: list[str] = field(default_factory=list)
+    description: str = ""
+    error: str = ""
+
+
+def startable() -> list[registry.WorkflowSpec]:
+    """The registered workflows an operator may start, by name (the last version each)."""
+    specs: dict[str, registry.WorkflowSpec] = {}
+    for spec in registry.workflows():
+        if spec.name.split(".", 1)[0] not in SYSTEM_NAMESPACES:
+            specs[spec.name] = spec
+    return [specs[name] for name in sorted(specs)]
+
+
+def input_hint(spec: registry.WorkflowSpec) -> Any:
+    """The type hint of the workflow's input parameter (its second), or ``None`` when it
+    has none pydantic can build a schema for (``Any``, none, or an unresolvable one)."""
+    params = list(inspect.signature(spec.fn).parameters.values())
+    if len(params) < 2:
+        return None
+    try:
+        hint = typing.get_type_hints(spec.fn).get(params[1].name)
+    except Exception:  # noqa: BLE001 - a forward reference that does not resolve
+        return None
+    if hint is None or hint is Any:
+        return None
+    try:
+        schema = TypeAdapter(hint).json_schema()
+    except Exception:  # noqa: BLE001 - pydantic cannot describe it: the JSON box
+        return None
+    return hint if schema.get("type") == "object" and schema.get("properties") else None
+
+
+def _fields(hint: Any) -> list[Field]:
+    schema = TypeAdapter(hint).json_schema()
+    defs = schema.get("$defs", {})
+    required = set(schema.get("required", ()))
+    fields = []
+    for name, prop in schema["properties"].items():
+        if "$ref" in prop:  # an enum or a nested model, described in $defs
+            prop = {**defs.get(prop["$ref"].rsplit("/", 1)[-1], {}), **prop}
+        default = prop.get("default")
+        if "enum" in prop:
+            kind, choices = "choice", [str(v) for v in prop["enum"]]
+        else:
+            kind, choices = _SIMPLE.get(prop.get("type", ""), "json"), []
+        value = ""
+        if default is not None:
+            value = json.dumps(default) if kind == "json" else str(default)
+        fields.append(
+            Field(
+                name=name,
+                kind=kind,
+                required=name in required,
+                value=value,
+                choices=choices,
+                description=prop.get("description", ""),
+            )
+        )
+    return fields
+
+
+def _read_fields(fields: list[Field], data: Any) -> dict[str, Any]:
+    """The input the posted fields make (raw: pydantic converts and checks them); a box
+    whose JSON does not parse gets its error."""
+    value: dict[str, Any] = {}
+    for f in fields:
+        if f.kind == "checkbox":
+            f.value = "true" if data.get(f.name) else ""
+            value[f.name] = bool(data.get(f.name))
+            continue
+        f.value = str(data.get(f.name, ""))[:MAX_JSON]
+        if f.value == "" and not f.required:
+            continue  # left empty: the default
+        if f.kind == "json":
+            try:
+                value[f.name] = json.loads(f.value)
+            except ValueError as exc:
+                f.error = f"not JSON: {exc}"
+        else:
+            value[f.name] = f.value
+    return value
+
+
+def _validate(hint: Any, fields: list[Field], value: dict[str, Any]) -> Any:
+    """``value`` checked against ``hint`` (pydantic's lax mode: "3" is an int); errors go
+    to their fields. Returns the input as JSON data, or ``None`` on an error."""
+    try:
+        checked = TypeAdapter(hint).validate_python(value)
+    except ValidationError as exc:
+        by_name = {f.name: f for f in fields}
+        for error in exc.errors(include_input=False, include_url=False):
+            loc = [str(part) for part in error["loc"]]
+            target = by_name.get(loc[0]) if loc else None
+            where = ".".join(loc[1:])
+            text = f"{where}: {error['msg']}" if where else error["msg"]
+            if target is not None and not target.error:
+                target.error = text
+        return None
+    return TypeAdapter(hint).dump_python(checked, mode="json")
+
+
+def _last_input(name: str) -> str:
+    run = Run.objects.filter(workflow_name=name).order_by("-created_at").only("input").first()
+    if run is None or not run.input:
+        return "{}"
+    try:
+        return json.dumps(codec.decode_for_display(run.input), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return "{}"
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@require_perm(OPERATE_RUN)
+def start_run(request: HttpRequest) -> HttpResponse:
+    """The start form (GET, ``?workflow=name`` to choose), and the start (POST)."""
+    data = request.POST if request.method == "POST" else request.GET
+    specs = {spec.name: spec for spec in startable()}
+    chosen = str(data.get("workflow", ""))
+    spec = specs.get(chosen)
+    context: dict[str, Any] = {"nav": "runs", "workflows": list(specs), "chosen": chosen}
+    status = 200
+    if chosen and spec is None:
+        context["error"] = f"There is no workflow {chosen[:200]!r} to start here."
+        return render(request, "dashboard/start_run.html", context, status=422)
+    if spec is None:
+        return render(request, "dashboard/start_run.html", context)
+    hint = input_hint(spec)
+    fields = _fields(hint) if hint is not None else []
+    context.update(spec=spec, fields=fields, typed=hint is not None)
+    if request.method != "POST":
+        context["json"] = _last_input(spec.name) if hint is None else ""
+        return render(request, "dashboard/start_run.html", context)
+
+    value: Any = None
+    if hint is not None:
+        raw = _read_fields(fields, data)
+        value = _validate(hint, fields, raw)  # a box that is not JSON keeps its own error
+        ok = value is not None and not any(f.error for f in fields)
+    else:
+        text = str(data.get("input", ""))
+        context["json"] = text[:MAX_JSON]
+        ok = len(text) <= MAX_JSON
+        try:
+            value = json.loads(text) if ok else None
+        except ValueError as exc:
+            ok = False
+            context["error"] = f"The input is not JSON: {exc}."
+        if len(text) > MAX_JSON:
+            context["error"] = f"The input is over {MAX_JSON:,} characters."
+    if ok:
+        try:
+            run = durable.start(spec.name, value, started_by=request.user)
+        except (DurableError, ValueError) as exc:
+            context["error"] = f"Nothing started: {exc}"
+        else:
+            messages.success(request, f"Started {spec.name} as run {run.id}.")
+            return redirect("dashboard:run", run_id=run.id)
+    status = 422
+    context.setdefault("error", "Nothing started: correct the fields marked below.")
+    return render(request, "dashboard/start_run.html", context, status=status)
