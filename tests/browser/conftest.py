@@ -71,6 +71,7 @@ WORKFLOW_MODULES = [
     "tests.workflows",
     "tests.waits_workflows",
     "tests.dashboard.dash_workflows",
+    "tests.dashboard.start_workflows",
     "tests.browser.tour_workflows",
     "tests.schedule_workflows",
     "tests.stream_workflows",
