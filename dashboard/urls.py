@@ -10,7 +10,7 @@ from django.urls import path, register_converter
 
 from durable.queries.parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
-from . import actions, compare, deploy, exports, schedules, start, streams, views
+from . import actions, bulk, compare, deploy, exports, schedules, start, streams, views
 
 app_name = "dashboard"
 
@@ -23,6 +23,7 @@ urlpatterns = [
     # before runs/<run_id>/, whose converter would take "new"
     path("runs/new/", start.start_run, name="start_run"),
     path("runs/compare/", compare.compare_runs, name="compare"),
+    path("runs/bulk/", bulk.bulk_action, name="bulk"),
     path("runs/<run_id:run_id>/", views.run_detail, name="run"),
     path("runs/<run_id:run_id>/steps/", views.run_steps, name="steps"),
     path(
