@@ -250,9 +250,13 @@ class DecisionIn(Schema):
     model_config = ConfigDict(
         json_schema_extra={
             "if": {"properties": {"decision": {"const": "reject"}}, "required": ["decision"]},
+            # a rejection says why, and takes no edited arguments (approvals.services)
             "then": {
                 "required": ["comment"],
-                "properties": {"comment": {"type": "string", "pattern": SAYS_SOMETHING}},
+                "properties": {
+                    "comment": {"type": "string", "pattern": SAYS_SOMETHING},
+                    "parameters": {"type": "null"},
+                },
             },
         }
     )
