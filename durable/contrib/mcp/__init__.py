@@ -23,12 +23,12 @@ from typing import Any
 
 from durable.contrib.mcp.adapters import McpSafety
 
-__all__ = ["McpSafety", "McpTools"]
+__all__ = ["McpCallUnanswered", "McpSafety", "McpTools"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "McpTools":
-        from durable.contrib.mcp.client import McpTools
+    if name in ("McpTools", "McpCallUnanswered"):
+        from durable.contrib.mcp import client
 
-        return McpTools
+        return getattr(client, name)
     raise AttributeError(name)

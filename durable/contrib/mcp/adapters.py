@@ -15,6 +15,7 @@ This module does not import the ``mcp`` SDK.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -72,10 +73,25 @@ def prefix_of(name: str) -> str:
     return cleaned if re.match(r"[A-Za-z_]", cleaned) else f"_{cleaned}"
 
 
+def tool_part(name: str) -> str:
+    """A server tool's name as the part of a Durable tool name after the prefix.
+
+    A name of Durable's characters (``[A-Za-z0-9_.-]``) is kept as it is. Any other
+    (MCP allows any string: ``"Get File"``, ``"read/file"``) has those characters turned
+    into ``_`` and six hex digits of its SHA-256 appended (``"Get_File-1258d9"``), so two
+    names that clean to the same text stay two tools. The call itself sends the raw name.
+    """
+    if re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        return name
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+    return f"{cleaned}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
+
+
 def server_tool(prefix: str, name: str, policy: McpSafety) -> str:
-    """The Durable tool ``"<prefix>.<name>"`` of a framework's MCP server, registered at
-    its first use in a process from ``policy`` (so every worker has the same spec)."""
-    full = f"{prefix}.{name}"
+    """The Durable tool ``"<prefix>.<name>"`` of a framework's MCP server (the name
+    through :func:`tool_part`), registered at its first use in a process from ``policy``
+    (so every worker has the same spec)."""
+    full = f"{prefix}.{tool_part(name)}"
     try:
         found = get_tool(full)
     except Exception:  # ToolNotFound
@@ -92,7 +108,7 @@ def server_tool(prefix: str, name: str, policy: McpSafety) -> str:
                 )
             return link(name, arguments, idempotency_key)
 
-        call.__name__ = call.__qualname__ = f"mcp_{full}".replace(".", "_").replace("-", "_")
+        call.__name__ = call.__qualname__ = "mcp_" + re.sub(r"[^A-Za-z0-9_]", "_", full)
         call.__module__ = f"{__name__}.{prefix}"
         call.__doc__ = f"Tool {name} of the MCP server {prefix}."
         tool(name=full, safety=safety, requires_approval=needs)(call)

@@ -25,8 +25,14 @@ trusted for safety), approval from ``requires_approval``. A call is
 idempotency key ``"<run id>:<step id>"``, which is also sent to the server as
 ``_meta["durable/idempotency_key"]`` (a Durable MCP server dedupes on it); a write that
 needs approval waits in the inbox first. A tool result with ``isError`` is a
-:class:`~durable.ModelRecoverableError` (the model can correct its arguments); a
-connection failure is a transient error, retried by the tool's policy.
+:class:`~durable.ModelRecoverableError` (the model can correct its arguments). A failure
+before the ``tools/call`` is sent (the server does not start, does not accept the
+connection, or the handshake fails or times out) is a :class:`~durable.TransientError`,
+retried by the tool's policy. A failure after it is sent (no answer within ``timeout``,
+the connection drops) is :class:`McpCallUnanswered`: the tool may have run, so an
+``unsafe_write`` is ambiguous and goes to the reconcile queue, never sent again on its
+own; other classes are retried with the same idempotency key (the rule of
+:func:`durable.retry.explain`).
 
 ``list_tools(ctx)`` is a step (``"<prefix>.tools/list"``): the listing a run saw is
 recorded, and a replay gets the same list whatever the server lists now.
@@ -35,6 +41,7 @@ recorded, and a replay gets the same list whatever the server lists now.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -45,11 +52,19 @@ from mcp.shared.exceptions import MCPError
 from durable.exceptions import DurableConfigurationError, ModelRecoverableError, TransientError
 from durable.registry import SAFETY_CLASSES, ToolSpec, get_tool, tool
 
+from .adapters import tool_part
 from .server import IDEMPOTENCY_META_KEY
 
 #: what a server is: anything ``mcp.Client`` connects to (a URL, ``StdioServerParameters``,
 #: a transport, an in-process server), or a function that makes one per connection
 Target = Any
+
+
+class McpCallUnanswered(Exception):
+    """A ``tools/call`` was sent and no answer came (``timeout`` passed, or the connection
+    dropped): the tool may have run. Deliberately not a :class:`~durable.DurableError`,
+    so the tool's safety class decides (:func:`durable.retry.explain`): ambiguous for an
+    ``unsafe_write``, transient for the others."""
 
 
 def _result_value(result: Any) -> Any:
@@ -108,7 +123,11 @@ class McpTools:
             return server()
         return server
 
-    def _session(self, work: Callable[[Client], Any]) -> Any:
+    def _session(self, work: Callable[[Client], Any], *, sent: list[bool] | None = None) -> Any:
+        """Connect, run ``work`` and close, within ``timeout`` seconds. ``sent``: a flag
+        ``work`` sets (``sent[0] = True``) when its request leaves, after which a
+        failure is :class:`McpCallUnanswered`; before it, :class:`~durable.TransientError`."""
+
         async def main() -> Any:
             with anyio.fail_after(self.timeout):
                 async with Client(self._target()) as client:
@@ -118,8 +137,18 @@ class McpTools:
             return anyio.run(main)
         except MCPError:
             raise
-        except (OSError, TimeoutError) as exc:
-            raise TransientError(f"MCP server {self.prefix}: {exc}") from exc
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            what = (
+                f"no answer within {self.timeout:g} s"
+                if isinstance(exc, TimeoutError)
+                else repr(exc)
+            )
+            if sent and sent[0]:
+                raise McpCallUnanswered(
+                    f"MCP server {self.prefix}: the call was sent, then {what}; "
+                    "the tool may have run"
+                ) from exc
+            raise TransientError(f"MCP server {self.prefix}: {what}") from exc
 
     def fetch_tools(self) -> list[dict[str, Any]]:
         """The server's ``tools/list`` now (every page), as wire dicts; not a step."""
@@ -138,14 +167,18 @@ class McpTools:
     ) -> Any:
         """Call tool ``name`` on the server now (the body of the Durable tool); returns
         the result's value. Raises :class:`~durable.ModelRecoverableError` for a result
-        with ``isError``, :class:`~durable.TransientError` when the server is unreachable."""
+        with ``isError``, :class:`~durable.TransientError` when the server is unreachable,
+        :class:`McpCallUnanswered` when the call was sent and no answer came."""
         meta: Any = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
 
+        sent = [False]
+
         async def work(client: Client) -> Any:
+            sent[0] = True
             return await client.call_tool(name, arguments, meta=meta)
 
         try:
-            result = self._session(work)
+            result = self._session(work, sent=sent)
         except MCPError as exc:
             raise ModelRecoverableError(f"{self.prefix}.{name}: {exc}") from exc
         if result.is_error:
@@ -157,8 +190,9 @@ class McpTools:
     # -------------------------------------------------------------- in workflows
 
     def tool_name(self, name: str) -> str:
-        """The Durable tool of server tool ``name``, registered on first use."""
-        full = f"{self.prefix}.{name}"
+        """The Durable tool of server tool ``name`` (``"<prefix>.<name>"``, the name through
+        :func:`~durable.contrib.mcp.adapters.tool_part`), registered on first use."""
+        full = f"{self.prefix}.{tool_part(name)}"
         try:
             spec: ToolSpec | None = get_tool(full)
         except Exception:  # ToolNotFound
@@ -173,7 +207,7 @@ class McpTools:
             def call(*, idempotency_key: str | None = None, **arguments: Any) -> Any:
                 return self.invoke(name, arguments, idempotency_key=idempotency_key)
 
-            call.__name__ = call.__qualname__ = f"mcp_{self.prefix}_{name}".replace(".", "_")
+            call.__name__ = call.__qualname__ = "mcp_" + re.sub(r"[^A-Za-z0-9_]", "_", full)
             call.__module__ = f"{__name__}.{self.prefix}"
             call.__doc__ = f"Tool {name} of the MCP server {self.prefix}."
             tool(name=full, safety=safety, requires_approval=needs)(call)
