@@ -26,7 +26,6 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from durable.exceptions import DurableError, RunInputConflict
 
@@ -194,7 +193,7 @@ def build_server(
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}") from None
         return result
 
-    server = _Server(
+    server = Server(
         "durable",
         version="1",
         instructions=(
@@ -206,16 +205,6 @@ def build_server(
     )
     tasks.install(server, principal, _db, start_and_settle, execute)
     return server
-
-
-class _Server(Server[Any]):
-    """The SDK's server, advertising Tasks on the handshake (2025-11-25) sessions."""
-
-    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
-        capabilities = super().get_capabilities(*args, **kwargs)
-        if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
-            return capabilities
-        return capabilities.model_copy(update={"tasks": tasks.CAPABILITY})
 
 
 def run_stdio(started_by: Any, caller: str, *, execute: calls.Execute) -> None:

@@ -93,6 +93,29 @@ def _cancel(call_id: str, caller: str) -> dict[str, Any]:
     return task_of(calls.call_state(calls.get_call(call_id)))
 
 
+def advertise(result: Any) -> Any:
+    """An ``initialize`` result (a wire dict) with the Tasks capability when the
+    negotiated version is :data:`TASKS_VERSION`: no other version has Tasks in its core
+    protocol, and a client that never negotiated them must not be offered them."""
+    if isinstance(result, dict) and result.get("protocolVersion") == TASKS_VERSION:
+        capabilities = dict(result.get("capabilities") or {})
+        capabilities["tasks"] = CAPABILITY.model_dump(by_alias=True, mode="json", exclude_none=True)
+        result = {**result, "capabilities": capabilities}
+    return result
+
+
+def unadvertise(result: Any) -> Any:
+    """A ``tools/list`` result (a wire dict) without the tools' ``execution.taskSupport``,
+    for a session on another version than :data:`TASKS_VERSION`."""
+    if isinstance(result, dict) and isinstance(result.get("tools"), list):
+        tools = [
+            {k: v for k, v in t.items() if k != "execution"} if isinstance(t, dict) else t
+            for t in result["tools"]
+        ]
+        result = {**result, "tools": tools}
+    return result
+
+
 def install(
     server: Any, principal: Any, db: Any, start_and_settle: Any, execute: calls.Execute
 ) -> None:
@@ -102,6 +125,10 @@ def install(
         return MCPError(INVALID_PARAMS, f"no task {call_id!r}")
 
     async def middleware(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "initialize":
+            return advertise(await call_next(ctx))
+        if ctx.method == "tools/list" and ctx.protocol_version != TASKS_VERSION:
+            return unadvertise(await call_next(ctx))
         params = ctx.params or {}
         if (
             ctx.method != "tools/call"
