@@ -444,6 +444,7 @@ DURABLE = {
     "METRICS_ADDR": os.environ.get("DURABLE_METRICS_ADDR") or "127.0.0.1",
     "OTEL": env_bool("DURABLE_OTEL", False),
     "TRACE_URL": os.environ.get("DURABLE_TRACE_URL", ""),
+    "MCP_TOOLS": env_list("DURABLE_MCP_TOOLS", "*"),
 }
 
 # --- the JSON API (api/) ----------------------------------------------------------------

@@ -113,6 +113,16 @@ def check_durable(app_configs: Any = None, **kwargs: Any) -> list:
                 id="durable.E009",
             )
         )
+    patterns = conf.get("MCP_TOOLS")
+    if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+        messages.append(
+            Error(
+                f"DURABLE['MCP_TOOLS'] must be a list of tool name patterns, got {patterns!r}",
+                hint='e.g. ["billing.*", "kb.search"] (DURABLE_MCP_TOOLS=billing.*,kb.search); '
+                "[] serves no tool",
+                id="durable.E011",
+            )
+        )
     try:
         metrics_server.port()
     except (TypeError, ValueError):

@@ -143,6 +143,9 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_ADDR": "127.0.0.1",
     # OpenTelemetry tracing (durable/observability/otel.py; durable[otel] extra): off unless true
     "OTEL": False,
+    # the tools served over MCP (durable/contrib/mcp/calls.py): fnmatch patterns of tool
+    # names; Durable's own tools are never served, whatever the patterns
+    "MCP_TOOLS": ["*"],
     # the run page links its trace id here: a URL with "{trace_id}" (Jaeger, Tempo, ...)
     "TRACE_URL": "",
 }

@@ -14,6 +14,7 @@ a worker runs it after the decision.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import inspect
 import json
@@ -26,7 +27,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from durable import registry
+from durable import conf, registry
 from durable.models import TERMINAL, Run, RunStatus
 from durable.models import Tool as ToolRow
 from durable.values.arguments import ArgumentError, arguments_schema, validate_arguments
@@ -45,6 +46,7 @@ __all__ = [
     "UnknownTool",
     "call_state",
     "listed_tools",
+    "served",
     "settle",
     "start_call",
 ]
@@ -96,25 +98,48 @@ class ListedTool:
         }
 
 
+#: the packages whose tools are Durable's own machinery (the webhook delivery that signs
+#: with a subscription's secret, the tools McpTools and the framework adapters register
+#: for another MCP server): never served over MCP, whatever ``DURABLE["MCP_TOOLS"]`` says
+INTERNAL_PACKAGES = ("durable", "api", "approvals", "dashboard")
+
+
+def served(spec: registry.ToolSpec) -> bool:
+    """Whether tool ``spec`` is served over MCP: its name matches a pattern of
+    ``DURABLE["MCP_TOOLS"]`` (:mod:`fnmatch`, case-sensitive; default ``["*"]``) and its
+    function is not Durable's own (:data:`INTERNAL_PACKAGES`)."""
+    package = (getattr(spec.fn, "__module__", "") or "").split(".", 1)[0]
+    if package in INTERNAL_PACKAGES:
+        return False
+    patterns = conf.get("MCP_TOOLS")
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    return any(fnmatch.fnmatchcase(spec.name, str(p)) for p in patterns or ())
+
+
 def _effective(name: str) -> registry.ToolSpec:
     try:
         spec = registry.get_tool(name)
     except Exception as exc:  # ToolNotFound
         raise UnknownTool(name) from exc
+    if not served(spec):
+        raise UnknownTool(name)
     row = ToolRow.objects.select_related("approver_group").filter(name=name).first()
     return registry.effective_tool(spec, row)
 
 
 def listed_tools() -> list[ListedTool]:
-    """Every registered tool, by name, with its effective safety class and approval."""
+    """Every tool served (:func:`served`), by name, with its effective safety class and
+    approval."""
     out = []
+    specs = [spec for spec in registry.tools() if served(spec)]
     rows = {
         row.name: row
         for row in ToolRow.objects.select_related("approver_group").filter(
-            name__in=[spec.name for spec in registry.tools()]
+            name__in=[spec.name for spec in specs]
         )
     }
-    for code in sorted(registry.tools(), key=lambda s: s.name):
+    for code in sorted(specs, key=lambda s: s.name):
         spec = registry.effective_tool(code, rows.get(code.name))
         description = inspect.getdoc(spec.fn) or spec.description or spec.name
         if spec.requires_approval:
@@ -221,8 +246,14 @@ def call_state(run: Run) -> CallState:
         return CallState(run.id, "cancelled", "the call's run was cancelled", **times)
     if run.status in TERMINAL:
         error = run.error or {}
-        why = error.get("reason") or error.get("message") or run.status
-        return CallState(run.id, "failed", f"the call's run ended {run.status}: {why}", **times)
+        what = f"{error['type']}: {error.get('message', '')}" if error.get("type") else ""
+        why = "; ".join(part for part in (what, error.get("reason") or "") if part)
+        return CallState(
+            run.id,
+            "failed",
+            f"the call's run ended {run.status}: {why or 'no error recorded'}",
+            **times,
+        )
     pending = run.waits.filter(status=WaitStatus.PENDING)
     approval = pending.filter(kind=WaitKind.APPROVAL).first()
     if approval is not None:
