@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -80,9 +81,14 @@ def forecast(city: str, ctx: Context) -> dict[str, str]:
 
 @server.tool()
 def book(city: str, ctx: Context) -> dict[str, Any]:
-    """Book a trip to a city; returns the booking number."""
+    """Book a trip to a city; returns the booking number. While a file ``LOG.slow``
+    exists, the booking is made and the answer is held back (up to a minute): the
+    client's timeout ends the call after the effect."""
     number = _calls("book") + 1
     log({"kind": "call", "tool": "book", "args": {"city": city}, "key": _key(ctx)})
+    deadline = time.monotonic() + 60
+    while LOG and os.path.exists(LOG + ".slow") and time.monotonic() < deadline:
+        time.sleep(0.1)
     return {"booking": number, "city": city}
 
 

@@ -63,7 +63,9 @@ def set_log(path: str) -> None:
     LOG[0] = path
     pai_toolset.client.transport.args[1] = path  # type: ignore[attr-defined]
     hooked_toolset.client.transport.args[1] = path  # type: ignore[attr-defined]
+    slow_toolset.client.transport.args[1] = path  # type: ignore[attr-defined]
     oai_server.params.args[1] = path
+    oai_slow_server.params.args[1] = path
 
 
 # ---------------------------------------------------------------- PydanticAI
@@ -126,6 +128,20 @@ hooked_trip = DurableAgent(
     Agent(FunctionModel(_forecast_only), toolsets=[hooked_toolset]),
     name="mcpa.pai-hooked",
     version="1",
+)
+
+
+#: ``book`` under a 2-second read timeout (with ``LOG.slow``, the server holds its answer)
+slow_toolset: MCPToolset[Any] = MCPToolset(
+    StdioTransport(command=sys.executable, args=[SERVER, _log_path()], keep_alive=False),
+    id="slow",
+    read_timeout=2.0,
+)
+slow_trip = DurableAgent(
+    Agent(FunctionModel(_pai_model), toolsets=[slow_toolset]),
+    name="mcpa.pai-slow",
+    version="1",
+    mcp_safety={"slow": McpSafety(safety={"forecast": "read_only"})},
 )
 
 
@@ -197,4 +213,18 @@ oai_trip = register(
     name="mcpa.oai-trip",
     run_config=RunConfig(model_provider=TripProvider(), tracing_disabled=True),
     mcp_safety=SAFETY,
+)
+
+#: ``book`` under a 2-second session timeout (with ``LOG.slow``, the server holds its answer)
+oai_slow_server = MCPServerStdio(
+    params={"command": sys.executable, "args": [SERVER, _log_path()]},
+    name="slow",
+    cache_tools_list=False,
+    client_session_timeout_seconds=2.0,
+)
+oai_slow_trip = register(
+    OaiAgent(name="Trip", instructions="Plan a trip.", mcp_servers=[oai_slow_server]),
+    name="mcpa.oai-slow",
+    run_config=RunConfig(model_provider=TripProvider(), tracing_disabled=True),
+    mcp_safety={"slow": McpSafety(safety={"forecast": "read_only"})},
 )

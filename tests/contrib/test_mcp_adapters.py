@@ -12,6 +12,7 @@ key sent to the server.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -23,8 +24,9 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from durable import registry
 from durable.exceptions import WorkflowNotFound
-from durable.models import RunStatus, Step
+from durable.models import RunStatus, Step, Wait
 from durable.testing import drive
+from durable.vocabulary import WaitKind, WaitStatus
 from tests.contrib import mcp_agents as ma
 from tests.contrib import pai_agents as pa
 
@@ -168,3 +170,24 @@ def test_an_mcp_toolsets_process_tool_call_runs_in_the_step_with_the_key():
     assert (called["key"], called["tenant"]) == (key, "t-1")  # the hook's _meta and ours
     assert registry.get_tool("hooked.forecast").safety == "unsafe_write"  # the default
     assert json.loads(run.output_value()["output"]) == {"city": "Bergen", "sky": "clear"}
+
+
+SLOW = {
+    "pai": lambda: ma.slow_trip.start("plan a trip to Oslo"),
+    "oai": lambda: ma.oai_slow_trip.start("plan a trip to Oslo"),
+}
+
+
+@pytest.mark.parametrize("adapter", ["pai", "oai"])
+def test_an_mcp_write_that_times_out_after_the_send_waits_for_reconcile(adapter):
+    """A write sent whose answer does not come in the client's timeout may have run.
+    PydanticAI turns the SDK's request timeout into ``ModelRetry``: told to try again,
+    the model would book twice under a new key. The write is an unknown outcome instead,
+    on both adapters (outside trial 34)."""
+    Path(ma.LOG[0] + ".slow").touch()  # the server books, then holds its answer
+    run = drive(SLOW[adapter]().id)
+    assert run.status == RunStatus.WAITING, run.error
+    assert [c["key"] for c in calls("book")] == [f"{run.id}:tool:book"]  # sent once
+    wait = Wait.objects.get(run=run, status=WaitStatus.PENDING)
+    assert wait.kind == WaitKind.RECONCILE
+    assert "slow.book" in (Step.objects.get(run=run, step_id="tool:book").tool_name or "")

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.contrib.mcp.adapters import McpSafety
+from durable.contrib.mcp.adapters import McpCallUnanswered, McpSafety
 
 __all__ = ["McpCallUnanswered", "McpSafety", "McpTools"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("McpTools", "McpCallUnanswered"):
-        from durable.contrib.mcp import client
+    if name == "McpTools":
+        from durable.contrib.mcp.client import McpTools
 
-        return getattr(client, name)
+        return McpTools
     raise AttributeError(name)

@@ -66,6 +66,36 @@ class McpSafety:
         return safety, bool(approve) and name in approve  # type: ignore[operator]
 
 
+class McpCallUnanswered(Exception):
+    """A ``tools/call`` was sent and no answer came (a timeout, the connection closed):
+    the tool may have run. Deliberately not a :class:`~durable.DurableError`, so the
+    tool's safety class decides (:func:`durable.retry.explain`): ambiguous for an
+    ``unsafe_write`` (the reconcile queue; never sent again on its own), transient for
+    the others (retried with the same idempotency key)."""
+
+
+#: the official SDK's ``MCPError`` codes of a request sent and not answered
+#: (``mcp_types.jsonrpc``: ``CONNECTION_CLOSED``, ``REQUEST_TIMEOUT``; SDK-only codes)
+UNANSWERED_CODES = frozenset({-32000, -32001})
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from, says a request got no
+    answer: the SDK's ``MCPError`` of :data:`UNANSWERED_CODES`, or a ``TimeoutError``.
+    A framework that turns such an error into a message for the model (PydanticAI's
+    ``ModelRetry``) keeps it as the cause."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TimeoutError):
+            return True
+        if getattr(getattr(current, "error", None), "code", None) in UNANSWERED_CODES:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def prefix_of(name: str) -> str:
     """A server's name as a Durable tool name prefix (characters outside
     ``[A-Za-z0-9_.-]`` become ``_``; a leading digit or dot gets a ``_`` first)."""

@@ -52,19 +52,12 @@ from mcp.shared.exceptions import MCPError
 from durable.exceptions import DurableConfigurationError, ModelRecoverableError, TransientError
 from durable.registry import SAFETY_CLASSES, ToolSpec, get_tool, tool
 
-from .adapters import tool_part
+from .adapters import McpCallUnanswered, tool_part, unanswered
 from .server import IDEMPOTENCY_META_KEY
 
 #: what a server is: anything ``mcp.Client`` connects to (a URL, ``StdioServerParameters``,
 #: a transport, an in-process server), or a function that makes one per connection
 Target = Any
-
-
-class McpCallUnanswered(Exception):
-    """A ``tools/call`` was sent and no answer came (``timeout`` passed, or the connection
-    dropped): the tool may have run. Deliberately not a :class:`~durable.DurableError`,
-    so the tool's safety class decides (:func:`durable.retry.explain`): ambiguous for an
-    ``unsafe_write``, transient for the others."""
 
 
 def _result_value(result: Any) -> Any:
@@ -180,6 +173,11 @@ class McpTools:
         try:
             result = self._session(work, sent=sent)
         except MCPError as exc:
+            if sent[0] and unanswered(exc):  # the SDK's own timeout, or the connection closed
+                raise McpCallUnanswered(
+                    f"MCP server {self.prefix}: the call was sent, then {exc}; "
+                    "the tool may have run"
+                ) from exc
             raise ModelRecoverableError(f"{self.prefix}.{name}: {exc}") from exc
         if result.is_error:
             raise ModelRecoverableError(

@@ -85,9 +85,11 @@ def _authenticate(request: ASGIRequest) -> tuple[int, str, dict[str, str], Any]:
     return 200, "", {}, request.user
 
 
-#: the JSON-RPC error code of a request refused before MCP saw it (the server-defined
-#: range, -32000 to -32099, of JSON-RPC 2.0 section 5.1)
-REFUSED = -32001
+#: the JSON-RPC error code of a request refused before MCP saw it: in MCP's
+#: implementation-defined band (-32000 to -32019), clear of the SDK's own codes
+#: (-32000 connection closed, -32001 request timeout: a client would read a refusal with
+#: those as "no answer", a call that may have run)
+REFUSED = -32010
 
 
 async def _answer(send: Send, status: int, detail: str, headers: dict[str, str]) -> None:

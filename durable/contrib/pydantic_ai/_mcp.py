@@ -27,7 +27,13 @@ from pydantic_core import to_jsonable_python
 
 from durable.calls import tool_call
 from durable.contrib._bridge import with_key
-from durable.contrib.mcp.adapters import McpSafety, prefix_of, server_tool
+from durable.contrib.mcp.adapters import (
+    McpCallUnanswered,
+    McpSafety,
+    prefix_of,
+    server_tool,
+    unanswered,
+)
 from durable.contrib.pydantic_ai._steps import _TOOL_RETURN, DurableToolset, _order, tool_outcome
 from durable.types import ModelRecoverable
 
@@ -148,6 +154,11 @@ class DurableMCPToolset(DurableToolset):
                 else:
                     result = await call(name, arguments)
             except ModelRetry as exc:  # an isError result: the model may correct itself
+                if unanswered(exc):  # PydanticAI words a timeout after the send this way too
+                    raise McpCallUnanswered(
+                        f"MCP server {self.prefix}: the call of {name} was sent, then "
+                        f"{exc.message}; the tool may have run"
+                    ) from exc
                 return {"retry": exc.message}
             except ToolFailed as exc:
                 return {"failed": exc.message}
