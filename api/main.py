@@ -258,6 +258,7 @@ SCOPE_OF: dict[Callable[..., Any], str] = {
     runs.fork_run: "runs:operate",
     runs.signal_run: "runs:signal",
     runs.reconcile_operation: "runs:operate",
+    runs.lookup_operation: "runs:operate",
     approvals.list_approvals: "approvals:read",
     approvals.get_approval: "approvals:read",
     approvals.decide_approval: "approvals:decide",

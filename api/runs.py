@@ -11,6 +11,7 @@ transition, 422 for invalid input).
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from django.http import HttpRequest
@@ -25,6 +26,7 @@ from durable.services import retention
 from durable.services.forks import fork_points
 from durable.services.runs import (
     OperationNotFound,
+    operation_lookup,
     operation_reconcile,
     run_cancel,
     run_compensate,
@@ -37,6 +39,7 @@ from durable.values import codec
 from .problems import REFUSALS, ApiProblem
 from .schemas import (
     ForkIn,
+    LookupOut,
     OperationOut,
     Problem,
     ReasonIn,
@@ -380,4 +383,29 @@ def reconcile_operation(
         "status": op.status,
         "resolution": op.resolution,
         "run_status": op.run.status,
+    }
+
+
+@router.post(
+    "/operations/{operation_id}/lookup",
+    response={200: LookupOut, REFUSALS: Problem},
+    summary="Ask the reconcile hook again",
+    tags=["operations"],
+)
+def lookup_operation(request: HttpRequest, operation_id: int = Path(..., ge=1, le=2**62)) -> dict:
+    """Run the tool's ``reconcile`` hook now for a write whose outcome is unknown and
+    answer what it found; changes nothing (decide with ``reconcile``). 409 when the
+    outcome is not unknown or already decided."""
+    try:
+        found = operation_lookup(operation_id=operation_id)
+    except OperationNotFound as exc:
+        raise ApiProblem(404, str(exc)) from None
+    return {
+        "operation_id": found.operation_id,
+        "tool_name": found.tool_name,
+        "found": found.found,
+        # the hook's value as JSON (a value JSON lacks, as text)
+        "result": json.loads(json.dumps(found.result, default=str)),
+        "external_id": found.external_id,
+        "error": found.error,
     }

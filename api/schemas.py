@@ -220,6 +220,19 @@ class OperationOut(Schema):
     run_status: str
 
 
+class LookupOut(Schema):
+    """What the tool's reconcile hook answered, asked again: ``found`` is ``true`` (the
+    write happened: ``result``, ``external_id``), ``false`` (it did not) or ``null`` (the
+    hook cannot tell: ``error`` says why). Nothing changes until a ``reconcile``."""
+
+    operation_id: int
+    tool_name: str
+    found: bool | None
+    result: Any = None
+    external_id: str = ""
+    error: str = ""
+
+
 class ApprovalOut(Schema):
     id: int
     run_id: str

@@ -12,6 +12,7 @@ errors), calls one service, and answers:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,7 @@ from durable.models import TERMINAL, Operation, Run, RunStatus
 from durable.services.forks import fork_points
 from durable.services.runs import (
     OperationNotFound,
+    operation_lookup,
     operation_reconcile,
     run_cancel,
     run_compensate,
@@ -67,8 +69,12 @@ def _answer(
     text: str,
     status: int = 200,
     extra: dict[str, Any] | None = None,
+    show: bool = False,
 ) -> HttpResponse:
-    """Re-render ``page`` ("detail", "attention" or "approvals") with a message."""
+    """Re-render ``page`` ("detail", "attention" or "approvals") with a message; a plain
+    form post that worked is redirected to it, unless ``show`` (``extra`` is what the
+    page must show, such as a lookup's answer: nothing changed, so nothing is lost by
+    posting again)."""
     extra = dict(extra or {})
     if page == "attention":
         template, fragment = "dashboard/attention.html", "content"
@@ -83,7 +89,7 @@ def _answer(
         template, fragment = "dashboard/run_detail.html", "main"
         url = reverse("dashboard:run", args=[run_id])
         build, args = views.run_context, (run_id,)
-    if not views.wants_fragment(request) and status == 200:
+    if not views.wants_fragment(request) and status == 200 and not show:
         messages.add_message(request, _LEVELS.get(level, messages.ERROR), text)
         return redirect(url)
     context = build(request, *args, flash=_flash(level, text), **extra)
@@ -326,6 +332,62 @@ def operation_reconcile_view(request: HttpRequest, operation_id: int) -> HttpRes
     else:
         text = RECONCILED[data["outcome"]].format(tool=op.tool_name, run=op.run_id)
     return _answer(request, page=page, run_id=op.run_id, level=SUCCESS, text=text)
+
+
+@require_POST
+@require_perm(OPERATE_RUN)
+def operation_lookup_view(request: HttpRequest, operation_id: int) -> HttpResponse:
+    """ "Look it up again": the tool's reconcile hook, asked now; the page shows its answer
+    on the operation's card, with the decision it suggests filled in. Nothing changes
+    until the operator decides (:func:`operation_reconcile_view`)."""
+    op = Operation.objects.filter(pk=operation_id).only("pk", "run_id", "tool_name").first()
+    if op is None:
+        raise Http404(f"There is no operation {operation_id}.")
+    page = _return_to(ReasonForm(request.POST), default="attention")
+    try:
+        found = operation_lookup(operation_id=op.pk)
+    except OperationNotFound as exc:
+        raise Http404(str(exc)) from exc
+    except IllegalTransition as exc:
+        return _answer(
+            request,
+            page=page,
+            run_id=op.run_id,
+            level=ERROR,
+            status=409,
+            text=f"Nothing to look up: {exc}. The page now shows what is left to decide.",
+        )
+    if found.found is True:
+        level, text = (
+            SUCCESS,
+            (
+                f"The reconcile hook of {op.tool_name} found the write: it happened. Check its "
+                "result below, then record it."
+            ),
+        )
+    elif found.found is False:
+        level, text = (
+            SUCCESS,
+            (
+                f"The reconcile hook of {op.tool_name} did not find the write: it did not "
+                "happen. Record that to call it again with the same idempotency key."
+            ),
+        )
+    else:
+        level, text = WARNING, f"The lookup could not tell: {found.error}."
+    result = "" if found.found is not True else json.dumps(found.result, indent=2, default=str)
+    context = {
+        "lookup": {
+            "op": op.pk,
+            "found": found.found,
+            "result": result,
+            "external_id": found.external_id,
+            "error": found.error,
+        }
+    }
+    return _answer(
+        request, page=page, run_id=op.run_id, level=level, text=text, extra=context, show=True
+    )
 
 
 # --- approvals ------------------------------------------------------------------------

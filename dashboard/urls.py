@@ -42,6 +42,11 @@ urlpatterns = [
         actions.operation_reconcile_view,
         name="reconcile",
     ),
+    path(
+        "operations/<id:operation_id>/lookup/",
+        actions.operation_lookup_view,
+        name="lookup",
+    ),
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<id:request_id>/decide/", actions.approval_decide_view, name="decide"),
     path("attention/", views.attention, name="attention"),

@@ -154,6 +154,24 @@ def kept(refused: Any, *parts: Any) -> Any:
     return refused if refused.get("key") == key else None
 
 
+@register.simple_tag
+def looked_up(lookup: Any, op_pk: Any) -> Any:
+    """``{% looked_up lookup op.pk as lk %}``: the "look it up again" answer if it is
+    this operation's, else None."""
+    return lookup if isinstance(lookup, dict) and lookup.get("op") == op_pk else None
+
+
+@register.filter
+def has_reconcile_hook(tool_name: str) -> bool:
+    """Whether tool ``tool_name`` is registered here with a ``reconcile`` hook."""
+    from durable import registry
+
+    try:
+        return registry.get_tool(tool_name).reconcile is not None
+    except Exception:  # noqa: BLE001 - ToolNotFound: nothing to ask
+        return False
+
+
 @register.filter
 def requesters_label(principals: Any) -> str:
     """A run's or request's requesters as text: ``"otto, os:alice and someone unknown"``."""

@@ -9,6 +9,7 @@ refusal they raise (unknown run or operation, illegal transition, bad payload) b
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -194,8 +195,48 @@ def do_sweep(command: BaseCommand, options: dict[str, Any]) -> None:
 # --- reconcile -----------------------------------------------------------------------
 
 
+def _do_lookup(command: BaseCommand, operation: str) -> None:
+    try:
+        found = services.operation_lookup(operation_id=operation)
+    except services.OperationNotFound as exc:
+        raise CommandError(_clean(exc), returncode=USER_ERROR) from None
+    except IllegalTransition as exc:
+        raise CommandError(_clean(exc), returncode=USER_ERROR) from None
+    if found.found is True:
+        command.stdout.write(
+            f"operation {found.operation_id} ({found.tool_name}): found, it happened"
+        )
+        if found.external_id:
+            command.stdout.write(f"external id: {_clean(found.external_id)}")
+        command.stdout.write("result: " + json.dumps(found.result, default=str, ensure_ascii=False))
+        command.stdout.write(
+            f"record it: manage.py durable reconcile {found.operation_id} --happened --result JSON"
+        )
+    elif found.found is False:
+        command.stdout.write(
+            f"operation {found.operation_id} ({found.tool_name}): not found, it did not happen"
+        )
+        command.stdout.write(
+            f"record it: manage.py durable reconcile {found.operation_id} --not-happened"
+        )
+    else:
+        raise CommandError(
+            f"operation {found.operation_id} ({found.tool_name}): the lookup could not tell: "
+            f"{_clean(found.error)}",
+            returncode=USER_ERROR,
+        )
+
+
 def do_reconcile(command: BaseCommand, options: dict[str, Any]) -> None:
     outcome = options["outcome"]
+    if outcome == "lookup":
+        if options["result"] is not None or options["external_id"] or options["reason"]:
+            raise CommandError(
+                "--lookup changes nothing: it takes no --result, --external-id or --reason",
+                returncode=USER_ERROR,
+            )
+        _do_lookup(command, options["operation"])
+        return
     if outcome != "happened" and (options["result"] is not None or options["external_id"]):
         raise CommandError(
             "--result and --external-id go with --happened only", returncode=USER_ERROR

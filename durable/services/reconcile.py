@@ -9,13 +9,16 @@ the one service that starts from an operation, not a run: its checks follow the 
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from django.db import transaction
 from django.utils import timezone
 
 from durable.dispatch import dispatch_on_commit
-from durable.exceptions import DurableError, IllegalTransition
+from durable.exceptions import DurableError, IllegalTransition, ToolNotFound
 from durable.models import (
     Operation,
     OperationStatus,
@@ -27,10 +30,15 @@ from durable.models import (
     WaitStatus,
     transitions,
 )
+from durable.runtime.failures import safe_str
 from durable.services.base import actor_of, lock_parent_of
+from durable.types import NOT_FOUND
 from durable.values import codec
+from durable.values.redaction import redact_text
 from durable.vocabulary import Classification, EventKind
 from durable.waits import child_ends, mailbox, parent_close
+
+logger = logging.getLogger(__name__)
 
 ReconcileOutcome = Literal["happened", "not_happened", "abort"]
 
@@ -189,3 +197,83 @@ def operation_reconcile(
         if outcome != "abort":
             dispatch_on_commit(run.id)
     return op
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a tool's ``reconcile`` hook answered, asked again by an operator.
+
+    ``found``: ``True`` (the write happened: ``result`` is what the hook returned,
+    ``external_id`` the tool's ``external_id`` of it, or ``""``), ``False`` (the hook
+    says it did not happen) or ``None`` (it cannot tell: ``error`` says why -- no hook,
+    the tool is not registered in this process, or the hook raised).
+    """
+
+    operation_id: int
+    tool_name: str
+    found: bool | None
+    result: Any = None
+    external_id: str = ""
+    error: str = ""
+
+
+def operation_lookup(*, operation_id: int | str) -> Lookup:
+    """Ask the tool's ``reconcile`` hook again whether an unknown write happened.
+
+    Changes nothing: an operator reads the answer and decides with
+    :func:`operation_reconcile` (the engine asks the same hook itself before it parks a
+    run for an operator; the external system may know more now). The hook runs in this
+    process, with the operation's recorded parameters and idempotency key.
+
+    Raises :class:`OperationNotFound`, :class:`~durable.IllegalTransition` when the
+    operation's outcome is not unknown or is already decided.
+    """
+    from durable import registry
+    from durable.models import Tool as ToolRow
+
+    lookup: dict[str, Any] = (
+        {"pk": int(operation_id)}
+        if str(operation_id).isdigit()
+        else {"idempotency_key": str(operation_id)}
+    )
+    op = Operation.objects.filter(**lookup).first()
+    if op is None:
+        raise OperationNotFound(operation_id)
+    if op.status != OperationStatus.UNKNOWN or op.resolution:
+        raise IllegalTransition(
+            f"operation {op.pk} ({op.idempotency_key}) is {op.status}"
+            + (f", already decided: {op.resolution}" if op.resolution else "")
+            + "; only an unknown outcome is looked up",
+            current=op.status,
+        )
+    answer = partial(Lookup, op.pk, op.tool_name)
+    try:
+        spec = registry.effective_tool(
+            registry.get_tool(op.tool_name), ToolRow.objects.filter(name=op.tool_name).first()
+        )
+    except ToolNotFound:
+        return answer(None, error=f"the tool {op.tool_name} is not registered in this process")
+    if spec.reconcile is None:
+        return answer(
+            None,
+            error=f"the tool {op.tool_name} has no reconcile hook: check the external "
+            "system yourself",
+        )
+    try:
+        found = spec.reconcile(codec.decode(op.params) or {}, idempotency_key=op.idempotency_key)
+    except Exception as exc:  # noqa: BLE001 - the operator reads why and decides
+        logger.warning("lookup of %s failed: %s", op.idempotency_key, redact_text(safe_str(exc)))
+        return answer(
+            None,
+            error=f"the reconcile hook raised {type(exc).__name__}: "
+            f"{redact_text(safe_str(exc))[:500]}",
+        )
+    if found is None or found is NOT_FOUND:
+        return answer(False)
+    external = ""
+    if spec.external_id is not None:
+        try:
+            external = str(spec.external_id(found) or "")[:400]
+        except Exception:  # noqa: BLE001 - an id is a convenience; the result stands
+            external = ""
+    return answer(True, result=found, external_id=external)

@@ -30,7 +30,13 @@ from durable.models import (
 from durable.models.transitions import ACTIVE
 from durable.services.base import actor_of, lock_parent_of, lock_run, record_event
 from durable.services.forks import GAVE_UP, run_fork, run_fork_or_get
-from durable.services.reconcile import OperationNotFound, ReconcileOutcome, operation_reconcile
+from durable.services.reconcile import (
+    Lookup,
+    OperationNotFound,
+    ReconcileOutcome,
+    operation_lookup,
+    operation_reconcile,
+)
 from durable.types import SignalResult
 from durable.values import codec, redaction
 from durable.vocabulary import EventKind
@@ -38,8 +44,10 @@ from durable.waits import mailbox, parent_close
 
 __all__ = [
     "GAVE_UP",
+    "Lookup",
     "OperationNotFound",
     "ReconcileOutcome",
+    "operation_lookup",
     "operation_reconcile",
     "run_cancel",
     "run_compensate",

@@ -301,6 +301,32 @@ def test_reconcile_an_unknown_outcome(operator_api):
     assert_problem(operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "maybe"}), 422)
 
 
+def test_lookup_asks_the_reconcile_hook_again_and_changes_nothing(operator_api, viewer_api):
+    dw.KNOBS["unknown"] = 1  # the write times out while the provider's lookup is down
+    run = drive(durable.start("dash.payout", {"amount": 4}).id)
+    op = Operation.objects.get(run=run)
+    response = operator_api.post(f"/operations/{op.pk}/lookup", {})
+    assert response.status_code == 200, response.content
+    assert response.json()["found"] is None
+    assert "lookup API is down" in response.json()["error"]
+    dw.provider_records(op.idempotency_key, {"payment": "pay_x", "amount": 4})
+    found = operator_api.post(f"/operations/{op.pk}/lookup", {}).json()
+    assert found == {
+        "operation_id": op.pk,
+        "tool_name": "dash.pay",
+        "found": True,
+        "result": {"payment": "pay_x", "amount": 4},
+        "external_id": "pay_x",
+        "error": "",
+    }
+    op.refresh_from_db()
+    assert op.status == "unknown"
+    assert_problem(viewer_api.post(f"/operations/{op.pk}/lookup", {}), 403, "operate_run")
+    assert_problem(operator_api.post("/operations/999999/lookup", {}), 404)
+    operator_api.post(f"/operations/{op.pk}/reconcile", {"outcome": "not_happened"})
+    assert_problem(operator_api.post(f"/operations/{op.pk}/lookup", {}), 409)
+
+
 def test_a_wrong_method_is_a_405_problem_with_its_allow_header(admin_api):
     response = admin_api.delete("/runs")
     body = assert_problem(response, 405, "DELETE", "GET")

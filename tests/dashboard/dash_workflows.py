@@ -6,8 +6,18 @@ Importing this module registers them; ``tests/dashboard/conftest.py`` also lists
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import durable
-from durable import AmbiguousOutcomeError, PermanentError, RetryPolicy, TransientError
+from durable import (
+    NOT_FOUND,
+    AmbiguousOutcomeError,
+    PermanentError,
+    RetryPolicy,
+    TransientError,
+)
 
 KNOBS: dict[str, int] = {"flaky": 0, "unknown": 0}
 
@@ -43,6 +53,50 @@ def send_money(amount: int, *, idempotency_key: str = "") -> dict:
         KNOBS["unknown"] -= 1
         raise AmbiguousOutcomeError("timed out after the request was sent")
     return {"transfer": f"tr_{amount}", "amount": amount}
+
+
+def _provider_file(idempotency_key: str) -> Path:
+    """The record's file, in the var folder the test's processes share (the harness's
+    session folder, which a browser test's daphne has as its own)."""
+    from django.conf import settings
+
+    from tests import harness
+
+    folder = harness._session_var_dir or Path(settings.VAR_DIR)
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+    return folder / "test-provider" / f"{digest}.json"
+
+
+def provider_records(idempotency_key: str, payment: dict | None) -> None:
+    """The payment provider's own record of a write, as ``dash.pay``'s reconcile hook
+    reads it, in a file of the var folder (a browser test's web server is another
+    process): a payment, or ``None`` (the provider has none). Without a record the
+    provider's lookup is down: the hook raises."""
+    path = _provider_file(idempotency_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payment))
+
+
+def find_payment(params: dict, *, idempotency_key: str) -> object:
+    path = _provider_file(idempotency_key)
+    if not path.exists():
+        raise ConnectionError("the provider's lookup API is down")
+    found = json.loads(path.read_text())
+    return NOT_FOUND if found is None else found
+
+
+@durable.tool(
+    name="dash.pay",
+    safety="unsafe_write",
+    reconcile=find_payment,
+    external_id=lambda result: result["payment"],
+)
+def pay(amount: int, *, idempotency_key: str = "") -> dict:
+    """An unsafe write with a reconcile hook (that may be down when the engine asks)."""
+    if KNOBS["unknown"] > 0:
+        KNOBS["unknown"] -= 1
+        raise AmbiguousOutcomeError("timed out after the request was sent")
+    return {"payment": f"pay_{amount}", "amount": amount}
 
 
 @durable.tool(name="dash.lookup", safety="read_only")
@@ -100,3 +154,8 @@ def fail(ctx, data):
 def transfer(ctx, data):
     receipt = ctx.call_tool("dash.send_money", {"amount": data["amount"]})
     return {"receipt": receipt}
+
+
+@durable.workflow(name="dash.payout", version="1")
+def payout(ctx, data):
+    return {"receipt": ctx.call_tool("dash.pay", {"amount": data["amount"]})}

@@ -202,6 +202,13 @@ class Command(BaseCommand):
         outcome.add_argument(
             "--abort", dest="outcome", action="store_const", const="abort", help="fail the run here"
         )
+        outcome.add_argument(
+            "--lookup",
+            dest="outcome",
+            action="store_const",
+            const="lookup",
+            help="ask the tool's reconcile hook again and print what it found; changes nothing",
+        )
         p.add_argument(
             "--result",
             default=None,

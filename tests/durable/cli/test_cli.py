@@ -504,7 +504,7 @@ def test_reconcile_result_goes_with_happened_only():
 
 def test_reconcile_needs_exactly_one_outcome():
     exc, _, _ = cli_error("reconcile", "1")
-    assert "one of the arguments --happened --not-happened --abort is required" in str(exc)
+    assert "one of the arguments --happened --not-happened --abort --lookup is required" in str(exc)
     exc, _, _ = cli_error("reconcile", "1", "--happened", "--abort")
     assert "not allowed with argument" in str(exc)
 
@@ -588,3 +588,28 @@ def test_show_prints_a_runs_parent_and_children():
     header = dict(ln.split(":", 1) for ln in out.split("\n\n")[0].splitlines())
     assert header["parent run"].strip() == "family-1 (on its end: cancel)"
     assert "Child runs" not in out
+
+
+def test_reconcile_lookup_prints_what_the_hook_finds_and_changes_nothing():
+    from tests.dashboard import dash_workflows as dw
+
+    dw.reset()
+    dw.KNOBS["unknown"] = 1  # the write times out while the provider's lookup is down
+    run = drive(durable.start("dash.payout", {"amount": 6}).id)
+    op = Operation.objects.get(run=run)
+    try:
+        exc, _, _ = cli_error("reconcile", str(op.pk), "--lookup")
+        assert exc.returncode == 2 and "could not tell" in str(exc) and "is down" in str(exc)
+        dw.provider_records(op.idempotency_key, {"payment": "pay_6", "amount": 6})
+        out, _ = cli("reconcile", op.idempotency_key, "--lookup")
+        assert "found, it happened" in out and "external id: pay_6" in out
+        assert 'result: {"payment": "pay_6", "amount": 6}' in out
+        dw.provider_records(op.idempotency_key, None)
+        out, _ = cli("reconcile", str(op.pk), "--lookup")
+        assert "not found, it did not happen" in out and "--not-happened" in out
+        exc, _, _ = cli_error("reconcile", str(op.pk), "--lookup", "--reason", "x")
+        assert exc.returncode == 2 and "changes nothing" in str(exc)
+        op.refresh_from_db()
+        assert op.status == OperationStatus.UNKNOWN and op.resolution == ""
+    finally:
+        dw.reset()
