@@ -508,3 +508,80 @@ def _edit_errors(exc: InvalidEdit) -> str:
         f"{field}: {'; '.join(msgs)}." if field else f"{'; '.join(msgs)}."
         for field, msgs in exc.errors.items()
     )
+
+
+@require_POST
+@require_perm(DECIDE_APPROVAL)
+def approve_identical_view(request: HttpRequest) -> HttpResponse:
+    """Approve several identical low-risk requests with one comment (the inbox's batch).
+
+    ``requests``: ``"<id>:<version>"`` each, as the inbox showed them. The server checks
+    again that they ask the same (:func:`dashboard.selectors.inbox.identity`) of a tool
+    whose class may be batched (:data:`~dashboard.selectors.inbox.BATCH_SAFETY`), with one
+    approval each; then each is decided on its own through the same service as a single
+    decision (audited per request in the approver's name). A request decided, edited or
+    expired meanwhile is skipped, and the answer says which and why."""
+    from approvals.models import ApprovalRequest as Request
+
+    from .selectors.inbox import BATCH_SAFETY, identity
+
+    wanted: dict[int, int] = {}
+    for raw in request.POST.getlist("requests"):
+        pk, _, version = raw.partition(":")
+        if not (pk.isdigit() and version.isdigit()):
+            return _answer(
+                request, page="approvals", level=ERROR, status=422, text=f"Bad request id {raw!r}."
+            )
+        wanted[int(pk)] = int(version)
+    comment = (request.POST.get("comment") or "").strip()[:4000]
+    found = list(Request.objects.select_related("arguments").filter(pk__in=wanted))
+    if len(wanted) < 2 or len(found) != len(wanted):
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            status=422,
+            text="Approving together needs two or more requests that exist.",
+        )
+    if len({identity(r) for r in found}) != 1:
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            status=422,
+            text="These requests are not identical (tool and arguments); decide them one by one.",
+        )
+    if found[0].safety not in BATCH_SAFETY or any(r.required_approvals > 1 for r in found):
+        return _answer(
+            request,
+            page="approvals",
+            level=ERROR,
+            status=422,
+            text=f"{found[0].tool_name} is a {found[0].safety.replace('_', ' ') or 'workflow'} "
+            "request or needs several approvals: decide each on its own.",
+        )
+    approved, skipped = [], []
+    for r in sorted(found, key=lambda r: (r.created_at, r.pk)):
+        try:
+            approval_decide(
+                request_id=r.pk,
+                user=request.user,
+                approve=True,
+                comment=comment,
+                version=wanted[r.pk],
+            )
+        except (
+            ApprovalNotFound,
+            ApprovalExpired,
+            ArgumentsChanged,
+            NotAllowed,
+            AlreadyDecided,
+            IllegalTransition,
+        ) as exc:
+            skipped.append(f"#{r.pk}: {exc}")
+        else:
+            approved.append(r)
+    text = f"Approved {len(approved)} identical request(s) for {found[0].tool_name}."
+    if skipped:
+        text += " Not approved: " + "; ".join(skipped) + "."
+    return _answer(request, page="approvals", level=WARNING if skipped else SUCCESS, text=text)

@@ -49,6 +49,7 @@ urlpatterns = [
     ),
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<id:request_id>/decide/", actions.approval_decide_view, name="decide"),
+    path("approvals/approve-identical/", actions.approve_identical_view, name="decide_many"),
     path("attention/", views.attention, name="attention"),
     path("schedules/", schedules.schedules, name="schedules"),
     path("deploy/", deploy.deploy_check, name="deploy"),

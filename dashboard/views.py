@@ -212,6 +212,7 @@ def inbox_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     context = {
         "items": items,
         "total": total,
+        "batches": selectors.batches(items),
         "since": since,
         "nav": "approvals",
         "server_now_ms": int(time.time() * 1000),

@@ -50,7 +50,16 @@ from .deploy import (
     last_report,
     open_runs_by_version,
 )
-from .inbox import INBOX_LAST_STEPS, INBOX_LIMIT, InboxItem, Reasked, inbox, inbox_count
+from .inbox import (
+    INBOX_LAST_STEPS,
+    INBOX_LIMIT,
+    Batch,
+    InboxItem,
+    Reasked,
+    batches,
+    inbox,
+    inbox_count,
+)
 from .payloads import (
     PAYLOAD_FIELDS,
     PAYLOAD_PREVIEW_CHARS,
@@ -125,6 +134,8 @@ __all__ = [
     "get_run",
     "inbox",
     "inbox_count",
+    "batches",
+    "Batch",
     "json_payload",
     "last_event_id",
     "operation_payloads",

@@ -83,6 +83,66 @@ class InboxItem:
     #: chip's text once the deadline passed
     timeout_then: str = ""
     expired_text: str = ""
+    #: what makes two requests identical: the tool and the stored current arguments
+    same_as: str = ""
+
+
+#: safety classes whose identical requests may be approved together ("low-risk": a
+#: repeat is harmless); identical unsafe writes from several runs are often duplicates
+BATCH_SAFETY = ("read_only", "idempotent_write")
+
+
+@dataclass
+class Batch:
+    """Identical pending requests shown together: the same tool and the same arguments.
+    ``eligible``: those that may be approved at once (the class is in
+    :data:`BATCH_SAFETY`, one approval each, not expired, not the user's own)."""
+
+    tool_name: str
+    safety: str
+    payload: Payload
+    items: list[InboxItem]
+    eligible: list[InboxItem]
+
+
+def identity(r: ApprovalRequest) -> str:
+    """The text two requests share when they ask the same: tool, kind and the stored
+    current arguments (the payload for a request without argument versions)."""
+    stored = r.arguments.value if r.arguments is not None else (r.payload or "")
+    return f"{r.tool_name}\x00{stored}"
+
+
+def batchable(item: InboxItem) -> bool:
+    r = item.request
+    return (
+        r.safety in BATCH_SAFETY
+        and r.required_approvals <= 1
+        and not item.expired
+        and not item.own
+        and bool(r.tool_name)
+    )
+
+
+def batches(items: list[InboxItem]) -> list[Batch]:
+    """The groups of two or more identical requests among ``items``, oldest first."""
+    groups: dict[str, list[InboxItem]] = {}
+    for item in items:
+        groups.setdefault(item.same_as, []).append(item)
+    out = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        first = group[0]
+        out.append(
+            Batch(
+                tool_name=first.request.tool_name,
+                safety=first.request.safety,
+                payload=first.payload,
+                items=group,
+                eligible=[i for i in group if batchable(i)],
+            )
+        )
+    return out
 
 
 def _current_arguments(r: ApprovalRequest, shown: Any) -> tuple[Any, str | None]:
@@ -204,6 +264,7 @@ def inbox(
             expired=r.is_expired(now),
             deadline_ms=int(r.expires_at.timestamp() * 1000) if r.expires_at else None,
             own=own_request(user, r) if r.four_eyes else "",
+            same_as=identity(r),
         )
         if r.expires_at is not None:
             at = timezone.localtime(r.expires_at).strftime("%H:%M:%S")

@@ -159,3 +159,25 @@ def transfer(ctx, data):
 @durable.workflow(name="dash.payout", version="1")
 def payout(ctx, data):
     return {"receipt": ctx.call_tool("dash.pay", {"amount": data["amount"]})}
+
+
+@durable.tool(name="dash.notify", safety="idempotent_write", requires_approval=True)
+def notify(channel: str, text: str, *, idempotency_key: str = "") -> dict:
+    """Post a message to a channel (the chat service dedupes by key): low-risk."""
+    return {"posted": text, "channel": channel}
+
+
+@durable.tool(name="dash.wire", safety="unsafe_write", requires_approval=True)
+def wire(amount: int, *, idempotency_key: str = "") -> dict:
+    """Wire money: every call is a new transfer."""
+    return {"wired": amount}
+
+
+@durable.workflow(name="dash.announce", version="1")
+def announce(ctx, data):
+    return ctx.call_tool("dash.notify", {"channel": data.get("channel", "#ops"), "text": "done"})
+
+
+@durable.workflow(name="dash.pay_out", version="1")
+def pay_out(ctx, data):
+    return ctx.call_tool("dash.wire", {"amount": data.get("amount", 5)})
