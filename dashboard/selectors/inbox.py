@@ -124,10 +124,12 @@ def batchable(item: InboxItem) -> bool:
 
 
 def batches(items: list[InboxItem]) -> list[Batch]:
-    """The groups of two or more identical requests among ``items``, oldest first."""
+    """The groups of two or more identical tool-call requests among ``items``, oldest
+    first (a workflow's own approvals, without a tool, are not grouped)."""
     groups: dict[str, list[InboxItem]] = {}
     for item in items:
-        groups.setdefault(item.same_as, []).append(item)
+        if item.request.tool_name:
+            groups.setdefault(item.same_as, []).append(item)
     out = []
     for group in groups.values():
         if len(group) < 2:

@@ -82,3 +82,11 @@ def test_requests_that_differ_or_are_too_few_are_refused(approver_client, viewer
     response = viewer_client.post("/approvals/approve-identical/", {"requests": []})
     assert response.status_code == 403
     assert ApprovalRequest.objects.filter(status="pending").count() == 2
+
+
+def test_identical_workflow_approvals_without_a_tool_are_not_grouped(approver_client):
+    for _ in range(2):
+        drive(durable.start("tests.approval", {"budget": 100}).id)
+    page = approver_client.get("/approvals/").content.decode()
+    assert "identical requests" not in page
+    assert page.count('class="card approval"') == 2
