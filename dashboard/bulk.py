@@ -5,7 +5,8 @@ runs match, which of them can take the action and which cannot, and why), then t
 confirmation, which starts ``dashboard.bulk_action`` (:mod:`dashboard.workflows`) with
 the eligible runs' ids as previewed: a run of its own, so it survives a restart, shows
 its progress batch by batch on its page, and acts on each run through the single-run
-service (checked, locked and audited per run, in the operator's name). At most
+service (checked, locked and audited per run, in the operator's name). The runs are
+the rows the operator ticked (``selected``), else every run the filters match. At most
 :data:`MAX_RUNS` runs per action; a reason is required.
 """
 
@@ -85,7 +86,17 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         )
         messages.success(request, f"Bulk {action} of {len(ids)} runs started as run {run.id}.")
         return redirect("dashboard:run", run_id=run.id)
-    runs, total = _matching(query)
+    selected = [i for i in request.POST.getlist("selected") if _RUN_ID.fullmatch(i)]
+    if selected:  # the rows the operator ticked, not every run the filters match
+        runs = list(
+            Run.objects.filter(id__in=selected[:MAX_RUNS])
+            .only("id", "status", "workflow_name")
+            .order_by("-created_at", "-id")
+        )
+        total = len(runs)
+        context["selected"] = True
+    else:
+        runs, total = _matching(query)
     eligible = [r for r in runs if transitions.can(action, r)]
     refused = [r for r in runs if not transitions.can(action, r)]
     context.update(

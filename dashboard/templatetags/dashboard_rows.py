@@ -38,9 +38,10 @@ def render(name: str, **context: Any) -> SafeString:
 
 
 @register.simple_tag
-def runs_rows(rows: Any) -> SafeString:
-    """The ``<tr>`` of each row of a runs page (a list of ``RunRow``)."""
-    return render("runs", rows=rows)
+def runs_rows(rows: Any, select: bool = False) -> SafeString:
+    """The ``<tr>`` of each row of a runs page (a list of ``RunRow``); ``select``: with a
+    checkbox that picks the run for the bulk action's form (``#bulk-form``)."""
+    return render("runs", rows=rows, select=select)
 
 
 @register.simple_tag

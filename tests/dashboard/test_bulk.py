@@ -79,3 +79,24 @@ def test_a_bulk_action_needs_an_action_a_reason_and_an_operator(
 def test_the_runs_list_offers_it_to_an_operator_only(operator_client, viewer_client, db):
     assert 'action="/runs/bulk/"' in operator_client.get("/?workflow=dash.echo").content.decode()
     assert 'action="/runs/bulk/"' not in viewer_client.get("/").content.decode()
+
+
+def test_ticked_rows_are_the_runs_acted_on_instead_of_every_match(
+    operator_client, viewer_client, runs
+):
+    pending, done = runs
+    page = operator_client.get("/?workflow=dash.echo").content.decode()
+    box = f'name="selected" value="{pending[0].id}" form="bulk-form"'
+    assert box in page and 'id="bulk-form"' in page
+    assert 'name="selected"' not in viewer_client.get("/").content.decode()
+
+    picked = [pending[0].id, done.id, "not a run id!"]
+    preview = operator_client.post(
+        URL,
+        {"action": "cancel", "reason": "r", "query": "workflow=dash.echo", "selected": picked},
+    )
+    html = preview.content.decode()
+    assert "<strong>2</strong> selected runs." in html
+    assert '<strong id="bulk-eligible">1</strong>' in html
+    assert '<strong id="bulk-refused">1</strong>' in html
+    assert json.loads(preview.context["run_ids"]) == [pending[0].id]
