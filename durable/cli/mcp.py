@@ -33,6 +33,10 @@ def do_mcp(command: BaseCommand, options: dict[str, Any], *, execute: Callable[.
             "the calls (and the workers need it too)",
             returncode=USER_ERROR,
         )
+    from durable.models import Run
+
+    # an unmigrated database is said now, on stderr, not as each call's failure
+    Run.objects.filter(pk="").exists()
     by = options["by"] if options["by"] is not None else _default_actor()
     # the runs record the name (and the dashboard account of that name, if any)
     run_stdio(by or None, by or "unknown", execute=execute)

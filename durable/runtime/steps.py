@@ -219,6 +219,9 @@ def build_tool(
             call=call,
             error=ModelRecoverable(f"wrong arguments for tool {name!r}: {exc}", "TypeError"),
         )
+    from durable.values.arguments import convert_arguments  # pydantic: loaded when used
+
+    call_kwargs = convert_arguments(spec.fn, call_kwargs)  # JSON forms to annotated types
     policy = spec.retry or DEFAULT_POLICY
     fn = lambda: call_with_timeout(spec.fn, (), call_kwargs, spec.timeout, sid)  # noqa: E731
     if spec.safety == "read_only":  # only a read may be batched; writes are sync

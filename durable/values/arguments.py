@@ -9,9 +9,15 @@ it is typed, not after the run resumed. A model is built once per tool function 
 - ``idempotency_key`` is Durable's to pass and is not an argument;
 - unknown names are refused unless the function takes ``**kwargs``;
 - validation is *strict* and runs in pydantic's JSON mode: ``"forty"`` and ``"40"`` are
-  not an ``int``, ``40`` is; an ISO text is a ``datetime``. Values are checked, never
-  converted: the tool receives exactly the value that was approved (whose hash the
-  approval recorded).
+  not an ``int``, ``40`` is; an ISO text is a ``datetime``. The value that was approved
+  (whose hash the approval recorded) is the one stored as the call's input.
+
+When the tool runs, :func:`convert_arguments` gives it its annotated types: a JSON value
+(an approver's edit, an MCP client's arguments) for a parameter annotated with a richer
+type -- ``date``, ``Decimal``, a pydantic model, a dataclass, an enum, ``list[date]`` --
+is converted the way pydantic's JSON mode reads it (the rule FastMCP follows for its
+tools); a value that is not JSON (a workflow passed the object itself), or does not fit,
+is passed unchanged.
 
 An annotation pydantic cannot build a schema for (an arbitrary class) is treated as
 ``Any`` for that parameter rather than refusing every edit.
@@ -23,6 +29,7 @@ import functools
 import inspect
 import json
 import logging
+import types
 import typing
 import warnings
 from collections.abc import Callable, Iterable
@@ -33,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 
 logger = logging.getLogger("durable.arguments")
 
-__all__ = ["ArgumentError", "validate_arguments"]
+__all__ = ["ArgumentError", "convert_arguments", "validate_arguments"]
 
 #: Durable passes this keyword itself (``"{run_id}:{step_id}"``)
 RESERVED = frozenset({"idempotency_key"})
@@ -183,6 +190,67 @@ def validate_arguments(
     except ValidationError as exc:
         errors.extend(_errors(exc))
     return errors
+
+
+#: annotations whose JSON value is already the Python value: nothing to convert
+_NATIVE = frozenset({str, int, float, bool, type(None), dict, list, object})
+
+
+def _native(annotation: Any) -> bool:
+    if annotation is Any or annotation in _NATIVE:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return True
+    if origin is typing.Annotated:
+        return _native(typing.get_args(annotation)[0])
+    if origin in (dict, list, typing.Union, types.UnionType):
+        return all(_native(arg) for arg in typing.get_args(annotation))
+    return False
+
+
+@functools.lru_cache(maxsize=512)
+def _converters(fn: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
+    """The parameters of ``fn`` whose annotation is richer than JSON, with an adapter."""
+    hints = _hints(fn)
+    out: dict[str, TypeAdapter[Any]] = {}
+    for name in inspect.signature(fn).parameters:
+        annotation = hints.get(name, Any)
+        if name in RESERVED or _native(annotation):
+            continue
+        try:
+            out[name] = TypeAdapter(annotation)
+        except Exception:  # noqa: BLE001, S112 - not buildable: passed unchanged
+            continue
+    return out
+
+
+def convert_arguments(fn: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with each value converted to its parameter's annotated type, when
+    the annotation is richer than JSON and the value is its JSON form (``"2026-12-05"``
+    for a ``date``, an object for a pydantic model or dataclass). A value that is not
+    JSON (already an object), does not fit, or names no annotated parameter is left as it is;
+    ``arguments`` itself is not changed. Never raises: a value that does not fit was
+    refused by :func:`validate_arguments` where arguments are taken."""
+    try:
+        converters = _converters(fn)
+    except (TypeError, ValueError):  # no signature, or an unhashable callable
+        return arguments
+    if not converters or not converters.keys() & arguments.keys():
+        return arguments
+    out = dict(arguments)
+    for name, adapter in converters.items():
+        if name not in out:
+            continue
+        try:
+            text = json.dumps(out[name], allow_nan=False)
+        except (TypeError, ValueError):
+            continue  # not a JSON value: already a Python object, given as it is
+        try:
+            out[name] = adapter.validate_json(text, strict=True)
+        except ValidationError:
+            continue  # not the JSON form of its type: the tool gets it as given
+    return out
 
 
 def arguments_schema(fn: Callable[..., Any]) -> dict[str, Any]:

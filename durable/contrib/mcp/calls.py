@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
+from pydantic_core import to_jsonable_python
 
 from durable import conf, registry
 from durable.models import TERMINAL, Run, RunStatus
@@ -214,18 +215,21 @@ class CallState:
         return self.state in ("completed", "failed", "cancelled")
 
     def as_dict(self) -> dict[str, Any]:
+        """The state as JSON values (what ``structuredContent`` carries): a result's
+        dates and times as ISO 8601 text, ``Decimal`` as text, sets and tuples as
+        lists, bytes as base64, other objects as their ``str``."""
         data: dict[str, Any] = {"call_id": self.call_id, "state": self.state}
         if self.message:
             data["message"] = self.message
         if self.state == "completed":
-            data["result"] = self.result
+            data["result"] = to_jsonable_python(self.result, fallback=str, bytes_mode="base64")
         if self.approval_id is not None:
             data["approval_id"] = self.approval_id
         return data
 
     def text(self) -> str:
-        """The state as one JSON text (values that JSON lacks as text)."""
-        return json.dumps(self.as_dict(), default=str, ensure_ascii=False)
+        """:meth:`as_dict` as one JSON text: the same values as the structured content."""
+        return json.dumps(self.as_dict(), ensure_ascii=False)
 
 
 def call_state(run: Run) -> CallState:

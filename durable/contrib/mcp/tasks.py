@@ -73,7 +73,7 @@ def _list(caller: str, cursor: str | None) -> dict[str, Any]:
     runs = Run.objects.filter(
         workflow_name=calls.CALL_WORKFLOW, id__startswith="mcp.", started_by_name=caller
     ).order_by("-created_at", "-id")
-    offset = int(cursor) if cursor and cursor.isdigit() else 0
+    offset = int(cursor) if cursor else 0
     page = list(runs[offset : offset + PAGE + 1])
     out: dict[str, Any] = {"tasks": [task_of(calls.call_state(r)) for r in page[:PAGE]]}
     if len(page) > PAGE:
@@ -170,6 +170,10 @@ def install(
             await anyio.sleep(0)
 
     async def listing(ctx: Any, params: ListParams) -> dict[str, Any]:
+        cursor = params.cursor
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 10):
+            # the spec: an invalid cursor is -32602 (Invalid params), not page one
+            raise MCPError(INVALID_PARAMS, f"invalid cursor {cursor!r}: not one this server gave")
         listed: dict[str, Any] = await db(_list, principal(ctx)[1], params.cursor)
         return listed
 

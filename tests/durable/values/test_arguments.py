@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
 
-from durable.values.arguments import validate_arguments
+from durable.values.arguments import convert_arguments, validate_arguments
 
 
 def refund(charge_id: str, amount: int, *, idempotency_key: str) -> None: ...
@@ -59,3 +61,44 @@ def test_unchecked_names_count_as_present_whatever_their_value():
         validate_arguments(refund, {"charge_id": object(), "amount": 1}, unchecked={"charge_id"})
         == []
     )
+
+
+@dataclass
+class Line:
+    sku: str
+    qty: int
+
+
+def invoice(day: date, lines: list[Line], total: Decimal, note: str, extra: dict) -> None: ...
+
+
+def test_json_values_become_the_annotated_types_when_the_tool_runs():
+    sent = {
+        "day": "2026-12-07",
+        "lines": [{"sku": "A1", "qty": 2}],
+        "total": "19.90",
+        "note": "2026-12-07",
+        "extra": {"day": "2026-12-07"},
+    }
+    got = convert_arguments(invoice, sent)
+    assert got == {
+        "day": date(2026, 12, 7),
+        "lines": [Line("A1", 2)],
+        "total": Decimal("19.90"),
+        "note": "2026-12-07",  # a str parameter stays a str
+        "extra": {"day": "2026-12-07"},  # JSON annotations are not touched
+    }
+    assert sent["day"] == "2026-12-07"  # the recorded arguments are not changed
+
+
+def test_objects_and_values_that_do_not_fit_are_passed_as_given():
+    lines = [Line("A1", 2)]
+    assert convert_arguments(invoice, {"day": date(2026, 1, 1), "lines": lines}) == {
+        "day": date(2026, 1, 1),
+        "lines": lines,
+    }
+    assert convert_arguments(invoice, {"day": "soon", "total": "lots"}) == {
+        "day": "soon",
+        "total": "lots",
+    }
+    assert convert_arguments(len, {"x": 1}) == {"x": 1}  # no signature: unchanged
