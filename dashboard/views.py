@@ -22,7 +22,7 @@ from django_htmx.middleware import HtmxDetails
 from approvals.access import require_perm
 from approvals.roles import DECIDE_APPROVAL, OPERATE_RUN, VIEW_RUN
 from durable import postgres
-from durable.models import RunStatus, transitions
+from durable.models import RunStatus, StepKind, StepStatus, transitions
 from durable.observability import otel
 from durable.queries import streams
 from durable.queries.parsing import BadParameter, clean_text, parse_int
@@ -123,7 +123,8 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
     run = selectors.get_run(run_id)
     if run is None:
         raise Http404(f"There is no run with the id “{run_id}”.")
-    detail = selectors.run_detail(run)
+    matching, fold = _trace_view(request)
+    detail = selectors.run_detail(run, matching=matching, fold=fold)
     may_operate = request.user.has_perm(OPERATE_RUN)
     actions = {
         name: may_operate and transitions.can(name, run)
@@ -149,6 +150,8 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
         "trace_url": otel.trace_url(run.trace_id),
         "since": since,
         "has_stream": streams.has_stream(run.id, run.status),
+        "step_statuses": StepStatus.choices,
+        "step_kinds": StepKind.choices,
         "nav": "runs",
     }
     context.update(extra)
@@ -162,6 +165,18 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return page_or_fragment(
         request, "dashboard/run_detail.html", "main", run_context(request, run_id)
     )
+
+
+def _trace_view(request: HttpRequest) -> tuple[selectors.StepFilter, bool]:
+    """The step filter and the folding of repeats a run page's query asks for (400 for a
+    value that is not a step status or kind)."""
+    try:
+        matching = selectors.step_filter(
+            request.GET.get("step_status"), request.GET.get("step_kind")
+        )
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return matching, request.GET.get("repeats") != "all"
 
 
 def _position(value: str | None, name: str) -> int | None:
@@ -184,7 +199,8 @@ def run_steps(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if after is None:
         after = -1
     before = _position(request.GET.get("before"), "before")
-    page = selectors.step_page(run, after, before)
+    matching, fold = _trace_view(request)
+    page = selectors.step_page(run, after, before, matching=matching, fold=fold)
     context = {"run": run, "page": page, "after": after, "nav": "runs"}
     return page_or_fragment(request, "dashboard/steps.html", "rows", context)
 

@@ -75,6 +75,82 @@ class StepRow:
     group_size: int = 0
     #: the run id of the child a ``ctx.start_child`` step started ("" for other steps)
     child: str = ""
+    #: on the first of the repeats folded after this row's like: how many are folded
+    repeats_from: int = 0
+    #: on the last folded repeat: where the fold ends
+    repeats_end: bool = False
+
+
+#: consecutive alike steps (kind, name without ``#n``, status) from which the later ones
+#: are folded behind "N more like this" (the first stays shown)
+REPEATS_FOLDED = 3
+
+
+@dataclass(frozen=True)
+class StepFilter:
+    """The trace's filter on a run's page (``?step_status=&step_kind=``): "" is any."""
+
+    status: str = ""
+    kind: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.kind)
+
+    def q(self) -> Q:
+        q = Q()
+        if self.status:
+            q &= Q(status=self.status)
+        if self.kind:
+            q &= Q(kind=self.kind)
+        return q
+
+    def query(self) -> str:
+        """The filter as query parameters (``&``-joined, URL-safe: choices only)."""
+        parts = [f"step_status={self.status}"] if self.status else []
+        if self.kind:
+            parts.append(f"step_kind={self.kind}")
+        return "&".join(parts)
+
+
+def step_filter(status: str | None, kind: str | None) -> StepFilter:
+    """The :class:`StepFilter` of query values. Raises ``ValueError`` naming the
+    parameter and the values it takes, for a value that is not a step status or kind."""
+    status, kind = (status or "").strip(), (kind or "").strip()
+    if status and status not in StepStatus.values:
+        raise ValueError(
+            f"step_status {status[:40]!r} is not a step status: one of "
+            + ", ".join(StepStatus.values)
+        )
+    if kind and kind not in StepKind.values:
+        raise ValueError(
+            f"step_kind {kind[:40]!r} is not a step kind: one of " + ", ".join(StepKind.values)
+        )
+    return StepFilter(status, kind)
+
+
+def _alike(row: StepRow) -> tuple[str, str, str] | None:
+    s = row.step
+    if row.group or s.status == StepStatus.FAILED:  # a group has its own label; failures show
+        return None
+    return (s.kind, s.step_id.split("#", 1)[0], s.status)
+
+
+def fold_repeats(rows: list[StepRow]) -> list[StepRow]:
+    """Mark runs of :data:`REPEATS_FOLDED` or more alike consecutive rows: the first
+    stays, the rest are folded (``repeats_from`` on the first folded, ``repeats_end``
+    on the last). Failed steps and parallel groups are never folded. Returns ``rows``."""
+    i = 0
+    while i < len(rows):
+        key = _alike(rows[i])
+        j = i + 1
+        while key is not None and j < len(rows) and _alike(rows[j]) == key:
+            j += 1
+        if key is not None and j - i >= REPEATS_FOLDED:
+            rows[i + 1].repeats_from = j - i - 1
+            rows[j - 1].repeats_end = True
+        i = j
+    return rows
 
 
 @dataclass
@@ -86,6 +162,8 @@ class StepGap:
     before: int | None
     count: int
     next_count: int = 0  # how many the next "load more" adds
+    #: the trace's filter the steps are counted and loaded with
+    filter: StepFilter = field(default_factory=StepFilter)
 
 
 @dataclass
@@ -175,6 +253,14 @@ class RunDetail:
     undone: Undone | None = None
     #: attempts of the step the run failed at (``run.error["step_id"]``), if known
     failed_attempts: int | None = None
+    #: the trace's filter; with one, ``steps_total`` counts the steps it matches
+    step_filter: StepFilter = field(default_factory=StepFilter)
+    #: every step of the run, whatever the filter
+    steps_all: int = 0
+    #: the first failed step (what "jump to the failure" goes to), if any
+    first_failure: Step | None = None
+    #: whether that step is among the rows shown (else the link shows failed steps only)
+    failure_shown: bool = False
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -321,26 +407,37 @@ def _lazy_payload(text: str | None) -> Payload:
     return Payload(text="", truncated=True, size=len(text))
 
 
-def _gap(run: Run, after: int, before: int | None) -> StepGap | None:
-    qs = Step.objects.filter(run=run, position__gt=after)
+def _gap(run: Run, after: int, before: int | None, matching: StepFilter) -> StepGap | None:
+    qs = Step.objects.filter(matching.q(), run=run, position__gt=after)
     if before is not None:
         qs = qs.filter(position__lt=before)
     count = qs.count()
     if not count:
         return None
-    return StepGap(after=after, before=before, count=count, next_count=min(count, STEPS_PAGE))
+    return StepGap(
+        after=after, before=before, count=count, next_count=min(count, STEPS_PAGE), filter=matching
+    )
 
 
-def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
+def run_detail(
+    run: Run,
+    now: datetime | None = None,
+    matching: StepFilter | None = None,
+    fold: bool = True,
+) -> RunDetail:
     """Everything the run page shows, in a fixed number of queries (about ten).
 
     A long run shows its first :data:`STEPS_HEAD` and last :data:`STEPS_TAIL` steps; the
     ones between are loaded on demand (:func:`step_page`, keyset on the position).
+    ``matching``: the steps shown are those it matches (the other parts are the run's own);
+    ``fold``: alike repeated steps are folded (:func:`fold_repeats`).
     """
     now = now or timezone.now()
+    matching = matching or StepFilter()
     # one query for both ends: row numbers from each end, and the total
     shown = list(
         _steps_qs(run)
+        .filter(matching.q())
         .annotate(
             from_start=Window(RowNumber(), order_by=F("position").asc()),
             from_end=Window(RowNumber(), order_by=F("position").desc()),
@@ -360,16 +457,27 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
             before=tail[0].position,
             count=hidden,
             next_count=min(hidden, STEPS_PAGE),
+            filter=matching,
         )
     start, total = _timeline_span(run, now)
     rows = _step_rows(run, head + tail, start, total, now)
     head_rows, tail_rows = rows[: len(head)], rows[len(head) :]
+    if fold:
+        fold_repeats(head_rows)
+        fold_repeats(tail_rows)
     # where a fork may start (the fork form's choices): durable.services.forks.fork_points
     every = (
-        list(Step.objects.filter(run=run).order_by("position").only("step_id", "kind", "status"))
-        if hidden
+        list(
+            Step.objects.filter(run=run)
+            .order_by("position")
+            .only("step_id", "kind", "status", "position")
+        )
+        if hidden or matching.active
         else shown
     )
+    steps_all = len(every) if matching.active else steps_total
+    first_failure = next((s for s in every if s.status == StepStatus.FAILED), None)
+    failure_shown = first_failure is not None and any(s.pk == first_failure.pk for s in head + tail)
     step_ids = fork_points(every)
     # only a run with a start step has children: no query for the others
     started = any(s.kind == StepKind.CHILD for s in every)
@@ -437,6 +545,10 @@ def run_detail(run: Run, now: datetime | None = None) -> RunDetail:
         steps_total=steps_total,
         gap=gap,
         tail=tail_rows,
+        step_filter=matching,
+        steps_all=steps_all,
+        first_failure=first_failure,
+        failure_shown=failure_shown,
         durability=_workflow_durability(run),
         children=children_of(run) if started else [],
         # a finished run only: an unfinished one is kept for the obvious reason
@@ -495,12 +607,19 @@ class StepPage:
 
 
 def step_page(
-    run: Run, after: int, before: int | None = None, now: datetime | None = None
+    run: Run,
+    after: int,
+    before: int | None = None,
+    now: datetime | None = None,
+    matching: StepFilter | None = None,
+    fold: bool = True,
 ) -> StepPage:
-    """The next :data:`STEPS_PAGE` steps after position ``after`` (and before ``before``),
-    and the gap that is left after them: what one "load more" shows."""
+    """The next :data:`STEPS_PAGE` steps after position ``after`` (and before ``before``)
+    that the filter ``matching`` selects, and the gap that is left after them: what one "load more"
+    shows."""
     now = now or timezone.now()
-    qs = _steps_qs(run).filter(position__gt=after)
+    matching = matching or StepFilter()
+    qs = _steps_qs(run).filter(matching.q(), position__gt=after)
     if before is not None:
         qs = qs.filter(position__lt=before)
     steps = list(qs.order_by("position")[: STEPS_PAGE + 1])
@@ -508,5 +627,7 @@ def step_page(
     steps = steps[:STEPS_PAGE]
     start, total = _timeline_span(run, now)
     rows = _step_rows(run, steps, start, total, now)
-    gap = _gap(run, steps[-1].position, before) if more else None
+    if fold:
+        fold_repeats(rows)
+    gap = _gap(run, steps[-1].position, before, matching) if more else None
     return StepPage(rows=rows, gap=gap)
