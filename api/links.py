@@ -4,7 +4,9 @@ A link names one approval request and one decision, signed with the secret key
 (``django.core.signing``, salted for this use) and dated: it expires after
 ``DURABLE_APPROVAL_LINK_SECONDS`` (default 3 days) or at the request's deadline,
 whichever comes first. Opening it (GET) shows a confirmation page and changes nothing,
-so a mail scanner that follows links cannot decide. The POST from that page needs a
+so a mail scanner that follows links cannot decide. The page shows the arguments as
+JSON, takes a comment, and offers the other decision as well (reading the arguments is
+when a person changes their mind). The POST from that page needs a
 logged-in user and goes through :func:`approvals.services.approval_decide`, the inbox's
 service: authority, four-eyes, N-of-M and the deadline are checked exactly as there. The
 link's nonce is recorded in the same transaction as the decision, so a link decides once.
@@ -19,6 +21,7 @@ request (:func:`approvals.services.authority_problems`); others see it without t
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any, NamedTuple
 
@@ -136,6 +139,10 @@ def _not_the_recipient(user: Any, link: Link) -> str:
     )
 
 
+def _other(decision: str) -> str:
+    return "reject" if decision == "approve" else "approve"
+
+
 class ConfirmForm(forms.Form):
     comment = forms.CharField(required=False, max_length=4000, widget=forms.Textarea)
 
@@ -147,19 +154,26 @@ def _page(request: HttpRequest, status: int = 200, **context: Any) -> HttpRespon
 @login_required
 @require_http_methods(["GET", "POST"])
 def approval_link_view(request: HttpRequest, token: str) -> HttpResponse:
-    """GET: the confirmation page (no change). POST: the decision, once."""
+    """GET: the confirmation page (no change). POST: the decision, once: the link's,
+    or the other one when the form's ``decision`` asks for it (a comment is required to
+    reject)."""
     try:
         link = read_link(token)
     except LinkRefused as exc:
         return _page(request, exc.status, refused=str(exc))
     req, decision, nonce = link.req, link.decision, link.nonce
-    context: dict[str, Any] = {"req": req, "decision": decision}
+    if request.method == "POST" and request.POST.get("decision") in DECISIONS:
+        # the page offers the other decision too: a person who opened "approve" and
+        # read the arguments may reject instead (the same checks; the link is used up)
+        decision = request.POST["decision"]
+    context: dict[str, Any] = {"req": req, "decision": decision, "other": _other(decision)}
     problems = authority_problems(request.user, req)
     if not problems:  # the arguments only to who may decide (the recipient among them)
         context["show_arguments"] = True
-        context["arguments"] = (
+        arguments = (
             req.arguments.value_for_display() if req.arguments else req.payload_for_display()
         )
+        context["arguments"] = json.dumps(arguments, indent=2, ensure_ascii=False, default=str)
     elsewhere = _not_the_recipient(request.user, link)
     if request.method == "GET":
         context["problems"] = problems

@@ -64,6 +64,8 @@ class Response:
     #: a streamed body (server-sent events): its pieces are written and flushed as the
     #: iterator yields them, and the connection closes after the last
     stream: Iterator[bytes] | None = None
+    #: a ``str`` body is sent as it is, with this type (a page); others as JSON
+    content_type: str = "text/html; charset=utf-8"
 
 
 def error(
@@ -150,9 +152,14 @@ def make_handler(router: Router, name: str) -> type[BaseHTTPRequestHandler]:
             if response.stream is not None:
                 self._stream(response)
                 return
-            payload = b"" if response.body is None else json.dumps(response.body).encode()
+            if isinstance(response.body, str):
+                payload, kind = response.body.encode(), response.content_type
+            else:
+                body = response.body
+                payload = b"" if body is None else json.dumps(body).encode()
+                kind = "application/json"
             self.send_response(response.status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(payload)))
             for key, value in response.headers.items():
                 self.send_header(key, value)

@@ -9,8 +9,11 @@ Tools send email through Django's SMTP backend (``EMAIL_HOST`` / ``EMAIL_PORT``)
 and records its Message-ID, sender, recipients and subject in SQLite (kept across
 restarts); it delivers nothing.
 
-Its small HTTP API (``DURABLE_SMTP_SINK_URL``) is what an email provider's "find
-message" API is in production, and what the ``email.send`` tool's reconcile hook asks:
+Its web page, ``GET /`` on the HTTP port (http://127.0.0.1:1080/ under ``make up``),
+lists the newest messages; ``GET /view/<n>`` shows one with its links clickable (an
+approval email's signed link opens the decision page). Its small HTTP API
+(``DURABLE_SMTP_SINK_URL``) is what an email provider's "find message" API is in
+production, and what the ``email.send`` tool's reconcile hook asks:
 
 - ``GET /messages?message_id=<id>`` (or ``?to=``, ``?subject=``): recorded messages;
 - ``GET /_admin/stats``: totals and Message-IDs received more than once;
@@ -36,6 +39,7 @@ import signal
 import sqlite3
 import threading
 import time
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +144,8 @@ class Sink:
 
     def router(self) -> Router:
         r = Router()
+        r.route("GET", "/")(self._page)
+        r.route("GET", r"/view/(?P<n>[0-9]{1,12})")(self._view)
         r.route("GET", "/health")(lambda req: Response(200, {"ok": True}))
         r.route("GET", "/messages")(self._messages)
         r.route("GET", "/_admin/stats")(self._stats)
@@ -148,6 +154,53 @@ class Sink:
         r.route("DELETE", "/_admin/faults")(self._clear_faults)
         r.route("POST", "/_admin/reset")(self._reset)
         return r
+
+    def _page(self, req: Request) -> Response:
+        rows = self.conn().execute(
+            "SELECT id, mail_from, rcpt_tos, subject, received FROM messages "
+            f"ORDER BY id DESC LIMIT {PAGE_MESSAGES}"
+        )
+        items = "".join(
+            f'<tr><td><a href="/view/{r["id"]}">{escape(r["subject"] or "(no subject)")}</a>'
+            f"</td><td>{escape(', '.join(json.loads(r['rcpt_tos'])))}</td>"
+            f"<td>{escape(r['mail_from'] or '')}</td><td>{_when(r['received'])}</td></tr>"
+            for r in rows
+        )
+        table = (
+            "<table><thead><tr><th>Subject</th><th>To</th><th>From</th><th>Received</th>"
+            f"</tr></thead><tbody>{items}</tbody></table>"
+            if items
+            else "<p>No message yet. Approval emails and the agents' email tool land here.</p>"
+        )
+        note = (
+            f"<p>The newest {PAGE_MESSAGES} messages this sink received, newest first. "
+            "It delivers nothing.</p>"
+        )
+        return Response(200, _html("Messages", note + table))
+
+    def _view(self, req: Request) -> Response:
+        r = (
+            self.conn()
+            .execute("SELECT * FROM messages WHERE id = ?", (int(req.params["n"]),))
+            .fetchone()
+        )
+        if r is None:
+            return Response(404, _html("No such message", '<p><a href="/">All messages</a></p>'))
+        facts = "".join(
+            f"<dt>{name}</dt><dd>{escape(str(value))}</dd>"
+            for name, value in (
+                ("From", r["mail_from"] or ""),
+                ("To", ", ".join(json.loads(r["rcpt_tos"]))),
+                ("Received", _when(r["received"])),
+                ("Message-ID", r["message_id"] or ""),
+                ("Idempotency key", r["idempotency_key"] or "—"),
+            )
+        )
+        body = (
+            f'<p><a href="/">All messages</a></p><dl>{facts}</dl>'
+            f"<pre>{_linked(r['body'] or '')}</pre>"
+        )
+        return Response(200, _html(r["subject"] or "(no subject)", body))
 
     def _messages(self, req: Request) -> Response:
         rule = self.fault("query", " ".join(req.query.values()))
@@ -205,6 +258,45 @@ class Sink:
             self.rules.clear()
             self.injected.clear()
         return Response(200, {"reset": True})
+
+
+#: messages listed on the web page
+PAGE_MESSAGES = 100
+_URL = re.compile(r"https?://[^\s<>\"']+")
+_STYLE = (
+    "body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:1.5rem auto;padding:0 1rem}"
+    "table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.3rem .5rem;"
+    "border-bottom:1px solid #ccc;overflow-wrap:anywhere}pre{white-space:pre-wrap;"
+    "overflow-wrap:anywhere;background:#f4f4f4;padding:.8rem}dt{font-weight:600}"
+    "dd{margin:0 0 .4rem;overflow-wrap:anywhere}"
+    "@media (prefers-color-scheme:dark){body{background:#16181c;color:#e6e6e6}"
+    "a{color:#8ab4f8}pre{background:#23262b}}"
+)
+
+
+def _html(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)} · SMTP sink</title><style>{_STYLE}</style></head>"
+        f"<body><h1>{escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def _when(received: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(received))
+
+
+def _linked(text: str) -> str:
+    """``text`` escaped, with each http(s) URL a link (the same text, escaped once)."""
+    out, last = [], 0
+    for match in _URL.finditer(text):
+        url = match.group(0).rstrip(".,;:)")
+        out.append(escape(text[last : match.start()]))
+        out.append(f'<a href="{escape(url)}">{escape(url)}</a>')
+        last = match.start() + len(url)
+    out.append(escape(text[last:]))
+    return "".join(out)
 
 
 class SinkHandler:

@@ -102,3 +102,33 @@ def test_forged_expired_and_decided_links_are_refused(alice_browser, settings):
     assert late.status_code == 409
     token = signing.dumps({"r": req.pk, "d": "approve", "n": "y"}, salt=SALT)
     assert alice_browser.get(f"/approvals/link/{token}/").status_code == 200
+
+
+def test_the_page_shows_the_arguments_as_json_with_a_comment_box(alice_browser):
+    req = waiting_approval({"amount": 7, "note": "café"})
+    body = alice_browser.get(path_of(approval_link(req.pk, "approve"))).content.decode()
+    assert "&quot;amount&quot;: 7" in body and "café" in body  # JSON, not a Python repr
+    assert "{&#x27;" not in body
+    assert 'name="comment"' in body and "Reject instead" in body
+
+
+def test_an_approve_link_can_reject_instead_with_a_comment(alice_browser):
+    req = waiting_approval({"amount": 7})
+    url = path_of(approval_link(req.pk, "approve"))
+    refused = alice_browser.post(url, {"decision": "reject", "comment": ""})
+    assert refused.status_code == 422
+    assert ApprovalRequest.objects.get(pk=req.pk).status == "pending"  # the link still works
+    done = alice_browser.post(url, {"decision": "reject", "comment": "too much"})
+    assert done.status_code == 200 and "Rejected" in done.content.decode()
+    req.refresh_from_db()
+    assert req.status == "rejected"
+    assert alice_browser.post(url, {"decision": "approve"}).status_code == 410  # used once
+
+
+def test_a_reject_link_can_approve_instead_and_a_bad_decision_keeps_the_links(alice_browser):
+    req = waiting_approval({"amount": 7})
+    url = path_of(approval_link(req.pk, "reject"))
+    # an unknown decision value falls back to the link's own: a reject, needing a comment
+    assert alice_browser.post(url, {"decision": "delete"}).status_code == 422
+    assert alice_browser.post(url, {"decision": "approve"}).status_code == 200
+    assert ApprovalRequest.objects.get(pk=req.pk).status == "approved"

@@ -3,6 +3,7 @@ faults, the scripted LLM through the official openai client, the SMTP sink's cou
 
 from __future__ import annotations
 
+import re
 import smtplib
 import threading
 from email.message import EmailMessage
@@ -202,3 +203,26 @@ def test_a_request_cut_off_in_its_body_is_not_handled(payments, services):
     assert whole.status_code == 200, whole.text
     ids = [w["webhook_id"] for w in admin(services.payments_url, "GET", "/_admin/webhooks")["data"]]
     assert "wh-whole" in ids and "wh-cut" not in ids
+
+
+def test_the_smtp_sink_page_lists_messages_with_their_links_clickable(services):
+    admin(services.sink_url, "POST", "/_admin/reset")
+    assert "No message yet" in httpx.get(f"{services.sink_url}/").text
+    link = "http://127.0.0.1:8000/approvals/email/abc.def-ghi/?x=1&y=2"
+    msg = EmailMessage()
+    msg["From"], msg["To"] = "durable@example.com", "ann@example.com"
+    msg["Subject"] = "Approve <refund> of 40"
+    msg["Message-ID"] = "<page@durable.local>"
+    msg.set_content(f"Decide here: {link}.\n<script>alert(1)</script>")
+    with smtplib.SMTP("127.0.0.1", services.sink.ports["smtp"], timeout=10) as smtp:
+        smtp.send_message(msg)
+    page = httpx.get(f"{services.sink_url}/")
+    assert page.headers["content-type"].startswith("text/html")
+    assert "Approve &lt;refund&gt; of 40" in page.text and "ann@example.com" in page.text
+    view = re.search(r'href="(/view/\d+)"', page.text)
+    assert view is not None
+    one = httpx.get(services.sink_url + view.group(1)).text
+    escaped = link.replace("&", "&amp;")
+    assert f'<a href="{escaped}">{escaped}</a>.' in one  # the full stop is not in the link
+    assert "<script>" not in one and "&lt;script&gt;" in one
+    assert httpx.get(f"{services.sink_url}/view/999999").status_code == 404
