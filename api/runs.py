@@ -23,7 +23,7 @@ from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, tran
 from durable.queries import runs as run_selectors
 from durable.queries.filters import parse_filters
 from durable.services import retention
-from durable.services.forks import fork_points
+from durable.services.forks import SAME_INPUT, fork_points
 from durable.services.runs import (
     OperationNotFound,
     operation_lookup,
@@ -314,9 +314,9 @@ def resume_run(request: HttpRequest, body: ResumeIn, run_id: str = RunIdPath) ->
     summary="Fork",
 )
 def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Status:
-    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``):
-    201; 200 with the fork when ``new_run_id`` was used before for this same fork; 409,
-    naming it, when it names another run
+    """A new run that reuses the steps before ``from_step`` (one of ``fork_points``),
+    with the source's input or ``input``: 201; 200 with the fork when ``new_run_id``
+    was used before for this same fork; 409, naming it, when it names another run
     (docs/requesters-and-signals.md#a-key-names-one-request)."""
     fork, created = run_fork_or_get(
         run_id=run_id,
@@ -324,6 +324,7 @@ def fork_run(request: HttpRequest, body: ForkIn, run_id: str = RunIdPath) -> Sta
         by=request.user,
         reason=body.reason,
         new_run_id=body.new_run_id,
+        input=body.input if "input" in body.model_fields_set else SAME_INPUT,
     )
     return Status(201 if created else 200, _detail(fork.id))
 

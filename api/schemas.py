@@ -183,6 +183,11 @@ class ResumeIn(ReasonIn):
 class ForkIn(ReasonIn):
     from_step: str = Field(min_length=1, max_length=255)
     new_run_id: str | None = _run_id("the fork's id (default: a new UUID)")
+    input: Any = Field(
+        default=None,
+        description="the fork's own input (JSON; left out: the source run's). The steps "
+        "before from_step keep their results, made with the old input",
+    )
 
 
 class SignalIn(Schema):

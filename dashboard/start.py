@@ -9,10 +9,17 @@ is shown by its field. Without a hint the input is one JSON box, prefilled with 
 of the workflow's last run. Nothing is started on an error (422); on success the run is
 started by the operator (as ``durable.start`` with ``started_by``) and the page goes to
 it. The system's own workflows (``durable.*``, ``api.*``, ``approvals.*``) are not offered.
+
+With ``?from=<run id>`` the form is the source run's workflow, prefilled with its input
+(redacted values shown as ``[REDACTED]``, which must be typed again), and a choice of
+step: *none* starts a new run with the edited input; a step forks the run from there
+with it (:func:`durable.services.forks.run_fork` with ``input``): the steps before it
+keep their results, made with the old input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import typing
@@ -30,8 +37,9 @@ from approvals.access import require_perm
 from approvals.roles import OPERATE_RUN
 from durable import registry
 from durable.exceptions import DurableError
-from durable.models import Run
-from durable.values import codec
+from durable.models import Run, Step, transitions
+from durable.services.forks import fork_points, run_fork
+from durable.values import codec, redaction
 
 #: the first segment of the system's own workflows' names: not started by hand
 SYSTEM_NAMESPACES = frozenset({"durable", "api", "approvals", "dashboard"})
@@ -151,6 +159,57 @@ def _validate(hint: Any, fields: list[Field], value: dict[str, Any]) -> Any:
     return TypeAdapter(hint).dump_python(checked, mode="json")
 
 
+def _prefill(fields: list[Field], value: Any) -> None:
+    """Fill ``fields`` with the top-level values of an input (a source run's)."""
+    if not isinstance(value, dict):
+        return
+    for f in fields:
+        if f.name not in value:
+            continue
+        v = value[f.name]
+        if f.kind == "checkbox":
+            f.value = "true" if v else ""
+        elif f.kind == "json" or not isinstance(v, str | int | float):
+            f.value = json.dumps(v, ensure_ascii=False)
+        else:
+            f.value = str(v)
+
+
+def _redacted_left(value: Any) -> bool:
+    """Whether a redacted placeholder of a prefilled input was left in ``value``."""
+    if isinstance(value, str):
+        return value == redaction.REDACTED
+    if isinstance(value, dict):
+        return any(_redacted_left(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_redacted_left(v) for v in value)
+    return False
+
+
+@dataclass
+class Source:
+    """The run a form starts from (``?from=``): its display input and fork points."""
+
+    run: Run
+    value: Any
+    points: list[str]
+
+
+def _source(run_id: str) -> Source | None:
+    run = Run.objects.filter(pk=run_id[:128]).first()
+    if run is None:
+        return None
+    try:
+        value = codec.decode_for_display(run.input) if run.input else None
+    except (ValueError, TypeError):
+        value = None
+    points: list[str] = []
+    if transitions.can("fork", run):
+        steps = Step.objects.filter(run=run).order_by("position").only("step_id", "kind", "status")
+        points = fork_points(steps)
+    return Source(run=run, value=value, points=points)
+
+
 def _last_input(name: str) -> str:
     run = Run.objects.filter(workflow_name=name).order_by("-created_at").only("input").first()
     if run is None or not run.input:
@@ -167,9 +226,33 @@ def start_run(request: HttpRequest) -> HttpResponse:
     """The start form (GET, ``?workflow=name`` to choose), and the start (POST)."""
     data = request.POST if request.method == "POST" else request.GET
     specs = {spec.name: spec for spec in startable()}
-    chosen = str(data.get("workflow", ""))
+    source: Source | None = None
+    if data.get("from"):
+        source = _source(str(data["from"]))
+        if source is None:
+            context = {"nav": "runs", "workflows": list(specs), "chosen": ""}
+            context["error"] = f"There is no run {str(data['from'])[:128]!r} to start from."
+            return render(request, "dashboard/start_run.html", context, status=422)
+    chosen = source.run.workflow_name if source else str(data.get("workflow", ""))
     spec = specs.get(chosen)
     context: dict[str, Any] = {"nav": "runs", "workflows": list(specs), "chosen": chosen}
+    if source is not None:
+        from_step = str(data.get("from_step", ""))
+        context.update(source=source, from_step=from_step)
+        if spec is not None:  # the source's own version, when this process has it
+            with contextlib.suppress(DurableError):
+                spec = registry.get_workflow(source.run.workflow_name, source.run.workflow_version)
+        if from_step and from_step not in source.points:
+            context["error"] = (
+                f"Run {source.run.id} cannot be forked from step {from_step[:200]!r}: "
+                + (
+                    "choose one of the steps offered"
+                    if source.points
+                    else "it has not finished (or has no step to reuse)"
+                )
+                + "."
+            )
+            return render(request, "dashboard/start_run.html", context, status=422)
     status = 200
     if chosen and spec is None:
         context["error"] = f"There is no workflow {chosen[:200]!r} to start here."
@@ -180,7 +263,13 @@ def start_run(request: HttpRequest) -> HttpResponse:
     fields = _fields(hint) if hint is not None else []
     context.update(spec=spec, fields=fields, typed=hint is not None)
     if request.method != "POST":
-        context["json"] = _last_input(spec.name) if hint is None else ""
+        if source is not None:
+            _prefill(fields, source.value)
+            context["json"] = (
+                json.dumps(source.value, indent=2, ensure_ascii=False) if hint is None else ""
+            )
+        else:
+            context["json"] = _last_input(spec.name) if hint is None else ""
         return render(request, "dashboard/start_run.html", context)
 
     value: Any = None
@@ -199,13 +288,30 @@ def start_run(request: HttpRequest) -> HttpResponse:
             context["error"] = f"The input is not JSON: {exc}."
         if len(text) > MAX_JSON:
             context["error"] = f"The input is over {MAX_JSON:,} characters."
+    if ok and source is not None and _redacted_left(value):
+        ok = False
+        context["error"] = (
+            f"Nothing started: the input still holds {redaction.REDACTED}, a secret of the "
+            "source run that is not shown. Type its value again."
+        )
     if ok:
         try:
-            run = durable.start(spec.name, value, started_by=request.user)
+            if source is not None and context.get("from_step"):
+                run = run_fork(
+                    run_id=source.run.id,
+                    from_step=context["from_step"],
+                    by=request.user,
+                    reason=str(data.get("reason", ""))[:500],
+                    input=value,
+                )
+                done = f"Forked run {source.run.id} into {run.id} with the edited input."
+            else:
+                run = durable.start(spec.name, value, started_by=request.user)
+                done = f"Started {spec.name} as run {run.id}."
         except (DurableError, ValueError) as exc:
             context["error"] = f"Nothing started: {exc}"
         else:
-            messages.success(request, f"Started {spec.name} as run {run.id}.")
+            messages.success(request, done)
             return redirect("dashboard:run", run_id=run.id)
     status = 422
     context.setdefault("error", "Nothing started: correct the fields marked below.")

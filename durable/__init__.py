@@ -226,13 +226,23 @@ def fork(
     by: Any = None,
     reason: str = "",
     new_run_id: str | None = None,
+    input: Any = None,
 ) -> Run:
     """Start a new run reusing results before ``from_step``
     (:func:`durable.services.runs.run_fork`); ``new_run_id`` names it (the same request
-    again returns it; another raises :class:`KeyConflict`)."""
+    again returns it; another raises :class:`KeyConflict`). ``input``: the fork's own
+    input; left out (``None``), the source run's."""
+    from durable.services.forks import SAME_INPUT
     from durable.services.runs import run_fork
 
-    return run_fork(run_id=run_id, from_step=from_step, by=by, reason=reason, new_run_id=new_run_id)
+    return run_fork(
+        run_id=run_id,
+        from_step=from_step,
+        by=by,
+        reason=reason,
+        new_run_id=new_run_id,
+        input=SAME_INPUT if input is None else input,
+    )
 
 
 def schedule(

@@ -79,16 +79,22 @@ def do_compensate(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def do_fork(command: BaseCommand, options: dict[str, Any]) -> None:
+    from durable.services.forks import SAME_INPUT
+
+    edited = options.get("input") is not None
+    new_input = _parse_json(options["input"], "--input") if edited else SAME_INPUT
     fork = _transition(
         lambda: services.run_fork(
             run_id=options["run_id"],
             from_step=options["from_step"],
             by=options["by"] or _default_actor(),
             reason=options["reason"],
+            input=new_input,
         ),
     )
     command.stdout.write(
         f"run {fork.id} started, forked from {options['run_id']} at step {options['from_step']!r}"
+        + (" with the input given" if edited else "")
     )
 
 

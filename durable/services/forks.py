@@ -33,6 +33,7 @@ from durable.models import (
 )
 from durable.observability import telemetry
 from durable.services.base import actor_of, lock_run, record_event
+from durable.values import codec
 from durable.values.redaction import check_identifier
 from durable.vocabulary import EventKind
 
@@ -73,11 +74,33 @@ def fork_points(steps: Iterable[_StepRow]) -> list[str]:
     return points
 
 
+class _Same:
+    """The type of :data:`SAME_INPUT`."""
+
+    def __repr__(self) -> str:
+        return "SAME_INPUT"
+
+
+#: ``input`` of :func:`run_fork` left out: the fork takes the source run's input
+SAME_INPUT: Any = _Same()
+
+
 def run_fork(
-    *, run_id: str, from_step: str, by: Any = None, reason: str = "", new_run_id: str | None = None
+    *,
+    run_id: str,
+    from_step: str,
+    by: Any = None,
+    reason: str = "",
+    new_run_id: str | None = None,
+    input: Any = SAME_INPUT,
 ) -> Run:
     """Start a new run of the same workflow and input that reuses the recorded results
     of every step before ``from_step`` (which, and everything after it, executes anew).
+
+    ``input``: the fork's own input instead of the source's (an operator's correction).
+    The reused steps keep the results they had, made with the old input; the workflow
+    reads the new one from its first line, and the steps from ``from_step`` on run
+    with it. To run every step with the new input, start a run instead.
 
     The fork is started by ``by`` (the forker); its four-eyes requesters are the forker
     followed by the source run's requesters (its starter, and so on up the fork chain),
@@ -91,19 +114,38 @@ def run_fork(
     Raises :class:`~durable.IllegalTransition` (run not finished), ``ValueError``
     (``from_step`` is not one of :func:`fork_points`: not a step of the run, a
     compensation step, or a step after a write that was compensated; a ``new_run_id``
-    that is not a valid run id), :class:`~durable.KeyConflict`.
+    that is not a valid run id), :class:`~durable.KeyConflict` (also for a
+    ``new_run_id`` used with another input), :class:`~durable.PayloadError` (an
+    ``input`` that cannot be stored or is over ``DURABLE['MAX_PAYLOAD_BYTES']``).
     """
     fork, _created = run_fork_or_get(
-        run_id=run_id, from_step=from_step, by=by, reason=reason, new_run_id=new_run_id
+        run_id=run_id,
+        from_step=from_step,
+        by=by,
+        reason=reason,
+        new_run_id=new_run_id,
+        input=input,
     )
     return fork
 
 
 def run_fork_or_get(
-    *, run_id: str, from_step: str, by: Any = None, reason: str = "", new_run_id: str | None = None
+    *,
+    run_id: str,
+    from_step: str,
+    by: Any = None,
+    reason: str = "",
+    new_run_id: str | None = None,
+    input: Any = SAME_INPUT,
 ) -> tuple[Run, bool]:
     """:func:`run_fork`, answering ``(fork, created)``: ``created`` is false when
     ``new_run_id`` names the fork this same request made before."""
+    edited = input is not SAME_INPUT
+    if edited:  # checked before anything is locked: a bad input changes nothing
+        input_text, input_hash = (
+            codec.dumps_checked(input, what="fork input"),
+            codec.fingerprint(input),
+        )
     if new_run_id is not None:
         if not isinstance(new_run_id, str) or not re.fullmatch(RUN_ID_PATTERN, new_run_id):
             raise ValueError(
@@ -121,7 +163,7 @@ def run_fork_or_get(
             # (compensated, so the step is no fork point any more) -- the fork exists
             existing = Run.objects.filter(pk=new_run_id).first()
             if existing is not None:
-                return _same_fork(existing, source.id, from_step), False
+                return _same_fork(existing, source.id, from_step, edited and input_hash), False
         transitions.check("fork", source)
         steps = list(Step.objects.filter(run=source).order_by("position"))
         points = fork_points(steps)
@@ -145,8 +187,8 @@ def run_fork_or_get(
         fork = Run(
             workflow_name=source.workflow_name,
             workflow_version=source.workflow_version,
-            input=source.input,
-            input_hash=source.input_hash,
+            input=input_text if edited else source.input,
+            input_hash=input_hash if edited else source.input_hash,
             status=RunStatus.PENDING,
             max_steps=source.max_steps,
             tags=list(source.tags or []),
@@ -166,7 +208,7 @@ def run_fork_or_get(
             existing = Run.objects.filter(pk=new_run_id).first() if new_run_id else None
             if existing is None:
                 raise
-            return _same_fork(existing, source.id, from_step), False
+            return _same_fork(existing, source.id, from_step, edited and input_hash), False
         copied = [
             Step(
                 run=fork,
@@ -193,10 +235,13 @@ def run_fork_or_get(
             fork,
             EventKind.CREATED,
             actor,
-            f"forked from {source.id} at step {from_step!r} by "
-            f"{actor}" + (f": {reason}" if reason else ""),
+            f"forked from {source.id} at step {from_step!r}"
+            + (" with an edited input" if edited else "")
+            + f" by {actor}"
+            + (f": {reason}" if reason else ""),
             forked_from=source.id,
             from_step=from_step,
+            input_edited=edited,
             reused_steps=len(copied),
             requesters=[requesters.label(p) for p in fork.requesters],
         )
@@ -212,16 +257,24 @@ def run_fork_or_get(
     return fork, True
 
 
-def _same_fork(existing: Run, source_id: str, from_step: str) -> Run:
+def _same_fork(existing: Run, source_id: str, from_step: str, input_hash: str | bool) -> Run:
     """The fork a reused ``new_run_id`` names, if it is the same request: a fork of the
-    same source from the same step (its ``created`` event records the step)."""
+    same source from the same step (its ``created`` event records the step), with the
+    same input (``input_hash``: the edited input's; false: the source's)."""
     created = TraceEvent.objects.filter(run=existing, kind=EventKind.CREATED).order_by("id").first()
     recorded = (created.data or {}).get("from_step") if created is not None else None
+    if not input_hash:
+        source = Run.objects.filter(pk=source_id).only("input_hash").first()
+        input_hash = source.input_hash if source is not None else existing.input_hash
     idempotency.check_same(
         "fork run id",
         existing.id,
-        {"source run": existing.forked_from_id, "from_step": recorded},
-        {"source run": source_id, "from_step": from_step},
+        {
+            "source run": existing.forked_from_id,
+            "from_step": recorded,
+            "input": existing.input_hash,
+        },
+        {"source run": source_id, "from_step": from_step, "input": input_hash},
     )
     return existing
 

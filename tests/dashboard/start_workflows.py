@@ -48,3 +48,30 @@ def refund(ctx, input: Refund) -> dict:
 @durable.workflow(name="start.ping")
 def ping(ctx, input: Ping) -> dict:
     return {"ok": True}
+
+
+#: how many times each step of start.order ran (a fork reuses, never reruns, the first)
+ORDER_CALLS: dict[str, int] = {}
+
+
+def _counted(name: str, value):
+    ORDER_CALLS[name] = ORDER_CALLS.get(name, 0) + 1
+    return value
+
+
+class Order(BaseModel):
+    customer: str
+    quantity: int
+    api_key: str = ""
+
+
+@durable.workflow(name="start.order")
+def order(ctx, input: Order) -> dict:
+    """A quote made from the input, then a confirmation: a fork from "confirm" with an
+    edited quantity reuses the quote and confirms the new quantity."""
+    data = input if isinstance(input, dict) else input.model_dump()
+    quote = ctx.step("quote", _counted, "quote", {"for": data["customer"], "qty": data["quantity"]})
+    confirmed = ctx.step("confirm", _counted, "confirm", data["quantity"])
+    if data["quantity"] > 100:
+        raise durable.PermanentError("too many")
+    return {"quote": quote, "confirmed": confirmed}

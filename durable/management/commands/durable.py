@@ -240,6 +240,13 @@ class Command(BaseCommand):
         p = sub.add_parser("fork", help="start a new run reusing results before a step")
         p.add_argument("run_id")
         p.add_argument("--from-step", required=True, metavar="STEP_ID")
+        p.add_argument(
+            "--input",
+            default=None,
+            metavar="JSON",
+            help="the fork's own input (default: the source run's); the steps before "
+            "--from-step keep their results",
+        )
         p.add_argument("--reason", default="")
         p.add_argument("--by", default=None, metavar="NAME")
         p = sub.add_parser("signal", help="send a signal to a run's wait_for_signal")
