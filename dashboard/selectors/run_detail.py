@@ -81,6 +81,88 @@ class StepRow:
     repeats_end: bool = False
 
 
+#: steps read to draw a run's lanes (the first ones, by position)
+LANES_STEPS = 2000
+#: lanes drawn at most (the main lane, then groups' calls and children, in time order)
+LANES_SHOWN = 40
+
+
+@dataclass
+class Segment:
+    """A bar on a lane: ``left`` and ``width`` in percent of the run's timeline."""
+
+    left: float
+    width: float
+    status: str
+    title: str
+
+
+@dataclass
+class Lane:
+    """One row of the lanes: the workflow's own steps (``kind`` "steps"), one call of a
+    parallel group ("call"), or a child run ("child", ``href`` its page)."""
+
+    label: str
+    kind: str
+    segments: list[Segment]
+    href: str = ""
+
+
+@dataclass
+class Lanes:
+    lanes: list[Lane]
+    #: lanes left out over :data:`LANES_SHOWN`
+    more: int = 0
+    #: the steps drawn are the first :data:`LANES_STEPS` of a longer run
+    cut: bool = False
+
+
+def _segment(
+    start: datetime, total: float, now: datetime, began: datetime | None, ended: datetime | None,
+    status: str, title: str,
+) -> Segment:  # fmt: skip
+    began = began or start
+    ended = ended or (now if status in ("running", "retrying", "waiting", "pending") else began)
+    left = min(max((began - start).total_seconds() / total * 100, 0.0), 100.0)
+    width = min(max((ended - began).total_seconds() / total * 100, 0.6), max(100.0 - left, 0.6))
+    return Segment(round(left, 2), round(width, 2), status, title)
+
+
+def run_lanes(run: Run, children: list[Run], start: datetime, total: float, now: datetime) -> Lanes:
+    """The run's work as lanes on one time axis: its sequential steps on one lane, each
+    call of a parallel group on a lane of its own, each child run (``children``) on its
+    own lane. One query (the first :data:`LANES_STEPS` steps' times)."""
+    rows = list(
+        Step.objects.filter(run=run)
+        .order_by("position")
+        .values_list("step_id", "kind", "status", "started_at", "finished_at")[: LANES_STEPS + 1]
+    )
+    cut = len(rows) > LANES_STEPS
+    main = Lane("this run's steps", "steps", [])
+    calls: dict[str, Lane] = {}
+    for step_id, kind, status, began, ended in rows[:LANES_STEPS]:
+        seg = _segment(start, total, now, began, ended, status, f"{step_id} ({kind}, {status})")
+        if group_of(step_id):
+            calls.setdefault(step_id, Lane(step_id, "call", [])).segments.append(seg)
+        else:
+            main.segments.append(seg)
+    others = list(calls.values())
+    for child in children:
+        seg = _segment(
+            start,
+            total,
+            now,
+            child.started_at or child.created_at,
+            child.finished_at,
+            child.status,
+            f"{child.id} ({child.workflow_name}, {child.status})",
+        )
+        others.append(Lane(child.id, "child", [seg], href=child.id))
+    others.sort(key=lambda lane: lane.segments[0].left if lane.segments else 100.0)
+    lanes = [main, *others] if main.segments else others
+    return Lanes(lanes=lanes[:LANES_SHOWN], more=max(len(lanes) - LANES_SHOWN, 0), cut=cut)
+
+
 #: consecutive alike steps (kind, name without ``#n``, status) from which the later ones
 #: are folded behind "N more like this" (the first stays shown)
 REPEATS_FOLDED = 3
@@ -261,6 +343,8 @@ class RunDetail:
     first_failure: Step | None = None
     #: whether that step is among the rows shown (else the link shows failed steps only)
     failure_shown: bool = False
+    #: the run's lanes, for a run with parallel groups or children (else None)
+    lanes: Lanes | None = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -393,7 +477,16 @@ def _child_of(step: Step) -> str:
 
 def children_of(run: Run, limit: int | None = None) -> list[Run]:
     """The run's child runs (``ctx.start_child``), oldest first: id, workflow, status."""
-    fields = ("id", "workflow_name", "workflow_version", "status", "created_at", "parent_run_id")
+    fields = (
+        "id",
+        "workflow_name",
+        "workflow_version",
+        "status",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "parent_run_id",
+    )
     qs = Run.objects.filter(parent_run=run).order_by("created_at", "id").only(*fields)
     return list(qs[: limit or CHILDREN_SHOWN])
 
@@ -481,6 +574,7 @@ def run_detail(
     step_ids = fork_points(every)
     # only a run with a start step has children: no query for the others
     started = any(s.kind == StepKind.CHILD for s in every)
+    children = children_of(run) if started else []
     waits = [
         WaitRow(
             wait=w,
@@ -550,7 +644,12 @@ def run_detail(
         first_failure=first_failure,
         failure_shown=failure_shown,
         durability=_workflow_durability(run),
-        children=children_of(run) if started else [],
+        children=children,
+        lanes=(
+            run_lanes(run, children, start, total, now)
+            if children or any(row.group for row in rows)
+            else None
+        ),
         # a finished run only: an unfinished one is kept for the obvious reason
         kept_because=(retention.why_kept(run) or "") if run.is_terminal else "",
         limit_wait=next(

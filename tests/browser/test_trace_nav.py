@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from durable.models import Step
-from tests.browser.conftest import login, snap
+from tests.browser.conftest import artifacts_dir, login, snap
 from tests.dashboard.test_trace_nav import _loop, _run_with
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
@@ -57,3 +57,22 @@ def test_fold_jump_and_filter(context, page, ops_user, width):
     )
     expect(page.locator("li.step")).to_have_count(100)  # the first and last llm steps shown
     expect(page.locator("li.steps-gap")).to_have_count(1)
+
+
+@pytest.mark.parametrize("width", [1366, 390])
+def test_parallel_calls_are_lanes(context, page, ops_user, width):
+    import durable
+    from durable.testing import drive
+
+    run = drive(durable.start("dash.parallel", {}).id)
+    page.set_viewport_size({"width": width, "height": 900})
+    login(context, ops_user)
+    page.goto(f"/runs/{run.id}/")
+    lanes = page.locator("ol.lanes > li")
+    calls = Step.objects.filter(run=run, step_id__contains="[").count()
+    expect(lanes).to_have_count(calls)
+    expect(page.locator("li.lane-call svg").first).to_be_visible()
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, f"the run page is {scroll}px wide on a {width}px screen"
+    page.locator("#lanes-title").scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts_dir() / f"lanes-{width}.png"))
