@@ -6,10 +6,12 @@ The POST actions are in :mod:`dashboard.actions`.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any
 
+from django.apps import apps
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -29,6 +31,8 @@ from durable.queries.parsing import BadParameter, clean_text, parse_int
 
 from . import selectors
 from .forms import RunFilterForm
+
+logger = logging.getLogger("dashboard")
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -150,6 +154,7 @@ def run_context(request: HttpRequest, run_id: str, **extra: Any) -> dict[str, An
         "trace_url": otel.trace_url(run.trace_id),
         "since": since,
         "has_stream": streams.has_stream(run.id, run.status),
+        "graph": _graph_of(run),
         "step_statuses": StepStatus.choices,
         "step_kinds": StepKind.choices,
         "nav": "runs",
@@ -165,6 +170,21 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return page_or_fragment(
         request, "dashboard/run_detail.html", "main", run_context(request, run_id)
     )
+
+
+def _graph_of(run: Any) -> Any:
+    """The drawing of a LangGraph run (``durable.contrib.langgraph.drawing``), or None:
+    another workflow, the integration not installed, or a graph that cannot be drawn
+    here (logged: the page shows the run without it)."""
+    if not apps.is_installed("durable.contrib.langgraph"):
+        return None
+    try:
+        from durable.contrib.langgraph.drawing import graph_drawing
+
+        return graph_drawing(run)
+    except Exception:  # noqa: BLE001 - a graph that fails to build must not cost the page
+        logger.warning("durable: cannot draw the graph of run %s", run.id, exc_info=True)
+        return None
 
 
 def _trace_view(request: HttpRequest) -> tuple[selectors.StepFilter, bool]:
