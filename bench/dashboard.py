@@ -412,6 +412,13 @@ def pages(big_run: str) -> list[tuple[str, str, str]]:
         ("runs list, search text", "dashboard:runs", "/?q=order+01234"),
         ("runs list, longest first", "dashboard:runs", "/?sort=-duration"),
         ("run detail (500 steps)", "dashboard:run", f"/runs/{big_run}/"),
+        ("run detail, failed steps only", "dashboard:run", f"/runs/{big_run}/?step_status=failed"),
+        (
+            "run detail, tool calls, unfolded",
+            "dashboard:run",
+            f"/runs/{big_run}/?step_kind=tool&repeats=all",
+        ),
+        ("fork with an edited input (form)", "dashboard:start_run", f"/runs/new/?from={big_run}"),
         ("approvals inbox", "dashboard:approvals", "/approvals/"),
         ("needs attention", "dashboard:attention", "/attention/"),
     ]

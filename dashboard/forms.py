@@ -36,7 +36,7 @@ class RunFilterForm(forms.Form):
         widget=forms.TextInput(
             attrs={
                 "type": "search",
-                "placeholder": "Run id, tag or input text",
+                "placeholder": "Run id, tag, input or output text",
                 "maxlength": TEXT_MAX["q"],
             }
         ),

@@ -165,7 +165,12 @@ def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Ru
         )
     if filters.q:
         term = filters.q.strip()
-        qs = qs.filter(Q(id__icontains=term) | Q(tags__icontains=term) | Q(input__icontains=term))
+        qs = qs.filter(
+            Q(id__icontains=term)
+            | Q(tags__icontains=term)
+            | Q(input__icontains=term)
+            | Q(output__icontains=term)
+        )
     return qs
 
 

@@ -228,3 +228,18 @@ def test_empty_list_says_so(viewer_client):
     response = viewer_client.get("/?q=nothing-matches-this")
     assert "No runs match these filters." in response.content.decode()
     make_user("someone")
+
+
+def test_search_finds_a_run_by_its_output(viewer_client):
+    import durable
+    from durable.testing import drive
+
+    found = drive(durable.start("dash.echo", {"order": "ord_5512"}, version="1").id)
+    drive(durable.start("dash.echo", {"order": "ord_7000"}, version="1").id)
+    found.refresh_from_db()
+    assert "ord_5512" in found.output  # the echo's output repeats its input
+    # a text only the output holds: the run's id is not it, its input is not it
+    from durable.models import Run
+
+    Run.objects.filter(pk=found.pk).update(output='{"receipt": "rcpt_OUTPUT_ONLY_42"}')
+    assert run_ids(viewer_client.get("/?q=rcpt_output_only", **HTMX)) == [found.id]

@@ -21,6 +21,7 @@ INDEXES = {
     "run_search_id_trgm",
     "run_search_tags_trgm",
     "run_search_input_trgm",
+    "run_search_output_trgm",  # 0020: search in outputs too
     "run_duration_idx",
     "run_unfinished_start_idx",
     "run_failed_finished_idx",
@@ -207,9 +208,9 @@ def test_indexes_exist_on_postgresql_and_are_used_and_are_a_no_op_elsewhere(time
     }
     now, _ = timed_runs
     # without plain index scans (the created_at index + a filter, a fine plan for a
-    # tiny table): the trigram indexes answer the three LIKEs
+    # tiny table): the trigram indexes answer the four LIKEs
     search = _plans(lambda: runs_page(RunFilters(q="refund")), "enable_indexscan")
-    for index in ("run_search_id_trgm", "run_search_tags_trgm", "run_search_input_trgm"):
+    for index in sorted(name for name in INDEXES if name.startswith("run_search_")):
         assert index in search, search
     # read in index order (no sort of every run) when sorting is the costly way
     by_duration = _plans(
