@@ -418,7 +418,6 @@ def pages(big_run: str) -> list[tuple[str, str, str]]:
             "dashboard:run",
             f"/runs/{big_run}/?step_kind=tool&repeats=all",
         ),
-        ("fork with an edited input (form)", "dashboard:start_run", f"/runs/new/?from={big_run}"),
         ("approvals inbox", "dashboard:approvals", "/approvals/"),
         ("needs attention", "dashboard:attention", "/attention/"),
     ]
