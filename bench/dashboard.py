@@ -419,6 +419,8 @@ def pages(big_run: str) -> list[tuple[str, str, str]]:
             f"/runs/{big_run}/?step_kind=tool&repeats=all",
         ),
         ("approvals inbox", "dashboard:approvals", "/approvals/"),
+        ("overview, last 24 hours", "dashboard:overview", "/overview/"),
+        ("overview, last 30 days", "dashboard:overview", "/overview/?window=30d"),
         ("needs attention", "dashboard:attention", "/attention/"),
     ]
 

@@ -10,7 +10,7 @@ from django.urls import path, register_converter
 
 from durable.queries.parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
-from . import actions, bulk, compare, deploy, exports, schedules, start, streams, views
+from . import actions, bulk, compare, deploy, exports, overview, schedules, start, streams, views
 
 app_name = "dashboard"
 
@@ -51,6 +51,7 @@ urlpatterns = [
     path("approvals/<id:request_id>/decide/", actions.approval_decide_view, name="decide"),
     path("approvals/approve-identical/", actions.approve_identical_view, name="decide_many"),
     path("attention/", views.attention, name="attention"),
+    path("overview/", overview.overview, name="overview"),
     path("schedules/", schedules.schedules, name="schedules"),
     path("deploy/", deploy.deploy_check, name="deploy"),
     path("deploy/check/", deploy.deploy_check_run, name="deploy_check"),
