@@ -10,7 +10,19 @@ from django.urls import path, register_converter
 
 from durable.queries.parsing import PayloadKeyConverter, PositiveIntConverter, RunIdConverter
 
-from . import actions, bulk, compare, deploy, exports, overview, schedules, start, streams, views
+from . import (
+    actions,
+    bulk,
+    compare,
+    deploy,
+    exports,
+    overview,
+    saved_views,
+    schedules,
+    start,
+    streams,
+    views,
+)
 
 app_name = "dashboard"
 
@@ -24,6 +36,9 @@ urlpatterns = [
     path("runs/new/", start.start_run, name="start_run"),
     path("runs/compare/", compare.compare_runs, name="compare"),
     path("runs/bulk/", bulk.bulk_action, name="bulk"),
+    path("views/save/", saved_views.save_view, name="save_view"),
+    path("views/<int:pk>/rename/", saved_views.rename_view, name="rename_view"),
+    path("views/<int:pk>/delete/", saved_views.delete_view, name="delete_view"),
     path("runs/<run_id:run_id>/", views.run_detail, name="run"),
     path("runs/<run_id:run_id>/steps/", views.run_steps, name="steps"),
     path(

@@ -70,6 +70,13 @@ ADVANCED_FILTERS = (
 @vary_on_headers("HX-Request")
 @require_perm(VIEW_RUN)
 def runs(request: HtmxHttpRequest) -> HttpResponse:
+    return page_or_fragment(request, "dashboard/runs.html", "table", runs_context(request))
+
+
+def runs_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    """The runs list's context for ``request.GET`` (also the saved views' error page)."""
+    from .saved_views import views_for_list
+
     # the live cursor is read before the rows: an event written while the page renders
     # is then after it, and the socket sends a refresh at once (no read skew)
     since = selectors.last_event_id()
@@ -95,8 +102,12 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
         "current_url": request.get_full_path(),
         "nav": "runs",
         "may_operate": request.user.has_perm(OPERATE_RUN),
+        "saved_views": views_for_list(request),
+        "may_share": request.user.has_perm(OPERATE_RUN) or request.user.is_staff,
+        "query": request.GET.urlencode(),
     }
-    return page_or_fragment(request, "dashboard/runs.html", "table", context)
+    context.update(extra)
+    return context
 
 
 def _clean_or_empty(value: str) -> str:

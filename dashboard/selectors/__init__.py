@@ -72,25 +72,27 @@ from .payloads import (
 )
 from .run_detail import (
     EVENTS_SHOWN,
-    REPEATS_FOLDED,
     STEPS_HEAD,
     STEPS_PAGE,
     STEPS_TAIL,
     UNDELIVERED_SHOWN,
-    Lane,
-    Lanes,
     RunDetail,
-    StepFilter,
     StepGap,
     StepPage,
     StepRow,
     UndeliveredSignal,
     WaitRow,
-    fold_repeats,
     run_detail,
+    step_page,
+)
+from .trace import (
+    REPEATS_FOLDED,
+    Lane,
+    Lanes,
+    StepFilter,
+    fold_repeats,
     run_lanes,
     step_filter,
-    step_page,
 )
 
 __all__ = [

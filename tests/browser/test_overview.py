@@ -8,6 +8,7 @@ import pytest
 import durable
 from durable.testing import drive
 from tests.browser.conftest import login, make_user, snap
+from tests.browser.test_tour import docs_shot
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
 
@@ -31,5 +32,7 @@ def test_the_overview_draws_its_charts(context, page, width):
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width, f"the overview is {scroll}px wide on a {width}px screen"
     snap(page, f"overview-{width}")
+    if width == 1366:
+        docs_shot(page, "overview")
     page.get_by_role("link", name="The last 7 days").click()
     expect(page.get_by_role("heading", level=2).first).to_contain_text("per day")

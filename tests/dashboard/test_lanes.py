@@ -16,8 +16,8 @@ from durable.testing import drive
 from tests.durable.runtime import child_workflows as cwf
 
 pytestmark = pytest.mark.django_db(transaction=True)
-#: the module (``dashboard.selectors.run_detail`` is also the name of a function there)
-run_detail_module = importlib.import_module("dashboard.selectors.run_detail")
+#: the module that draws the lanes
+run_detail_module = importlib.import_module("dashboard.selectors.trace")
 
 
 def _lanes(page: str) -> list[tuple[str, str, int]]:

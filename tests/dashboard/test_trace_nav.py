@@ -9,7 +9,7 @@ import pytest
 
 import durable
 from dashboard import selectors
-from dashboard.selectors.run_detail import group_of
+from dashboard.selectors.trace import group_of
 from durable.models import Step
 from durable.testing import drive
 

@@ -1,0 +1,162 @@
+"""The runs list's saved views: save the list's filters under a name, personal or shared,
+then apply them with one click (``/?<query>``); rename and delete your own.
+
+A view holds only filters the list understands: the query is parsed with the list's own
+rules (:func:`durable.queries.filters.parse_filters`), an invalid filter refuses the
+save naming it (422), and what is not a filter (the page cursor, unknown names) is left
+out. Saving under a name you already use replaces that view's filters. Sharing needs
+the operator permission or staff; every role may keep personal views. Only the owner or
+staff renames or deletes a view: a shared view of someone else's is a 403, a personal
+view of someone else's a 404 (it is not shown to you at all).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from approvals.access import require_perm
+from approvals.roles import OPERATE_RUN, VIEW_RUN
+from durable.queries.filters import FIELDS, RunFilters, parse_filters
+
+from .models import VIEW_NAME_MAX, VIEW_QUERY_MAX, SavedView
+
+
+class InvalidView(ValueError):
+    """What is wrong with a view to save, said for the page (``field``: the form's)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def normal_query(params: QueryDict | dict[str, str]) -> str:
+    """The list's filters in ``params`` as a query string, in the list's field order,
+    empty values and everything that is not a filter left out. Raises
+    :class:`InvalidView` naming an invalid filter."""
+    picked = {name: str(params.get(name) or "").strip() for name in FIELDS}
+    picked = {name: value for name, value in picked.items() if value}
+    filters, errors = parse_filters(picked)
+    if errors:
+        name, message = next(iter(errors.items()))
+        raise InvalidView("query", f"The filter “{name}” cannot be saved: {message}")
+    default = RunFilters()  # a filter at its default (the sort the form always sends) is no filter
+    picked = {n: v for n, v in picked.items() if getattr(filters, n) != getattr(default, n)}
+    text = urlencode(picked)
+    if len(text) > VIEW_QUERY_MAX:
+        raise InvalidView("query", f"These filters are over {VIEW_QUERY_MAX} characters.")
+    return text
+
+
+def clean_name(value: str) -> str:
+    name = " ".join(str(value or "").split())
+    if not name:
+        raise InvalidView("name", "Give the view a name.")
+    if len(name) > VIEW_NAME_MAX:
+        raise InvalidView("name", f"A view's name is at most {VIEW_NAME_MAX} characters.")
+    return name
+
+
+def visible_views(user) -> QuerySet[SavedView]:  # type: ignore[no-untyped-def]
+    """Your views, then the others' shared ones, each by name."""
+    return (
+        SavedView.objects.filter(Q(owner=user) | Q(shared=True))
+        .select_related("owner")
+        .order_by("-shared", "name", "id")
+    )
+
+
+def views_for_list(request: HttpRequest) -> list[dict[str, object]]:
+    """The views the runs list offers, each with ``current`` (the list shows it now)."""
+    try:
+        shown = normal_query(request.GET)
+    except InvalidView:
+        shown = None
+    views = list(visible_views(request.user))  # one query
+    mine = [v for v in views if v.owner_id == request.user.pk]
+    theirs = [v for v in views if v.owner_id != request.user.pk]
+    return [
+        {"view": v, "current": v.query == shown, "mine": v.owner_id == request.user.pk}
+        for v in (*mine, *theirs)
+    ]
+
+
+def _back(request: HttpRequest, query: str = "") -> HttpResponse:
+    return redirect(f"/?{query}" if query else "/")
+
+
+def _refused(request: HttpRequest, error: InvalidView, query: str) -> HttpResponse:
+    """The runs list again, for the query the form was on, with the error beside the
+    save form (422: nothing saved)."""
+    from .views import runs_context
+
+    request.GET = QueryDict(query)  # type: ignore[misc]
+    context = runs_context(
+        request,
+        view_error={"field": error.field, "message": str(error)},
+        view_name=str(request.POST.get("name", ""))[:VIEW_NAME_MAX],
+    )
+    return render(request, "dashboard/runs.html", context, status=422)
+
+
+@require_POST
+@require_perm(VIEW_RUN)
+def save_view(request: HttpRequest) -> HttpResponse:
+    query_text = str(request.POST.get("query", ""))[: VIEW_QUERY_MAX * 2]
+    params = QueryDict(query_text)
+    shared = bool(request.POST.get("shared"))
+    try:
+        name = clean_name(request.POST.get("name", ""))
+        query = normal_query(params)
+        if shared and not (request.user.has_perm(OPERATE_RUN) or request.user.is_staff):
+            raise InvalidView("shared", "Sharing a view needs the operator role.")
+    except InvalidView as exc:
+        return _refused(request, exc, query_text)
+    view, created = SavedView.objects.update_or_create(
+        owner=request.user, name=name, defaults={"query": query, "shared": shared}
+    )
+    what = "Saved" if created else "Updated"
+    messages.success(request, f"{what} the view “{view.name}”{' (shared)' if shared else ''}.")
+    return _back(request, query)
+
+
+def _own(request: HttpRequest, pk: int) -> SavedView:
+    view = visible_views(request.user).filter(pk=pk).first()
+    if view is None:
+        raise Http404("There is no such view.")
+    if view.owner_id != request.user.pk and not request.user.is_staff:
+        from django.core.exceptions import PermissionDenied
+
+        raise PermissionDenied("Only its owner renames or deletes a shared view.")
+    return view
+
+
+@require_POST
+@require_perm(VIEW_RUN)
+def rename_view(request: HttpRequest, pk: int) -> HttpResponse:
+    view = _own(request, pk)
+    try:
+        name = clean_name(request.POST.get("name", ""))
+        if SavedView.objects.filter(owner=view.owner, name=name).exclude(pk=view.pk).exists():
+            raise InvalidView("name", f"There is already a view named “{name}”.")
+    except InvalidView as exc:
+        return _refused(request, exc, view.query)
+    old, view.name = view.name, name
+    view.save(update_fields=["name", "updated_at"])
+    messages.success(request, f"Renamed the view “{old}” to “{name}”.")
+    return _back(request, view.query)
+
+
+@require_POST
+@require_perm(VIEW_RUN)
+def delete_view(request: HttpRequest, pk: int) -> HttpResponse:
+    view = _own(request, pk)
+    name = view.name
+    view.delete()
+    messages.success(request, f"Deleted the view “{name}”.")
+    return _back(request)

@@ -1,0 +1,107 @@
+"""Named saved views of the runs list (issue 31, item 2): personal or shared, applied
+with one click, renamed and deleted by their owner; only the list's own filters kept."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dashboard.models import SavedView
+from tests.dashboard.conftest import HTMX, login, make_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def links(page: str) -> dict[str, str]:
+    """view name -> its href, from the saved views' navigation."""
+    nav = page.split('id="view-links"', 1)[1].split("</nav>", 1)[0]
+    return {
+        re.sub(r"<[^>]+>", "", text).split("·")[0].strip(): href.replace("&amp;", "&")
+        for href, text in re.findall(r'<a href="([^"]+)"[^>]*>(.*?)</a>', nav, re.S)
+    }
+
+
+def test_save_apply_and_mark_the_current_view(viewer_client, viewer):
+    saved = viewer_client.post(
+        "/views/save/",
+        {
+            "name": "  Failed   refunds ",
+            "query": "status=failed&workflow=shop.refund&after=xyz&bogus=1",
+        },
+    )
+    assert saved.status_code == 302 and saved["Location"] == "/?status=failed&workflow=shop.refund"
+    view = SavedView.objects.get(owner=viewer)
+    assert (view.name, view.query, view.shared) == (
+        "Failed refunds",
+        "status=failed&workflow=shop.refund",
+        False,
+    )
+    page = viewer_client.get("/").content.decode()
+    assert links(page) == {"Failed refunds": "/?status=failed&workflow=shop.refund"}
+    assert 'aria-current="page">Failed refunds' not in page
+    current = viewer_client.get("/?workflow=shop.refund&status=failed").content.decode()
+    assert 'aria-current="page">Failed refunds' in current  # the same filters, any order
+    # the filters changed by htmx: the fragment carries the views and the query to save
+    fragment = viewer_client.get("/?status=failed&workflow=shop.refund", **HTMX).content.decode()
+    assert 'id="view-links" hx-swap-oob="true"' in fragment
+    assert 'id="view-query" value="status=failed&amp;workflow=shop.refund"' in fragment
+    # saving under the same name again replaces its filters
+    viewer_client.post("/views/save/", {"name": "Failed refunds", "query": "status=cancelled"})
+    assert SavedView.objects.get(owner=viewer).query == "status=cancelled"
+
+
+def test_personal_views_are_private_and_shared_ones_need_an_operator(viewer_client, operator):
+    ops = login(operator)
+    ops.post("/views/save/", {"name": "Team: stuck", "query": "status=waiting", "shared": "1"})
+    ops.post("/views/save/", {"name": "Mine only", "query": "status=running"})
+    seen = links(viewer_client.get("/").content.decode())
+    assert seen == {"Team: stuck": "/?status=waiting"}
+    refused = viewer_client.post(
+        "/views/save/", {"name": "Everyone", "query": "status=failed", "shared": "1"}
+    )
+    assert refused.status_code == 422 and "needs the operator role" in refused.content.decode()
+    assert not SavedView.objects.filter(name="Everyone").exists()
+
+
+def test_only_the_owner_renames_or_deletes(viewer_client, operator):
+    ops = login(operator)
+    ops.post("/views/save/", {"name": "Shared", "query": "status=waiting", "shared": "1"})
+    ops.post("/views/save/", {"name": "Private", "query": "status=running"})
+    shared = SavedView.objects.get(name="Shared")
+    private = SavedView.objects.get(name="Private")
+    assert viewer_client.post(f"/views/{shared.pk}/delete/").status_code == 403
+    assert viewer_client.post(f"/views/{shared.pk}/rename/", {"name": "x"}).status_code == 403
+    assert viewer_client.post(f"/views/{private.pk}/delete/").status_code == 404
+    assert SavedView.objects.count() == 2
+    assert ops.post(f"/views/{shared.pk}/rename/", {"name": "Waiting runs"}).status_code == 302
+    assert SavedView.objects.get(pk=shared.pk).name == "Waiting runs"
+    clash = ops.post(f"/views/{shared.pk}/rename/", {"name": "Private"})
+    assert clash.status_code == 422 and "already a view named" in clash.content.decode()
+    assert ops.post(f"/views/{private.pk}/delete/").status_code == 302
+    assert list(SavedView.objects.values_list("name", flat=True)) == ["Waiting runs"]
+    admin = login(make_user("root", is_staff=True, is_superuser=True))
+    assert admin.post(f"/views/{shared.pk}/delete/").status_code == 302  # staff may
+
+
+@pytest.mark.parametrize(
+    "form,says",
+    [
+        ({"name": "", "query": "status=failed"}, "Give the view a name"),
+        ({"name": "x" * 81, "query": ""}, "at most 80"),
+        ({"name": "bad", "query": "status=exploded"}, "“status” cannot be saved"),
+        ({"name": "bad", "query": "retries=-4"}, "“retries” cannot be saved"),
+    ],
+)
+def test_bad_input_is_a_422_beside_the_form_and_saves_nothing(viewer_client, form, says):
+    response = viewer_client.post("/views/save/", form)
+    assert response.status_code == 422
+    body = response.content.decode()
+    assert says in body and 'id="view-error"' in body
+    assert not SavedView.objects.exists()
+
+
+def test_get_is_refused_and_anonymous_users_go_to_login(client, viewer_client):
+    assert viewer_client.get("/views/save/").status_code == 405
+    response = client.post("/views/save/", {"name": "x", "query": ""})
+    assert response.status_code in (302, 403) and not SavedView.objects.exists()
