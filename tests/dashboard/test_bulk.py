@@ -100,3 +100,17 @@ def test_ticked_rows_are_the_runs_acted_on_instead_of_every_match(
     assert '<strong id="bulk-eligible">1</strong>' in html
     assert '<strong id="bulk-refused">1</strong>' in html
     assert json.loads(preview.context["run_ids"]) == [pending[0].id]
+
+
+def test_filters_changed_in_place_are_the_ones_the_bulk_form_posts(operator_client):
+    """The filter form swaps only the results (htmx): the bulk form's hidden query is
+    swapped with them, or a bulk action would take the filters the page was opened with."""
+    from tests.dashboard.conftest import HTMX
+
+    page = operator_client.get("/?status=failed").content.decode()
+    assert 'id="bulk-query" value="status=failed"' in page
+    fragment = operator_client.get("/?status=cancelled&workflow=dash.echo", **HTMX).content.decode()
+    assert (
+        '<input type="hidden" name="query" id="bulk-query" '
+        'value="status=cancelled&amp;workflow=dash.echo" form="bulk-form" hx-swap-oob="true">'
+    ) in fragment
