@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from durable.values.fields import StorableCharField
+
 #: the longest name of a saved view, and of its query text
 VIEW_NAME_MAX = 80
 VIEW_QUERY_MAX = 2000
@@ -23,8 +25,9 @@ class SavedView(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_views"
     )
-    name = models.CharField(max_length=VIEW_NAME_MAX)
-    query = models.CharField(max_length=VIEW_QUERY_MAX, blank=True, default="")
+    # a person's text: NUL and lone surrogates refused as on every text column
+    name = StorableCharField(max_length=VIEW_NAME_MAX)
+    query = StorableCharField(max_length=VIEW_QUERY_MAX, blank=True, default="")
     shared = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -31,6 +31,7 @@ from durable.queries.parsing import BadParameter, clean_text, parse_int
 
 from . import selectors
 from .forms import RunFilterForm
+from .selectors.saved_views import views_for_list
 
 logger = logging.getLogger("dashboard")
 
@@ -75,8 +76,6 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
 
 def runs_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     """The runs list's context for ``request.GET`` (also the saved views' error page)."""
-    from .saved_views import views_for_list
-
     # the live cursor is read before the rows: an event written while the page renders
     # is then after it, and the socket sends a refresh at once (no read skew)
     since = selectors.last_event_id()

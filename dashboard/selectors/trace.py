@@ -7,14 +7,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from django.db.models import Q
 
 from durable.models import Run, Step, StepKind, StepStatus
 
-if TYPE_CHECKING:
-    from .run_detail import StepRow
+
+class _Row(Protocol):
+    """What folding reads and marks of a timeline row (``run_detail.StepRow``)."""
+
+    step: Step
+    group: str
+    repeats_from: int
+    repeats_end: bool
+
+
+Row = TypeVar("Row", bound=_Row)
 
 
 #: a call of a parallel group named by the group: ``parallel#2[0]``, ``tool_calls[3]``
@@ -157,14 +166,14 @@ def step_filter(status: str | None, kind: str | None) -> StepFilter:
     return StepFilter(status, kind)
 
 
-def _alike(row: StepRow) -> tuple[str, str, str] | None:
+def _alike(row: _Row) -> tuple[str, str, str] | None:
     s = row.step
     if row.group or s.status == StepStatus.FAILED:  # a group has its own label; failures show
         return None
     return (s.kind, s.step_id.split("#", 1)[0], s.status)
 
 
-def fold_repeats(rows: list[StepRow]) -> list[StepRow]:
+def fold_repeats(rows: list[Row]) -> list[Row]:
     """Mark runs of :data:`REPEATS_FOLDED` or more alike consecutive rows: the first
     stays, the rest are folded (``repeats_from`` on the first folded, ``repeats_end``
     on the last). Failed steps and parallel groups are never folded. Returns ``rows``."""

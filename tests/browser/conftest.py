@@ -75,7 +75,6 @@ WORKFLOW_MODULES = [
     "tests.browser.tour_workflows",
     "tests.schedule_workflows",
     "tests.stream_workflows",
-    "tests.contrib.lg_workflows",  # graph workflows: the run page draws their graph
 ]
 VIEWPORT = {"width": 1280, "height": 800}
 #: how long a locator action or an ``expect`` waits (ms): a live update arrives within a

@@ -76,25 +76,3 @@ def test_parallel_calls_are_lanes(context, page, ops_user, width):
     assert scroll <= width, f"the run page is {scroll}px wide on a {width}px screen"
     page.locator("#lanes-title").scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts_dir() / f"lanes-{width}.png"))
-
-
-@pytest.mark.parametrize("width", [1366, 390])
-def test_a_langgraph_run_shows_its_graph(context, page, ops_user, width):
-    import durable
-    from durable.testing import drive
-    from tests.contrib import lg_workflows  # noqa: F401  (registers lg.chain here too)
-
-    run = drive(durable.start("lg.chain", {"log": ["in"]}).id)
-    assert run.status == "succeeded", run.error
-    page.set_viewport_size({"width": width, "height": 900})
-    login(context, ops_user)
-    page.goto(f"/runs/{run.id}/")
-    graph = page.get_by_role("img", name="Graph")
-    expect(graph).to_be_visible()
-    expect(page.locator("g.graph-node.node-ran")).to_have_count(4)
-    box = graph.bounding_box()
-    assert box is not None and box["width"] <= width
-    scroll = page.evaluate("document.documentElement.scrollWidth")
-    assert scroll <= width, f"the run page is {scroll}px wide on a {width}px screen"
-    page.locator("#graph-title").scroll_into_view_if_needed()
-    page.screenshot(path=str(artifacts_dir() / f"graph-{width}.png"))

@@ -105,3 +105,9 @@ def test_get_is_refused_and_anonymous_users_go_to_login(client, viewer_client):
     assert viewer_client.get("/views/save/").status_code == 405
     response = client.post("/views/save/", {"name": "x", "query": ""})
     assert response.status_code in (302, 403) and not SavedView.objects.exists()
+
+
+def test_a_name_with_a_nul_is_stored_on_every_database(viewer_client, viewer):
+    response = viewer_client.post("/views/save/", {"name": "nul\x00view", "query": "q=ab"})
+    assert response.status_code == 302
+    assert SavedView.objects.filter(owner=viewer).count() == 1
