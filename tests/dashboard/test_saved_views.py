@@ -78,6 +78,13 @@ def test_only_the_owner_renames_or_deletes(viewer_client, operator):
     assert SavedView.objects.get(pk=shared.pk).name == "Waiting runs"
     clash = ops.post(f"/views/{shared.pk}/rename/", {"name": "Private"})
     assert clash.status_code == 422 and "already a view named" in clash.content.decode()
+    # the error is beside the rename form that was sent, which keeps the name typed
+    body = clash.content.decode()
+    assert f'id="rename-error-{shared.pk}"' in body and 'id="view-error"' not in body
+    assert 'value="Private" required aria-invalid="true"' in body
+    blank = ops.post(f"/views/{shared.pk}/rename/", {"name": "   "})
+    assert blank.status_code == 422 and "Give the view a name" in blank.content.decode()
+    assert SavedView.objects.get(pk=shared.pk).name == "Waiting runs"
     assert ops.post(f"/views/{private.pk}/delete/").status_code == 302
     assert list(SavedView.objects.values_list("name", flat=True)) == ["Waiting runs"]
     admin = login(make_user("root", is_staff=True, is_superuser=True))
