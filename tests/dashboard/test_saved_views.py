@@ -143,3 +143,12 @@ def test_a_name_is_unique_per_owner_not_across_owners(viewer_client, viewer, ope
     nav = page.split('id="view-links"', 1)[1].split("</nav>", 1)[0]
     assert nav.index("/?status=cancelled") < nav.index("/?status=failed")
     assert f"shared by {operator.get_username()}" in nav
+
+
+def test_the_admin_lists_and_searches_every_view(viewer_client, viewer):
+    viewer_client.post("/views/save/", {"name": "Refunds", "query": "q=refund"})
+    view = SavedView.objects.get()
+    admin = login(make_user("root", is_staff=True, is_superuser=True))
+    listing = admin.get("/admin/dashboard/savedview/?q=refund").content.decode()
+    assert "Refunds" in listing and viewer.get_username() in listing
+    assert admin.get(f"/admin/dashboard/savedview/{view.pk}/change/").status_code == 200
