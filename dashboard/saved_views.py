@@ -29,15 +29,20 @@ def _back(request: HttpRequest, query: str = "") -> HttpResponse:
     return redirect(f"/?{query}" if query else "/")
 
 
-def _refused(request: HttpRequest, error: InvalidView, query: str) -> HttpResponse:
+def _refused(
+    request: HttpRequest, error: InvalidView, query: str, renaming: SavedView | None = None
+) -> HttpResponse:
     """The runs list again, for the query the form was on, with the error beside the
-    save form (422: nothing saved)."""
+    form that was sent: the save form, or the rename form of ``renaming`` (422: nothing
+    changed)."""
     request.GET = QueryDict(query)  # type: ignore[misc]
-    context = runs_context(
-        request,
-        view_error={"field": error.field, "message": str(error)},
-        view_name=str(request.POST.get("name", ""))[:VIEW_NAME_MAX],
-    )
+    error_info = {"field": error.field, "message": str(error)}
+    name = str(request.POST.get("name", ""))[:VIEW_NAME_MAX]
+    if renaming is None:
+        extra = {"view_error": error_info, "view_name": name}
+    else:
+        extra = {"rename_error": {**error_info, "pk": renaming.pk, "name": name}}
+    context = runs_context(request, **extra)
     return render(request, "dashboard/runs.html", context, status=422)
 
 
@@ -82,7 +87,7 @@ def rename_view(request: HttpRequest, pk: int) -> HttpResponse:
         if SavedView.objects.filter(owner=view.owner, name=name).exclude(pk=view.pk).exists():
             raise InvalidView("name", f"There is already a view named “{name}”.")
     except InvalidView as exc:
-        return _refused(request, exc, view.query)
+        return _refused(request, exc, view.query, renaming=view)
     old, view.name = view.name, name
     view.save(update_fields=["name", "updated_at"])
     messages.success(request, f"Renamed the view “{old}” to “{name}”.")

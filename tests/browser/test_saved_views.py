@@ -35,9 +35,9 @@ def test_save_the_filters_then_apply_them(context, page, width):
     expect(page.locator("#runs-results tbody tr")).to_have_count(2)
     page.get_by_role("navigation", name="Saved views").get_by_role("link", name="Failing").click()
     expect(page.locator("#runs-results tbody tr")).to_have_count(1)
-    expect(
-        page.get_by_role("navigation", name="Saved views").get_by_role("link", name="Failing")
-    ).to_have_attribute("aria-current", "page")
+    current = page.get_by_role("navigation", name="Saved views").get_by_role("link", name="Failing")
+    expect(current).to_have_attribute("aria-current", "page")
+    expect(current).to_have_css("font-weight", "600")  # marked to the eye too, not only in the DOM
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width, f"the runs list is {scroll}px wide on a {width}px screen"
     snap(page, f"saved-views-{width}")

@@ -27,7 +27,7 @@ def test_save_apply_and_mark_the_current_view(viewer_client, viewer):
         "/views/save/",
         {
             "name": "  Failed   refunds ",
-            "query": "status=failed&workflow=shop.refund&after=xyz&bogus=1",
+            "query": "status=failed&workflow=shop.refund&after=xyz&before=abc&bogus=1",
         },
     )
     assert saved.status_code == 302 and saved["Location"] == "/?status=failed&workflow=shop.refund"
@@ -78,6 +78,13 @@ def test_only_the_owner_renames_or_deletes(viewer_client, operator):
     assert SavedView.objects.get(pk=shared.pk).name == "Waiting runs"
     clash = ops.post(f"/views/{shared.pk}/rename/", {"name": "Private"})
     assert clash.status_code == 422 and "already a view named" in clash.content.decode()
+    # the error is beside the rename form that was sent, which keeps the name typed
+    body = clash.content.decode()
+    assert f'id="rename-error-{shared.pk}"' in body and 'id="view-error"' not in body
+    assert 'value="Private" required aria-invalid="true"' in body
+    blank = ops.post(f"/views/{shared.pk}/rename/", {"name": "   "})
+    assert blank.status_code == 422 and "Give the view a name" in blank.content.decode()
+    assert SavedView.objects.get(pk=shared.pk).name == "Waiting runs"
     assert ops.post(f"/views/{private.pk}/delete/").status_code == 302
     assert list(SavedView.objects.values_list("name", flat=True)) == ["Waiting runs"]
     admin = login(make_user("root", is_staff=True, is_superuser=True))
@@ -111,3 +118,43 @@ def test_a_name_with_a_nul_is_stored_on_every_database(viewer_client, viewer):
     response = viewer_client.post("/views/save/", {"name": "nul\x00view", "query": "q=ab"})
     assert response.status_code == 302
     assert SavedView.objects.filter(owner=viewer).count() == 1
+
+
+def test_forged_posts_by_another_user_change_nothing(viewer_client, viewer, operator):
+    """Another viewer's personal view is not there for you (404), whatever the form; a
+    post without the CSRF token is refused before it is read (403)."""
+    mine = login(make_user("vic", "viewer"))
+    mine.post("/views/save/", {"name": "Mine", "query": "status=failed"})
+    view = SavedView.objects.get(name="Mine")
+    assert viewer_client.post(f"/views/{view.pk}/delete/").status_code == 404
+    assert viewer_client.post(f"/views/{view.pk}/rename/", {"name": "Gone"}).status_code == 404
+    assert viewer_client.post("/views/999999/delete/").status_code == 404
+    strict = login(view.owner, enforce_csrf_checks=True)
+    assert strict.post(f"/views/{view.pk}/delete/").status_code == 403
+    assert strict.post("/views/save/", {"name": "No token", "query": ""}).status_code == 403
+    assert list(SavedView.objects.values_list("name", flat=True)) == ["Mine"]
+
+
+def test_a_name_is_unique_per_owner_not_across_owners(viewer_client, viewer, operator):
+    ops = login(operator)
+    ops.post("/views/save/", {"name": "Failed", "query": "status=failed", "shared": "1"})
+    assert viewer_client.post("/views/save/", {"name": "Failed", "query": "q=x"}).status_code == 302
+    assert SavedView.objects.filter(name="Failed").count() == 2
+    # saving again under a name you use replaces that view's filters, not a second view
+    again = viewer_client.post("/views/save/", {"name": "Failed", "query": "status=cancelled"})
+    assert again.status_code == 302 and SavedView.objects.filter(owner=viewer).count() == 1
+    assert SavedView.objects.get(owner=viewer).query == "status=cancelled"
+    # yours first, then the shared ones, with their owner's name
+    page = viewer_client.get("/").content.decode()
+    nav = page.split('id="view-links"', 1)[1].split("</nav>", 1)[0]
+    assert nav.index("/?status=cancelled") < nav.index("/?status=failed")
+    assert f"shared by {operator.get_username()}" in nav
+
+
+def test_the_admin_lists_and_searches_every_view(viewer_client, viewer):
+    viewer_client.post("/views/save/", {"name": "Refunds", "query": "q=refund"})
+    view = SavedView.objects.get()
+    admin = login(make_user("root", is_staff=True, is_superuser=True))
+    listing = admin.get("/admin/dashboard/savedview/?q=refund").content.decode()
+    assert "Refunds" in listing and viewer.get_username() in listing
+    assert admin.get(f"/admin/dashboard/savedview/{view.pk}/change/").status_code == 200
