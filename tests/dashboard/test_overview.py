@@ -129,3 +129,18 @@ def test_no_price_says_how_to_set_one(viewer_client):
     body = viewer_client.get("/overview/").content.decode()
     assert "LLM_PRICES" in body
     assert viewer_client.get("/overview/?window=30d").status_code == 200
+
+
+def test_who_may_see_it_and_odd_windows(client, viewer_client):
+    """The runs list's permission: a stranger is sent to log in, a user without a role
+    is refused; an odd window is the default (empty) or a 400, never a 500."""
+    from tests.dashboard.conftest import login, make_user
+
+    anonymous = client.get("/overview/")
+    assert anonymous.status_code == 302 and "login" in anonymous["Location"]
+    assert login(make_user("nobody")).get("/overview/").status_code == 403
+    assert viewer_client.get("/overview/?window=").status_code == 200
+    assert viewer_client.get("/overview/?window=%2030d%20").status_code == 200
+    for odd in ("30D", "%00", "x" * 5000, "24h&window=1y"):
+        assert viewer_client.get(f"/overview/?window={odd}").status_code == 400, odd
+    assert viewer_client.post("/overview/").status_code == 405
