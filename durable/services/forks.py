@@ -163,7 +163,9 @@ def run_fork_or_get(
             # (compensated, so the step is no fork point any more) -- the fork exists
             existing = Run.objects.filter(pk=new_run_id).first()
             if existing is not None:
-                return _same_fork(existing, source.id, from_step, edited and input_hash), False
+                return _same_fork(
+                    existing, source.id, from_step, input_hash if edited else source.input_hash
+                ), False
         transitions.check("fork", source)
         steps = list(Step.objects.filter(run=source).order_by("position"))
         points = fork_points(steps)
@@ -208,7 +210,9 @@ def run_fork_or_get(
             existing = Run.objects.filter(pk=new_run_id).first() if new_run_id else None
             if existing is None:
                 raise
-            return _same_fork(existing, source.id, from_step, edited and input_hash), False
+            return _same_fork(
+                existing, source.id, from_step, input_hash if edited else source.input_hash
+            ), False
         copied = [
             Step(
                 run=fork,
@@ -257,15 +261,12 @@ def run_fork_or_get(
     return fork, True
 
 
-def _same_fork(existing: Run, source_id: str, from_step: str, input_hash: str | bool) -> Run:
+def _same_fork(existing: Run, source_id: str, from_step: str, input_hash: str) -> Run:
     """The fork a reused ``new_run_id`` names, if it is the same request: a fork of the
     same source from the same step (its ``created`` event records the step), with the
-    same input (``input_hash``: the edited input's; false: the source's)."""
+    same input (``input_hash``: the edited input's, or the source's)."""
     created = TraceEvent.objects.filter(run=existing, kind=EventKind.CREATED).order_by("id").first()
     recorded = (created.data or {}).get("from_step") if created is not None else None
-    if not input_hash:
-        source = Run.objects.filter(pk=source_id).only("input_hash").first()
-        input_hash = source.input_hash if source is not None else existing.input_hash
     idempotency.check_same(
         "fork run id",
         existing.id,
