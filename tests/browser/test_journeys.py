@@ -14,7 +14,7 @@ from api.links import approval_link
 from approvals.models import ApprovalRequest
 from durable.models import Run
 from durable.testing import drive
-from tests.browser.conftest import celery_dispatch, login, make_user
+from tests.browser.conftest import artifacts_dir, celery_dispatch, login, make_user
 from tests.browser.test_tour import docs_shot
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
@@ -32,7 +32,26 @@ def path_of(url: str) -> str:
     return "/" + url.split("://", 1)[1].split("/", 1)[1]
 
 
-def test_an_approvers_day(context, page, settings):
+#: a desktop and a phone: every journey runs at both (issue 31's done-when)
+WIDTHS = pytest.mark.parametrize("width", [1366, 390])
+
+
+def fits(page, width: int) -> None:
+    """The page scrolls down only: nothing sticks out sideways on a ``width`` px screen."""
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, f"{page.url} is {scroll}px wide on a {width}px screen"
+
+
+def shot(page, name: str, width: int) -> None:
+    """The docs' picture from the desktop run; the phone's goes with the test artifacts."""
+    if width == 1366:
+        docs_shot(page, name)
+    else:
+        page.screenshot(path=str(artifacts_dir() / f"{name}-{width}.png"))
+
+
+@WIDTHS
+def test_an_approvers_day(context, page, settings, width):
     april = make_user("april", "viewer", "approver")
     _, first = waiting_for("tests.tool_approval", {"to": "ann@example.com"})
     _, second = waiting_for("tests.tool_approval", {"to": "bob@example.com"})
@@ -40,7 +59,7 @@ def test_an_approvers_day(context, page, settings):
     _, fourth = waiting_for("tests.tool_approval", {"to": "dee@example.com"})
     login(context, april)
     celery_dispatch(settings)
-    page.set_viewport_size({"width": 1366, "height": 900})
+    page.set_viewport_size({"width": width, "height": 900})
 
     # the morning: the badge says four, the inbox lists them oldest first
     page.goto("/")
@@ -51,7 +70,8 @@ def test_an_approvers_day(context, page, settings):
     approvals.click()
     cards = page.locator("article[data-approval]")
     expect(cards).to_have_count(4)
-    docs_shot(page, "journey-approver-inbox")
+    fits(page, width)
+    shot(page, "journey-approver-inbox", width)
 
     # by keyboard: j to the first, a to Approve, Enter decides it
     page.keyboard.press("j")
@@ -72,12 +92,14 @@ def test_an_approvers_day(context, page, settings):
     # a run's own page decides too
     page.goto(f"/runs/{third_run.id}/")
     decide = page.get_by_role("region", name="Waiting for your approval")
+    fits(page, width)
     decide.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#flash .flash")).to_contain_text("Approved")
 
     # and the emailed link: the arguments as JSON, then the confirmation
     page.goto(path_of(approval_link(fourth.pk, "approve", recipient=april)))
     expect(page.get_by_label("The arguments, as JSON")).to_contain_text("dee@example.com")
+    fits(page, width)
     page.get_by_role("button", name="Confirm approval").press("Enter")
     expect(page.get_by_role("heading", level=1)).to_have_text("Approval recorded")
 
@@ -93,7 +115,8 @@ def test_an_approvers_day(context, page, settings):
     expect(page.locator("article[data-approval]")).to_have_count(0)
 
 
-def test_an_operators_day(context, page, settings):
+@WIDTHS
+def test_an_operators_day(context, page, settings, width):
     from tests.dashboard import dash_workflows as dw
     from tests.dashboard.test_fork_edited_input import failed_order
 
@@ -106,7 +129,7 @@ def test_an_operators_day(context, page, settings):
     assert failed.status == "failed" and payout.status == "waiting", (failed.error, payout.error)
     login(context, otto)
     celery_dispatch(settings)
-    page.set_viewport_size({"width": 1366, "height": 900})
+    page.set_viewport_size({"width": width, "height": 900})
 
     # two stuck runs cancelled at once: ticked, previewed, carried out as a run
     page.goto("/?workflow=dash.echo")
@@ -117,7 +140,8 @@ def test_an_operators_day(context, page, settings):
     page.get_by_label("Reason (recorded on every run)").fill("queued before the bad deploy")
     page.get_by_role("button", name="Preview the bulk action").click()
     expect(page.locator("#bulk-preview")).to_contain_text("2 selected runs.")
-    docs_shot(page, "journey-operator-bulk")
+    fits(page, width)
+    shot(page, "journey-operator-bulk", width)
     page.get_by_role("button", name="Cancel 2 runs").click()
     expect(page.locator(".flash")).to_contain_text("Bulk cancel of 2 runs started")
     expect(page.locator(".run-title .badge")).to_have_text("Succeeded")  # the bulk run
@@ -129,10 +153,12 @@ def test_an_operators_day(context, page, settings):
     page.get_by_role("link", name=re.compile("^Jump to the failure")).click()
     expect(page.locator("li.step-failed").first).to_be_in_viewport()
     expect(page.locator("li.step-failed").first).to_contain_text("the ledger was closed")
+    fits(page, width)
 
     # an order that failed on a typo: forked from its confirmation with the quantity fixed
     page.goto(f"/runs/{order.id}/")
     page.get_by_role("link", name="Fork with an edited input…").click()
+    fits(page, width)
     page.get_by_label("quantity").fill("20")
     page.get_by_label("api_key").fill("sk-live")
     page.get_by_label("Reuse the results before step").select_option("confirm")
@@ -157,12 +183,14 @@ def test_an_operators_day(context, page, settings):
     page.once("dialog", lambda dialog: dialog.accept())
     decide.get_by_role("button", name="It happened").click()
     expect(page.get_by_text("Recorded that dash.pay happened")).to_be_visible()
-    docs_shot(page, "journey-operator-reconciled")
+    fits(page, width)
+    shot(page, "journey-operator-reconciled", width)
     op.refresh_from_db()
     assert op.status == "succeeded" and op.external_id == "pay_ext_8"
 
 
-def test_an_admins_day(context, page, settings):
+@WIDTHS
+def test_an_admins_day(context, page, settings, width):
     from api.models import ApiToken
     from durable.models import Tool
     from durable.services.toolsync import sync_tools
@@ -170,7 +198,7 @@ def test_an_admins_day(context, page, settings):
     ada = make_user("ada", "operator", "approver", is_staff=True, is_superuser=True)
     sync_tools()  # the Tool rows migrate makes, for this test's tools too
     login(context, ada)
-    page.set_viewport_size({"width": 1366, "height": 900})
+    page.set_viewport_size({"width": width, "height": 900})
 
     # the admin, branded: a tool's safety settings, changed where operators look
     page.goto("/admin/")
@@ -195,7 +223,8 @@ def test_an_admins_day(context, page, settings):
     expect(page.locator("#new-token")).to_contain_text("dur_")
     page.get_by_role("button", name="Copy").click()
     expect(page.get_by_role("button", name="Copied")).to_be_visible()
-    docs_shot(page, "journey-admin-token")
+    fits(page, width)
+    shot(page, "journey-admin-token", width)
     assert ApiToken.objects.filter(user=ada, name="deploys").exists()
     page.goto("/webhooks/")
     expect(page.get_by_role("heading", name="Webhook deliveries")).to_be_visible()
