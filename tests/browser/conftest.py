@@ -76,6 +76,8 @@ WORKFLOW_MODULES = [
     "tests.schedule_workflows",
     "tests.stream_workflows",
 ]
+#: workflow modules daphne imports and the workers do not (tests/browser/test_graph.py)
+SERVER_ONLY_MODULES = ["tests.contrib.lg_workflows"]
 VIEWPORT = {"width": 1280, "height": 800}
 #: how long a locator action or an ``expect`` waits (ms): a live update arrives within a
 #: second; a run handed to the worker finishes within a few on a loaded 2-core machine
@@ -120,7 +122,10 @@ def _server_env(folder: Path) -> dict[str, str]:
     """The environment of the daphne process: a harness worker's."""
     crash_dir = folder / "crash"
     crash_dir.mkdir(exist_ok=True)
-    env = worker_env(crash_dir, DURABLE_WORKFLOW_MODULES=",".join(WORKFLOW_MODULES))
+    # the server alone also has a LangGraph module, for the run page's graph (its runs are
+    # driven in the test process): LangGraph's import would cost each worker a second
+    modules = [*WORKFLOW_MODULES, *SERVER_ONLY_MODULES]
+    env = worker_env(crash_dir, DURABLE_WORKFLOW_MODULES=",".join(modules))
     env.pop(ASYNC_UNSAFE, None)  # the server keeps Django's async-safety checks
     return env
 
