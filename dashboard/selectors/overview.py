@@ -8,10 +8,11 @@ approvals by age. Aggregates are computed by the database (GROUP BY; PostgreSQL'
 :data:`SQLITE_DURATIONS` runs per workflow). The cost is the sum of the ``cost_usd`` each
 model call recorded on its ``step_executed`` event (priced from ``DURABLE['LLM_PRICES']``
 when it ran; a model without a price counts its tokens, not a cost). The figures are
-cached for :data:`CACHE_SECONDS` per window, keyed by the newest run and trace event, as
-the runs list's counts are. Counting is proportional to the runs in the window: a
-rollup table kept by the worker would make a 30-day window at millions of runs cheap,
-and is not built yet.
+cached per window for :data:`CACHE_SECONDS` while nothing changes (the newest run and
+trace event stay the same) and counted again when something changed, but not before
+:data:`RECOUNT_SECONDS` have passed since the last count. Counting is proportional to
+the runs in the window: a rollup table kept by the worker would make a 30-day window at
+millions of runs cheap, and is not built yet.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ SQLITE_DURATIONS = 5000
 #: a longer window changes less in a minute and costs more to count (about 2.4 s for
 #: 30 days of 1M runs on PostgreSQL; 250 ms for 24 hours of 33k runs)
 CACHE_SECONDS = {"24h": 30, "7d": 120, "30d": 300}
+#: seconds before figures are counted again when runs changed meanwhile: a busy system
+#: creates a run every second, and counting each time would cost every request
+RECOUNT_SECONDS = {"24h": 5, "7d": 30, "30d": 60}
 #: pending approvals by age: (label, from seconds, to seconds or None)
 AGE_BUCKETS = (
     ("under 1 h", 0, 3600),
@@ -125,6 +129,8 @@ class Overview:
     priced: bool = False
     more_workflows: int = 0
     peak: int = field(default=0)
+    #: when the figures were counted (they are cached: module docstring)
+    counted_at: datetime | None = None
 
 
 def window_of(value: str | None) -> str:
@@ -141,12 +147,16 @@ def overview(window: str = DEFAULT_WINDOW, now: datetime | None = None) -> Overv
     newest_run = Run.objects.order_by("-created_at").values_list("created_at", flat=True).first()
     newest_event = TraceEvent.objects.order_by("-id").values_list("id", flat=True).first()
     stamp = int(newest_run.timestamp() * 1_000_000) if newest_run else 0
-    key = f"durable:overview:{window}:{stamp}:{newest_event or 0}"
+    changes = f"{stamp}:{newest_event or 0}"
+    key = f"durable:overview:{window}"
     found = cache.get(key)
     if found is not None:
-        return found  # type: ignore[no-any-return]
+        counted, at, figures = found
+        age = (now - at).total_seconds()
+        if counted == changes or 0 <= age < RECOUNT_SECONDS[window]:
+            return figures  # type: ignore[no-any-return]
     figures = _compute(window, now)
-    cache.set(key, figures, CACHE_SECONDS[window])
+    cache.set(key, (changes, now, figures), CACHE_SECONDS[window])
     return figures
 
 
@@ -185,6 +195,7 @@ def _compute(window: str, now: datetime) -> Overview:
         priced=any(w.cost is not None for w in workflows),
         more_workflows=more,
         peak=max((b.total for b in buckets), default=0),
+        counted_at=now,
     )
 
 

@@ -144,3 +144,28 @@ def test_who_may_see_it_and_odd_windows(client, viewer_client):
     for odd in ("30D", "%00", "x" * 5000, "24h&window=1y"):
         assert viewer_client.get(f"/overview/?window={odd}").status_code == 400, odd
     assert viewer_client.post("/overview/").status_code == 405
+
+
+def test_figures_are_recounted_when_runs_changed_but_not_at_every_request(seeded, now):
+    """A busy system creates a run a second: counting at each request would cost each
+    request the whole count (seconds at 1M runs). Changed runs are counted again once
+    ``RECOUNT_SECONDS`` passed; unchanged ones are served from the cache."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    first = figures.overview("24h", now=now)
+    assert first.runs == 6 and first.counted_at == now
+    run("new", "shop.order", RunStatus.PENDING, created=now + timedelta(seconds=1))
+    # changed, but counted a moment ago: the same figures
+    assert figures.overview("24h", now=now + timedelta(seconds=1)).runs == 6
+    # changed, and the recount's time has come
+    later = now + timedelta(seconds=figures.RECOUNT_SECONDS["24h"] + 1)
+    again = figures.overview("24h", now=later)
+    assert again.runs == 7 and again.counted_at == later
+    # nothing changed since: two queries (the newest run and event), no count
+    with CaptureQueriesContext(connection) as queries:
+        cached = figures.overview("24h", now=later + timedelta(seconds=20))
+    assert cached.runs == 7 and cached.counted_at == later
+    assert len(queries) == 2, [q["sql"][:80] for q in queries]
+    # each window has its own figures and its own time
+    assert figures.overview("7d", now=later).runs == 8
