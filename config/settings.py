@@ -445,6 +445,7 @@ DURABLE = {
     "OTEL": env_bool("DURABLE_OTEL", False),
     "TRACE_URL": os.environ.get("DURABLE_TRACE_URL", ""),
     "MCP_TOOLS": env_list("DURABLE_MCP_TOOLS", "*"),
+    "PREPARED_STATEMENTS": env_bool("DURABLE_PREPARED_STATEMENTS", True),
 }
 
 # --- the JSON API (api/) ----------------------------------------------------------------

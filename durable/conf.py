@@ -148,6 +148,10 @@ DEFAULTS: dict[str, Any] = {
     "MCP_TOOLS": ["*"],
     # the run page links its trace id here: a URL with "{trace_id}" (Jaeger, Tempo, ...)
     "TRACE_URL": "",
+    # PostgreSQL parses and plans the engine's hot statements once per connection
+    # (durable/postgres/__init__.py, prepared_cursor); False behind a pooler that cannot
+    # keep a session's prepared statements (PgBouncer in transaction mode before 1.21)
+    "PREPARED_STATEMENTS": True,
 }
 
 

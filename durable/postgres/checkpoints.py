@@ -25,7 +25,7 @@ from durable.models.operations import Operation
 from durable.models.runs import Run
 from durable.models.steps import Step
 from durable.observability import metrics
-from durable.postgres import rows
+from durable.postgres import prepared_cursor, rows
 from durable.values.fields import storable_json
 
 _SQL: dict[str, str] = {}
@@ -73,7 +73,7 @@ def checkpoint_in_one_statement(
         now,
         *op_params,
     ]
-    with metrics.checkpoint(path="one_statement"), connection.cursor() as cursor:
+    with metrics.checkpoint(path="one_statement"), prepared_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -159,7 +159,7 @@ def started_in_one_statement(
         SELECT (SELECT id FROM r), (SELECT id FROM o)"""  # noqa: S608
     params: list[Any] = [now, position, run_id, token, status]
     params += rows.values(op)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_SQL["started"], params)
         fenced, pk = cursor.fetchone()
     if fenced is None:

@@ -24,6 +24,7 @@ from durable.models.events import TraceEvent
 from durable.models.runs import Run
 from durable.models.steps import Step
 from durable.models.waits import Signal
+from durable.postgres import prepared_cursor
 from durable.vocabulary import EventKind, RunStatus
 
 _SQL: dict[str, str] = {}
@@ -57,7 +58,7 @@ def start_in_one_statement(run: Run, event: TraceEvent) -> None:
         INSERT INTO {TraceEvent._meta.db_table} ({ev_cols}) SELECT {ev_marks} FROM r"""  # noqa: S608
     ev_fields = [f for f in _fields(TraceEvent, skip_pk=True) if f.attname != "run_id"]
     params = _values(run, _fields(Run)) + _values(event, ev_fields)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_SQL["start"], params)
 
 
@@ -145,7 +146,7 @@ def complete_in_one_statement(
     params: list[Any] = [_prep(Run, n, fields[n]) for n in names]
     params += [len(replayed), run_id, token, status, run_id, list(replayed)]
     params += _values(event, ev_fields)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_SQL[key], params)
         return cursor.fetchone() is not None
 

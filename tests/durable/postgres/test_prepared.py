@@ -1,0 +1,46 @@
+"""The engine's hot statements are prepared on PostgreSQL (``durable.postgres.
+prepared_cursor``): parsed and planned once per connection, then only executed -- and
+not with ``DURABLE['PREPARED_STATEMENTS']`` false (a pooler that cannot keep them)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+import durable
+import tests.workflows  # noqa: F401 - registers tests.add_twice
+from durable.testing import drive
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),  # the one-statement paths run outside atomic
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="PostgreSQL's prepared statements"
+    ),
+]
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_runs_start_checkpoints_and_completion_are_prepared_once():
+    connection.close()  # a fresh session: nothing prepared yet
+    first = drive(durable.start("tests.add_twice", {"a": 1, "b": 2}).id)
+    second = drive(durable.start("tests.add_twice", {"a": 3, "b": 4}).id)
+    assert first.status == second.status == "succeeded", (first.error, second.error)
+    statements = _prepared()
+    checkpoints = [s for s in statements if "steps_executed = steps_executed + 1" in s]
+    starts = [s for s in statements if s.lstrip().startswith("WITH r AS (\n            INSERT")]
+    assert len(checkpoints) == 1, statements  # two runs, four steps: one statement
+    assert len(starts) == 1, statements
+    assert any("finished_at" in s and "UPDATE" in s for s in statements), statements
+
+
+def test_none_is_prepared_when_the_setting_says_so(settings):
+    settings.DURABLE = {**settings.DURABLE, "PREPARED_STATEMENTS": False}
+    connection.close()
+    run = drive(durable.start("tests.add_twice", {"a": 1, "b": 2}).id)
+    assert run.status == "succeeded", run.error
+    assert _prepared() == []
