@@ -179,12 +179,17 @@ def filter_runs(filters: RunFilters, now: datetime | None = None) -> QuerySet[Ru
         )
     if filters.q:
         term = filters.q.strip()
-        qs = qs.filter(
-            Q(id__icontains=term)
-            | Q(tags__icontains=term)
-            | Q(input__icontains=term)
-            | Q(output__icontains=term)
-        )
+        found = Q(id__icontains=term)
+        # tags, input and output are stored as JSON text, where a quote or a backslash
+        # reads \" or \\ (non-ASCII is stored as itself): the term is looked for as
+        # typed and as JSON writes it, so "refund me" and C:\exports are found
+        for term_as in dict.fromkeys([term, json.dumps(term, ensure_ascii=False)[1:-1]]):
+            found |= (
+                Q(tags__icontains=term_as)
+                | Q(input__icontains=term_as)
+                | Q(output__icontains=term_as)
+            )
+        qs = qs.filter(found)
     return qs
 
 
