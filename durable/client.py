@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import timedelta
 from typing import Any
@@ -13,14 +12,12 @@ from durable import clock, conf, idempotency, postgres, registry, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.durations import check_duration
 from durable.exceptions import DurableError, RunInputConflict, RunNotFound
-from durable.models import RUN_ID_PATTERN, TERMINAL, Run, RunStatus, TraceEvent
+from durable.models import TERMINAL, Run, RunStatus, TraceEvent, run_id_problem
 from durable.observability import telemetry
 from durable.postgres import runs as run_pg
 from durable.values import codec
 from durable.values.redaction import check_identifier
 from durable.vocabulary import EventKind
-
-_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
 
 class RunFailed(DurableError):
@@ -106,11 +103,8 @@ def start_or_get(
     201 or 200 is this flag, not a look before the insert. Same arguments and errors as
     :func:`start`."""
     spec = registry.get_workflow(workflow_name, version)
-    if run_id is not None and not _RUN_ID_RE.fullmatch(str(run_id)):  # '$' allows a '\n'
-        raise ValueError(
-            f"run id {run_id!r} is not valid: use 1-128 characters of letters, "
-            "digits, '.', '_' and '-', starting with a letter or digit"
-        )
+    if run_id is not None and (problem := run_id_problem(str(run_id))):
+        raise ValueError(problem)
     if tags is not None and (
         not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags)
     ):

@@ -13,7 +13,14 @@ live in :mod:`durable.vocabulary`, the managers' named queries in
 from durable.models.events import TraceEvent
 from durable.models.limits import Limit, LimitSlot
 from durable.models.operations import Operation
-from durable.models.runs import RUN_ID_PATTERN, Run, new_run_id, run_lineage
+from durable.models.runs import (
+    RESERVED_RUN_IDS,
+    RUN_ID_PATTERN,
+    Run,
+    new_run_id,
+    run_id_problem,
+    run_lineage,
+)
 from durable.models.schedules import Schedule
 from durable.models.steps import Step, StepAttempt
 from durable.models.streams import StreamEvent
@@ -38,6 +45,7 @@ from durable.vocabulary import (
 
 __all__ = [
     "CLAIMABLE",
+    "RESERVED_RUN_IDS",
     "RUN_ID_PATTERN",
     "TERMINAL",
     "AttemptOutcome",
@@ -65,5 +73,6 @@ __all__ = [
     "WaitStatus",
     "WorkerProcess",
     "new_run_id",
+    "run_id_problem",
     "run_lineage",
 ]

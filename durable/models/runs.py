@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -22,6 +23,24 @@ from durable.vocabulary import (
 )
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
+#: run ids that match the pattern but name a dashboard page under ``/runs/`` (the start
+#: form, the comparison, the bulk action): a run of that id would have no page of its
+#: own, so starting or forking one is refused (tests/dashboard check the routes)
+RESERVED_RUN_IDS = frozenset({"new", "compare", "bulk"})
+
+
+def run_id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a run id, or None: 1-128 letters, digits, '.', '_' and
+    '-', starting with a letter or digit (:data:`RUN_ID_PATTERN`), and none of
+    :data:`RESERVED_RUN_IDS`."""
+    if not isinstance(value, str) or not re.fullmatch(RUN_ID_PATTERN, value):
+        return (
+            f"run id {value!r} is not valid: use 1-128 characters of letters, "
+            "digits, '.', '_' and '-', starting with a letter or digit"
+        )
+    if value in RESERVED_RUN_IDS:
+        return f"run id {value!r} is reserved: it names the dashboard's page /runs/{value}/"
+    return None
 
 
 def new_run_id() -> str:

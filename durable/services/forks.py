@@ -9,7 +9,6 @@ own, so it lives with the fork, apart from the other operator services.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -19,7 +18,6 @@ from django.utils import timezone
 from durable import idempotency, requesters
 from durable.dispatch import dispatch_on_commit
 from durable.models import (
-    RUN_ID_PATTERN,
     Operation,
     OperationStatus,
     Run,
@@ -28,6 +26,7 @@ from durable.models import (
     StepKind,
     StepStatus,
     TraceEvent,
+    run_id_problem,
     run_lineage,
     transitions,
 )
@@ -147,11 +146,8 @@ def run_fork_or_get(
             codec.fingerprint(input),
         )
     if new_run_id is not None:
-        if not isinstance(new_run_id, str) or not re.fullmatch(RUN_ID_PATTERN, new_run_id):
-            raise ValueError(
-                f"new_run_id {new_run_id!r} is not valid: use 1-128 characters of letters, "
-                "digits, '.', '_' and '-', starting with a letter or digit"
-            )
+        if problem := run_id_problem(new_run_id):
+            raise ValueError(problem.replace("run id", "new_run_id", 1))
         check_identifier(new_run_id, "run id")
     actor = actor_of(by)
     forker, principal = requesters.resolve(by)
