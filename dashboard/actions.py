@@ -375,7 +375,11 @@ def operation_lookup_view(request: HttpRequest, operation_id: int) -> HttpRespon
         )
     else:
         level, text = WARNING, f"The lookup could not tell: {found.error}."
-    result = "" if found.found is not True else json.dumps(found.result, indent=2, default=str)
+    result = (
+        ""
+        if found.found is not True
+        else json.dumps(found.result, indent=2, default=str, ensure_ascii=False)
+    )
     context = {
         "lookup": {
             "op": op.pk,

@@ -26,6 +26,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -60,13 +61,17 @@ class Field:
     choices: list[str] = field(default_factory=list)
     description: str = ""
     error: str = ""
+    #: ``X | None``: left empty, a required one is None
+    nullable: bool = False
 
 
 def startable() -> list[registry.WorkflowSpec]:
     """The registered workflows an operator may start, by name (the last version each)."""
+    # the workflow that sends approval emails is the system's too, whatever its name
+    system = {getattr(settings, "DURABLE_APPROVAL_EMAIL_WORKFLOW", "")}
     specs: dict[str, registry.WorkflowSpec] = {}
     for spec in registry.workflows():
-        if spec.name.split(".", 1)[0] not in SYSTEM_NAMESPACES:
+        if spec.name.split(".", 1)[0] not in SYSTEM_NAMESPACES and spec.name not in system:
             specs[spec.name] = spec
     return [specs[name] for name in sorted(specs)]
 
@@ -96,6 +101,7 @@ def _fields(hint: Any) -> list[Field]:
     required = set(schema.get("required", ()))
     fields = []
     for name, prop in schema["properties"].items():
+        prop, nullable = _unwrap_optional(prop)
         if "$ref" in prop:  # an enum or a nested model, described in $defs
             prop = {**defs.get(prop["$ref"].rsplit("/", 1)[-1], {}), **prop}
         default = prop.get("default")
@@ -105,7 +111,7 @@ def _fields(hint: Any) -> list[Field]:
             kind, choices = _SIMPLE.get(prop.get("type", ""), "json"), []
         value = ""
         if default is not None:
-            value = json.dumps(default) if kind == "json" else str(default)
+            value = json.dumps(default, ensure_ascii=False) if kind == "json" else str(default)
         fields.append(
             Field(
                 name=name,
@@ -114,9 +120,24 @@ def _fields(hint: Any) -> list[Field]:
                 value=value,
                 choices=choices,
                 description=prop.get("description", ""),
+                nullable=nullable,
             )
         )
     return fields
+
+
+def _unwrap_optional(prop: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``(schema, nullable)`` of a property: ``X | None`` (pydantic's ``anyOf`` of X and
+    ``null``) is a field of X that may be left empty, not a JSON box whose text must be
+    JSON (a plain note would need its quotes typed)."""
+    options = prop.get("anyOf")
+    if not isinstance(options, list):
+        return prop, False
+    kept = [o for o in options if o != {"type": "null"}]
+    if len(kept) != 1 or len(kept) == len(options):
+        return prop, False
+    rest = {k: v for k, v in prop.items() if k != "anyOf"}
+    return {**kept[0], **rest}, True
 
 
 def _read_fields(fields: list[Field], data: Any) -> dict[str, Any]:
@@ -131,6 +152,9 @@ def _read_fields(fields: list[Field], data: Any) -> dict[str, Any]:
         f.value = str(data.get(f.name, ""))[:MAX_JSON]
         if f.value == "" and not f.required:
             continue  # left empty: the default
+        if f.value == "" and f.nullable:
+            value[f.name] = None
+            continue
         if f.kind == "json":
             try:
                 value[f.name] = json.loads(f.value)
@@ -167,7 +191,9 @@ def _prefill(fields: list[Field], value: Any) -> None:
         if f.name not in value:
             continue
         v = value[f.name]
-        if f.kind == "checkbox":
+        if v is None and f.nullable:
+            f.value = ""
+        elif f.kind == "checkbox":
             f.value = "true" if v else ""
         elif f.kind == "json" or not isinstance(v, str | int | float):
             f.value = json.dumps(v, ensure_ascii=False)

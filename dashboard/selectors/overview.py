@@ -18,7 +18,7 @@ millions of runs cheap, and is not built yet.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
@@ -164,10 +164,11 @@ def _compute(window: str, now: datetime) -> Overview:
     length, bucket, label = WINDOWS[window]
     since = now - length
     runs = Run.objects.filter(created_at__gte=since).exclude(system_q())
-    trunc = TruncHour if bucket == "hour" else TruncDay
+    # hours in UTC (a local hour may repeat or not exist: _slots), days in the local zone
+    at_ = TruncHour("created_at", tzinfo=UTC) if bucket == "hour" else TruncDay("created_at")
     by_time: dict[datetime, dict[str, int]] = {}
     for at, status, n in (
-        runs.annotate(at=trunc("created_at"))
+        runs.annotate(at=at_)
         .values("at", "status")
         .annotate(n=Count("id"))
         .values_list("at", "status", "n")
@@ -200,18 +201,21 @@ def _compute(window: str, now: datetime) -> Overview:
 
 
 def _slots(since: datetime, now: datetime, bucket: str) -> list[datetime]:
-    step = timedelta(hours=1) if bucket == "hour" else timedelta(days=1)
-    local = timezone.localtime(since)
+    """The buckets' starts from ``since`` to ``now``: whole hours of UTC (shown in the
+    current zone: where its clock goes back an hour repeats, where it goes forward one
+    is skipped, and each real hour is still one bar), or calendar days of the current
+    zone (23 or 25 hours long on the days its clock changes)."""
+    slots: list[datetime] = []
     if bucket == "hour":
-        first = local.replace(minute=0, second=0, microsecond=0)
-    else:
-        first = local.replace(hour=0, minute=0, second=0, microsecond=0)
-    slots, at = [], first
+        at = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        while at <= now:
+            slots.append(at)
+            at += timedelta(hours=1)
+        return slots
+    at = timezone.localtime(since).replace(hour=0, minute=0, second=0, microsecond=0)
     while at <= now:
         slots.append(at)
-        at = timezone.localtime(at + step)
-        if bucket == "day":  # a day is a calendar day in the current zone
-            at = at.replace(hour=0, minute=0, second=0, microsecond=0)
+        at = timezone.localtime(at + timedelta(days=1)).replace(hour=0, minute=0, second=0)
     return slots
 
 

@@ -28,6 +28,16 @@ def test_the_page_offers_the_users_workflows_not_the_systems(operator_client):
     assert 'value="api.webhook_delivery"' not in page and "durable.mcp.call" not in page
 
 
+def test_the_workflow_that_sends_approval_emails_is_not_offered(operator_client, settings):
+    """The outside trial of issue 31 found ``examples.approval_email`` offered: it is the
+    system's (``DURABLE_APPROVAL_EMAIL_WORKFLOW`` names it), whatever its namespace."""
+    settings.DURABLE_APPROVAL_EMAIL_WORKFLOW = "dash.echo"
+    page = operator_client.get(URL).content.decode()
+    assert 'value="start.ticket"' in page and 'value="dash.echo"' not in page
+    response = operator_client.post(URL, {"workflow": "dash.echo", "input": "{}"})
+    assert response.status_code in (404, 422) and not Run.objects.exists()
+
+
 def test_a_typed_input_gets_a_field_per_property_with_its_kind(operator_client):
     page = operator_client.get(URL, {"workflow": "start.ticket"}).content.decode()
     assert 'name="title"' in page and "what the ticket is about" in page
