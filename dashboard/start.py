@@ -68,10 +68,10 @@ class Field:
 def startable() -> list[registry.WorkflowSpec]:
     """The registered workflows an operator may start, by name (the last version each)."""
     # the workflow that sends approval emails is the system's too, whatever its name
-    system = {getattr(settings, "DURABLE_APPROVAL_EMAIL_WORKFLOW", "")}
+    emails = getattr(settings, "DURABLE_APPROVAL_EMAIL_WORKFLOW", "")
     specs: dict[str, registry.WorkflowSpec] = {}
     for spec in registry.workflows():
-        if spec.name.split(".", 1)[0] not in SYSTEM_NAMESPACES and spec.name not in system:
+        if spec.name.split(".", 1)[0] not in SYSTEM_NAMESPACES and spec.name != emails:
             specs[spec.name] = spec
     return [specs[name] for name in sorted(specs)]
 

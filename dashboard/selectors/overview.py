@@ -165,10 +165,10 @@ def _compute(window: str, now: datetime) -> Overview:
     since = now - length
     runs = Run.objects.filter(created_at__gte=since).exclude(system_q())
     # hours in UTC (a local hour may repeat or not exist: _slots), days in the local zone
-    at_ = TruncHour("created_at", tzinfo=UTC) if bucket == "hour" else TruncDay("created_at")
+    start = TruncHour("created_at", tzinfo=UTC) if bucket == "hour" else TruncDay("created_at")
     by_time: dict[datetime, dict[str, int]] = {}
     for at, status, n in (
-        runs.annotate(at=at_)
+        runs.annotate(at=start)
         .values("at", "status")
         .annotate(n=Count("id"))
         .values_list("at", "status", "n")

@@ -13,12 +13,15 @@ and for the replay check's reads :func:`read_only` and :func:`statement_savepoin
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+
+from durable import conf
 
 
 def available() -> bool:
@@ -45,20 +48,15 @@ def database_now(*, wall_clock: bool = False) -> datetime | None:
 @contextmanager
 def prepared_cursor() -> Iterator[Any]:
     """A cursor whose statements PostgreSQL parses and plans once per connection, then
-        only executes: psycopg's prepared statements (server-side binding, ``prepare=True``),
-        for the engine's hot statements (a step's checkpoint, a write's ``started`` row, a
-        run's start, claim and completion). Planning the checkpoint's CTE took 0.7 ms of its
-        1 ms on the server (``bench/results/2026-12-05-prepared.md``). Django's own cursors
-        stay client-side (Django's default). With ``DURABLE['PREPARED_STATEMENTS']`` false (a
-        pooler that cannot keep a session's prepared statements) or while queries are logged,
-    Django's cursor. Statements
-        and errors go through Django's cursor wrapper as any query's (execute wrappers, the
-        debug log, ``django.db`` exceptions); psycopg keeps at most 100 prepared per
-        connection (``prepared_max``) and drops them with the connection."""
-    from django.db.backends.utils import CursorWrapper
-
-    from durable import conf
-
+    only executes: psycopg's prepared statements (server-side binding, ``prepare=True``),
+    for the engine's hot statements (a run's start and completion, a step's checkpoint,
+    a write's ``started`` row). Planning the checkpoint's CTE took 0.7 ms of its 1.2 ms
+    on the server (``bench/results/2026-12-05-prepared.md``). Django's own cursors stay
+    client-side (Django's default). With ``DURABLE['PREPARED_STATEMENTS']`` false (a
+    pooler that cannot keep a session's prepared statements) or while queries are
+    logged, Django's cursor. Statements and errors go through Django's cursor wrapper as
+    any query's (execute wrappers, ``django.db`` exceptions); psycopg keeps at most 100
+    prepared per connection (``prepared_max``) and drops them with the connection."""
     if not conf.get("PREPARED_STATEMENTS") or connection.queries_logged:
         # queries_logged: DEBUG, or a test capturing queries: Django's debug cursor logs
         # a statement's text, which a prepared one does not give back (Django's
@@ -76,30 +74,26 @@ def prepared_cursor() -> Iterator[Any]:
         pg.prepare_threshold = NEVER_BY_COUNT
     with connection.wrap_database_errors:
         raw = _prepared_cursor_class()(pg)
-    wrapped: CursorWrapper = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
-    with wrapped:
-        yield wrapped
+    with connection._prepare_cursor(raw) as cursor:  # type: ignore[attr-defined]
+        yield cursor
 
 
-def _prepared_cursor_class() -> type[Any]:
-    global _PREPARED_CURSOR
-    if _PREPARED_CURSOR is None:
-        import psycopg
-
-        class PreparedCursor(psycopg.Cursor):
-            """psycopg's server-side binding cursor, each statement prepared."""
-
-            def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-                kwargs.setdefault("prepare", True)
-                return super().execute(query, params, **kwargs)
-
-        _PREPARED_CURSOR = PreparedCursor
-    return _PREPARED_CURSOR
-
-
-_PREPARED_CURSOR: type[Any] | None = None
 #: psycopg's ``prepare_threshold`` set where Django left none: prepare=True only
 NEVER_BY_COUNT = 2**62
+
+
+@functools.cache
+def _prepared_cursor_class() -> type[Any]:
+    """psycopg's server-side binding cursor, each statement prepared (psycopg is
+    imported here: only a PostgreSQL database needs it)."""
+    import psycopg
+
+    class PreparedCursor(psycopg.Cursor):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs.setdefault("prepare", True)
+            return super().execute(query, params, **kwargs)
+
+    return PreparedCursor
 
 
 #: seconds a client is told to wait (``Retry-After``) when the web's pool is exhausted
