@@ -56,3 +56,29 @@ def test_j_k_a_enter_approves_the_second_request_and_keys_in_a_field_are_text(
     expect(cards).to_have_count(1)
     assert ApprovalRequest.objects.get(pk=second.pk).status == "approved"
     assert ApprovalRequest.objects.get(pk=first.pk).status == "pending"
+
+
+def test_a_live_refresh_keeps_the_keyboards_place_in_the_inbox(context, page, ops_user):
+    """A live refresh replaces the inbox's cards; the request chosen with j and its Approve
+    button chosen with a stay focused, so the Enter that follows decides it (a refresh
+    between the keys once left Enter to the page, and nothing was decided)."""
+    _, first = waiting_for("tests.tool_approval", {"to": "ann@example.com"})
+    waiting_for("tests.tool_approval", {"to": "bob@example.com"})
+    login(context, ops_user)
+    page.goto("/approvals/")
+    cards = page.locator("article[data-approval]")
+    expect(cards).to_have_count(2)
+    page.keyboard.press("j")
+    page.keyboard.press("a")
+    approve = cards.nth(0).get_by_role("button", name="Approve", exact=True)
+    expect(approve).to_be_focused()
+    # the refresh a live event sends, waited for: the old inbox is replaced
+    page.evaluate("document.getElementById('inbox').setAttribute('data-old', '1')")
+    page.evaluate("htmx.trigger(document.getElementById('inbox'), 'durable:refresh')")
+    expect(page.locator("#inbox[data-old]")).to_have_count(0)
+    expect(cards.nth(0)).to_have_class("card approval is-current")
+    expect(approve).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status").filter(has_text="Approved")).to_be_visible()
+    first.refresh_from_db()
+    assert first.status == "approved"

@@ -75,13 +75,17 @@ def test_an_approvers_day(context, page, settings, width):
 
     # by keyboard: j to the first, a to Approve, Enter decides it
     page.keyboard.press("j")
+    expect(cards.nth(0)).to_be_focused()
     page.keyboard.press("a")
+    expect(cards.nth(0).get_by_role("button", name="Approve", exact=True)).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.get_by_role("status").filter(has_text="Approved")).to_be_visible()
     expect(cards).to_have_count(3)
     # the next: r to its comment, say why, Tab to Reject, Enter
     page.keyboard.press("j")
+    expect(cards.nth(0)).to_be_focused()
     page.keyboard.press("r")
+    expect(cards.nth(0).locator("textarea[name=comment]")).to_be_focused()
     page.keyboard.type("Not to this address: the customer asked for email to stop")
     reject = cards.nth(0).get_by_role("button", name="Reject", exact=True)
     reject.focus()

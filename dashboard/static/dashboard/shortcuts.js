@@ -8,7 +8,8 @@
  *   ?       show or hide this list; Escape hides it
  *
  * Keys typed in a field, or with Ctrl, Alt or Meta, are left alone. The current request is
- * kept across the inbox's live refreshes (by its id) while it is still pending.
+ * kept across the inbox's live refreshes (by its id) while it is still pending, and so is
+ * the focus within it.
  */
 (function () {
   "use strict";
@@ -82,8 +83,35 @@
     if (done) event.preventDefault();
   });
 
-  document.addEventListener("htmx:afterSwap", function () {
+  // A live refresh replaces the inbox's cards: the keyboard's place (the current card,
+  // its Approve or Reject button, its comment box) is found again in the new card, so a
+  // refresh between "a" and Enter does not leave Enter to the page.
+  var focused = null;
+
+  document.addEventListener("htmx:beforeSwap", function () {
     var card = current();
-    if (card) card.classList.add("is-current");
+    var active = document.activeElement;
+    focused = null;
+    if (!card || !active || !card.contains(active)) return;
+    if (active === card) focused = "card";
+    else if (active.matches("button[value]")) focused = "button[value=" + active.value + "]";
+    else if (active.matches("textarea[name=comment]")) focused = "textarea[name=comment]";
+  });
+
+  // htmx:load, not afterSwap: the inbox swaps its outerHTML, and afterSwap is sent to the
+  // element swapped out, which is no longer in the document to bubble to it
+  document.addEventListener("htmx:load", function () {
+    var card = current();
+    var was = focused;
+    focused = null;
+    if (!card) return;
+    card.classList.add("is-current");
+    if (!was) return;
+    var el = was === "card" ? card : card.querySelector(was);
+    var active = document.activeElement;
+    // only where the swap dropped the focus (to the page): a key pressed since moved it
+    if (!el || (active && active !== document.body)) return;
+    if (el === card) card.setAttribute("tabindex", "-1");
+    el.focus({ preventScroll: true });
   });
 })();
