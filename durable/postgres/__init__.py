@@ -49,8 +49,8 @@ def database_now(*, wall_clock: bool = False) -> datetime | None:
 def prepared_cursor() -> Iterator[Any]:
     """A cursor whose statements PostgreSQL parses and plans once per connection, then
     only executes: psycopg's prepared statements (server-side binding, ``prepare=True``),
-    for the engine's hot statements (a run's start and completion, a step's checkpoint,
-    a write's ``started`` row). Planning the checkpoint's CTE took 0.7 ms of its 1.2 ms
+    for the engine's hot statements (a run's start, claim and completion, a step's
+    checkpoint, a write's ``started`` row). Planning the checkpoint's CTE took 0.7 ms of its 1.2 ms
     on the server (``bench/results/2026-12-05-prepared.md``). Django's own cursors stay
     client-side (Django's default). With ``DURABLE['PREPARED_STATEMENTS']`` false (a
     pooler that cannot keep a session's prepared statements) or while queries are

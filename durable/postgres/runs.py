@@ -93,18 +93,19 @@ def claim_in_one_statement(
             INSERT INTO {TraceEvent._meta.db_table} (run_id, kind, step_id, message, data,
                    actor, created_at)
             SELECT r.id, %s, '', '', jsonb_build_object('claim', r.claims), %s, %s FROM r)
-        SELECT {cols}, c.claims = 0 AND c.cursor_position = 0 AS durable_first_claim
+        SELECT {cols}, c.claims = 0 AND c.cursor_position = 0
           FROM r JOIN c ON c.id = r.id"""  # noqa: S608 - table names come from the models
     params: list[Any] = [run_id, RunStatus.PENDING]
     params += [_prep(Run, n, changes[n]) for n in names]
     params += [worker_id[:200], token, lease_expires_at, now, now]
     params += [EventKind.CLAIMED, worker_id, now]
-    rows = list(Run.objects.raw(_SQL[key], params))
-    if not rows:
+    with prepared_cursor() as cursor:
+        cursor.execute(_SQL[key], params)
+        row = cursor.fetchone()
+    if row is None:
         return None
-    run = rows[0]
-    first = bool(getattr(run, "durable_first_claim", False))
-    return run, first
+    *values, first = row
+    return _from_db(Run, values), bool(first)
 
 
 def complete_in_one_statement(
@@ -149,6 +150,36 @@ def complete_in_one_statement(
     with prepared_cursor() as cursor:
         cursor.execute(_SQL[key], params)
         return cursor.fetchone() is not None
+
+
+def _from_db(model: type[Model], values: list[Any]) -> Any:
+    """An instance of ``model`` from a row of every concrete column in the model's order,
+    each value through its field's converters as a queryset's would be (Django's
+    ``SQLCompiler.apply_converters``: the backend's, then the field's ``from_db_value``)."""
+    fields, names, converters = _CONVERTERS.get(model) or _CONVERTERS.setdefault(
+        model, _converters(model)
+    )
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        for convert in converters[field.attname]:
+            value = convert(value, field, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, names, converted)
+
+
+def _converters(model: type[Model]) -> tuple[list[Field], list[str], dict[str, list[Any]]]:
+    fields = _fields(model)
+    converters = {}
+    for field in fields:
+        col = field.get_col(model._meta.db_table)
+        converters[field.attname] = connection.ops.get_db_converters(col) + col.get_db_converters(
+            connection
+        )
+    return fields, [f.attname for f in fields], converters
+
+
+#: per model: its concrete fields, their attribute names and each one's converters
+_CONVERTERS: dict[type[Model], tuple[list[Field], list[str], dict[str, list[Any]]]] = {}
 
 
 def _prep(model: type[Model], name: str, value: Any) -> Any:

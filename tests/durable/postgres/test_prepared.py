@@ -44,3 +44,22 @@ def test_none_is_prepared_when_the_setting_says_so(settings):
     run = drive(durable.start("tests.add_twice", {"a": 1, "b": 2}).id)
     assert run.status == "succeeded", run.error
     assert _prepared() == []
+
+
+def test_the_claim_is_prepared_and_gives_the_run_as_the_orm_reads_it():
+    from durable.models.runs import Run
+    from durable.worker import engine
+
+    connection.close()
+    run = durable.start(
+        "tests.add_twice", {"a": 1, "b": "ünï", "nested": [1, {"x": None}]}, tags=["t"]
+    )
+    claimed, steps = engine.claim(run.id, token="tok-1", worker_id="w-1")
+    assert steps == []
+    fresh = Run.objects.get(pk=run.id)
+    for field in Run._meta.concrete_fields:
+        assert getattr(claimed, field.attname) == getattr(fresh, field.attname), field.name
+    assert claimed.input_value()["b"] == "ünï" and claimed.tags == ["t"]
+    assert not claimed._state.adding and claimed._state.db == "default"
+    claims = [s for s in _prepared() if "FOR UPDATE SKIP LOCKED" in s]
+    assert len(claims) == 1, _prepared()
