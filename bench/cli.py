@@ -34,6 +34,7 @@ from .common import (
     versions,
     xact_commit,
 )
+from .growth import part_growth
 from .numbers import MARGINAL_SCENARIOS
 from .report import render
 from .scenarios import scenarios as checkpoint_scenarios
@@ -53,6 +54,7 @@ PARTS = (
     "replay",
     "stream",
     "startup",
+    "growth",
     "memory",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -545,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         "replay": part_replay,
         "stream": part_stream,
         "startup": part_startup,
+        "growth": part_growth,
     }
     todo = [p for p in cfg.parts if p != "memory"]
     if "memory" in cfg.parts and "throughput" not in todo:

@@ -456,6 +456,10 @@ def render(results: dict[str, Any]) -> str:
         from .stream import section as stream_section
 
         out += stream_section(parts["stream"]) + [""]
+    if "growth" in parts:
+        from .growth import section as growth_section
+
+        out += growth_section(parts["growth"]) + [""]
     if "startup" in parts:
         from .startup import section as startup_section
 

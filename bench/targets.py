@@ -30,6 +30,10 @@ TARGETS = {
     "replay_runs_per_min": 1000.0,  # issue 32: the replay check, runs checked a minute
     "cli_start_s": 1.0,  # issue 33: a CLI command that reads runs, spawn to exit
     "worker_ready_s": 2.0,  # issue 33: a worker, spawn to ready
+    # issue 33: a figure at the largest seeded size / the same at the smallest (100x the
+    # runs); logarithmic growth would be ~1.5x (log 1M / log 10k), linear 100x
+    "growth_ratio": 2.0,
+    "api_p95_ms": 100.0,  # issue 33: the API's runs list and a run's detail
 }
 
 
@@ -202,6 +206,58 @@ def _throughput(t: _Rows, tp: dict[str, Any]) -> None:
     t.info(name, measured, "reported", gap)
 
 
+def _growth(t: _Rows, g: dict[str, Any]) -> None:
+    """Each figure at the largest size over the same at the smallest (bench/growth.py),
+    and the API's p95 at the largest size."""
+    sizes = g.get("sizes") or []
+    if len(sizes) < 2:
+        t.info(
+            "growth from the smallest to the largest size ≤ 2×",
+            "not measured",
+            None,
+            g.get("skipped", ""),
+        )
+        return
+    small, large = sizes[0], sizes[-1]
+
+    def api(r: dict[str, Any], endpoint: str) -> float:
+        row = next((a for a in r.get("api", []) if a["endpoint"] == endpoint), {})
+        return row.get("ms", {}).get("p95", math.nan)
+
+    def worst(r: dict[str, Any]) -> float:
+        return (r.get("worst_page") or {}).get("ms", {}).get("p95", math.nan)
+
+    figures = {
+        "a step (p50)": (small["step_ms"]["p50"], large["step_ms"]["p50"]),
+        "a claim (p50)": (small["claim_ms"]["p50"], large["claim_ms"]["p50"]),
+        "the worst dashboard page (p95)": (worst(small), worst(large)),
+        "the API's runs list (p95)": (
+            api(small, "API runs list (50)"),
+            api(large, "API runs list (50)"),
+        ),
+        "the API's run detail (p95)": (
+            api(small, "API run detail (500 steps)"),
+            api(large, "API run detail (500 steps)"),
+        ),
+    }
+    span = f"{small['runs']:,} → {large['runs']:,} runs"
+    for label, (a, b) in figures.items():
+        t.add(
+            f"{label} grows ≤ 2× from {span}",
+            b / a if ok(a) and a else math.nan,
+            TARGETS["growth_ratio"],
+            "×",
+            note=f"{fmt(a)} → {fmt(b)} ms",
+        )
+    for endpoint in ("API runs list (50)", "API run detail (500 steps)"):
+        t.add(
+            f"{endpoint} p95 ≤ 100 ms at {large['runs']:,} runs (one client)",
+            api(large, endpoint),
+            TARGETS["api_p95_ms"],
+            " ms",
+        )
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of the targets table for the parts in ``results`` (see :class:`_Rows`)."""
     parts = results["parts"]
@@ -280,6 +336,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             or "naming its modules: "
             f"{fmt(su.get('worker_named_modules_ready_s', {}).get('median'))} s",
         )
+    g = parts.get("growth")
+    if g is not None:
+        _growth(t, g)
     if tp is not None and "workers_1" in tp:
         w = tp["workers_1"]
         t.add(

@@ -486,3 +486,39 @@ def test_startup_part_renders_its_section_and_its_two_target_rows() -> None:
     text = "\n".join(section(part))
     assert "| `manage.py durable runs --limit 1` (reads runs) | 0.8" in text
     assert text.count("| worker ready") == 2
+
+
+def test_growth_part_renders_its_rows_and_its_growth_targets() -> None:
+    from bench.growth import section
+    from bench.targets import targets
+
+    def ms(p50: float, p95: float) -> dict[str, float]:
+        return {"p50": p50, "p95": p95, "p99": p95, "min": p50, "max": p95, "n": 15}
+
+    def size(runs: int, factor: float) -> dict[str, object]:
+        return {
+            "runs": runs,
+            "steps": runs * 20,
+            "step_ms": ms(0.9 * factor, 1.0 * factor),
+            "claim_ms": ms(0.5 * factor, 0.6 * factor),
+            "worst_page": {"page": "approvals inbox", "ms": ms(30 * factor, 40 * factor)},
+            "api": [
+                {"endpoint": "API runs list (50)", "ms": ms(10 * factor, 20 * factor)},
+                {"endpoint": "API run detail (500 steps)", "ms": ms(25 * factor, 30 * factor)},
+            ],
+            "tables": [{"table": "durable_run", "rows": runs, "bytes": runs * 900, "index": 0}],
+        }
+
+    part = {"sizes": [size(10_000, 1.0), size(1_000_000, 3.0)]}
+    rows = targets({"parts": {"growth": part}})
+    grows = [r for r in rows if "grows ≤ 2×" in r["target"]]
+    assert len(grows) == 5 and all(r["met"] is False and "1.50× over" in r["gap"] for r in grows)
+    assert grows[0]["target"] == "a step (p50) grows ≤ 2× from 10,000 → 1,000,000 runs"
+    detail = next(r for r in rows if r["target"].startswith("API run detail (500 steps) p95"))
+    assert (detail["measured"], detail["met"]) == ("90.0 ms", True)
+    flat = targets({"parts": {"growth": {"sizes": [size(10_000, 1.0), size(100_000, 1.2)]}}})
+    assert all(r["met"] is True for r in flat)
+    text = "\n".join(section(part))
+    assert "| 1,000,000 | 20,000,000 | 2.700 / 3.000 | 1.500 / 1.800 |" in text
+    assert "approvals inbox (120.0)" in text and "| 1,000,000 | 900 / 0.0 |" in text
+    assert section({"skipped": "no server"})[-1] == "Skipped: no server"
