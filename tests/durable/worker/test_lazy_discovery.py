@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from durable import registry
+from tests.harness import database_url
 
 REPO = Path(__file__).resolve().parents[3]
 FRAMEWORKS = ("agents", "pydantic_ai", "langgraph")
@@ -24,8 +25,8 @@ FRAMEWORKS = ("agents", "pydantic_ai", "langgraph")
 ENGINE = ("durable.worker.engine", "durable.worker.dry")
 
 
-def _process(code: str, tmp_path: Path, *args: str) -> dict:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+def _process(code: str, tmp_path: Path, *args: str, **env: str) -> dict:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")} | env
     out = subprocess.run(
         [sys.executable, *(["-c", code] if code else []), *args],
         cwd=REPO,
@@ -59,16 +60,15 @@ def test_start_up_imports_no_workflow_module_and_the_first_lookup_imports_them(t
     assert not seen["fastmcp"]
 
 
+@pytest.mark.django_db  # the command reads the test's database (migrated once, not here)
 def test_a_cli_command_that_reads_runs_imports_no_framework(tmp_path):
-    migrate = "from django.core.management import execute_from_command_line as run\n"
-    _process(migrate + "run(['manage.py', 'migrate', '-v', '0']); print('{}')", tmp_path)
     code = (
         "import json, sys\n"
         "from django.core.management import execute_from_command_line as run\n"
         "run(['manage.py', 'durable', 'runs'])\n"
         f"print(json.dumps(sorted(m for m in {FRAMEWORKS + ENGINE} if m in sys.modules)))\n"
     )
-    assert _process(code, tmp_path) == []
+    assert _process(code, tmp_path, DATABASE_URL=database_url()) == []
 
 
 @pytest.fixture
