@@ -63,3 +63,34 @@ def test_the_claim_is_prepared_and_gives_the_run_as_the_orm_reads_it():
     assert not claimed._state.adding and claimed._state.db == "default"
     claims = [s for s in _prepared() if "FOR UPDATE SKIP LOCKED" in s]
     assert len(claims) == 1, _prepared()
+
+
+def test_a_connection_used_a_moment_ago_is_not_pinged_again(monkeypatch):
+    """Django's health check pings before the first query after close_old_connections()
+    (every execution calls it, before and after): a run started, claimed and completed
+    right after another, as a busy worker runs them, pays no ping; a run after the
+    connection sat idle does."""
+    from django.db import close_old_connections
+
+    from durable import postgres
+    from durable.worker.engine import execute
+
+    wrapper = type(connection._connections[connection._alias])
+    original = wrapper.is_usable
+    pings = []
+
+    def is_usable(self):
+        pings.append(1)
+        return original(self)
+
+    monkeypatch.setattr(wrapper, "is_usable", is_usable)
+
+    def one(n: int) -> str | None:
+        return execute(durable.start("tests.add_twice", {"a": n, "b": 2}).id, worker_id="w")
+
+    assert one(1) == "succeeded"
+    pings.clear()
+    assert [one(2), one(3)] == ["succeeded", "succeeded"] and pings == []
+    close_old_connections()
+    connection.durable_used_at -= postgres.RECENTLY_USED_SECONDS  # idle since
+    assert one(4) == "succeeded" and len(pings) == 1
