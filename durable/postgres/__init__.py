@@ -66,16 +66,16 @@ def prepared_cursor() -> Iterator[Any]:
         with connection.cursor() as cursor:
             yield cursor
         return
+    db: Any = connection  # health_check_done is missing from django-stubs
     if (
-        not connection.health_check_done
-        and time.monotonic() - getattr(connection, "durable_used_at", -math.inf)
-        < RECENTLY_USED_SECONDS
+        not db.health_check_done
+        and time.monotonic() - getattr(db, "durable_used_at", -math.inf) < RECENTLY_USED_SECONDS
     ):
         # Django pings the server (CONN_HEALTH_CHECKS) before the first query after every
         # close_old_connections(), i.e. once per task or execution: a round trip of every
         # one-step run's four. A connection that ran a hot statement a moment ago is not
         # pinged; the claim is retried on a fresh one if it was lost meanwhile (retry_db)
-        connection.health_check_done = True
+        db.health_check_done = True
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     pg = connection.connection
@@ -88,7 +88,7 @@ def prepared_cursor() -> Iterator[Any]:
         raw = _prepared_cursor_class()(pg)
     with connection._prepare_cursor(raw) as cursor:  # type: ignore[attr-defined]
         yield cursor
-    connection.durable_used_at = time.monotonic()
+    db.durable_used_at = time.monotonic()
 
 
 #: seconds after a hot statement within which the connection is not health-checked again
