@@ -15,7 +15,7 @@ from django.utils import timezone
 from durable.models.events import TraceEvent
 from durable.models.runs import Run
 from durable.models.steps import Step
-from durable.postgres import rows
+from durable.postgres import prepared_cursor, rows
 from durable.values.fields import storable_json
 from durable.vocabulary import EventKind
 
@@ -29,6 +29,14 @@ def flush_in_one_statement(owner: Any, batch: Any) -> list[Step] | None:
     pending = batch.pending
     steps = [Step(**fields) for fields in pending]  # the rows StepBatch.insert_txn creates
     now = timezone.now()
+    # one array per column (unnest): the statement's text is the same for every batch
+    # length, so it is prepared once per connection like the other hot statements
+    by_column: list[list[Any]] = [[] for _ in rows.insert_fields(Step)]
+    event_data = []
+    for step, event in zip(steps, batch.events, strict=True):
+        for column, value in zip(by_column, rows.values(step), strict=True):
+            column.append(value)
+        event_data.append(json.dumps(storable_json(event["data"])))
     params: list[Any] = [
         now,
         pending[-1]["position"] + 1,
@@ -37,24 +45,48 @@ def flush_in_one_statement(owner: Any, batch: Any) -> list[Step] | None:
         owner.cursor.run_id,
         owner.cursor.token,
         owner.cursor.status,
+        *by_column,
+        event_data,
+        EventKind.STEP_EXECUTED.value,
+        owner.cursor.worker_id,
     ]
-    row = f"({rows.typed_marks(Step)}, %s::jsonb)"
-    for step, event in zip(steps, batch.events, strict=True):
-        params += [*rows.values(step), json.dumps(storable_json(event["data"]))]
-    params += [EventKind.STEP_EXECUTED.value, owner.cursor.worker_id]
-    columns = rows.columns(Step)
-    sql = f"""
+    with prepared_cursor() as cursor:
+        cursor.execute(_batch_sql(), params)
+        ids = dict((position, pk) for pk, position in cursor.fetchall())
+    if not ids:
+        return None
+    for step in steps:
+        step.pk = ids[step.position]
+        step._state.adding = False
+    return steps
+
+
+_SQL: dict[str, str] = {}
+
+
+def _batch_sql() -> str:
+    """The flush's statement, built once per process: the run's fenced update, then the
+    steps and their events from one array parameter per column (``unnest``)."""
+    if "batch" not in _SQL:
+        columns = rows.columns(Step)
+        names = [c.strip() for c in columns.split(",")]
+        arrays = ", ".join(
+            f"%s::{f.cast_db_type(connection)}[]"  # type: ignore[attr-defined]
+            for f in rows.insert_fields(Step)
+        )
+        _SQL["batch"] = f"""
         WITH r AS (
             UPDATE {Run._meta.db_table}
                SET updated_at = %s, cursor_position = %s,
                    steps_executed = steps_executed + %s, tokens_used = tokens_used + %s
              WHERE id = %s AND lease_token = %s AND status = %s
          RETURNING id),
-        v ({columns}, event_data) AS (VALUES {", ".join([row] * len(steps))}),
+        v AS (
+            SELECT * FROM unnest({arrays}, %s::jsonb[]) AS v({columns}, event_data)),
         p AS (SELECT %s::varchar AS event_kind, %s::varchar AS actor),
         s AS (
             INSERT INTO {Step._meta.db_table} ({columns})
-            SELECT {", ".join(f"v.{c.strip()}" for c in columns.split(","))}
+            SELECT {", ".join(f"v.{c}" for c in names)}
               FROM r, v ORDER BY v.position
          RETURNING id, position),
         e AS (
@@ -63,12 +95,4 @@ def flush_in_one_statement(owner: Any, batch: Any) -> list[Step] | None:
             SELECT r.id, p.event_kind, v.step_id, '', v.event_data, p.actor, v.finished_at
               FROM r, v, p ORDER BY v.position)
         SELECT id, position FROM s"""  # noqa: S608 - table and column names come from the models
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        ids = dict((position, pk) for pk, position in cursor.fetchall())
-    if not ids:
-        return None
-    for step in steps:
-        step.pk = ids[step.position]
-        step._state.adding = False
-    return steps
+    return _SQL["batch"]

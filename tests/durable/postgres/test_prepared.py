@@ -94,3 +94,27 @@ def test_a_connection_used_a_moment_ago_is_not_pinged_again(monkeypatch):
     close_old_connections()
     connection.durable_used_at -= postgres.RECENTLY_USED_SECONDS  # idle since
     assert one(4) == "succeeded" and len(pings) == 1
+
+
+def test_batches_of_any_length_share_one_prepared_statement(settings):
+    """The batch flush takes one array per column (``unnest``), so its text does not
+    vary with the batch's length: prepared once, and every step and event written."""
+    from durable.models import Step, TraceEvent
+    from durable.worker.engine import execute
+    from tests.durable.runtime import batching_workflows  # noqa: F401 - batch.ops
+
+    settings.DURABLE = {**settings.DURABLE, "BATCH_MAX_STEPS": 3, "BATCH_MAX_DELAY_MS": 60_000}
+    connection.close()
+    run_ids = []
+    for ops in (["step_b"] * 7 + ["step"], ["step_b"] * 5 + ["step"]):  # flushes of 3, 3, 2
+        run_id = durable.start("batch.ops", {"ops": ops}).id
+        assert execute(run_id, worker_id="w") == "succeeded"
+        run_ids.append((run_id, len(ops)))
+    batches = [s for s in _prepared() if "unnest(" in s]
+    assert len(batches) == 1, _prepared()
+    for run_id, n in run_ids:
+        steps = list(Step.objects.filter(run_id=run_id).order_by("position"))
+        assert [s.position for s in steps] == list(range(n))
+        assert all(s.status == "succeeded" and s.output for s in steps)
+        events = TraceEvent.objects.filter(run_id=run_id, kind="step_executed")
+        assert sorted(e.step_id for e in events) == sorted(s.step_id for s in steps)
