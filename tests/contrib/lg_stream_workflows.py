@@ -287,18 +287,26 @@ def _crash_after_a(run_id: str) -> None:
         return
     from durable.contrib.langgraph.models import LangGraphWrite
 
-    # a condition, not a guess: a's update is in the stream and a's write is saved.
-    # LangGraph saves a task's writes in a background thread while it yields the task's
-    # update, so the update can be in the stream first: a kill then would lose the write
-    # and run a again (its update repeated after ``interrupted``, as documented), which
-    # is not the case this test holds (CI saw it once)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if (
-            StreamEvent.objects.filter(run_id=run_id, kind="graph_updates").exists()
+    # a condition, not a guess: a's update is in the stream, a's write is saved, and b's
+    # own custom chunk is in the stream. LangGraph saves a task's writes in a background
+    # thread while it yields the task's update, so the update can be in the stream first:
+    # a kill then would lose the write and run a again (its update repeated after
+    # ``interrupted``, as documented); and the stream is written in batches (50 ms at
+    # most), so b's chunk may not be in yet when a ran first. Neither is the case this
+    # test holds (CI saw each once).
+    def ready() -> bool:
+        events = StreamEvent.objects.filter(
+            run_id=run_id, kind__in=("graph_updates", "graph_custom")
+        )
+        seen = {(e.kind, str((e.data or {}).get("chunk"))) for e in events}
+        return (
+            ("graph_custom", str({"ran": "b"})) in seen
+            and any(kind == "graph_updates" for kind, _ in seen)
             and LangGraphWrite.objects.filter(thread_id=run_id, task_path__endswith=", a").exists()
-        ):
-            break
+        )
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not ready():
         time.sleep(0.02)
     os.kill(os.getpid(), signal.SIGKILL)
 
