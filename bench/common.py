@@ -318,6 +318,18 @@ def setup_django() -> None:
     django.setup()
 
 
+def setup_django_on_postgresql(what: str) -> None:
+    """:func:`setup_django`, then the migrations, for a part that needs PostgreSQL
+    (``DATABASE_URL``); exits saying so, naming ``what``, on another database."""
+    setup_django()
+    from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        raise SystemExit(f"{what} needs PostgreSQL (DATABASE_URL)")
+    call_command("migrate", verbosity=0, interactive=False)
+
+
 def emit(payload: Any) -> None:
     """Report ``payload`` (JSON) to the orchestrator."""
     sys.stdout.write(MARK + json.dumps(payload, default=str) + "\n")

@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from .common import emit, latency_summary, setup_django
+from .common import emit, latency_summary, setup_django_on_postgresql
 
 WORKFLOWS = [
     f"agent.{name}"
@@ -399,6 +399,15 @@ def seed(runs: int, steps: int) -> dict[str, Any]:
     return info
 
 
+def seed_or_reuse(runs: int, steps: int, *, reseed: bool = False) -> tuple[dict[str, Any], bool]:
+    """``(the seed's info, reused)``: the kept seed of this size when it matches the
+    migrations (and ``reseed`` is false), else a new one (:func:`seed`)."""
+    info = None if reseed else seeded(runs, steps)
+    if info is not None:
+        return info, True
+    return seed(runs, steps), False
+
+
 # ------------------------------------------------------------------------------- timing
 
 
@@ -518,17 +527,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--reseed", action="store_true")
     args = parser.parse_args()
-    setup_django()
-    from django.core.management import call_command
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        raise SystemExit("the dashboard benchmark needs PostgreSQL (DATABASE_URL)")
-    call_command("migrate", verbosity=0, interactive=False)
-    info = None if args.reseed else seeded(args.runs, args.steps)
-    reused = info is not None
-    if info is None:
-        info = seed(args.runs, args.steps)
+    setup_django_on_postgresql("the dashboard benchmark")
+    info, reused = seed_or_reuse(args.runs, args.steps, reseed=args.reseed)
     results = time_pages(info["big_run"], args.repeats)
     try:
         profiles = profile_pages(info["big_run"])

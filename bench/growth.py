@@ -38,7 +38,7 @@ from .common import (
     pg_db_exists,
     recreate_pg_db,
     run_child,
-    setup_django,
+    setup_django_on_postgresql,
 )
 
 #: runs per size (steps: 20 a run); ``--quick``: the small ones
@@ -145,22 +145,13 @@ def main() -> None:
     parser.add_argument("--runs-timed", type=int, default=10)
     parser.add_argument("--claims", type=int, default=50)
     args = parser.parse_args()
-    setup_django()
-    from django.core.management import call_command
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        raise SystemExit("the growth benchmark needs PostgreSQL (DATABASE_URL)")
-    call_command("migrate", verbosity=0, interactive=False)
+    setup_django_on_postgresql("the growth benchmark")
     import bench.workflows  # noqa: F401 - registers bench.noop
 
-    from .dashboard import seed, seeded, time_pages
+    from .dashboard import seed_or_reuse, time_pages
 
     t = time.perf_counter()
-    info = seeded(args.runs, args.steps)
-    reused = info is not None
-    if info is None:
-        info = seed(args.runs, args.steps)
+    info, reused = seed_or_reuse(args.runs, args.steps)
     seed_s = time.perf_counter() - t
     pages = time_pages(info["big_run"], args.repeats)
     timed = [p for p in pages if p.get("available")]

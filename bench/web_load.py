@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .common import emit, latency_summary, setup_django
+from .common import emit, latency_summary, setup_django_on_postgresql
 
 REPO = Path(__file__).resolve().parent.parent
 DAPHNE = Path(sys.executable).with_name("daphne")
@@ -165,13 +165,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    setup_django()
-    from django.core.management import call_command
+    setup_django_on_postgresql("the web load benchmark")
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        raise SystemExit("the web load benchmark needs PostgreSQL (DATABASE_URL)")
-    call_command("migrate", verbosity=0, interactive=False)
     token, run_id = operator_token()
     dsn = connection.get_connection_params()
     keys = ("host", "port", "user", "dbname")
