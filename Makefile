@@ -27,7 +27,7 @@ SMTP_SINK_HTTP_PORT ?= 1080
 # the Procfile's commands (daphne, celery) come from the virtualenv
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install up test lint format typecheck docs check bench clean
+.PHONY: help install up test lint format typecheck docs check bench lock clean
 
 help:
 	@echo "make up         install, migrate, start web, worker, beat and the example services"
@@ -39,6 +39,7 @@ help:
 	@echo "make docs       build the docs site into site/ (mkdocs --strict: a broken link fails)"
 	@echo "make check      lint, docs, typecheck and test: what CI runs"
 	@echo "make bench      side-by-side benchmarks against DBOS, LangGraph and the commit floor"
+	@echo "make lock       pin every dependency's version into constraints.txt (uv pip compile)"
 	@echo "make clean      remove var/ (or DURABLE_VAR_DIR: the embedded database, broker, secret key)"
 
 $(BIN)/python:
@@ -51,16 +52,22 @@ UV := $(BIN)/uv
 $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install -q 'uv==0.13.9'
 
-# reinstall only when pyproject.toml is newer than the stamp
-$(STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --compile-bytecode --python $(BIN)/python -e '.[test]'
+# every install takes the versions in constraints.txt (`make lock` writes it from
+# pyproject.toml): a fresh machine then installs what CI last passed with, not whatever
+# was released since (a new cryptography broke daphne's pyOpenSSL that way)
+CONSTRAINTS := constraints.txt
+INSTALL := $(UV) pip install --compile-bytecode --python $(BIN)/python -c $(CONSTRAINTS)
+
+# reinstall only when pyproject.toml or the constraints are newer than the stamp
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(UV)
+	$(INSTALL) -e '.[test]'
 	touch $@
 
 install: $(STAMP)
 
 # `make up` also needs the demo extra: honcho runs the Procfile, aiosmtpd is the SMTP sink
-$(DEMO_STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --compile-bytecode --python $(BIN)/python -e '.[demo]'
+$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS) | $(UV)
+	$(INSTALL) -e '.[demo]'
 	touch $@
 
 # the demo's agents talk to the local services unless the environment says otherwise
@@ -125,8 +132,8 @@ typecheck: install
 	$(BIN)/mypy
 
 # the docs site (mkdocs.yml): its tools come with the docs extra
-$(DOCS_STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --compile-bytecode --python $(BIN)/python -e '.[docs]'
+$(DOCS_STAMP): pyproject.toml $(CONSTRAINTS) | $(UV)
+	$(INSTALL) -e '.[docs]'
 	touch $@
 
 # not --quiet: it hides the warnings that --strict counts, and the build then passes
@@ -139,8 +146,14 @@ check: lint docs typecheck test
 # .venv through the bench extra; needs PostgreSQL and Redis (BENCH_ARGS="--quick" for a
 # short run)
 bench: install
-	$(UV) pip install -q --compile-bytecode --python $(BIN)/python -e '.[test,bench]'
+	$(INSTALL) -q -e '.[test,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# the pinned versions of every dependency and extra, for Python 3.11+ on any platform:
+# after a change to pyproject.toml's dependencies, or to take newer releases on purpose
+lock: | $(UV)
+	$(UV) pip compile pyproject.toml --all-extras --universal --python-version 3.11 \
+		--custom-compile-command "make lock" -o $(CONSTRAINTS)
 
 clean:
 	rm -rf $${DURABLE_VAR_DIR:-var}/

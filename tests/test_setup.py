@@ -29,9 +29,56 @@ def test_makefile_has_up_test_lint_clean():
     assert {"up", "test", "lint", "clean"} <= make_targets()
     makefile = read("Makefile")
     assert "-m venv" in makefile
-    assert "pip install --compile-bytecode --python $(BIN)/python -e '.[test]'" in makefile
+    assert "pip install --compile-bytecode --python $(BIN)/python -c $(CONSTRAINTS)" in makefile
+    assert "$(INSTALL) -e '.[test]'" in makefile
     assert "honcho start" in makefile
     assert "pytest" in makefile
+
+
+def pinned_versions() -> dict[str, str]:
+    """constraints.txt's ``name==version`` lines, names normalised as PEP 503 says."""
+    pins = {}
+    for line in read("constraints.txt").splitlines():
+        match = re.match(r"^([A-Za-z0-9._-]+)==([^\s;]+)", line)
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return pins
+
+
+def test_the_installed_versions_are_the_constraints_versions():
+    """Every install takes constraints.txt's versions (Makefile's INSTALL), so the suite
+    runs on what a fresh machine installs; a dependency added to pyproject.toml without
+    `make lock` is named here."""
+    from importlib import metadata
+
+    pins = pinned_versions()
+    assert pins["django"].startswith("5.2.")
+    assert "pyopenssl" in pins and "cryptography" in pins
+    installed = {
+        re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower(): dist.version
+        for dist in metadata.distributions()
+    }
+    differ = {
+        name: (installed[name], version)
+        for name, version in pins.items()
+        if name in installed and installed[name] != version
+    }
+    assert not differ, f"installed != constraints.txt (run make install): {differ}"
+    requires = metadata.requires("durable") or []
+    unpinned = [
+        name
+        for req in requires
+        if (name := re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0]).lower())
+        not in pins
+    ]
+    assert not unpinned, f"in pyproject.toml, not in constraints.txt (run make lock): {unpinned}"
+
+
+def test_daphne_imports_with_the_installed_tls_stack():
+    """daphne imports Twisted's TCP transport, which imports pyOpenSSL; a pyOpenSSL older
+    than the installed cryptography fails there (AttributeError on ``lib.GEN_EMAIL``)."""
+    import daphne.server  # noqa: F401
+    from OpenSSL import SSL  # noqa: F401
 
 
 def test_procfile_runs_web_worker_and_beat():
