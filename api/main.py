@@ -10,16 +10,19 @@ same service the dashboard calls (``durable/services/runs.py``, ``approvals/serv
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.urls import URLPattern
 from ninja import NinjaAPI, Router
 from ninja.constants import NOT_SET
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.docs import Swagger, _csrf_needed
 from ninja.parser import Parser
 from ninja.responses import Response
 
@@ -139,6 +142,22 @@ def schema_view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
     return Response(schema)
 
 
+class LocalSwagger(Swagger):
+    """ninja's Swagger UI page, rendered from ninja's own template and static files
+    without ``"ninja"`` in ``INSTALLED_APPS`` (config/settings.py adds their folders):
+    ninja would otherwise render its CDN page, which the Content-Security-Policy blocks
+    and an offline machine cannot load."""
+
+    def render_page(self, request: HttpRequest, api: Any, **kwargs: Any) -> HttpResponse:
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        context = {
+            "swagger_settings": json.dumps(self.settings, indent=1),
+            "api": api,
+            "add_csrf": _csrf_needed(api),
+        }
+        return render(request, self.template, context)
+
+
 api = DurableAPI(
     title="Durable API",
     version="1",
@@ -150,6 +169,7 @@ api = DurableAPI(
     ),
     openapi_url="/schema",
     docs_url="/docs",
+    docs=LocalSwagger(),
     urls_namespace="api",
     auth=[TokenAuth(), SessionAuth()],
     parser=BoundedParser(),

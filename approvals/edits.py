@@ -23,7 +23,6 @@ from typing import Any
 from durable import registry
 from durable.exceptions import DurableError, PayloadError, ToolNotFound
 from durable.values import codec
-from durable.values.arguments import validate_arguments
 from durable.values.jsontext import JSONInputError, loads_bounded
 from durable.values.redaction import REDACTED
 
@@ -184,6 +183,10 @@ def prepare(*, edited: Any, stored: str | None, tool_name: str) -> PreparedEdit:
                 "checked; approve or reject the proposed arguments"
             )
         else:
+            # pydantic, imported when an edit is checked: not by every process that
+            # imports the approvals' services (a CLI command, a worker)
+            from durable.values.arguments import validate_arguments
+
             for err in validate_arguments(spec.fn, merged, unchecked=locked & merged.keys()):
                 errors.setdefault(err.field, []).append(err.message)
     if errors:

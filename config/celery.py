@@ -11,6 +11,11 @@ import os
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+# Celery's Django fix-up runs Django's system checks at every worker start and discards
+# what they find; they load the URLconf (the API, every view) and the whole workflow
+# registry, seconds of a worker's start for nothing. `manage.py check` (and migrate, which
+# every deploy runs) reports them. CELERY_SKIP_CHECKS= (empty) runs them again.
+os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
 
 app = Celery("durable")
 app.config_from_object("django.conf:settings", namespace="CELERY")

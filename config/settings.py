@@ -7,6 +7,7 @@ and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://...``). The code is the same.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -148,8 +149,6 @@ INSTALLED_APPS = [
     "channels",
     "csp",
     "axes",
-    # django-ninja's static files: the API docs page's Swagger UI, served from here
-    "ninja",
     "durable",
     # LangGraph checkpoints (durable[langgraph]); the app imports no LangGraph itself
     "durable.contrib.langgraph",
@@ -215,12 +214,16 @@ TRUSTED_PROXY_COUNT = env_int("DURABLE_TRUSTED_PROXY_COUNT", 0)
 AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
 
 ROOT_URLCONF = "config.urls"
+# django-ninja's Swagger UI page (/api/v1/docs: its template and static files, no CDN),
+# found without importing ninja: as an installed app, ninja would be imported at every
+# start, a CLI command's or a worker's too (~0.2 s); api/main.py's LocalSwagger renders it
+NINJA_DIR = Path(importlib.util.find_spec("ninja").origin).parent  # type: ignore[union-attr,arg-type]
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         # the project's own pages (base.html, the error pages, registration/, the admin's
         # header); each app's pages live in its templates/ folder (APP_DIRS)
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -323,7 +326,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 # each app ships its own static files (dashboard/static/dashboard/, durable/static/durable/),
-# found by the app-directories finder as django.contrib.admin's are; no project-level folder
+# found by the app-directories finder as django.contrib.admin's are; ninja's (ninja/...,
+# the API docs page's Swagger UI) from its package folder (NINJA_DIR above)
+STATICFILES_DIRS = [NINJA_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True

@@ -3,6 +3,8 @@ failure) and the browser session with CSRF; the token endpoints and the admin's 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.cache import cache
 from django.test import Client
@@ -154,6 +156,13 @@ def test_schema_and_docs_are_served_without_credentials():
     assert docs.status_code == 200
     html = docs.content.decode()
     assert "ninja/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
+    # its scripts and styles are served from here ("ninja" is not an installed app: the
+    # settings name its folders), not a CDN
+    from django.contrib.staticfiles import finders
+
+    for asset in re.findall(r'(?:src|href)="/static/(ninja/[^"]+)"', html):
+        assert finders.find(asset), asset
+    assert re.search(r'src="/static/ninja/swagger-ui-bundle\.js"', html)
 
 
 def test_an_unknown_api_path_is_a_404_problem():
