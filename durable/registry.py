@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -312,6 +312,8 @@ def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:
     Raises :class:`WorkflowNotFound`.
     """
     ensure_discovered()
+    if name in _lazy_workflows:
+        _load_lazy(_lazy_workflows[name])
     versions = _workflows.get(name)
     if not versions:
         raise WorkflowNotFound(name, version, list(_workflows))
@@ -324,13 +326,17 @@ def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:
 
 
 def workflows() -> list[WorkflowSpec]:
+    """Every registered workflow (each version), the :func:`lazy_module` ones imported."""
     ensure_discovered()
+    _load_all_lazy()
     return [spec for versions in _workflows.values() for spec in versions.values()]
 
 
 def get_tool(name: str) -> ToolSpec:
     """The code spec of tool ``name``. Raises :class:`ToolNotFound`."""
     ensure_discovered()
+    if name in _lazy_tools:
+        _load_lazy(_lazy_tools[name])
     try:
         return _tools[name]
     except KeyError:
@@ -338,7 +344,9 @@ def get_tool(name: str) -> ToolSpec:
 
 
 def tools() -> list[ToolSpec]:
+    """Every registered tool, the :func:`lazy_module` ones imported."""
     ensure_discovered()
+    _load_all_lazy()
     return list(_tools.values())
 
 
@@ -469,6 +477,77 @@ def ensure_discovered() -> None:
 
 
 def import_errors() -> dict[str, str]:
-    """The workflow modules that failed to import: module -> traceback text."""
+    """The workflow modules that failed to import: module -> traceback text (the
+    :func:`lazy_module` ones imported first)."""
     ensure_discovered()
+    _load_all_lazy()
     return dict(load_errors)
+
+
+# --- modules imported when one of their names is first looked up -----------------------
+#
+# A workflow module that imports an agent framework costs seconds: declared with
+# lazy_module(), it is imported by the first lookup of one of its names (a worker's
+# first run of one of its workflows) or the first listing of the registry, not at
+# discovery, so a worker on the demo's configuration is ready without the frameworks.
+
+#: declared, not yet imported: workflow name -> module, tool name -> module
+_lazy_workflows: dict[str, str] = {}
+_lazy_tools: dict[str, str] = {}
+_lazy_declared: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def lazy_module(module: str, *, workflows: Iterable[str] = (), tools: Iterable[str] = ()) -> None:
+    """Declare that importing ``module`` registers ``workflows`` and ``tools`` (names),
+    without importing it now.
+
+    The module is imported, once, at the first :func:`get_workflow` or :func:`get_tool`
+    of one of its names, or the first :func:`workflows`, :func:`tools` or
+    :func:`import_errors`. A module that fails to import, or that does not register
+    every name it declared, is reported as a failed import (:func:`import_errors`,
+    ``manage.py durable workflows``, check ``durable.W001``). Call it from a workflow
+    module, e.g. ``lazy_module("myapp.graphs", workflows=["myapp.refund_graph"])``.
+    Raises :class:`DurableConfigurationError` if a name is not a valid name.
+    """
+    names = (tuple(workflows), tuple(tools))
+    for name in (*names[0], *names[1]):
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise DurableConfigurationError(
+                f"lazy_module({module!r}): {name!r} is not a workflow or tool name"
+            )
+    with _discovery_lock:
+        _lazy_declared[module] = names
+        _lazy_workflows.update(dict.fromkeys(names[0], module))
+        _lazy_tools.update(dict.fromkeys(names[1], module))
+
+
+def _load_lazy(module: str) -> None:
+    # under the lock: another thread that looks one of the names up meanwhile waits here
+    # until the import is done (the names stay declared until then), instead of finding
+    # them not registered yet
+    with _discovery_lock:
+        declared = _lazy_declared.pop(module, None)
+        if declared is None:
+            return  # imported by another thread meanwhile, or being imported by this one
+        try:
+            _import(module)
+        finally:
+            for name in declared[0]:
+                _lazy_workflows.pop(name, None)
+            for name in declared[1]:
+                _lazy_tools.pop(name, None)
+        if module in load_errors:
+            return
+        missing = [n for n in declared[0] if n not in _workflows]
+        missing += [n for n in declared[1] if n not in _tools]
+        if missing:
+            load_errors[module] = (
+                f"DurableConfigurationError: lazy_module({module!r}) declared "
+                f"{', '.join(map(repr, missing))}, which importing it did not register"
+            )
+            logger.error("durable: %s", load_errors[module])
+
+
+def _load_all_lazy() -> None:
+    for module in list(_lazy_declared):
+        _load_lazy(module)

@@ -19,20 +19,27 @@ from typing import Any
 
 import durable
 from durable import conf as durable_conf
+from durable.registry import lazy_module
 
 from . import tools as _tools  # noqa: F401 - registers the reference agents' tools
 
 # The framework agents cost seconds of imports (LangGraph, PydanticAI, the OpenAI Agents
-# SDK): they come with autodiscovery; a worker that lists its modules instead
-# (DURABLE_AUTODISCOVER=false) names examples.langgraph_agent or
-# examples.framework_agents when it serves them.
+# SDK): declared here, each module is imported at the first lookup of one of its names
+# (a worker's first run of it) or the first listing of the registry, so neither a CLI
+# command nor a worker's start pays for them (durable.registry.lazy_module). A worker
+# that lists its modules instead (DURABLE_AUTODISCOVER=false) names
+# examples.langgraph_agent or examples.framework_agents when it serves them.
 _WITH_FRAMEWORKS = bool(durable_conf.get("AUTODISCOVER"))
 if _WITH_FRAMEWORKS and importlib.util.find_spec("langgraph") is not None:  # the extra
-    from . import langgraph_agent as _langgraph_agent  # noqa: F401 - examples.refund_graph
+    lazy_module("examples.langgraph_agent", workflows=["examples.refund_graph"])
 # the agent-framework reference agents need the pydantic-ai and openai-agents extras
 FRAMEWORK_AGENTS = all(importlib.util.find_spec(m) for m in ("pydantic_ai", "agents"))
 if _WITH_FRAMEWORKS and FRAMEWORK_AGENTS:
-    from . import framework_agents as _framework_agents  # noqa: F401 - registers them
+    lazy_module(
+        "examples.framework_agents",
+        workflows=["examples.pydantic-refund", "examples.openai-refund"],
+        tools=["examples.orders.refund"],
+    )
 
 GREETINGS = {"en": "Hello", "fr": "Bonjour", "de": "Hallo", "es": "Hola", "it": "Ciao"}
 

@@ -63,6 +63,7 @@ class ToolRecorder:
         """Wrap every tool registered now (and :meth:`stub` those registered later)."""
         if self._saved is not None:
             raise RuntimeError("this ToolRecorder is already installed")
+        registry.tools()  # discovery, and the lazy_module()s: their tools are wrapped too
         self._saved = dict(registry._tools)
         for name, spec in self._saved.items():
             registry._tools[name] = replace(spec, fn=self._recording(name, spec.fn, spec.fn))
