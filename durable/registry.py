@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import inspect
@@ -312,9 +311,11 @@ def get_workflow(name: str, version: str | None = None) -> WorkflowSpec:
     Raises :class:`WorkflowNotFound`.
     """
     ensure_discovered()
-    if name in _lazy_workflows:
-        _load_lazy(_lazy_workflows[name])
+    _load_named(_lazy_workflows, name)
     versions = _workflows.get(name)
+    if not versions or (version is not None and str(version) not in versions):
+        _load_all_lazy()  # registered by a declared module without being declared
+        versions = _workflows.get(name)
     if not versions:
         raise WorkflowNotFound(name, version, list(_workflows))
     if version is None:
@@ -335,8 +336,9 @@ def workflows() -> list[WorkflowSpec]:
 def get_tool(name: str) -> ToolSpec:
     """The code spec of tool ``name``. Raises :class:`ToolNotFound`."""
     ensure_discovered()
-    if name in _lazy_tools:
-        _load_lazy(_lazy_tools[name])
+    _load_named(_lazy_tools, name)
+    if name not in _tools:
+        _load_all_lazy()  # registered by a declared module without being declared
     try:
         return _tools[name]
     except KeyError:
@@ -372,30 +374,23 @@ def effective_tool(spec: ToolSpec, row: Any | None) -> ToolSpec:
     )
 
 
-@functools.lru_cache(maxsize=1024)
-def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return keyword in params or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-    )
-
-
-def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
-    """Whether ``fn`` takes ``keyword`` (or ``**kwargs``)."""
-    try:
-        return _accepts_keyword(fn, keyword)
-    except TypeError:  # unhashable callable
-        return _accepts_keyword.__wrapped__(fn, keyword)
-
-
 def _import(module: str) -> None:
+    """Import ``module``; on failure record it in :data:`load_errors` and take back what
+    it registered before it failed (a workflow of a half-imported module is not served)."""
+    workflows_before = {name: set(versions) for name, versions in _workflows.items()}
+    tools_before = set(_tools)
     try:
         importlib.import_module(module)
         load_errors.pop(module, None)
     except Exception:  # noqa: BLE001 - any failure of user code is reported, not fatal
+        for name in list(_workflows):
+            versions = _workflows[name]
+            for version in set(versions) - workflows_before.get(name, set()):
+                del versions[version]
+            if not versions:
+                del _workflows[name]
+        for name in set(_tools) - tools_before:
+            del _tools[name]
         load_errors[module] = traceback.format_exc()
         logger.error(
             "durable: workflow module %s failed to import; its workflows are "
@@ -488,59 +483,97 @@ def import_errors() -> dict[str, str]:
 #
 # A workflow module that imports an agent framework costs seconds: declared with
 # lazy_module(), it is imported by the first lookup of one of its names (a worker's
-# first run of one of its workflows) or the first listing of the registry, not at
+# first run of one of its workflows), by a lookup that finds nothing (a name it registers
+# without declaring it is still found), or by the first listing of the registry, not at
 # discovery, so a worker on the demo's configuration is ready without the frameworks.
+# _lazy_lock guards the tables only and is never held while importing: lazy_module() runs
+# while its caller is being imported, perhaps by another thread than the one that holds
+# _discovery_lock for an import that waits for it.
 
-#: declared, not yet imported: workflow name -> module, tool name -> module
-_lazy_workflows: dict[str, str] = {}
-_lazy_tools: dict[str, str] = {}
+_lazy_lock = threading.Lock()
+#: declared, not yet imported: workflow or tool name -> the modules that declare it
+_lazy_workflows: dict[str, dict[str, None]] = {}
+_lazy_tools: dict[str, dict[str, None]] = {}
+#: module -> (workflow names, tool names), in declaration order
 _lazy_declared: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+#: modules being imported by _load_lazy
+_importing: set[str] = set()
 
 
 def lazy_module(module: str, *, workflows: Iterable[str] = (), tools: Iterable[str] = ()) -> None:
-    """Declare that importing ``module`` registers ``workflows`` and ``tools`` (names),
-    without importing it now.
+    """Declare that importing ``module`` registers ``workflows`` and ``tools`` (lists of
+    names), without importing it now.
 
     The module is imported, once, at the first :func:`get_workflow` or :func:`get_tool`
-    of one of its names, or the first :func:`workflows`, :func:`tools` or
-    :func:`import_errors`. A module that fails to import, or that does not register
-    every name it declared, is reported as a failed import (:func:`import_errors`,
-    ``manage.py durable workflows``, check ``durable.W001``). Call it from a workflow
-    module, e.g. ``lazy_module("myapp.graphs", workflows=["myapp.refund_graph"])``.
-    Raises :class:`DurableConfigurationError` if a name is not a valid name.
+    of one of its names or of a name nothing registers, or at the first
+    :func:`workflows`, :func:`tools` or :func:`import_errors`. Several modules may
+    declare one name (versions of a workflow): a lookup imports each. Declaring a module
+    again replaces its names. A module that fails to import, or does not register a name
+    it declared, is reported as a failed import (:func:`import_errors`, ``manage.py
+    durable workflows``, check ``durable.W001``). Call it from a workflow module, e.g.
+    ``lazy_module("myapp.graphs", workflows=["myapp.refund_graph"])``. Raises
+    :class:`DurableConfigurationError` for a name that is not a name, or a string where a
+    list is expected.
     """
+    if not isinstance(module, str) or not module:
+        raise DurableConfigurationError(f"lazy_module: {module!r} is not a module name")
+    for kind, given in (("workflows", workflows), ("tools", tools)):
+        if isinstance(given, (str, bytes)):
+            raise DurableConfigurationError(
+                f"lazy_module({module!r}, {kind}={given!r}): a list of names, not one string"
+            )
     names = (tuple(workflows), tuple(tools))
     for name in (*names[0], *names[1]):
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise DurableConfigurationError(
                 f"lazy_module({module!r}): {name!r} is not a workflow or tool name"
             )
-    with _discovery_lock:
+    with _lazy_lock:
+        _forget(module)
         _lazy_declared[module] = names
-        _lazy_workflows.update(dict.fromkeys(names[0], module))
-        _lazy_tools.update(dict.fromkeys(names[1], module))
+        for table, declared in ((_lazy_workflows, names[0]), (_lazy_tools, names[1])):
+            for name in declared:
+                table.setdefault(name, {})[module] = None
+
+
+def _forget(module: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Take ``module``'s declaration out of the tables (under ``_lazy_lock``)."""
+    declared = _lazy_declared.pop(module, None)
+    for table, names in zip((_lazy_workflows, _lazy_tools), declared or ((), ()), strict=True):
+        for name in names:
+            table.get(name, {}).pop(module, None)
+            if not table.get(name, True):
+                del table[name]
+    return declared
+
+
+def _load_named(table: dict[str, dict[str, None]], name: str) -> None:
+    """Import the modules that declare ``name`` (a workflow's or a tool's)."""
+    with _lazy_lock:
+        modules = list(table.get(name, ()))
+    for module in modules:
+        _load_lazy(module)
 
 
 def _load_lazy(module: str) -> None:
-    # under the lock: another thread that looks one of the names up meanwhile waits here
-    # until the import is done (the names stay declared until then), instead of finding
-    # them not registered yet
+    # _discovery_lock orders the imports: a thread that looks a name up while another
+    # imports its module waits here (the names stay declared until the import is done)
     with _discovery_lock:
-        declared = _lazy_declared.pop(module, None)
-        if declared is None:
-            return  # imported by another thread meanwhile, or being imported by this one
+        with _lazy_lock:
+            declared = _lazy_declared.get(module)
+            if declared is None or module in _importing:
+                return  # imported meanwhile, or being imported by this very thread
+            _importing.add(module)
         try:
             _import(module)
         finally:
-            for name in declared[0]:
-                _lazy_workflows.pop(name, None)
-            for name in declared[1]:
-                _lazy_tools.pop(name, None)
-        if module in load_errors:
-            return
+            with _lazy_lock:
+                _importing.discard(module)
+                if _lazy_declared.get(module) is declared:  # not declared anew meanwhile
+                    _forget(module)
         missing = [n for n in declared[0] if n not in _workflows]
         missing += [n for n in declared[1] if n not in _tools]
-        if missing:
+        if missing and module not in load_errors:
             load_errors[module] = (
                 f"DurableConfigurationError: lazy_module({module!r}) declared "
                 f"{', '.join(map(repr, missing))}, which importing it did not register"
@@ -549,5 +582,10 @@ def _load_lazy(module: str) -> None:
 
 
 def _load_all_lazy() -> None:
-    for module in list(_lazy_declared):
+    """Import every declared module, those declared by these imports included."""
+    while True:
+        with _lazy_lock:
+            module = next((m for m in _lazy_declared if m not in _importing), None)
+        if module is None:
+            return
         _load_lazy(module)

@@ -22,6 +22,7 @@ from durable.runtime.attempts import call_with_timeout
 from durable.runtime.batching import resolve
 from durable.runtime.ledger import OperationLedger
 from durable.runtime.replay import StepCall
+from durable.signatures import accepts_keyword
 from durable.types import Decision, ModelRecoverable
 from durable.values import codec
 from durable.vocabulary import StepKind
@@ -112,7 +113,7 @@ def build_step(
         ex.checkpoints.fail_call_now(call, invalid)
     sid = call.step_id
     call_kwargs = dict(kwargs)
-    if registry.accepts_keyword(fn, "idempotency_key"):
+    if accepts_keyword(fn, "idempotency_key"):
         call_kwargs["idempotency_key"] = f"{ex.cursor.run_id}:{sid}"
     call = replace(
         call, input_text=ex.checkpoints.encode_step_input(call, args, kwargs), durability=mode
@@ -210,7 +211,7 @@ def build_tool(
     sid = call.step_id
     key = f"{ex.cursor.run_id}:{sid}"
     call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
-    if registry.accepts_keyword(spec.fn, "idempotency_key"):
+    if accepts_keyword(spec.fn, "idempotency_key"):
         call_kwargs["idempotency_key"] = key
     try:
         inspect.signature(spec.fn).bind(**call_kwargs)
@@ -256,7 +257,7 @@ def tool_position(ex: Execution, base: str, name: str) -> StepCall:
 def arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:
     """Whether ``params`` (plus the idempotency key, if taken) bind to the tool's signature."""
     kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}
-    if registry.accepts_keyword(spec.fn, "idempotency_key"):
+    if accepts_keyword(spec.fn, "idempotency_key"):
         kwargs["idempotency_key"] = ""
     try:
         inspect.signature(spec.fn).bind(**kwargs)

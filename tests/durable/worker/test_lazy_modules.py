@@ -22,8 +22,13 @@ def lazy(monkeypatch, tmp_path):
     """``make(body) -> module name``: a module in ``tmp_path`` importable by name; the
     registry's lazy tables, workflows, tools and errors are restored afterwards."""
     monkeypatch.syspath_prepend(str(tmp_path))
-    for table in ("_lazy_workflows", "_lazy_tools", "_lazy_declared", "load_errors"):
+    for table in ("_lazy_workflows", "_lazy_tools"):  # name -> {module: None}
+        monkeypatch.setattr(
+            registry, table, {k: dict(v) for k, v in getattr(registry, table).items()}
+        )
+    for table in ("_lazy_declared", "load_errors"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
+    monkeypatch.setattr(registry, "_importing", set(registry._importing))
     monkeypatch.setattr(registry, "_workflows", dict(registry._workflows))
     monkeypatch.setattr(registry, "_tools", dict(registry._tools))
     made: list[str] = []
