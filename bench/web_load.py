@@ -12,7 +12,9 @@ of each kind apart (``list``: the runs list, 50 a page; ``detail``: the newest r
 its steps, the seed's 500-step run), the answers by status (0 errors is the target: a 503
 with ``Retry-After`` is counted apart from a 500), and the most PostgreSQL connections
 the web processes held at once (sampled every 50 ms from ``pg_stat_activity`` by
-``application_name``).
+``application_name``), and the CPU time per answered request of the web processes and
+of their PostgreSQL backends (from ``/proc``: the cost of a request whatever else the
+machine runs, so what a core serves).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import signal
 import socket
@@ -65,6 +68,28 @@ def operator_token() -> tuple[str, str]:
             run = durable.start("bench.noop", {"n": n})
     assert run is not None
     return text, run.id
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backends_cpu(dsn: str, application_name: str) -> float:
+    """CPU seconds the PostgreSQL backends of ``application_name`` have used (the
+    database on this machine); 0 when their processes cannot be read."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+        ).fetchall()
+    total = 0.0
+    for (pid,) in rows:
+        with contextlib.suppress(OSError):  # gone, or not ours to read
+            total += cpu_seconds(int(pid))
+    return total
 
 
 class Daphne:
@@ -199,6 +224,7 @@ def main() -> None:
     ]
     sampler = ConnectionSampler(dsn_text, WEB_APPLICATION_NAME)
     sampler.start()
+    cpu_before = sum(cpu_seconds(s.proc.pid) for s in servers)
     started = time.monotonic()
     try:
         result = asyncio.run(
@@ -206,6 +232,8 @@ def main() -> None:
         )
     finally:
         elapsed = time.monotonic() - started
+        web_cpu = sum(cpu_seconds(s.proc.pid) for s in servers) - cpu_before
+        db_cpu = backends_cpu(dsn_text, WEB_APPLICATION_NAME)
         for server in servers:
             server.stop()
         most = sampler.stop()
@@ -223,6 +251,12 @@ def main() -> None:
             "requests_by_kind": {k: len(v) for k, v in result["by_kind"].items()},
             "statuses": statuses,
             "errors": sum(n for status, n in statuses.items() if not status.startswith("2")),
+            # the web processes' own CPU (user + system) per answered request: what a
+            # core serves, whatever else the machine runs meanwhile
+            "web_cpu_ms_per_request": round(web_cpu * 1000 / ok, 2) if ok else None,
+            "web_cpu_cores_busy": round(web_cpu / elapsed, 2),
+            # their PostgreSQL backends' CPU, the pools' connections (opened for the run)
+            "db_cpu_ms_per_request": round(db_cpu * 1000 / ok, 2) if ok else None,
             "web_connections_most": most,
             "connection_samples": sampler.samples,
         }
