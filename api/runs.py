@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Header, Path, Query, Router, Status
 
 from durable import client as sdk
@@ -89,31 +89,71 @@ def _run_out(run: Run, *, wait: Any = None, needs_attention: bool | None = None)
     }
 
 
-def _step_out(step: Step) -> dict:
+#: the columns of a step the API answers with (:func:`_step_out`), read as rows, not models
+STEP_COLUMNS = (
+    "step_id",
+    "position",
+    "kind",
+    "tool_name",
+    "status",
+    "attempts",
+    "durability",
+    "started_at",
+    "finished_at",
+    "input",
+    "output",
+    "error",
+)
+
+
+def _step_out(step: dict[str, Any]) -> dict:
+    """``step``: a row of :data:`STEP_COLUMNS` (``.values(*STEP_COLUMNS)``)."""
+    error = step["error"]
     return {
-        "step_id": step.step_id,
-        "position": step.position,
-        "kind": step.kind,
-        "tool_name": step.tool_name,
-        "status": step.status,
-        "attempts": step.attempts,
-        "durability": step.durability,
-        "started_at": step.started_at,
-        "finished_at": step.finished_at,
-        "input": _display(step.input),
-        "output": _display(step.output),
-        "error": step.error if isinstance(step.error, dict) else None,
+        "step_id": step["step_id"],
+        "position": step["position"],
+        "kind": step["kind"],
+        "tool_name": step["tool_name"],
+        "status": step["status"],
+        "attempts": step["attempts"],
+        "durability": step["durability"],
+        "started_at": step["started_at"],
+        "finished_at": step["finished_at"],
+        "input": _display(step["input"]),
+        "output": _display(step["output"]),
+        "error": error if isinstance(error, dict) else None,
     }
 
 
-def _detail(run_id: str) -> dict:
-    run = run_selectors.get_run(run_id)
-    if run is None:
-        raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
-    steps = list(run.steps.order_by("position")[: STEPS_SHOWN + 1])
+class _StepRow(NamedTuple):
+    step_id: str
+    kind: str
+    status: str
+
+
+def _fork_points(run: Run, shown: list[dict[str, Any]], complete: bool) -> list[str]:
+    """The run's fork points (none unless it may be forked); from the steps already
+    read when they are all of them (``complete``), else from the step rows."""
+    if not transitions.can("fork", run):
+        return []
+    if complete:
+        return fork_points(_StepRow(s["step_id"], s["kind"], s["status"]) for s in shown)
     # rows, not models: a 500-step run built 500 Step objects for three fields each
     rows = run.steps.order_by("position").values_list("step_id", "kind", "status", named=True)
-    points = fork_points(rows)
+    return fork_points(rows)
+
+
+def _detail(run_id: str) -> dict:
+    """The run, its first :data:`STEPS_SHOWN` steps and its fork points: four queries
+    (the run, the steps, the pending wait, why it is kept), five when the run has more
+    steps than shown and may be forked (the fork points read them all, as rows)."""
+    # its source is named by id: the row of the run it was forked from is not read
+    run = Run.objects.select_related("started_by").filter(pk=run_id).first()
+    if run is None:
+        raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
+    steps = list(run.steps.order_by("position").values(*STEP_COLUMNS)[: STEPS_SHOWN + 1])
+    truncated = len(steps) > STEPS_SHOWN
+    shown = steps[:STEPS_SHOWN]
     # the pending wait, as the runs list shows it
     wait = run.waits.filter(status="pending").order_by("position").first()
     return {
@@ -124,11 +164,24 @@ def _detail(run_id: str) -> dict:
         "steps_executed": run.steps_executed,
         "tokens_used": run.tokens_used,
         "deadline_at": run.deadline_at,
-        "fork_points": points if transitions.can("fork", run) else [],
+        "fork_points": _fork_points(run, shown, complete=not truncated),
         "kept_because": retention.why_kept(run) if run.is_terminal else None,
-        "steps": [_step_out(s) for s in steps[:STEPS_SHOWN]],
-        "steps_truncated": len(steps) > STEPS_SHOWN,
+        "steps": [_step_out(s) for s in shown],
+        "steps_truncated": truncated,
     }
+
+
+def _answer(request: HttpRequest, data: dict) -> HttpResponse:
+    """``data`` as the JSON answer ninja would make of it, without validating it against
+    the response model first: for a run of 200 steps, validating and dumping the
+    answer cost as much as reading it (``docs/benchmarks.md``). The shape stays the
+    schema's: each field is built by :func:`_run_out`, :func:`_step_out` and
+    :func:`_detail` with its model's type, ``tests/api/test_read_cost.py`` holds the
+    answers equal to the validated ones, and the schemathesis fuzz checks every answer
+    against the schema."""
+    from .main import api  # the API object imports this module
+
+    return api.create_response(request, data, status=200)
 
 
 def _idempotent_run_id(request: HttpRequest, key: str) -> str:
@@ -200,7 +253,7 @@ def list_runs(
     after: str = Query("", max_length=600, description="next_cursor of the previous page"),
     before: str = Query("", max_length=600, description="prev_cursor of the next page"),
     limit: int = Query(run_selectors.PAGE_SIZE, ge=1, le=200),
-) -> dict:
+) -> HttpResponse:
     """The dashboard's runs list as JSON: the same filters (``durable/queries/filters.py``) and
     keyset pagination on (created_at, id) or (duration, id)."""
     params = {
@@ -231,7 +284,7 @@ def list_runs(
                 f"{name}: not a cursor of this sort; pass next_cursor or prev_cursor as given.",
             )
     page = run_selectors.runs_page(filters, after=after, before=before, page_size=limit)
-    return {
+    data = {
         "items": [
             _run_out(row.run, wait=row.current_wait, needs_attention=row.needs_attention)
             for row in page.rows
@@ -239,12 +292,13 @@ def list_runs(
         "next_cursor": page.next_cursor,
         "prev_cursor": page.prev_cursor,
     }
+    return _answer(request, data)
 
 
 @router.get("/runs/{run_id}", response={200: RunDetailOut, REFUSALS: Problem}, summary="A run")
-def get_run(request: HttpRequest, run_id: str = RunIdPath) -> dict:
+def get_run(request: HttpRequest, run_id: str = RunIdPath) -> HttpResponse:
     """The run with its first 200 steps (``steps_truncated`` says whether there are more)."""
-    return _detail(run_id)
+    return _answer(request, _detail(run_id))
 
 
 @router.get(
@@ -255,18 +309,21 @@ def list_steps(
     run_id: str = RunIdPath,
     after: int = Query(-1, ge=-1, le=2_000_000_000, description="position to start after"),
     limit: int = Query(STEPS_SHOWN, ge=1, le=1000),
-) -> dict:
+) -> HttpResponse:
     """A run's steps in position order, after position ``after``."""
     if not Run.objects.filter(pk=run_id).exists():
         raise ApiProblem(404, f"There is no run with the id {run_id!r}.")
     steps = list(
-        Step.objects.filter(run_id=run_id, position__gt=after).order_by("position")[: limit + 1]
+        Step.objects.filter(run_id=run_id, position__gt=after)
+        .order_by("position")
+        .values(*STEP_COLUMNS)[: limit + 1]
     )
     shown = steps[:limit]
-    return {
+    data = {
         "items": [_step_out(s) for s in shown],
-        "next_after": shown[-1].position if len(steps) > limit else None,
+        "next_after": shown[-1]["position"] if len(steps) > limit else None,
     }
+    return _answer(request, data)
 
 
 def _run_action(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict:

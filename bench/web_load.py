@@ -3,12 +3,18 @@
 ``python -m bench.web_load --clients 64 --seconds 20`` (environment: ``DATABASE_URL`` of a
 PostgreSQL database; ``python -m bench.dashboard`` seeds one at scale) migrates, makes an
 operator with an API token, starts one daphne process serving ``config.asgi:application``
-as in production, and lets ``--clients`` concurrent HTTP clients (httpx, asyncio; each
-waits for its answer before asking again, as wrk's connections do) read the runs list of
-the API and a run's detail for ``--seconds``. It reports requests a second, p50/p99
-latency (ms), the answers by status (0 errors is the target: a 503 with ``Retry-After`` is
-counted apart from a 500), and the most PostgreSQL connections the web process held at
-once (sampled every 50 ms from ``pg_stat_activity`` by ``application_name``).
+as in production (``--processes N``: N of them, client ``n`` talking to process
+``n % N``, as a load balancer spreading connections would), and lets ``--clients``
+concurrent HTTP clients (httpx, asyncio; each waits for its answer before asking again,
+as wrk's connections do) read the runs list of the API and a run's detail for
+``--seconds``. It reports requests a second, p50/p95/p99 latency (ms) of all requests and
+of each kind apart (``list``: the runs list, 50 a page; ``detail``: the newest run with
+its steps, the seed's 500-step run), the answers by status (0 errors is the target: a 503
+with ``Retry-After`` is counted apart from a 500), and the most PostgreSQL connections
+the web processes held at once (sampled every 50 ms from ``pg_stat_activity`` by
+``application_name``), and the CPU time per answered request of the web processes and
+of their PostgreSQL backends (from ``/proc``: the cost of a request whatever else the
+machine runs, so what a core serves).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import signal
 import socket
@@ -61,6 +68,28 @@ def operator_token() -> tuple[str, str]:
             run = durable.start("bench.noop", {"n": n})
     assert run is not None
     return text, run.id
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backends_cpu(dsn: str, application_name: str) -> float:
+    """CPU seconds the PostgreSQL backends of ``application_name`` have used (the
+    database on this machine); 0 when their processes cannot be read."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+        ).fetchall()
+    total = 0.0
+    for (pid,) in rows:
+        with contextlib.suppress(OSError):  # gone, or not ours to read
+            total += cpu_seconds(int(pid))
+    return total
 
 
 class Daphne:
@@ -128,15 +157,20 @@ class ConnectionSampler(threading.Thread):
         return self.most
 
 
-async def load(url: str, token: str, run_id: str, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` closed-loop clients for ``seconds``: latencies (s) and answers by status."""
+async def load(
+    urls: list[str], token: str, run_id: str, clients: int, seconds: float
+) -> dict[str, Any]:
+    """``clients`` closed-loop clients for ``seconds``, client ``n`` asking ``urls[n % len]``
+    (one web process each, as a load balancer spreading connections would): latencies
+    (s) and answers by status."""
     import logging
 
     import httpx
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line a request otherwise
-    paths = ["/api/v1/runs?limit=50", f"/api/v1/runs/{run_id}"]
+    paths = [("list", "/api/v1/runs?limit=50"), ("detail", f"/api/v1/runs/{run_id}")]
     latencies: list[float] = []
+    by_kind: dict[str, list[float]] = {kind: [] for kind, _ in paths}
     statuses: collections.Counter[str] = collections.Counter()
     headers = {"Authorization": f"Bearer {token}"}
     end = time.monotonic() + seconds
@@ -144,8 +178,9 @@ async def load(url: str, token: str, run_id: str, clients: int, seconds: float) 
 
     async def client(n: int, http: httpx.AsyncClient) -> None:
         i = n
+        url = urls[n % len(urls)]
         while time.monotonic() < end:
-            path = paths[i % len(paths)]
+            kind, path = paths[i % len(paths)]
             i += 1
             started = time.perf_counter()
             try:
@@ -154,16 +189,25 @@ async def load(url: str, token: str, run_id: str, clients: int, seconds: float) 
             except httpx.HTTPError as exc:
                 statuses[type(exc).__name__] += 1
             latencies.append(time.perf_counter() - started)
+            by_kind[kind].append(latencies[-1])
 
     async with httpx.AsyncClient(timeout=60, limits=limits) as http:
         await asyncio.gather(*(client(n, http) for n in range(clients)))
-    return {"latencies": latencies, "statuses": dict(statuses)}
+    return {"latencies": latencies, "by_kind": by_kind, "statuses": dict(statuses)}
+
+
+def _ms(latencies: list[float]) -> dict[str, float]:
+    """p50, p95, p99, min and max of ``latencies`` (seconds), in ms."""
+    return {k: round(v * 1000, 1) for k, v in latency_summary(latencies).items() if k != "n"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.web_load")
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="daphne processes, the clients spread over them"
+    )
     args = parser.parse_args()
     setup_django_on_postgresql("the web load benchmark")
     from django.db import connection
@@ -174,31 +218,45 @@ def main() -> None:
     dsn_text = " ".join(f"{k}={v}" for k, v in dsn.items() if k in keys)
     env = {**os.environ, "DJANGO_DEBUG": "0", "PYTHONUNBUFFERED": "1"}
     log = Path(os.environ.get("BENCH_LOG_DIR", "/tmp")) / "bench-web-load-daphne.log"
-    server = Daphne(env, log)
+    servers = [
+        Daphne(env, log.with_name(f"{log.stem}-{n}{log.suffix}") if n else log)
+        for n in range(args.processes)
+    ]
     sampler = ConnectionSampler(dsn_text, WEB_APPLICATION_NAME)
     sampler.start()
+    cpu_before = sum(cpu_seconds(s.proc.pid) for s in servers)
     started = time.monotonic()
     try:
-        result = asyncio.run(load(server.url, token, run_id, args.clients, args.seconds))
+        result = asyncio.run(
+            load([s.url for s in servers], token, run_id, args.clients, args.seconds)
+        )
     finally:
         elapsed = time.monotonic() - started
-        server.stop()
+        web_cpu = sum(cpu_seconds(s.proc.pid) for s in servers) - cpu_before
+        db_cpu = backends_cpu(dsn_text, WEB_APPLICATION_NAME)
+        for server in servers:
+            server.stop()
         most = sampler.stop()
     statuses = result["statuses"]
     ok = sum(n for status, n in statuses.items() if status.startswith("2"))
     emit(
         {
             "clients": args.clients,
+            "processes": args.processes,
             "seconds": round(elapsed, 1),
             "requests": len(result["latencies"]),
             "per_second": round(ok / elapsed, 1),
-            "latency_ms": {
-                k: round(v * 1000, 1)
-                for k, v in latency_summary(result["latencies"]).items()
-                if k != "n"
-            },
+            "latency_ms": _ms(result["latencies"]),
+            "latency_ms_by_kind": {k: _ms(v) for k, v in result["by_kind"].items()},
+            "requests_by_kind": {k: len(v) for k, v in result["by_kind"].items()},
             "statuses": statuses,
             "errors": sum(n for status, n in statuses.items() if not status.startswith("2")),
+            # the web processes' own CPU (user + system) per answered request: what a
+            # core serves, whatever else the machine runs meanwhile
+            "web_cpu_ms_per_request": round(web_cpu * 1000 / ok, 2) if ok else None,
+            "web_cpu_cores_busy": round(web_cpu / elapsed, 2),
+            # their PostgreSQL backends' CPU, the pools' connections (opened for the run)
+            "db_cpu_ms_per_request": round(db_cpu * 1000 / ok, 2) if ok else None,
             "web_connections_most": most,
             "connection_samples": sampler.samples,
         }

@@ -1,0 +1,148 @@
+"""What reading runs costs the API, and that the cheap answers keep the schema's shape.
+
+The runs list, a run's detail and its steps page are answered as plain dicts rendered
+by ninja's renderer, without validating them against the response models first
+(``api.runs._answer``): these tests hold each answer equal to what the validated model
+would have made of it, and the number of queries independent of the number of steps
+and of the page size.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from ninja.responses import NinjaJSONEncoder
+
+import durable
+from api import runs as api_runs
+from api.schemas import RunDetailOut, RunsPageOut, StepsPageOut
+from durable.models import Run, Step, StepKind, StepStatus, Wait
+from durable.services.forks import COMPENSATION_PREFIX
+from durable.testing import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _add_steps(run: Run, n: int, *, kind: str = StepKind.STEP, prefix: str = "s") -> None:
+    start = (run.steps.order_by("-position").values_list("position", flat=True).first() or 0) + 1
+    now = timezone.now()
+    Step.objects.bulk_create(
+        Step(
+            run_id=run.id,
+            step_id=f"{prefix}{start + i}",
+            position=start + i,
+            kind=kind,
+            status=StepStatus.SUCCEEDED,
+            input=json.dumps({"i": i}),
+            output=json.dumps({"answer": i}),
+            error={"type": "Transient", "message": "once"} if i % 7 == 0 else None,
+            attempts=1 + i % 3,
+            started_at=now,
+            finished_at=now,
+        )
+        for i in range(n)
+    )
+
+
+def _succeeded_run(n_steps: int) -> Run:
+    run = drive(durable.start("dash.echo", {"n": n_steps}).id)
+    assert run.status == "succeeded"
+    _add_steps(run, n_steps)
+    return run
+
+
+def _queries(api, path: str) -> tuple[int, dict]:
+    api.get(path)  # the token's last_used_at is written at most once a minute: not here
+    with CaptureQueriesContext(connection) as queries:
+        response = api.get(path)
+    assert response.status_code == 200, response.content
+    return len(queries), response.json()
+
+
+def _as_validated(model, body: dict) -> dict:
+    """``body`` as ninja answered before: validated by ``model``, dumped, rendered."""
+    return json.loads(json.dumps(model.model_validate(body).model_dump(), cls=NinjaJSONEncoder))
+
+
+def test_a_runs_detail_costs_the_same_queries_for_250_and_450_steps(viewer_api):
+    """Past the 200 steps shown, more steps cost no query; a run whose steps are all
+    shown reads its fork points from them (one query fewer)."""
+    few = _succeeded_run(20)
+    more = _succeeded_run(250)
+    most = _succeeded_run(450)
+    n_few, body_few = _queries(viewer_api, f"/runs/{few.id}")
+    n_more, body_more = _queries(viewer_api, f"/runs/{more.id}")
+    n_most, body_most = _queries(viewer_api, f"/runs/{most.id}")
+    assert n_more == n_most
+    assert n_few == n_more - 1
+    assert body_few["steps_truncated"] is False and body_most["steps_truncated"] is True
+    assert len(body_most["steps"]) == api_runs.STEPS_SHOWN
+    assert body_most["fork_points"] == list(
+        most.steps.order_by("position").values_list("step_id", flat=True)
+    )
+    assert body_few["fork_points"] == list(
+        few.steps.order_by("position").values_list("step_id", flat=True)
+    )
+
+
+def test_a_run_that_may_not_be_forked_reads_no_fork_points(viewer_api):
+    run = durable.start("dash.echo", {"n": 1})  # pending: a fork needs a finished run
+    _add_steps(run, 250)
+    n_pending, body = _queries(viewer_api, f"/runs/{run.id}")
+    assert body["fork_points"] == [] and body["steps_truncated"] is True
+    done = _succeeded_run(250)
+    n_done, _ = _queries(viewer_api, f"/runs/{done.id}")
+    # the succeeded run also asks why it is kept (one query when nothing keeps it)
+    assert n_pending == n_done - 2
+
+
+def test_fork_points_from_the_shown_steps_equal_those_from_the_rows():
+    """A compensated write ends the fork points: read from the steps shown or from all
+    the run's rows, the same list."""
+    run = _succeeded_run(5)
+    compensated = run.steps.order_by("position").values_list("step_id", flat=True)[3]
+    Step.objects.create(
+        run=run,
+        step_id=f"{COMPENSATION_PREFIX}{compensated}",
+        position=100,
+        kind=StepKind.COMPENSATION,
+        status=StepStatus.SUCCEEDED,
+    )
+    rows = list(run.steps.order_by("position").values(*api_runs.STEP_COLUMNS))
+    from_shown = api_runs._fork_points(run, rows, complete=True)
+    from_rows = api_runs._fork_points(run, rows, complete=False)
+    assert from_shown == from_rows
+    assert from_shown[-1] == compensated and len(from_shown) == 4
+
+
+def test_the_runs_list_costs_the_same_queries_for_2_and_40_runs(viewer_api):
+    for n in range(40):
+        run = durable.start("dash.echo", {"n": n})
+        if n % 3 == 0:
+            Wait.objects.create(run=run, wait_id=f"w{n}", position=1, kind="signal", key=f"k{n}")
+    n_small, small = _queries(viewer_api, "/runs?limit=2")
+    n_large, large = _queries(viewer_api, "/runs?limit=40")
+    assert len(small["items"]) == 2 and len(large["items"]) == 40
+    assert any(item["waiting_on"] for item in large["items"])
+    assert n_small == n_large
+
+
+def test_the_cheap_answers_are_the_validated_ones(viewer_api):
+    """Each field has its model's type: validating the answer and rendering it again,
+    as ninja did, gives it back (an extra, a missing or a mistyped field would not)."""
+    run = _succeeded_run(230)
+    Wait.objects.create(run=run, wait_id="w", position=1, kind="signal", key="go")
+    detail = viewer_api.get(f"/runs/{run.id}")
+    assert detail["Content-Type"] == "application/json; charset=utf-8"
+    assert detail.json() == _as_validated(RunDetailOut, detail.json())
+    assert detail.json() == _as_validated(RunDetailOut, api_runs._detail(run.id))
+    assert detail.json()["waiting_on"]["key"] == "go"
+    page = viewer_api.get("/runs?limit=5").json()
+    assert page["items"] and page == _as_validated(RunsPageOut, page)
+    steps = viewer_api.get(f"/runs/{run.id}/steps?after=3&limit=7").json()
+    assert len(steps["items"]) == 7 and steps == _as_validated(StepsPageOut, steps)
+    assert any(s["error"] for s in steps["items"]) and steps["next_after"] is not None
