@@ -138,6 +138,11 @@ def test_the_cheap_answers_are_the_validated_ones(viewer_api):
     Wait.objects.create(run=run, wait_id="w", position=1, kind="signal", key="go")
     detail = viewer_api.get(f"/runs/{run.id}")
     assert detail["Content-Type"] == "application/json; charset=utf-8"
+    # the cheap answers are rendered as the API object renders the others
+    from api.main import api as the_api
+
+    assert type(the_api.renderer) is type(api_runs._RENDERER)
+    assert the_api.get_content_type() == api_runs._CONTENT_TYPE
     assert detail.json() == _as_validated(RunDetailOut, detail.json())
     assert detail.json() == _as_validated(RunDetailOut, api_runs._detail(run.id))
     assert detail.json()["waiting_on"]["key"] == "go"
