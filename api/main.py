@@ -235,14 +235,17 @@ def _denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
 @api.exception_handler(Exception)
 def _service_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """The services' refusals (``durable/exceptions.py``, ``approvals/services.py``) by
-    :data:`api.problems.STATUS_OF`, an exhausted connection pool 503; anything else is a
-    bug and propagates (500)."""
-    if postgres.pool_exhausted(exc):  # busy, not broken: nothing was changed
-        response = problem(
-            503,
-            "every database connection of this web process is in use; try again",
-            request=request,
+    :data:`api.problems.STATUS_OF`, a database that did not answer (an exhausted pool, a
+    connection ended by a restart) 503 with ``Retry-After``; anything else is a bug and
+    propagates (500)."""
+    if postgres.database_unavailable(exc):
+        detail = (
+            "every database connection of this web process is in use; try again"
+            if postgres.pool_exhausted(exc)  # busy, not broken: nothing was changed
+            else "the database did not answer (a restart or a failover); try again with "
+            "the same run_id or Idempotency-Key"
         )
+        response = problem(503, detail, request=request)
         response["Retry-After"] = str(postgres.BUSY_RETRY_AFTER)
         return response
     status = status_for(exc)

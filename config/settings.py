@@ -304,7 +304,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
     if WEB_PROCESS and env_bool("DATABASE_POOL", True):
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django requires 0)
-        DATABASES["default"]["CONN_HEALTH_CHECKS"] = False  # the pool checks on return
+        # Django then gives the pool a check that runs as a connection is lent: one the
+        # database ended meanwhile (a restart, a failover) is replaced, not lent to a
+        # request that would answer 500 (tests/processes/test_web_connections.py)
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
         _pool_max = max(env_int("DATABASE_POOL_MAX_SIZE", 10), 1)
         _options["pool"] = {
             "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 2), _pool_max),

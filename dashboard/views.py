@@ -307,12 +307,15 @@ def attention(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """``handler500``: 503 with ``Retry-After`` when the request waited in vain for one of
-    the web process's pooled database connections (busy, not broken: nothing was changed,
-    :func:`durable.postgres.pool_exhausted`), else Django's 500 page. Both render without a
+    """``handler500``: 503 with ``Retry-After`` when the database did not answer (the
+    request waited in vain for one of the web process's pooled connections, or its
+    connection was ended by a restart or a failover:
+    :func:`durable.postgres.database_unavailable`), else Django's 500 page. Both render without a
     database query, which could fail the same way."""
-    if postgres.pool_exhausted(sys.exc_info()[1]):
-        response = HttpResponse(loader.render_to_string("503.html"), status=503)
+    exc = sys.exc_info()[1]
+    if postgres.database_unavailable(exc):
+        context = {"unavailable": not postgres.pool_exhausted(exc)}
+        response = HttpResponse(loader.render_to_string("503.html", context), status=503)
         response["Retry-After"] = str(postgres.BUSY_RETRY_AFTER)
         return response
     return defaults.server_error(request)

@@ -132,6 +132,24 @@ def pool_exhausted(exc: BaseException | None) -> bool:
     return False
 
 
+def database_unavailable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is the database failing to
+    answer rather than refusing the request: Django's ``OperationalError`` or
+    ``InterfaceError`` (a connection ended by a restart, a failover or an administrator, a
+    statement cancelled, a deadlock), or the pool's timeout. The API and the dashboard
+    answer it 503 with ``Retry-After`` instead of 500: the client may try again (the API's
+    writes are idempotent by ``run_id`` or ``Idempotency-Key``)."""
+    from django.db import InterfaceError, OperationalError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OperationalError | InterfaceError) or pool_exhausted(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 @contextmanager
 def read_only() -> Iterator[None]:
     """No write on this connection meanwhile: on PostgreSQL one ``READ ONLY`` transaction

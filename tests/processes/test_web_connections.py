@@ -136,3 +136,33 @@ def test_a_request_that_waits_in_vain_for_a_connection_is_a_503_with_retry_after
             assert first.result(timeout=60)[0] == 200
     finally:
         stop(server)
+
+
+def test_connections_the_database_ended_are_not_lent_to_the_next_requests(tmp_path, token):
+    """A database restart (or a failover, or an administrator) ends the pool's idle
+    connections; the next requests must not borrow them and answer 500 (a load run saw 10
+    requests answered 500 while CI restarted PostgreSQL). The pool checks a connection
+    as it lends it (CONN_HEALTH_CHECKS, as Django does without the pool) and opens
+    another in its place: every request is answered 200."""
+    server = serve(tmp_path, DATABASE_POOL_MAX_SIZE="4", DATABASE_POOL_MIN_SIZE="4")
+    url = f"{server.url}/api/v1/runs?limit=5"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as clients:
+            assert set(clients.map(lambda _: get(url, token)[0], range(8))) == {200}
+        wait_until(
+            lambda: web_connections() >= 2, timeout=30, what="the pool's connections", sweep=False
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                [WEB],
+            )
+            assert cursor.fetchone()[0] >= 2  # the pool's idle connections, ended
+        wait_until(
+            lambda: web_connections() == 0, timeout=30, what="the ended connections", sweep=False
+        )
+        answers = [get(url, token)[0] for _ in range(8)]
+    finally:
+        stop(server)
+    assert Counter(answers) == {200: 8}, server.tail()
