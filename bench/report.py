@@ -119,11 +119,14 @@ def checkpoint_section(cp: dict[str, Any]) -> list[str]:
 
 
 SHAPE_LABELS = {
-    "orm": "engine today: `Execution.write` via the ORM (4 round trips)",
+    "orm": "the engine's own checkpoint (`Checkpoints.record_success`: one prepared statement)",
     "raw4": "the same 4 statements, raw psycopg (no ORM)",
     "cte": "one fenced statement (`WITH r AS (UPDATE run ... RETURNING) INSERT step, event`)",
     "cte_hot": "… without re-writing the indexed `lease_expires_at`, fillfactor 85 (HOT)",
     "cte_hot_noevent": "… and without the per-step trace event row",
+    "share": "the fence as a `FOR SHARE` read of the run (no run UPDATE), step and event",
+    "share_noevent": "… without the trace event row",
+    "step_only": "the step's INSERT alone, unfenced (the least a checkpoint writes)",
 }
 
 

@@ -4,14 +4,19 @@
 PostgreSQL database) migrates, creates a running run, and records N no-op step
 checkpoints with raw psycopg in several shapes, interleaved over 3 repetitions:
 
-- ``orm``: ``Execution.write`` as the engine does it today (Django ORM: UPDATE run,
-  INSERT step, INSERT trace event, COMMIT; 4 round trips, lease extended each step);
+- ``orm``: the engine's own checkpoint path (``Checkpoints.record_success``: on
+  PostgreSQL one prepared, fenced statement; the name is the diagnosis's first shape);
 - ``raw4``: the same four statements with raw psycopg (no ORM): the ORM's share;
 - ``cte``: one statement in autocommit (``WITH r AS (UPDATE ... RETURNING) INSERT step
   ... FROM r, INSERT event ... FROM r``): fenced the same way, one round trip;
 - ``cte_hot``: ``cte`` without re-writing the indexed ``lease_expires_at`` (the heartbeat
   extends the lease) on a ``fillfactor=85`` run table, so the run UPDATE can be HOT;
-- ``cte_hot_noevent``: ``cte_hot`` without the per-step trace event row.
+- ``cte_hot_noevent``: ``cte_hot`` without the per-step trace event row;
+- ``share``: the fence as a read (``SELECT ... FOR SHARE`` of the run: its lease token
+  and status) instead of the run's UPDATE, then the step and its event (the run's
+  counters would be derived from its steps: a data-model change, measured here only);
+- ``share_noevent``: ``share`` without the trace event row;
+- ``step_only``: the step's INSERT alone, unfenced: the least a checkpoint can write.
 
 It reports ms/step, HOT updates of ``durable_run`` and bytes of the tables per step.
 """
@@ -59,19 +64,22 @@ def _orm(n: int, token: str) -> None:
     from django.utils import timezone
 
     from durable import registry
-    from durable.context import Execution
     from durable.models import Run, StepStatus
+    from durable.runtime.execution import Execution
+
+    from . import workflows as _workflows  # noqa: F401 - registers bench.noop
 
     run = Run.objects.get(pk=_new_run(token))
     execution = Execution(
         run=run, token=token, steps=[], spec=registry.get_workflow("bench.noop"), worker_id="bench"
     )
+    cursor = execution.cursor
     for _ in range(n):
-        call = execution.next_call("s")
-        execution.record_success(
+        call = cursor.next_call("s")
+        execution.checkpoints.record_success(
             call, attempt=1, value=None, started_at=timezone.now(), ledger=None
         )
-    assert execution.by_position[n - 1].status == StepStatus.SUCCEEDED
+    assert cursor.by_position[n - 1].status == StepStatus.SUCCEEDED
 
 
 def _raw4(conn: Any, n: int, token: str, run_id: str) -> None:
@@ -100,7 +108,11 @@ def _raw4(conn: Any, n: int, token: str, run_id: str) -> None:
             )
 
 
-def _cte(conn: Any, n: int, token: str, run_id: str, *, lease: bool, event: bool) -> None:
+def _cte(
+    conn: Any, n: int, token: str, run_id: str, *, lease: bool, event: bool, fence: str = "update"
+) -> None:
+    """``fence``: ``"update"`` (the run's UPDATE ... RETURNING), ``"share"`` (a ``FOR
+    SHARE`` read of the run) or ``"none"`` (the step's INSERT alone)."""
     from datetime import UTC, datetime
 
     sets = (
@@ -115,9 +127,14 @@ def _cte(conn: Any, n: int, token: str, run_id: str, *, lease: bool, event: bool
         if event
         else ""
     )
+    where = "WHERE id = %(run)s AND lease_token = %(token)s AND status = 'running'"
+    r_sql = {
+        "update": f"UPDATE durable_run SET {sets} {where} RETURNING id",
+        "share": f"SELECT id FROM durable_run {where} FOR SHARE",
+        "none": "SELECT %(run)s::varchar AS id",
+    }[fence]
     sql = (
-        f"WITH r AS (UPDATE durable_run SET {sets} WHERE id = %(run)s AND lease_token = "
-        "%(token)s AND status = 'running' RETURNING id), "
+        f"WITH r AS ({r_sql}), "
         f"s AS (INSERT INTO durable_step ({STEP_COLS}) SELECT r.id, %(sid)s, %(pos)s, 'step', "
         "'', 'succeeded', NULL, 'null', NULL, 1, 0, NULL, %(now)s, %(now)s, 0 FROM r "
         f"RETURNING id){event_sql} SELECT id FROM s"
@@ -177,7 +194,16 @@ def main() -> None:
         dbname=sd["NAME"],
         autocommit=True,
     )
-    shapes = ["orm", "raw4", "cte", "cte_hot", "cte_hot_noevent"]
+    shapes = [
+        "orm",
+        "raw4",
+        "cte",
+        "cte_hot",
+        "cte_hot_noevent",
+        "share",
+        "share_noevent",
+        "step_only",
+    ]
     times: dict[str, list[float]] = {s: [] for s in shapes}
     stats: dict[str, dict[str, float]] = {}
     for rep in range(args.reps):
@@ -201,7 +227,10 @@ def main() -> None:
                     token,
                     run_id,
                     lease=shape == "cte",
-                    event=not shape.endswith("noevent"),
+                    event=not shape.endswith("noevent") and shape != "step_only",
+                    fence={"share": "share", "share_noevent": "share", "step_only": "none"}.get(
+                        shape, "update"
+                    ),
                 )
             times[shape].append((time.perf_counter() - t) / args.steps * 1000)
             after = _stat(conn)
