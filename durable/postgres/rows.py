@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import Field, Model
 
 
@@ -66,6 +66,7 @@ def values(instance: Model) -> list[Any]:
     ORM prepares them for this connection (``Field.pre_save`` then
     ``Field.get_db_prep_save``; a value of a plain field's own type as it is)."""
     out: list[Any] = []
+    db = connections[DEFAULT_DB_ALIAS]  # not the proxy: a thread-local lookup per use
     for f, plain in _preparers(type(instance)):
         if plain is not None:
             value = getattr(instance, f.attname)
@@ -74,5 +75,5 @@ def values(instance: Model) -> list[Any]:
             ):
                 out.append(value)
                 continue
-        out.append(f.get_db_prep_save(f.pre_save(instance, True), connection))
+        out.append(f.get_db_prep_save(f.pre_save(instance, True), db))
     return out
