@@ -75,14 +75,23 @@ def test_invoice_sends_after_approval_and_completes(agent_env, operator):
 
 
 def test_procurement_escalates_then_waits_for_goods(agent_env, operator):
-    run = start_example("examples.procurement", procurement_input(1, approval_timeout_seconds=1))
+    run = start_example("examples.procurement", procurement_input(1, approval_timeout_seconds=600))
     assert drive(run.id).status == RunStatus.WAITING
-    import time
+    from datetime import timedelta
 
+    from django.utils import timezone
+
+    from approvals.models import ApprovalRequest
+    from durable.models import Wait
     from durable.worker.sweeper import sweep
     from tests.examples.flows import pending_approval
 
-    time.sleep(1.2)
+    # the first deadline, passed a minute ago: no sleep, and the escalated request's
+    # deadline (one timeout after the first: 9 minutes from now) cannot pass before the
+    # operator decides it, however loaded the machine (CI saw a 1 s timeout do that)
+    past = timezone.now() - timedelta(seconds=60)
+    ApprovalRequest.objects.filter(run_id=run.id, status="pending").update(expires_at=past)
+    Wait.objects.filter(run_id=run.id, status="pending").update(wake_at=past)
     sweep()  # the first expiry escalates to finance
     req = pending_approval(run.id)
     assert req is not None and req.escalated_at is not None
