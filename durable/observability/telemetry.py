@@ -203,7 +203,13 @@ def attempt(call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy)
     """Around one try of ``call`` (a :class:`durable.runtime.replay.StepCall`): the log context
     and the ``durable.step`` span with the step's id, kind, tool, safety class, attempt
     and, when it fails, the failure's classification (:func:`durable.retry.classify`,
-    as the engine classifies it)."""
+    as the engine classifies it). Without a recording SDK only the log context: the
+    API's no-op span would change nothing (the current span stays the run's), and
+    building one costs a checkpointed step ~0.03 ms."""
+    if not _recording():
+        with logcontext.bound(step_id=call.step_id, attempt=attempt):
+            yield
+        return
     attributes: dict[str, Any] = {
         "durable.step.id": call.step_id,
         "durable.step.kind": str(call.kind),

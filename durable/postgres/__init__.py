@@ -30,7 +30,8 @@ def available() -> bool:
     """Whether a one-statement path may run now: the database is PostgreSQL and no
     transaction is open. Inside a caller's transaction the ORM paths run instead, since
     they keep its atomicity and savepoints; a one-statement path commits on its own."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
+    db = connections[DEFAULT_DB_ALIAS]  # not the proxy: a thread-local lookup per attribute
+    return db.vendor == "postgresql" and not db.in_atomic_block
 
 
 def database_now(*, wall_clock: bool = False) -> datetime | None:
@@ -86,10 +87,13 @@ def prepared_cursor() -> Iterator[Any]:
         # number lets prepare=True through, and as it is never reached no other
         # statement is prepared for having run often (Django's cursors never are)
         pg.prepare_threshold = NEVER_BY_COUNT
-    with db.wrap_database_errors:
-        raw = _prepared_cursor_class()(pg)
-    with db._prepare_cursor(raw) as cursor:
-        yield cursor
+    # one psycopg cursor per connection, used again by every hot statement (a cursor is
+    # not closed by running another statement; creating and wrapping one cost ~10 us)
+    kept = getattr(db, "durable_cursor", None)
+    if kept is None or kept[0] is not pg or kept[1].closed:
+        with db.wrap_database_errors:
+            kept = db.durable_cursor = (pg, db._prepare_cursor(_prepared_cursor_class()(pg)))
+    yield kept[1]
     db.durable_used_at = time.monotonic()
 
 

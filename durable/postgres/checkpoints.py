@@ -14,6 +14,7 @@ saved through the ORM.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from typing import Any
 
@@ -73,12 +74,14 @@ def checkpoint_in_one_statement(
         now,
         *op_params,
     ]
-    with metrics.checkpoint(path="one_statement"), prepared_cursor() as cursor:
+    started = time.perf_counter()
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
+    metrics.checkpoint_committed("one_statement", time.perf_counter() - started)
     if row is None:
         return None
-    metrics.STEPS_EXECUTED.labels(kind=step.kind or "step").inc()
+    metrics.step_executed(step.kind)
     step.pk = row[0]
     step._state.adding = False
     return step

@@ -35,6 +35,7 @@ from durable.models.runs import Run
 from durable.models.steps import Step, StepAttempt
 from durable.observability import metrics
 from durable.postgres import checkpoints as checkpoint_pg
+from durable.postgres import rows
 from durable.postgres import runs as run_pg
 from durable.retry import MODEL_RECOVERABLE, PERMANENT
 from durable.runtime.batching import StepBatch
@@ -308,17 +309,14 @@ class Checkpoints:
             if ledger is not None:
                 ledger.succeeded_txn(value, output)
 
-        run_fields: dict[str, Any] = {
-            "cursor_position": pos + 1,
-            "cursor_lost": 0,
-            "steps_executed": F("steps_executed") + 1,
-        }
-        if kind == StepKind.LLM and isinstance(reply, dict):
-            if tokens:
-                run_fields["tokens_used"] = F("tokens_used") + tokens
-            if reply.get("scripted") and "scripted-llm" not in (self.cursor.run.tags or []):
-                self.cursor.run.tags = [*(self.cursor.run.tags or []), "scripted-llm"]
-                run_fields["tags"] = self.cursor.run.tags
+        tags = None
+        if (
+            kind == StepKind.LLM
+            and isinstance(reply, dict)
+            and reply.get("scripted")
+            and "scripted-llm" not in (self.cursor.run.tags or [])
+        ):
+            tags = self.cursor.run.tags = [*(self.cursor.run.tags or []), "scripted-llm"]
         event_data = {
             "attempt": attempt,
             "kind": kind,
@@ -335,15 +333,10 @@ class Checkpoints:
             call, rec, ledger, self.cursor.pending_lost
         ):  # durable/runtime/batching.py
             row = {"output": output, "error": error, "attempts": attempt, "started_at": started_at}
-            self.batch.add(self, call, row, tokens, event_data, run_fields.get("tags"))
+            self.batch.add(self, call, row, tokens, event_data, tags)
             return value
         # with batched steps pending, the transactional write flushes them first
-        fast = (
-            rec is None
-            and not self.cursor.pending_lost
-            and "tags" not in run_fields
-            and not self.batch
-        )
+        fast = rec is None and not self.cursor.pending_lost and tags is None and not self.batch
         step = None
         if fast and postgres.available():  # a write's result goes in the same statement
             step = checkpoint_pg.checkpoint_in_one_statement(
@@ -351,7 +344,8 @@ class Checkpoints:
                 token=self.cursor.token,
                 status=self.cursor.status,
                 worker_id=self.cursor.worker_id,
-                step=Step(
+                step=rows.unsaved(
+                    Step,
                     run_id=self.cursor.run_id,
                     position=pos,
                     budget_base=self.cursor.budget_base.get(pos, 0),
@@ -368,6 +362,15 @@ class Checkpoints:
             if ledger is not None:
                 ledger.succeeded()
         else:
+            run_fields: dict[str, Any] = {
+                "cursor_position": pos + 1,
+                "cursor_lost": 0,
+                "steps_executed": F("steps_executed") + 1,
+            }
+            if tokens:
+                run_fields["tokens_used"] = F("tokens_used") + tokens
+            if tags is not None:
+                run_fields["tags"] = tags
             try:
                 self.write(
                     run_fields,

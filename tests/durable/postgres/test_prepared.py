@@ -118,3 +118,35 @@ def test_batches_of_any_length_share_one_prepared_statement(settings):
         assert all(s.status == "succeeded" and s.output for s in steps)
         events = TraceEvent.objects.filter(run_id=run_id, kind="step_executed")
         assert sorted(e.step_id for e in events) == sorted(s.step_id for s in steps)
+
+
+def test_the_hot_statements_share_one_cursor_per_connection():
+    from durable import postgres
+
+    connection.close()
+    with postgres.prepared_cursor() as first:
+        first.execute("SELECT 1")
+        assert first.fetchone() == (1,)
+    with postgres.prepared_cursor() as again:
+        again.execute("SELECT 2")
+        assert again.fetchone() == (2,)
+    assert again is first and not first.closed
+    connection.close()  # a new connection gets a cursor of its own, on it
+    with postgres.prepared_cursor() as fresh:
+        fresh.execute("SELECT 3")
+        assert fresh.fetchone() == (3,)
+    assert fresh is not first
+    assert fresh.cursor.connection is connection.connection
+
+
+def test_a_failed_hot_statement_leaves_the_shared_cursor_usable():
+    from django.db import DatabaseError
+
+    from durable import postgres
+
+    connection.close()
+    with pytest.raises(DatabaseError), postgres.prepared_cursor() as cursor:
+        cursor.execute("SELECT 1 / 0")
+    with postgres.prepared_cursor() as again:
+        again.execute("SELECT 4")
+        assert again.fetchone() == (4,)
