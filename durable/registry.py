@@ -289,6 +289,9 @@ def _check_approval_policy(
         )
 
 
+_DURABILITIES = frozenset(Durability.values)
+
+
 def check_durability(value: Any, *, where: str) -> str | None:
     """``value`` as a :class:`Durability` (``None`` stays ``None``).
 
@@ -297,7 +300,7 @@ def check_durability(value: Any, *, where: str) -> str | None:
     """
     if value is None:
         return None
-    if isinstance(value, str) and value in Durability.values:
+    if isinstance(value, str) and value in _DURABILITIES:
         return Durability(value)
     raise DurableConfigurationError(
         f"{where}: durability must be one of {', '.join(map(repr, Durability.values))}, "

@@ -27,16 +27,21 @@ def flush_in_one_statement(owner: Any, batch: Any) -> list[Step] | None:
     this package sits below the runtime, so it names neither type. Returns the steps
     written, or None -- having written nothing -- when the fence does not hold."""
     pending = batch.pending
-    steps = [Step(**fields) for fields in pending]  # the rows StepBatch.insert_txn creates
+    # the unsaved steps the cursor holds (StepBatch.add made them of the same fields); they
+    # get their pk below, once this statement wrote them
+    held = owner.cursor.by_position
+    steps = [
+        step
+        if (step := held.get(fields["position"])) is not None and step._state.adding
+        else rows.unsaved(Step, **fields)
+        for fields in pending
+    ]
     now = timezone.now()
     # one array per column (unnest): the statement's text is the same for every batch
     # length, so it is prepared once per connection like the other hot statements
-    by_column: list[list[Any]] = [[] for _ in rows.insert_fields(Step)]
-    event_data = []
-    for step, event in zip(steps, batch.events, strict=True):
-        for column, value in zip(by_column, rows.values(step), strict=True):
-            column.append(value)
-        event_data.append(json.dumps(storable_json(event["data"])))
+    by_column = [list(column) for column in zip(*map(rows.values, steps), strict=True)]
+    event_data = [json.dumps(storable_json(event["data"])) for event in batch.events]
+    assert len(event_data) == len(steps)  # unnest would pad a shorter array with NULLs
     params: list[Any] = [
         now,
         pending[-1]["position"] + 1,
@@ -71,7 +76,7 @@ def _batch_sql() -> str:
         columns = rows.columns(Step)
         names = [c.strip() for c in columns.split(",")]
         arrays = ", ".join(
-            f"%s::{f.cast_db_type(connection)}[]"  # type: ignore[attr-defined]
+            f"%b::{f.cast_db_type(connection)}[]"  # type: ignore[attr-defined]
             for f in rows.insert_fields(Step)
         )
         _SQL["batch"] = f"""
@@ -82,7 +87,7 @@ def _batch_sql() -> str:
              WHERE id = %s AND lease_token = %s AND status = %s
          RETURNING id),
         v AS (
-            SELECT * FROM unnest({arrays}, %s::jsonb[]) AS v({columns}, event_data)),
+            SELECT * FROM unnest({arrays}, %b::jsonb[]) AS v({columns}, event_data)),
         p AS (SELECT %s::varchar AS event_kind, %s::varchar AS actor),
         s AS (
             INSERT INTO {Step._meta.db_table} ({columns})

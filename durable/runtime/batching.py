@@ -26,7 +26,7 @@ from durable.exceptions import LeaseLost, RunStopped
 from durable.models.events import TraceEvent
 from durable.models.steps import Step
 from durable.observability import metrics
-from durable.postgres import batches
+from durable.postgres import batches, rows
 from durable.registry import check_durability
 from durable.runtime.failures import db_faults_stop_the_execution
 from durable.vocabulary import Durability, EventKind, StepStatus
@@ -78,6 +78,9 @@ class StepBatch:
         self.tags: list[str] | None = None
         self.first_at = 0.0
         self._saved: list[Step] = []
+        #: (BATCH_MAX_STEPS, BATCH_MAX_DELAY_MS), read at the first batched step: the
+        #: settings of an execution's start hold for the execution
+        self._limits: tuple[int, float] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.pending)
@@ -134,7 +137,7 @@ class StepBatch:
         owner.cursor.run.tokens_used += tokens
         if tags is not None:
             self.tags = list(tags)
-        owner.cursor.by_position[pos] = Step(**fields)
+        owner.cursor.by_position[pos] = rows.unsaved(Step, **fields)
         owner.cursor.positions_by_id[sid] = pos
         if self.due():
             self.flush(owner)
@@ -143,10 +146,12 @@ class StepBatch:
         """``BATCH_MAX_STEPS`` pending, or the oldest waited ``BATCH_MAX_DELAY_MS``."""
         if not self.pending:
             return False
-        if len(self.pending) >= int(conf.get("BATCH_MAX_STEPS")):
+        if self._limits is None:
+            self._limits = (int(conf.get("BATCH_MAX_STEPS")), float(conf.get("BATCH_MAX_DELAY_MS")))
+        max_steps, max_delay_ms = self._limits
+        if len(self.pending) >= max_steps:
             return True
-        waited_ms = (time.monotonic() - self.first_at) * 1000.0
-        return waited_ms >= float(conf.get("BATCH_MAX_DELAY_MS"))
+        return (time.monotonic() - self.first_at) * 1000.0 >= max_delay_ms
 
     def flush_if_due(self, owner: BatchOwner) -> None:
         """Flush when due (before a batched step starts: its wait counts too)."""

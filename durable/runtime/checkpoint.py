@@ -568,6 +568,11 @@ class Checkpoints:
             data={"replayed": len(replayed)},
         )
         ends = {**transitions.changes("complete", self.cursor.status), "output": output}
+        if self.batch and postgres.available():
+            # the pending batched steps in their one statement, then the end in its own:
+            # two round trips instead of the ORM's transaction of several (a stop seen
+            # at the flush raises RunStopped after recording them, as the write below)
+            self.batch.flush(self)
         # with batched steps pending, the transactional write flushes them first
         if (
             # a child's end wakes its parent; a parent's end reaches its children

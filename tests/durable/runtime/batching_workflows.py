@@ -170,3 +170,31 @@ def ops_sync(ctx, data):
 @durable.workflow(name="batch.bad_step", version="1", durability="batched")
 def bad_step(ctx, data):
     return ctx.step("odd", step_body, "odd", 0, durability="fast")
+
+
+#: texts a batch flush must carry as they are: array-literal syntax (quotes, braces,
+#: commas, backslashes, the word NULL), NUL, a lone surrogate, astral characters
+AWKWARD_TEXTS = [
+    'say "hi", {a,b}',
+    "back\\slash \\\\ and \\",
+    "NULL",
+    "",
+    "nul\x00inside",
+    "lone \ud800 surrogate",
+    "emoji \U0001f600 and ünï",
+    "{}",
+    '{"json": [1, 2]}',
+]
+
+
+def echo_text(text: str) -> dict[str, Any]:
+    return {"text": text, "again": [text, None, text]}
+
+
+@durable.workflow(name="batch.awkward", version="1", durability="batched")
+def awkward(ctx, data):
+    ids = ['q "1"', "{a,b}", "c\\d", "NULL", "e,f", "g}h", "i{j", "k l", "m'n"]
+    return [
+        ctx.step(f"{ids[i % len(ids)]}#{i}", echo_text, text, durability="batched")
+        for i, text in enumerate(data["texts"])
+    ]

@@ -333,3 +333,49 @@ def test_impossible_batch_settings_are_reported_at_start_up(settings, name, valu
     assert not [m for m in check_durable() if m.id in ("durable.E003", "durable.E006")]
     settings.DURABLE = {**settings.DURABLE, name: value}
     assert [m.id for m in check_durable() if name in m.msg] == [check]
+
+
+def _written(run_id: str) -> dict[str, list]:
+    skip = {"id", "run_id", "started_at", "finished_at"}
+    steps = [
+        {
+            f.attname: getattr(s, f.attname)
+            for f in Step._meta.concrete_fields
+            if f.attname not in skip
+        }
+        for s in Step.objects.filter(run_id=run_id).order_by("position")
+    ]
+    events = [
+        (e.kind, e.step_id, {k: v for k, v in (e.data or {}).items() if k != "seconds"})
+        for e in TraceEvent.objects.filter(run_id=run_id, kind="step_executed").order_by("id")
+    ]
+    return {"steps": steps, "events": events}
+
+
+def test_a_flush_writes_awkward_text_as_the_orm_path_does(batch_size, monkeypatch):
+    """The one-statement flush sends each column as an array (PostgreSQL): quotes,
+    braces, commas, backslashes, NUL and surrogates in ids, inputs and outputs reach the
+    rows as the ORM's transactional path writes them (on SQLite both are that path)."""
+    from durable import postgres
+    from durable.postgres import batches
+
+    flushes: list[int] = []
+    one_statement = batches.flush_in_one_statement
+
+    def counted(owner, batch):
+        flushes.append(len(batch.pending))
+        return one_statement(owner, batch)
+
+    monkeypatch.setattr(batches, "flush_in_one_statement", counted)
+    batch_size(steps=4)
+    texts = bw.AWKWARD_TEXTS
+    fast = drive(durable.start("batch.awkward", {"texts": texts}).id)
+    assert fast.status == RunStatus.SUCCEEDED, fast.error
+    if postgres.available():
+        assert flushes[:2] == [4, 4]  # the one-statement flush wrote them
+    monkeypatch.setattr(postgres, "available", lambda: False)
+    orm = drive(durable.start("batch.awkward", {"texts": texts}).id)
+    assert orm.status == RunStatus.SUCCEEDED, orm.error
+    assert _written(fast.id) == _written(orm.id)
+    assert len(_written(fast.id)["steps"]) == len(texts)
+    assert fast.output == orm.output
