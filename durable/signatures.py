@@ -25,3 +25,19 @@ def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
         return _accepts_keyword(fn, keyword)
     except TypeError:  # unhashable callable
         return _accepts_keyword.__wrapped__(fn, keyword)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(fn)``, cached per callable (a ``Signature`` is immutable: a
+    tool's arguments are bound against it at every call). Raises what
+    ``inspect.signature`` raises (``TypeError``, ``ValueError``)."""
+    try:
+        hash(fn)
+    except TypeError:  # an unhashable callable: not cached
+        return inspect.signature(fn)
+    return _signature(fn)

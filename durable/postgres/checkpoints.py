@@ -18,7 +18,6 @@ import time
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
 from django.db.models import Field
 
 from durable.models.events import TraceEvent
@@ -58,7 +57,7 @@ def checkpoint_in_one_statement(
         pk, fields = operation
         names = sorted(fields)
         sql = _SQL.get(f"op:{names}") or _SQL.setdefault(f"op:{names}", _with_operation(sql, names))
-        op_params = [_prep(Operation, n, fields[n]) for n in names] + [pk]
+        op_params = [rows.prepared(Operation, n, fields[n]) for n in names] + [pk]
     now = step.finished_at
     params: list[Any] = [
         now,
@@ -126,11 +125,6 @@ def _column(model: Any, name: str) -> str:
     field = model._meta.get_field(name)
     assert isinstance(field, Field)
     return field.column
-
-
-def _prep(model: Any, name: str, value: Any) -> Any:
-    """``value`` as the model field ``name`` stores it (storable text, JSON...)."""
-    return model._meta.get_field(name).get_db_prep_save(value, connection)
 
 
 def started_in_one_statement(

@@ -113,6 +113,28 @@ def _preparers(model: type[Model]) -> tuple[tuple[str, Field, tuple[type, ...] |
     )
 
 
+_PREPARE = object()  # no shortcut: the field prepares the value
+
+
+def _shortcut(plain: tuple[type, ...] | None, storable: bool, value: Any) -> Any:
+    """What the field's preparation gives ``value``, where that is known without it;
+    else ``_PREPARE``."""
+    if plain is not None:
+        t = type(value)
+        if value is None or (t in plain and not (t is datetime and value.tzinfo is None)):
+            return value
+        if str in plain and isinstance(value, str):
+            # a TextChoices member: CharField.to_python keeps it, psycopg sends its str
+            # value; the plain str is the same text, on psycopg's cached dumper
+            return str.__str__(value)
+    elif storable:
+        if value is None:
+            return None
+        if type(value) is str:
+            return storable_text(value)
+    return _PREPARE
+
+
 def values(instance: Model) -> list[Any]:
     """The insert values of an unsaved ``instance``, in :func:`columns`' order, as the
     ORM prepares them for this connection (``Field.pre_save`` then
@@ -124,6 +146,7 @@ def values(instance: Model) -> list[Any]:
     out: list[Any] = []
     db = connections[DEFAULT_DB_ALIAS]  # not the proxy: a thread-local lookup per use
     for attname, f, plain, storable in _preparers(type(instance)):
+        # _shortcut's rules, inlined: a function call per column costs a third more
         if plain is not None:
             value = getattr(instance, attname)
             t = type(value)
@@ -131,17 +154,30 @@ def values(instance: Model) -> list[Any]:
                 out.append(value)
                 continue
             if str in plain and isinstance(value, str):
-                # a TextChoices member: CharField.to_python keeps it, psycopg sends its
-                # str value; the plain str is the same text, on psycopg's cached dumper
                 out.append(str.__str__(value))
                 continue
         elif storable:
             value = getattr(instance, attname)
-            if value is None:
-                out.append(None)
-                continue
-            if type(value) is str:
-                out.append(storable_text(value))
+            if value is None or type(value) is str:
+                out.append(value if value is None else storable_text(value))
                 continue
         out.append(f.get_db_prep_save(f.pre_save(instance, True), db))
     return out
+
+
+@cache
+def _by_name(model: type[Model]) -> dict[str, tuple[Field, tuple[type, ...] | None, bool]]:
+    return {
+        f.name: (f, _plain_types(f), _storable_text_field(f)) for f in model._meta.concrete_fields
+    }
+
+
+def prepared(model: type[Model], name: str, value: Any) -> Any:
+    """``value`` as the field ``name`` of ``model`` stores it in an UPDATE
+    (``Field.get_db_prep_save``), with the shortcuts of :func:`values`. Raises
+    ``KeyError`` for a name that is no concrete field's."""
+    f, plain, storable = _by_name(model)[name]
+    fast = _shortcut(plain, storable, value)
+    if fast is not _PREPARE:
+        return fast
+    return f.get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])

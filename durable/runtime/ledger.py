@@ -24,6 +24,7 @@ from durable.models.events import TraceEvent
 from durable.models.operations import Operation
 from durable.models.steps import StepAttempt
 from durable.models.waits import Wait
+from durable.postgres import rows
 from durable.postgres.checkpoints import started_in_one_statement
 from durable.retry import AMBIGUOUS, PERMANENT
 from durable.runtime.failures import error_info, safe_str, safe_traceback
@@ -106,7 +107,7 @@ class OperationLedger:
             # the common case in one fenced statement: no row yet for this key, run live
             # (with batched steps pending, the transaction below flushes them first)
             now = clock.now()
-            started = Operation(**self._started_row(call, now))
+            started = rows.unsaved(Operation, **self._started_row(call, now))
             if started_in_one_statement(
                 run_id=ex.cursor.run_id,
                 token=ex.cursor.token,

@@ -9,7 +9,6 @@ timeout that cannot be scheduled) fails the step at once, as it always did.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from durable.runtime.attempts import call_with_timeout
 from durable.runtime.batching import resolve
 from durable.runtime.ledger import OperationLedger
 from durable.runtime.replay import StepCall
-from durable.signatures import accepts_keyword
+from durable.signatures import accepts_keyword, signature
 from durable.types import Decision, ModelRecoverable
 from durable.values import codec
 from durable.vocabulary import StepKind
@@ -214,7 +213,7 @@ def build_tool(
     if accepts_keyword(spec.fn, "idempotency_key"):
         call_kwargs["idempotency_key"] = key
     try:
-        inspect.signature(spec.fn).bind(**call_kwargs)
+        signature(spec.fn).bind(**call_kwargs)
     except TypeError as exc:
         return Runnable(
             call=call,
@@ -260,7 +259,7 @@ def arguments_fit(spec: ToolSpec, params: dict[str, Any]) -> bool:
     if accepts_keyword(spec.fn, "idempotency_key"):
         kwargs["idempotency_key"] = ""
     try:
-        inspect.signature(spec.fn).bind(**kwargs)
+        signature(spec.fn).bind(**kwargs)
     except TypeError:
         return False
     return True

@@ -110,3 +110,29 @@ def test_unsaved_refuses_a_name_that_is_no_fields_attribute():
         rows.unsaved(Step, run="r-1")  # the relation's name, not its attribute
     with pytest.raises(TypeError, match="nope"):
         rows.unsaved(Step, nope=1)
+
+
+@ON_POSTGRESQL
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("status", "succeeded"),
+        ("result", '{"ok": "n\\u0000ul"}'),
+        ("result", "raw \x00 nul and \udcff"),
+        ("result", None),
+        ("updated_at", NOW),
+        ("external_id", "ch_1\x00"),
+        ("resolution", ""),
+        ("params", {"x": float("inf")}),
+    ],
+)
+def test_an_update_value_is_what_the_orm_prepares(name, value):
+    from durable.vocabulary import OperationStatus
+
+    if name == "status":
+        value = OperationStatus.SUCCEEDED  # an enum member, as the ledger passes it
+    field = Operation._meta.get_field(name)
+    assert _comparable([rows.prepared(Operation, name, value)]) == _comparable(
+        [field.get_db_prep_save(value, connection)]
+    )
