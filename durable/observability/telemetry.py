@@ -102,11 +102,15 @@ def _record_failure(span: Any, exc: Exception) -> None:
     span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{kind.__name__}: {message}"))
 
 
+#: the API's providers that make no-op spans (no SDK installed)
+_NO_OP_PROVIDERS = (
+    (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider) if _trace is not None else ()
+)
+
+
 def _recording() -> bool:
     """Whether an SDK provider is installed (the API's default makes no-op spans)."""
-    return _trace is not None and not isinstance(
-        _trace.get_tracer_provider(), _trace.ProxyTracerProvider | _trace.NoOpTracerProvider
-    )
+    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_OP_PROVIDERS)
 
 
 def carrier() -> dict[str, str]:
