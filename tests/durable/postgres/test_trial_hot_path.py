@@ -426,3 +426,75 @@ def test_threads_each_running_executions_get_a_cursor_of_their_own():
         for n, (run_id, status) in enumerate(out):
             assert status == RunStatus.SUCCEEDED
             assert Run.objects.get(pk=run_id).output_value() == {"result": t * 100 + n + 2}
+
+
+# ------------------------------------------- OpenTelemetry with no SDK installed
+
+
+def test_without_a_recording_sdk_a_step_keeps_the_callers_trace_and_its_log_context(
+    monkeypatch,
+):
+    """opentelemetry-go #1893 "Incorrect API behavior in absence of SDK"
+    (https://github.com/open-telemetry/opentelemetry-go/issues/1893), after the
+    specification's "Behavior of the API in the absence of an installed SDK": a span
+    context given by a propagator must still reach ``inject`` through every span made
+    with no SDK. A step attempt now opens no span without a recording SDK (only the log
+    context): a step body, sync or batched, run in an incoming request's trace, still
+    sends that trace's id on its own outgoing calls, and its log lines carry the run,
+    the step and the attempt. The API's own tracer is used here (the suite's fixture
+    that keeps tracing off outside ``otel_support.tracing()`` is undone), with the
+    default no-op provider."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    from durable.observability import telemetry
+    from tests.durable.postgres import trial_hot_path_workflows as tw
+
+    if not isinstance(trace.get_tracer_provider(), telemetry._NO_OP_PROVIDERS):
+        pytest.skip("an SDK provider was installed by an earlier test of this process")
+    monkeypatch.setattr(telemetry, "_tracer", lambda: trace.get_tracer(telemetry.TRACER_NAME))
+    monkeypatch.setattr(telemetry, "_recording", lambda: False)
+    tw.SEEN.clear()
+    trace_id = 0x0AF7651916CD43DD8448EB211C80319C
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=trace_id,
+            span_id=0xB7AD6B7169203331,
+            is_remote=True,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )
+    )
+    run = durable.start("trial.observe", {})
+    token = otel_context.attach(trace.set_span_in_context(parent))
+    try:
+        assert execute(run.id, worker_id="w") == RunStatus.SUCCEEDED
+    finally:
+        otel_context.detach(token)
+    assert [s["log"].get("step_id") for s in tw.SEEN] == ["sync_look", "batched_look"]
+    assert all(s["log"].get("run_id") == run.id for s in tw.SEEN), tw.SEEN
+    assert all(s["log"].get("attempt") == 1 for s in tw.SEEN), tw.SEEN
+    assert [s["traceparent"] for s in tw.SEEN] == [f"00-{trace_id:032x}-b7ad6b7169203331-01"] * 2
+
+
+# ------------------------------------------ the flush while Django logs its queries
+
+
+def test_a_flush_of_awkward_values_while_queries_are_logged(batched):
+    """Django #35021 "Debug query capturing on psycopg3 disregards execute wrappers"
+    (https://github.com/django/django/pull/17810, and psycopg #696,
+    https://github.com/psycopg/psycopg/issues/696): what Django's debug cursor logs is
+    built from psycopg's client-side query. While queries are logged (DEBUG, or a test
+    capturing them) ``prepared_cursor`` hands the hot statements Django's cursor
+    instead of the prepared one; the batch flush's binary ``%b`` arrays, with NUL,
+    surrogates and quotes in them, then go through that client-side cursor: the run
+    succeeds, its steps read back as they were returned, and the flush is logged."""
+    from django.test.utils import CaptureQueriesContext
+
+    values = AWKWARD_VALUES[3:6] + ["it's", 'say "hi"']
+    with CaptureQueriesContext(connection) as captured:
+        run = drive(durable.start("trial.batched_values", {"values": values}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    steps = list(Step.objects.filter(run_id=run.id).order_by("position"))
+    assert [s.output_value() for s in steps[:-1]] == values
+    if connection.vendor == "postgresql":
+        assert any("unnest(" in q["sql"] for q in captured.captured_queries)

@@ -49,3 +49,26 @@ def long_id(ctx, data):
     durability = data["durability"]
     ctx.step("short", echo, 1, durability=durability)
     return ctx.step("x" * 300, echo, 2, durability=durability)
+
+
+#: what each body of ``trial.observe`` saw: its log context and the traceparent it
+#: would send on an outgoing call
+SEEN: list[dict[str, Any]] = []
+
+
+def _look() -> str:
+    from opentelemetry import propagate
+
+    from durable.observability import logcontext
+
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    SEEN.append({"log": dict(logcontext.current()), "traceparent": headers.get("traceparent")})
+    return "seen"
+
+
+@durable.workflow(name="trial.observe", version="1")
+def observe(ctx, data):
+    ctx.step("sync_look", _look)
+    ctx.step("batched_look", _look, durability="batched")
+    return "ok"
