@@ -379,7 +379,9 @@ def test_a_cancel_during_the_last_batched_step_records_it_and_ends_cancelled(bat
     )
     assert rows == [(0, "succeeded"), (1, "succeeded"), (2, "succeeded")]
     assert run.output_value() is None
-    assert not TraceEvent.objects.filter(run_id=run.id, kind="run_succeeded").exists()
+    assert not TraceEvent.objects.filter(
+        run_id=run.id, kind="completed", message__icontains="succeeded"
+    ).exists()
 
 
 # ---------------------------------------------------------- many threads, one each
@@ -498,3 +500,25 @@ def test_a_flush_of_awkward_values_while_queries_are_logged(batched):
     assert [s.output_value() for s in steps[:-1]] == values
     if connection.vendor == "postgresql":
         assert any("unnest(" in q["sql"] for q in captured.captured_queries)
+
+
+# ------------------------------------------ a lease lost before the run's end flush
+
+
+def test_a_lease_lost_in_the_last_batched_step_writes_nothing_at_the_end(batched):
+    """Altinn altinn-studio PR #18507 "fence stale-worker writes with a lease token"
+    (https://github.com/Altinn/altinn-studio/pull/18507) and pikku PR #1545
+    (https://github.com/pikkujs/pikku/pull/1545: "a regression test for stale refresh
+    and stale completion after reclaim"). Every step is batched and the last body
+    finds its lease taken by another worker: the run's end, which now flushes the
+    pending steps in a statement of its own before the completion's, writes none of
+    them, and does not complete the run the worker no longer holds."""
+    bw.ACTIONS["step_b2"] = "steal"
+    run_id = durable.start("batch.ops", {"ops": ["step_b", "step_b", "step_b"]}).id
+    execute(run_id, worker_id="w")
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.RUNNING and run.lease_token == "thief-token"
+    assert run.output_value() is None and run.finished_at is None
+    assert not Step.objects.filter(run_id=run_id).exists()
+    assert not TraceEvent.objects.filter(run_id=run_id, kind="step_executed").exists()
+    assert not TraceEvent.objects.filter(run_id=run_id, kind="completed").exists()
