@@ -49,7 +49,7 @@ def database_now(*, wall_clock: bool = False) -> datetime | None:
 
 
 @contextmanager
-def prepared_cursor() -> Iterator[Any]:
+def prepared_cursor(*, retried: bool = False) -> Iterator[Any]:
     """A cursor whose statements PostgreSQL parses and plans once per connection, then
     only executes: psycopg's prepared statements (server-side binding, ``prepare=True``),
     for the engine's hot statements (a run's start, claim and completion, a step's
@@ -59,7 +59,13 @@ def prepared_cursor() -> Iterator[Any]:
     pooler that cannot keep a session's prepared statements) or while queries are
     logged, Django's cursor. Statements and errors go through Django's cursor wrapper as
     any query's (execute wrappers, ``django.db`` exceptions); psycopg keeps at most 100
-    prepared per connection (``prepared_max``) and drops them with the connection."""
+    prepared per connection (``prepared_max``) and drops them with the connection.
+
+    ``retried``: the caller runs the statement again on a fresh connection when this one
+    turns out to be lost (the claim, through ``retry_db``); only then is a connection
+    that ran a hot statement a moment ago not pinged first. A statement whose prepared
+    plan a migration made stale ("cached plan must not change result type": a column it
+    returns changed type) is prepared again and run once more."""
     # the connection of this thread, looked up once: each attribute of Django's
     # ``connection`` proxy is a lookup in a thread-local (~1 us each, several a step)
     db: Any = connections[DEFAULT_DB_ALIAS]  # health_check_done is missing from django-stubs
@@ -71,13 +77,15 @@ def prepared_cursor() -> Iterator[Any]:
             yield cursor
         return
     if (
-        not db.health_check_done
+        retried
+        and not db.health_check_done
         and time.monotonic() - getattr(db, "durable_used_at", -math.inf) < RECENTLY_USED_SECONDS
     ):
         # Django pings the server (CONN_HEALTH_CHECKS) before the first query after every
         # close_old_connections(), i.e. once per task or execution: a round trip of every
         # one-step run's four. A connection that ran a hot statement a moment ago is not
-        # pinged; the claim is retried on a fresh one if it was lost meanwhile (retry_db)
+        # pinged before the claim, which is retried on a fresh one if it was lost
+        # meanwhile (retry_db); a run's start is not retried, so it keeps Django's ping
         db.health_check_done = True
     db.close_if_health_check_failed()
     db.ensure_connection()
@@ -110,11 +118,26 @@ def _prepared_cursor_class() -> type[Any]:
     """psycopg's server-side binding cursor, each statement prepared (psycopg is
     imported here: only a PostgreSQL database needs it)."""
     import psycopg
+    from psycopg.errors import FeatureNotSupported
+    from psycopg.pq import TransactionStatus
 
     class PreparedCursor(psycopg.Cursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs.setdefault("prepare", True)
-            return super().execute(query, params, **kwargs)
+            try:
+                return super().execute(query, params, **kwargs)
+            except FeatureNotSupported as exc:
+                # another session's migration changed the type of a column this prepared
+                # statement returns (the claim returns the run's): PostgreSQL refuses the
+                # stale plan before running anything. Outside a transaction, forget this
+                # session's prepared statements (psycopg forgets its own on DEALLOCATE
+                # ALL) and run it once more, prepared again. Inside one the error stands:
+                # the transaction is aborted, and its rollback clears them.
+                idle = self.connection.info.transaction_status == TransactionStatus.IDLE
+                if "cached plan must not change result type" not in str(exc) or not idle:
+                    raise
+                self.connection.execute("DEALLOCATE ALL")
+                return super().execute(query, params, **kwargs)
 
     return PreparedCursor
 

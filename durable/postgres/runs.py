@@ -99,7 +99,7 @@ def claim_in_one_statement(
     params += [_prep(Run, n, changes[n]) for n in names]
     params += [worker_id[:200], token, lease_expires_at, now, now]
     params += [EventKind.CLAIMED, worker_id, now]
-    with prepared_cursor() as cursor:
+    with prepared_cursor(retried=True) as cursor:
         cursor.execute(_SQL[key], params)
         row = cursor.fetchone()
     if row is None:

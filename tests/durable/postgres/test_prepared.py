@@ -67,9 +67,10 @@ def test_the_claim_is_prepared_and_gives_the_run_as_the_orm_reads_it():
 
 def test_a_connection_used_a_moment_ago_is_not_pinged_again(monkeypatch):
     """Django's health check pings before the first query after close_old_connections()
-    (every execution calls it, before and after): a run started, claimed and completed
-    right after another, as a busy worker runs them, pays no ping; a run after the
-    connection sat idle does."""
+    (every execution calls it, before and after): a claim right after another run, as a
+    busy worker makes them, pays no ping (it is retried on a fresh connection if this
+    one was lost); a claim after the connection sat idle does, and a run's start, which
+    is not retried, always keeps Django's ping."""
     from django.db import close_old_connections
 
     from durable import postgres
@@ -85,15 +86,18 @@ def test_a_connection_used_a_moment_ago_is_not_pinged_again(monkeypatch):
 
     monkeypatch.setattr(wrapper, "is_usable", is_usable)
 
-    def one(n: int) -> str | None:
-        return execute(durable.start("tests.add_twice", {"a": n, "b": 2}).id, worker_id="w")
-
-    assert one(1) == "succeeded"
+    ids = [durable.start("tests.add_twice", {"a": n, "b": 2}).id for n in range(4)]
+    assert execute(ids[0], worker_id="w") == "succeeded"
     pings.clear()
-    assert [one(2), one(3)] == ["succeeded", "succeeded"] and pings == []
+    assert [execute(i, worker_id="w") for i in ids[1:3]] == ["succeeded", "succeeded"]
+    assert pings == []  # two claims, each after close_old_connections(): no ping
     close_old_connections()
     connection.durable_used_at -= postgres.RECENTLY_USED_SECONDS  # idle since
-    assert one(4) == "succeeded" and len(pings) == 1
+    assert execute(ids[3], worker_id="w") == "succeeded" and len(pings) == 1
+    pings.clear()
+    close_old_connections()  # used a moment ago, but a start is not retried: pinged
+    durable.start("tests.add_twice", {"a": 9, "b": 2})
+    assert len(pings) == 1
 
 
 def test_batches_of_any_length_share_one_prepared_statement(settings):
