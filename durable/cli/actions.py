@@ -22,8 +22,8 @@ from durable.cli.text import (
     USER_ERROR,
     _clean,
     _default_actor,
-    _display,
     _first_line,
+    _output_json,
     _parse_json,
 )
 from durable.exceptions import (
@@ -160,7 +160,7 @@ def _wait(command: BaseCommand, run_id: str, timeout: float) -> None:
         time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
         delay = min(delay * 1.5, 1.0)
     if run.status == RunStatus.SUCCEEDED:
-        command.stdout.write(_display(run.output))
+        command.stdout.write(_output_json(run.output))
         return
     if run.status in TERMINAL:
         error = run.error or {}

@@ -83,6 +83,16 @@ def _seconds(value: float | None) -> str:
     return f"{value:.3f}s" if value < 60 else f"{value:.0f}s"
 
 
+def _output_json(text: str | None) -> str:
+    """A stored payload whole, as one line of JSON a script can read (``start --wait``):
+    never cut, never decrypted (secrets redacted), ASCII-escaped so that no character
+    can reach the terminal raw. ``null`` for no payload."""
+    try:
+        return json.dumps(codec.decode_for_display(text), ensure_ascii=True, default=str)
+    except ValueError as exc:
+        return f"(unreadable payload: {exc})"
+
+
 def _display(text: str | None) -> str:
     """A stored payload as compact JSON for humans: never decrypted, cut when long."""
     if text is None:

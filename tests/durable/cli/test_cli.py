@@ -192,6 +192,19 @@ def test_start_wait_prints_the_output_as_json():
     assert json.loads(result) == {"echo": {"n": 1}}
 
 
+def test_start_wait_prints_a_long_and_awkward_output_whole_as_json():
+    """The outside trial: ``--wait`` printed the display form, cut after 2,000 characters
+    (invalid JSON for a script) and with characters raw; now the whole value, as JSON."""
+    value = {"text": "x" * 5000, "accents": "ünï \u202e rtl", "nested": [1, None, True]}
+    drive(durable.start("cli.echo", value, "long-run").id)
+    out, _ = cli(
+        "start", "cli.echo", "--input", json.dumps(value), "--run-id", "long-run", "--wait", "5"
+    )
+    _, result = out.strip().splitlines()
+    assert result.isascii() and result.isprintable()
+    assert json.loads(result) == {"echo": value}
+
+
 def test_start_wait_shows_secrets_redacted():
     drive(durable.start("cli.echo", {"api_key": "sk-test-XYZ123456"}, "secret-run").id)
     out, _ = cli(
