@@ -443,18 +443,18 @@ def test_without_a_recording_sdk_a_step_keeps_the_callers_trace_and_its_log_cont
     with no SDK. A step attempt now opens no span without a recording SDK (only the log
     context): a step body, sync or batched, run in an incoming request's trace, still
     sends that trace's id on its own outgoing calls, and its log lines carry the run,
-    the step and the attempt. The API's own tracer is used here (the suite's fixture
-    that keeps tracing off outside ``otel_support.tracing()`` is undone), with the
-    default no-op provider."""
+    the step and the attempt. The API's own no-op tracer is used here (the suite's
+    fixture that keeps tracing off outside ``otel_support.tracing()`` is undone)."""
     from opentelemetry import context as otel_context
     from opentelemetry import trace
 
     from durable.observability import telemetry
     from tests.durable.postgres import trial_hot_path_workflows as tw
 
-    if not isinstance(trace.get_tracer_provider(), telemetry._NO_OP_PROVIDERS):
-        pytest.skip("an SDK provider was installed by an earlier test of this process")
-    monkeypatch.setattr(telemetry, "_tracer", lambda: trace.get_tracer(telemetry.TRACER_NAME))
+    # the API's no-op provider, as without an SDK: an SDK installed by an earlier test
+    # of the process (the suite's in-memory exporter) stays global, so it is named here
+    no_sdk = trace.NoOpTracerProvider()
+    monkeypatch.setattr(telemetry, "_tracer", lambda: no_sdk.get_tracer(telemetry.TRACER_NAME))
     monkeypatch.setattr(telemetry, "_recording", lambda: False)
     tw.SEEN.clear()
     trace_id = 0x0AF7651916CD43DD8448EB211C80319C
