@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, F, Max, Min, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
@@ -186,7 +187,8 @@ class RunDetail:
     #: every step of the run, whatever the filter
     steps_all: int = 0
     #: the first failed step (what "jump to the failure" goes to), if any
-    first_failure: Step | None = None
+    #: a Step, or a row with its pk, step_id, kind, status and position
+    first_failure: Any = None
     #: whether that step is among the rows shown (else the link shows failed steps only)
     failure_shown: bool = False
     #: the run's lanes, for a run with parallel groups or children (else None)
@@ -395,11 +397,12 @@ def run_detail(
         fold_repeats(head_rows)
         fold_repeats(tail_rows)
     # where a fork may start (the fork form's choices): durable.services.forks.fork_points
-    every = (
+    # as rows, not models: a long run has thousands (a model costs ~8 us to build)
+    every: list[Any] = (
         list(
             Step.objects.filter(run=run)
             .order_by("position")
-            .only("step_id", "kind", "status", "position")
+            .values_list("pk", "step_id", "kind", "status", "position", named=True)
         )
         if hidden or matching.active
         else shown
