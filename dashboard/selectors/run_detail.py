@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Max, Min, Prefetch, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Case, Count, F, Max, Min, Prefetch, Q, QuerySet, When, Window
+from django.db.models.functions import Length, RowNumber
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -228,8 +228,20 @@ def _tool_safety(names: set[str]) -> dict[str, str]:
 
 
 def _steps_qs(run: Run) -> QuerySet[Step]:
-    return Step.objects.filter(run=run).prefetch_related(
-        Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt"))
+    """The run's steps as the timeline shows them: their payloads' sizes, not their text
+    (an LLM step's messages can be tens of KB, and the page loads them when opened); a
+    child step's output, which names its child run."""
+    return (
+        Step.objects.filter(run=run)
+        .defer("input", "output")
+        .annotate(
+            input_size=Length("input"),
+            output_size=Length("output"),
+            child_output=Case(When(kind=StepKind.CHILD, then=F("output")), default=None),
+        )
+        .prefetch_related(
+            Prefetch("attempt_rows", queryset=StepAttempt.objects.order_by("attempt"))
+        )
     )
 
 
@@ -275,8 +287,8 @@ def _step_rows(
                 step=s,
                 operation=op,
                 safety=(op.safety if op is not None else safety.get(s.tool_name, "")),
-                input=_lazy_payload(s.input),
-                output=_lazy_payload(s.output),
+                input=_lazy_payload(s.input_size),  # type: ignore[attr-defined]
+                output=_lazy_payload(s.output_size),  # type: ignore[attr-defined]
                 error=json_payload(s.error),
                 bar_left=round(left, 2),
                 bar_width=round(max(width, 0.6), 2),
@@ -307,7 +319,7 @@ def _child_of(step: Step) -> str:
     if step.kind != StepKind.CHILD or step.status != StepStatus.SUCCEEDED:
         return ""
     try:
-        value = codec.decode(step.output)
+        value = codec.decode(step.child_output)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - a page shows what it can; the step row stays
         return ""
     return str(value.get("run_id", "")) if isinstance(value, dict) else ""
@@ -329,13 +341,14 @@ def children_of(run: Run, limit: int | None = None) -> list[Run]:
     return list(qs[: limit or CHILDREN_SHOWN])
 
 
-def _lazy_payload(text: str | None) -> Payload:
-    """A step's payload, not decoded: the timeline loads it when its "Input and output"
-    is opened (the "show all" endpoint), so a long run's page neither decodes nor sends
-    every step's payloads. ``size`` is the stored text's length (roughly what is shown)."""
-    if text is None:
+def _lazy_payload(size: int | None) -> Payload:
+    """A step's payload, neither read nor decoded: the timeline loads it when its "Input
+    and output" is opened (the "show all" endpoint), so a long run's page neither reads
+    nor sends every step's payloads. ``size``: the stored text's length in characters
+    (roughly what is shown), None for no payload."""
+    if size is None:
         return Payload(text="", truncated=False, size=0, empty=True)
-    return Payload(text="", truncated=True, size=len(text))
+    return Payload(text="", truncated=True, size=size)
 
 
 def _gap(run: Run, after: int, before: int | None, matching: StepFilter) -> StepGap | None:

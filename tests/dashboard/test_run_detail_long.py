@@ -138,3 +138,17 @@ def test_inbox_counts_the_pending_approvals_once(approver_client):
         if "COUNT(" in q["sql"].upper() and "approvals_approvalrequest" in q["sql"]
     ]
     assert len(counts) <= 1
+
+
+def test_the_timeline_reads_the_payloads_sizes_not_their_text():
+    """A step's input and output are loaded when opened ("show all"), so the page reads
+    only their sizes: an LLM step's messages can be tens of KB, a hundred of them shown."""
+    run = _long_run(160)
+    detail = selectors.run_detail(run)
+    rows = detail.steps + detail.tail
+    assert rows and all({"input", "output"} <= r.step.get_deferred_fields() for r in rows)
+    big = next(r for r in rows if r.step.position == 150)
+    assert big.output.size == len('{"r": "%s"}' % ("y" * 3000)) and big.output.truncated
+    assert big.input.size == len('{"q": 150}')
+    page = selectors.step_page(run, after=40)
+    assert all({"input", "output"} <= r.step.get_deferred_fields() for r in page.rows)
