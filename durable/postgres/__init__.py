@@ -87,8 +87,11 @@ def prepared_cursor(*, retried: bool = False) -> Iterator[Any]:
         # pinged before the claim, which is retried on a fresh one if it was lost
         # meanwhile (retry_db); a run's start is not retried, so it keeps Django's ping
         db.health_check_done = True
-    db.close_if_health_check_failed()
-    db.ensure_connection()
+    if db.connection is None or not db.health_check_done:
+        # both are no-ops on an open connection already checked (ensure_connection's
+        # async-safety check alone costs ~1 us a statement)
+        db.close_if_health_check_failed()
+        db.ensure_connection()
     pg = db.connection
     if pg.prepare_threshold is None:
         # Django turns psycopg's preparing off (None) unless OPTIONS names a threshold; a

@@ -136,3 +136,30 @@ def test_an_update_value_is_what_the_orm_prepares(name, value):
     assert _comparable([rows.prepared(Operation, name, value)]) == _comparable(
         [field.get_db_prep_save(value, connection)]
     )
+
+
+def test_unsaved_sends_the_init_signals_when_a_receiver_listens():
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.step_id)
+
+    post_init.connect(receiver, sender=Step)
+    try:
+        step = rows.unsaved(Step, run_id="r-1", step_id="heard")
+    finally:
+        post_init.disconnect(receiver, sender=Step)
+    assert seen == ["heard"] and step.step_id == "heard"
+    quiet = rows.unsaved(Step, run_id="r-1", step_id="unheard")
+    assert seen == ["heard"] and quiet.step_id == "unheard"
+
+
+def test_an_unsaved_step_saves_and_relates_as_one_built_by_keywords():
+    from django.db.models.base import ModelState
+
+    step = rows.unsaved(Step, run_id="r-1", step_id="s")
+    assert isinstance(step._state, ModelState) and step._state.adding
+    assert step._state.db is None and step.pk is None
+    assert step.run_id == "r-1" and not Step.run.is_cached(step)
