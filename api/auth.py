@@ -96,6 +96,23 @@ def _scope_of(scope: str | None) -> str | None:
     return scope
 
 
+def _live_by_digest(digest: str) -> ApiToken | None:
+    """The token of ``digest`` with its user, if it is live as
+    ``ApiToken.objects.live()`` says (not revoked, not expired, its user active), else
+    ``None``. Read by the digest's unique index alone and checked here: the ORM compiled
+    ``live()``'s conditions and join at every request (1.0 -> 0.5 ms of CPU);
+    tests/api/test_auth.py holds the two answers equal."""
+    try:
+        found = ApiToken.objects.select_related("user").get(digest=digest)
+    except ApiToken.DoesNotExist:
+        return None
+    if found.revoked_at is not None or not found.user.is_active:
+        return None
+    if found.expires_at is not None and found.expires_at <= timezone.now():
+        return None
+    return found
+
+
 class TokenAuth(HttpBearer):
     """``Authorization: Bearer dur_...``: a live token; the request acts as its user.
 
@@ -117,9 +134,7 @@ class TokenAuth(HttpBearer):
         match = TOKEN_TEXT.fullmatch(token) if len(token) <= 100 else None
         found = None
         if match is not None:
-            found = (
-                ApiToken.objects.live().select_related("user").filter(digest=digest_of(token))
-            ).first()
+            found = _live_by_digest(digest_of(token))
         if found is not None:
             refuse_if_locked(request, prefix=found.prefix)
         elif match is not None and ApiToken.objects.live().filter(prefix=match[1]).exists():

@@ -10,10 +10,12 @@ them (:mod:`dashboard.bodylimit`). With the ``mcp`` extra, ``/mcp`` is the MCP e
 import importlib.util
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("DURABLE_PROCESS", "web")  # config/settings.py: the web's connections
+
+# Django's ASGI handler with the middleware run in one thread hop (config/asgi_handler.py)
+from config.asgi_handler import get_asgi_application
+
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack

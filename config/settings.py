@@ -198,6 +198,8 @@ CONTENT_SECURITY_POLICY = {
 # --- login throttling (django-axes) ---------------------------------------------------
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    # has_perm in one query instead of ModelBackend's two; it authenticates nobody
+    "approvals.backends.PermissionsInOneQuery",
     "django.contrib.auth.backends.ModelBackend",
 ]
 # after AXES_FAILURE_LIMIT failed logins for one username from one address, that pair is

@@ -58,6 +58,37 @@ def test_a_revoked_or_expired_token_or_inactive_user_is_refused(operator):
     assert old.pk
 
 
+def test_a_token_authenticates_exactly_when_the_live_query_finds_it(operator, viewer):
+    """api.auth reads a token by its digest and checks it is live itself: the same
+    answer as ApiToken.objects.live() for every state a token can be in."""
+    from datetime import timedelta
+
+    from api.auth import _live_by_digest
+
+    now = timezone.now()
+    states = [
+        {},
+        {"revoked_at": now},
+        {"expires_at": now - timedelta(seconds=1)},
+        {"expires_at": now + timedelta(hours=1)},
+        {"revoked_at": now, "expires_at": now + timedelta(hours=1)},
+    ]
+    made = []
+    for user in (operator, viewer):
+        for n, state in enumerate(states):
+            token, text = token_create(user=user, name=f"t{n}", scopes=["runs:read"])
+            ApiToken.objects.filter(pk=token.pk).update(**state)
+            made.append((token, text))
+    viewer.is_active = False
+    viewer.save()
+    for token, text in made:
+        live = ApiToken.objects.live().filter(pk=token.pk).exists()
+        found = _live_by_digest(digest_of(text))
+        assert (found is not None) == live, (token.name, token.user_id)
+        assert (Api(text).get("/runs").status_code == 200) == live
+    assert _live_by_digest(digest_of("dur_nothing_here")) is None
+
+
 def test_guesses_at_a_tokens_secret_lock_that_token_out_from_that_address(operator, settings):
     """Failures with a live token's prefix count against that prefix from that address:
     after the limit the right secret is refused there too (429, ``Retry-After``), so the

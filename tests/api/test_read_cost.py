@@ -151,3 +151,14 @@ def test_the_cheap_answers_are_the_validated_ones(viewer_api):
     steps = viewer_api.get(f"/runs/{run.id}/steps?after=3&limit=7").json()
     assert len(steps["items"]) == 7 and steps == _as_validated(StepsPageOut, steps)
     assert any(s["error"] for s in steps["items"]) and steps["next_after"] is not None
+
+
+def test_the_runs_list_reads_four_queries_and_a_detail_six(viewer_api):
+    """The permission check is one query (approvals/backends.py), not ModelBackend's two."""
+    run = _succeeded_run(20)
+    n_list, _ = _queries(viewer_api, "/runs")
+    n_detail, _ = _queries(viewer_api, f"/runs/{run.id}")
+    # the token, the user's permissions, the page, the pending waits of its runs
+    assert n_list == 4
+    # the token, the permissions, the run, its steps, its pending wait, why it is kept
+    assert n_detail == 6

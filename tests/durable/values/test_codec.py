@@ -650,3 +650,35 @@ def test_invalid_encryption_key(settings):
     settings.DURABLE = {"ENCRYPTION_KEY": "not-a-key"}
     with pytest.raises(DurableConfigurationError, match="key #1 is not a valid Fernet key"):
         encrypt("x")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1, "b": [1.5, null, "x"]}',
+        b'{"a": 1}',
+        '{"a": 1}'.encode("utf-16"),
+        "\ufeff{}",
+        b"\xef\xbb\xbf{}",
+        "not json",
+        '[{"__t": "bytes", "v": "AAE="}, {"__t": "nope"}]',
+    ],
+)
+def test_decoding_with_one_decoder_answers_as_json_loads(text):
+    """decoder.decode and decode_for_display reuse one JSONDecoder each instead of
+    json.loads building one a call: the same values, and the same errors."""
+    from durable.values import decoder
+
+    for hook, ours in (
+        (decoder._hook, decoder.decode),
+        (decoder._display_hook, decoder.decode_for_display),
+    ):
+        try:
+            expected: object = json.loads(text, object_hook=hook)
+        except Exception as exc:  # noqa: BLE001 - the error itself is compared
+            expected = (type(exc), str(exc))
+        try:
+            got: object = ours(text)
+        except Exception as exc:  # noqa: BLE001
+            got = (type(exc), str(exc))
+        assert got == expected
