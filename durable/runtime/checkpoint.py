@@ -309,10 +309,9 @@ class Checkpoints:
             if ledger is not None:
                 ledger.succeeded_txn(value, output)
 
-        tags = None
+        tags, llm_reply = None, kind == StepKind.LLM and isinstance(reply, dict)
         if (
-            kind == StepKind.LLM
-            and isinstance(reply, dict)
+            llm_reply
             and reply.get("scripted")
             and "scripted-llm" not in (self.cursor.run.tags or [])
         ):
@@ -568,11 +567,8 @@ class Checkpoints:
             data={"replayed": len(replayed)},
         )
         ends = {**transitions.changes("complete", self.cursor.status), "output": output}
-        if self.batch and postgres.available():
-            # the pending batched steps in their one statement, then the end in its own:
-            # two round trips instead of the ORM's transaction of several (a stop seen
-            # at the flush raises RunStopped after recording them, as the write below)
-            self.batch.flush(self)
+        if self.batch and postgres.available():  # two statements, not the ORM's transaction
+            self.batch.flush(self)  # (a stop seen there records them, raises RunStopped)
         # with batched steps pending, the transactional write flushes them first
         if (
             # a child's end wakes its parent; a parent's end reaches its children
