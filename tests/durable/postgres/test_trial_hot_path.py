@@ -18,6 +18,8 @@ from durable.testing import drive
 from durable.worker.engine import execute
 from tests.durable.postgres import trial_hot_path_workflows  # noqa: F401 - trial.*
 from tests.durable.runtime import batching_workflows as bw
+from tests.durable.runtime.test_batching import _written
+from tests.durable.worker.test_db_faults import terminate_my_backend as _terminate_my_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the one-statement paths run outside atomic
 
@@ -49,21 +51,6 @@ def _backend_pid() -> int:
         return cursor.fetchone()[0]
 
 
-def _terminate_my_backend() -> None:
-    """Terminate this thread's PostgreSQL backend from a second connection, and wait
-    until it is gone (``pg_terminate_backend(pid, timeout)``)."""
-    import psycopg
-
-    pid = connection.connection.info.backend_pid
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("dbname", "user", "password", "host", "port") and v
-    }
-    with psycopg.connect(**params, autocommit=True) as killer:
-        killer.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
-
-
 def _ddl_from_another_session(*statements: str) -> None:
     """Run ``statements`` on a connection of their own (a deploy's ``migrate``), not on
     this thread's: psycopg forgets its own prepared statements when *its* connection
@@ -79,23 +66,6 @@ def _ddl_from_another_session(*statements: str) -> None:
     with psycopg.connect(**params, autocommit=True) as other:
         for statement in statements:
             other.execute(statement)
-
-
-def _written(run_id: str) -> dict[str, list]:
-    skip = {"id", "run_id", "started_at", "finished_at"}
-    steps = [
-        {
-            f.attname: getattr(s, f.attname)
-            for f in Step._meta.concrete_fields
-            if f.attname not in skip
-        }
-        for s in Step.objects.filter(run_id=run_id).order_by("position")
-    ]
-    events = [
-        (e.kind, e.step_id, {k: v for k, v in (e.data or {}).items() if k != "seconds"})
-        for e in TraceEvent.objects.filter(run_id=run_id, kind="step_executed").order_by("id")
-    ]
-    return {"steps": steps, "events": events}
 
 
 # ------------------------------------------------------------ a terminated connection
