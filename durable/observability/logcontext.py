@@ -14,11 +14,9 @@ the Django apps are.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,16 +28,28 @@ FIELDS = ("run_id", "step_id", "attempt")
 _context: ContextVar[dict[str, Any] | None] = ContextVar("durable_log_context", default=None)
 
 
-@contextlib.contextmanager
-def bound(**fields: Any) -> Iterator[None]:
+class bound:
     """Bind ``fields`` (``run_id=``, ``step_id=``, ``attempt=``) to every log record
-    made inside the block, over what an outer block bound; ``None`` values are ignored."""
-    outer = _context.get() or {}
-    token = _context.set({**outer, **{k: v for k, v in fields.items() if v is not None}})
-    try:
-        yield
-    finally:
-        _context.reset(token)
+    made inside the ``with`` block, over what an outer block bound; ``None`` values are
+    ignored. A class, not a generator: every try of a step enters one (a generator
+    context manager costs it ~3 us more)."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, **fields: Any) -> None:
+        self._fields = fields
+        self._token: Token[dict[str, Any] | None] | None = None
+
+    def __enter__(self) -> None:
+        outer = _context.get() or {}
+        self._token = _context.set(
+            {**outer, **{k: v for k, v in self._fields.items() if v is not None}}
+        )
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _context.reset(self._token)
+        self._token = None
 
 
 def current() -> dict[str, Any]:

@@ -202,8 +202,9 @@ def execution(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@contextlib.contextmanager
-def attempt(call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy) -> Iterator[None]:
+def attempt(
+    call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy
+) -> contextlib.AbstractContextManager[None]:
     """Around one try of ``call`` (a :class:`durable.runtime.replay.StepCall`): the log context
     and the ``durable.step`` span with the step's id, kind, tool, safety class, attempt
     and, when it fails, the failure's classification (:func:`durable.retry.classify`,
@@ -211,9 +212,15 @@ def attempt(call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy)
     API's no-op span would change nothing (the current span stays the run's), and
     building one costs a checkpointed step ~0.03 ms."""
     if not _recording():
-        with logcontext.bound(step_id=call.step_id, attempt=attempt):
-            yield
-        return
+        return logcontext.bound(step_id=call.step_id, attempt=attempt)
+    return _recorded_attempt(call, attempt=attempt, safety=safety, policy=policy)
+
+
+@contextlib.contextmanager
+def _recorded_attempt(
+    call: Any, *, attempt: int, safety: str | None, policy: RetryPolicy
+) -> Iterator[None]:
+    """:func:`attempt` with a recording SDK: the log context and the ``durable.step`` span."""
     attributes: dict[str, Any] = {
         "durable.step.id": call.step_id,
         "durable.step.kind": str(call.kind),

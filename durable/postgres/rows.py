@@ -72,7 +72,10 @@ def unsaved(model: type[M], **fields: Any) -> M:
     for i, f in called:
         if args[i] is _CALL:
             args[i] = f.get_default()
-    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+    # the receivers' list is read first: asking has_listeners costs ~0.4 us a signal
+    if (pre_init.receivers and pre_init.has_listeners(model)) or (
+        post_init.receivers and post_init.has_listeners(model)
+    ):
         return model(*args)
     # what Model.__init__ does with positional values and no signal receivers: a fresh
     # state and each value in the instance's dict (a field's descriptor sets it there
@@ -111,6 +114,8 @@ def _plain_types(field: Field) -> tuple[type, ...] | None:
         return (str,)
     if isinstance(field, models.ForeignKey):
         return _plain_types(field.target_field)
+    if isinstance(field, models.JSONField):
+        return ()  # None is SQL NULL (JSONField.get_db_prep_save); any other value prepared
     return None
 
 
@@ -160,11 +165,15 @@ def values(instance: Model) -> list[Any]:
     as its plain ``str`` value, an exact ``str`` of a storable text field through
     ``storable_text`` only."""
     out: list[Any] = []
-    db = connections[DEFAULT_DB_ALIAS]  # not the proxy: a thread-local lookup per use
+    db = None  # looked up at the first value the field prepares (a thread-local lookup)
+    # a loaded value is in the instance's dict, where the field's descriptor reads it
+    loaded = instance.__dict__
     for attname, f, plain, storable in _preparers(type(instance)):
         # _shortcut's rules, inlined: a function call per column costs a third more
+        value = loaded.get(attname, _PREPARE)
+        if value is _PREPARE:
+            value = getattr(instance, attname)  # deferred: the descriptor loads it
         if plain is not None:
-            value = getattr(instance, attname)
             t = type(value)
             if value is None or (t in plain and not (t is datetime and value.tzinfo is None)):
                 out.append(value)
@@ -172,11 +181,11 @@ def values(instance: Model) -> list[Any]:
             if str in plain and isinstance(value, str):
                 out.append(str.__str__(value))
                 continue
-        elif storable:
-            value = getattr(instance, attname)
-            if value is None or type(value) is str:
-                out.append(value if value is None else storable_text(value))
-                continue
+        elif storable and (value is None or type(value) is str):
+            out.append(value if value is None else storable_text(value))
+            continue
+        if db is None:
+            db = connections[DEFAULT_DB_ALIAS]  # not the proxy: a lookup per use
         out.append(f.get_db_prep_save(f.pre_save(instance, True), db))
     return out
 

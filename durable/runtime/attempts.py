@@ -14,7 +14,6 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -279,7 +278,7 @@ class Attempts:
                     if limits is not None:  # settled without a call: its slot goes back
                         self.limits.release_slot(limits.key)
                     return done
-                call = replace(call, recorded=self.cursor.by_position.get(pos, call.recorded))
+                call = call.replaced(recorded=self.cursor.by_position.get(pos, call.recorded))
             elif call.durability == Durability.BATCHED:
                 self.checkpoints.batch.flush_if_due(self.checkpoints)  # a stop is seen at the flush
             # no status read before a step that writes nothing outside: the claim or the
@@ -372,7 +371,7 @@ class Attempts:
                 if delay is None and hold_failure:
                     raise HeldFailure(self, failure) from exc
                 delay = self.checkpoints.record_failure(**failure)
-                call = replace(call, recorded=self.cursor.by_position.get(pos, call.recorded))
+                call = call.replaced(recorded=self.cursor.by_position.get(pos, call.recorded))
                 self.cursor.pause(delay)  # the retry then reads the run before it starts
                 continue
             return self.checkpoints.record_success(

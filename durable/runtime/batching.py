@@ -19,7 +19,6 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db.models import F
-from django.utils import timezone
 
 from durable import conf, postgres
 from durable.exceptions import LeaseLost, RunStopped
@@ -71,6 +70,9 @@ class StepBatch:
     ``BATCH_MAX_DELAY_MS``.
     """
 
+    #: the fields of a step's row that the checkpoint gives :meth:`add`
+    ROW = ("output", "error", "attempts", "started_at", "finished_at")
+
     def __init__(self) -> None:
         self.pending: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
@@ -110,7 +112,8 @@ class StepBatch:
     ) -> None:
         """Hold the call's success for the next flush (flushing now when due).
 
-        ``row``: the step's ``output``, ``error``, ``attempts`` and ``started_at``;
+        ``row``: the step's ``output``, ``error``, ``attempts``, ``started_at`` and
+        ``finished_at`` (the time its event's duration was taken from);
         ``tokens``: billed by an LLM call (counted in memory now, stored at the flush);
         ``tags``: the run's new tags, if the step changed them.
         """
@@ -126,7 +129,6 @@ class StepBatch:
             **row,
             "budget_base": owner.cursor.budget_base.get(pos, 0),
             "next_attempt_at": None,
-            "finished_at": timezone.now(),
             "durability": Durability.BATCHED,
         }
         if not self.pending:

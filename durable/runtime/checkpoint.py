@@ -331,7 +331,7 @@ class Checkpoints:
         if StepBatch.takes(
             call, rec, ledger, self.cursor.pending_lost
         ):  # durable/runtime/batching.py
-            row = {"output": output, "error": error, "attempts": attempt, "started_at": started_at}
+            row = {k: step_fields[k] for k in StepBatch.ROW}
             self.batch.add(self, call, row, tokens, event_data, tags)
             return value
         # with batched steps pending, the transactional write flushes them first

@@ -60,6 +60,12 @@ class StepCall:
         """Whether the call is recorded as succeeded (a replay returns its output)."""
         return self.recorded is not None and self.recorded.status == StepStatus.SUCCEEDED
 
+    def replaced(self, **changes: Any) -> StepCall:
+        """``dataclasses.replace(self, **changes)`` without its scan of the fields at
+        every call (each step makes one or two: ~2 us less). Raises ``TypeError`` for a
+        name that is no field."""
+        return StepCall(**{**self.__dict__, **changes})
+
     @property
     def next_attempt(self) -> int:
         """The number of the next try: one past the recorded ones."""

@@ -10,7 +10,7 @@ timeout that cannot be scheduled) fails the step at once, as it always did.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durable import registry
@@ -114,8 +114,8 @@ def build_step(
     call_kwargs = dict(kwargs)
     if accepts_keyword(fn, "idempotency_key"):
         call_kwargs["idempotency_key"] = f"{ex.cursor.run_id}:{sid}"
-    call = replace(
-        call, input_text=ex.checkpoints.encode_step_input(call, args, kwargs), durability=mode
+    call = call.replaced(
+        input_text=ex.checkpoints.encode_step_input(call, args, kwargs), durability=mode
     )
     return Runnable(
         call=call,
@@ -195,7 +195,7 @@ def build_tool(
     """The runnable of an unrecorded tool call at ``call``: a model error for an unknown
     tool or arguments that do not fit; a ledger for a write."""
     input_text = ex.checkpoints.encode_step_input(call, (), params, tool=True)
-    call = replace(call, input_text=input_text)
+    call = call.replaced(input_text=input_text)
     if spec is None:
         known = ", ".join(sorted(t.name for t in registry.tools())) or "none"
         return Runnable(
@@ -227,7 +227,7 @@ def build_tool(
     if spec.safety == "read_only":  # only a read may be batched; writes are sync
         mode = resolve(spec.durability, ex.workflow_durability(), where=f"tool {name!r}")
         return Runnable(
-            call=replace(call, durability=mode),
+            call=call.replaced(durability=mode),
             fn=fn,
             policy=policy,
             safety=spec.safety,

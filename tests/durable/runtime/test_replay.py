@@ -336,3 +336,23 @@ def test_code_that_returns_before_recorded_steps_is_nondeterministic():
     assert run.error_type == "NonDeterminismError"
     assert "'two'" in run.error["message"] and "returned" in run.error["message"]
     assert run.output is None
+
+
+def test_a_call_replaced_is_the_dataclass_replace_of_it():
+    # StepCall.replaced skips dataclasses.replace's field scan: it must give the same
+    # call for every field, and refuse a name that is no field as replace does
+    import dataclasses
+
+    from durable.runtime.replay import StepCall
+
+    call = StepCall(step_id="s", position=3, recorded=None)
+    changes = {
+        f.name: f"changed-{f.name}" if f.type in ("str", "str | None") else 7
+        for f in dataclasses.fields(StepCall)
+    }
+    for name, value in changes.items():
+        assert call.replaced(**{name: value}) == dataclasses.replace(call, **{name: value})
+    assert call.replaced(**changes) == dataclasses.replace(call, **changes)
+    assert call.replaced() == call and call.replaced() is not call
+    with pytest.raises(TypeError):
+        call.replaced(no_such_field=1)
