@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
 from durable.models.events import TraceEvent
@@ -75,10 +74,7 @@ def _batch_sql() -> str:
     if "batch" not in _SQL:
         columns = rows.columns(Step)
         names = [c.strip() for c in columns.split(",")]
-        arrays = ", ".join(
-            f"%b::{f.cast_db_type(connection)}[]"  # type: ignore[attr-defined]
-            for f in rows.insert_fields(Step)
-        )
+        arrays = ", ".join(f"%b::{rows.cast_type(f)}[]" for f in rows.insert_fields(Step))
         _SQL["batch"] = f"""
         WITH r AS (
             UPDATE {Run._meta.db_table}

@@ -9,6 +9,7 @@ column added to the model is written by both paths, with no list to keep in step
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
@@ -92,14 +93,21 @@ def columns(model: type[Model]) -> str:
     return ", ".join(f.column for f in insert_fields(model))
 
 
-def typed_marks(model: type[Model]) -> str:
-    """``"%s::varchar(255), %s::integer, ..."``: a typed placeholder a column (a ``VALUES``
-    list or a ``SELECT`` gives PostgreSQL no column to infer the type from)."""
+def cast_type(field: Field) -> str:
+    """The type a one-statement path casts ``field``'s value to (a ``SELECT`` gives
+    PostgreSQL no column to infer it from): the column's type without a character
+    length. An explicit cast to ``varchar(n)`` cuts a longer text silently (PostgreSQL's
+    rule for explicit casts); the INSERT's own assignment to the column refuses it
+    ("value too long"), as the ORM path's INSERT does."""
     # Field.cast_db_type (what Cast() uses) is missing from django-stubs
-    return ", ".join(
-        f"%s::{f.cast_db_type(connection)}"  # type: ignore[attr-defined]
-        for f in insert_fields(model)
-    )
+    db_type: str = field.cast_db_type(connection)  # type: ignore[attr-defined]
+    return re.sub(r"^varchar\(\d+\)$", "varchar", db_type)
+
+
+def typed_marks(model: type[Model]) -> str:
+    """``"%s::varchar, %s::integer, ..."``: a typed placeholder a column
+    (:func:`cast_type`)."""
+    return ", ".join(f"%s::{cast_type(f)}" for f in insert_fields(model))
 
 
 def _plain_types(field: Field) -> tuple[type, ...] | None:
