@@ -59,6 +59,7 @@ def test_every_reader_of_time_sees_the_skipped_time(durable_env):
     assert event.created_at - before >= three_days  # default=timezone.now
 
 
+@pytest.mark.django_db  # on PostgreSQL the environment reads the database's clock
 def test_the_clock_is_given_back_after_the_test():
     from durable.testing.env import DurableEnv
 
