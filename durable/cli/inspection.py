@@ -156,6 +156,7 @@ def do_show(command: BaseCommand, options: dict[str, Any]) -> None:
                     "attempts",
                     "duration",
                     "replayed",
+                    "durability",
                 ],
                 [
                     [
@@ -167,6 +168,7 @@ def do_show(command: BaseCommand, options: dict[str, Any]) -> None:
                         s.attempts,
                         _seconds(s.duration),
                         s.replay_count,
+                        s.durability,
                     ]
                     for s in steps
                 ],

@@ -62,6 +62,13 @@ def echo_workflow(ctx, data):
     return {"echo": ctx.step("echo", echo, data)}
 
 
+@durable.workflow(name="cli.echo_batched", version="1")
+def echo_batched_workflow(ctx, data):
+    """A batched step, then a sync one (``show`` says which is which)."""
+    first = ctx.step("echo", echo, data, durability="batched")
+    return {"echo": ctx.step("again", echo, first)}
+
+
 @durable.workflow(name="cli.charge", version="1")
 def charge_workflow(ctx, data):
     receipt = ctx.call_tool("cli_charge", {"amount": data["amount"]})

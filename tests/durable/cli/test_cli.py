@@ -311,10 +311,11 @@ def test_show_prints_header_steps_and_failed_attempts():
         "attempts",
         "duration",
         "replayed",
+        "durability",
     ]
     cells = steps[2].split()
     assert cells[:6] == ["0", "cli_lookup", "tool", "cli_lookup", "succeeded", "2"]
-    assert cells[6].endswith("s") and cells[7] == "0"
+    assert cells[6].endswith("s") and cells[7] == "0" and cells[8] == "sync"
 
     attempts = out.split("\nFailed attempts\n")[1].split("\n\n")[0].splitlines()
     assert "TransientError" in attempts[2] and "503 from upstream" in attempts[2]
@@ -323,6 +324,18 @@ def test_show_prints_header_steps_and_failed_attempts():
 
     events = out.split("\nEvents\n")[1]
     assert "created" in events and "completed" in events and "attempt_failed" in events
+
+
+def test_show_says_which_steps_were_batched():
+    run = drive(durable.start("cli.echo_batched", {"x": 1}).id)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    out, _ = cli("show", run.id)
+    steps = out.split("\nSteps\n")[1].split("\n\n")[0].splitlines()
+    assert steps[0].split()[-1] == "durability"
+    assert [(row.split()[1], row.split()[-1]) for row in steps[2:]] == [
+        ("echo", "batched"),
+        ("again", "sync"),
+    ]
 
 
 def test_show_lists_operations_and_waits_of_an_unknown_outcome():
