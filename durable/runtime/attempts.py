@@ -160,6 +160,13 @@ class Attempts:
             )
         return registry.effective_tool(spec, self.cursor.tool_rows[name])
 
+    def first_attempt(self, call: StepCall) -> int:
+        """The number :meth:`execute` gives ``call``'s next try: past its recorded tries
+        and those a lost worker interrupted (nothing recorded here)."""
+        run = self.cursor.run
+        lost = run.cursor_lost if call.position == run.cursor_position else 0
+        return (call.recorded.attempts if call.recorded is not None else 0) + lost + 1
+
     def _lost_attempts(self, call: StepCall) -> int:
         """Record tries interrupted by a lost worker (cursor bookkeeping, no extra commit)."""
         if call.position != self.cursor.run.cursor_position or not self.cursor.run.cursor_lost:

@@ -29,6 +29,7 @@ from django.utils import timezone
 from durable.calls import Call
 from durable.exceptions import DurableConfigurationError, LeaseLost, RunStopped
 from durable.models.steps import Step
+from durable.observability import logcontext
 from durable.runtime import steps as tool_calls
 from durable.runtime.attempts import HeldFailure
 from durable.runtime.batching import resolve
@@ -199,6 +200,20 @@ def _in_thread(fn: Callable[[], Any]) -> Any:
         connections.close_all()
 
 
+def _first_try(r: tool_calls.Runnable, attempt: int) -> Callable[[], Any]:
+    """``r``'s body for its first try, which the feeder starts before the workflow
+    thread enters the try (``telemetry.attempt``): it binds the try's log fields itself,
+    so its lines name their step and try (a retry starts inside the try's context)."""
+    fn = r.fn
+    assert fn is not None
+
+    def body() -> Any:
+        with logcontext.bound(step_id=r.call.step_id, attempt=attempt):
+            return fn()
+
+    return body
+
+
 class _Feeder:
     """Starts a group's pooled bodies on the workflow thread, in list order, at most
     ``width`` at once. A body starts only through the execution's one gate
@@ -227,7 +242,9 @@ class _Feeder:
             s = self.queue[0]
             assert s.runnable is not None and s.runnable.fn is not None
             try:
-                s.future = self.start(s.runnable.fn)
+                s.future = self.start(
+                    _first_try(s.runnable, self.ex.attempts.first_attempt(s.runnable.call))
+                )
             except RunStopped:
                 self.queue.clear()  # never started: nothing of them is recorded
                 return

@@ -107,13 +107,6 @@ def test_log_records_carry_the_step_and_attempt_only_inside_the_step(
     assert Step.objects.filter(run_id=rid, status=StepStatus.SUCCEEDED).count() == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a ctx.parallel call's first try runs in a context copied when the feeder "
-    "submits it (durable/runtime/parallel.py _submit), before telemetry.attempt binds the "
-    "step: its log lines (and spans) carry no step_id/attempt; a retry, submitted inside "
-    "the attempt's context, does",
-)
 @pytest.mark.parametrize("recording", [False, True], ids=["untraced", "traced"])
 def test_log_records_in_a_parallel_group_carry_their_call_and_try(
     batched, capture, monkeypatch, recording
