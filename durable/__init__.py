@@ -107,6 +107,30 @@ __all__ = [
 ]
 
 
+def _needs_django(call: str) -> None:
+    """Raise :class:`DurableConfigurationError` naming ``call`` and the fix when Django's
+    apps are not loaded (a bare ``python script.py``): the runs live in the project's
+    database, which only a set-up Django reaches. Django's own error there
+    (``AppRegistryNotReady`` or ``ImproperlyConfigured`` about ``INSTALLED_APPS``) says
+    neither."""
+    import os
+
+    from django.apps import apps
+
+    if apps.ready:
+        return
+    why = (
+        "DJANGO_SETTINGS_MODULE is not set"
+        if not os.environ.get("DJANGO_SETTINGS_MODULE")
+        else "django.setup() was not called"
+    )
+    raise DurableConfigurationError(
+        f"durable.{call}() needs the Django project set up ({why}): call it from "
+        "`python manage.py shell`, a view, a management command or a task, or in a "
+        "script set DJANGO_SETTINGS_MODULE and call django.setup() first (docs/sdk.md)"
+    )
+
+
 def start(
     workflow_name: str,
     input: Any = None,
@@ -121,6 +145,7 @@ def start(
     without it the starter is recorded as unknown, and four-eyes approvals of the run
     need two approvers.
     """
+    _needs_django("start")
     from durable.client import start as _start
 
     return _start(workflow_name, input, run_id, started_by=started_by, **options)
@@ -128,6 +153,7 @@ def start(
 
 def get_run(run_id: str) -> Run:
     """The :class:`~durable.models.Run` with this id; raises :class:`RunNotFound`."""
+    _needs_django("get_run")
     from durable.client import get_run as _get_run
 
     return _get_run(run_id)
@@ -135,6 +161,7 @@ def get_run(run_id: str) -> Run:
 
 def result(run_id: str, timeout: float | None = 60.0) -> Any:
     """Wait (up to ``timeout`` seconds) for the run's output (see :func:`durable.client.result`)."""
+    _needs_django("result")
     from durable.client import result as _result
 
     return _result(run_id, timeout)
@@ -158,6 +185,7 @@ def stream(
     :class:`RunNotFound`; ``ValueError`` for a negative ``after``, a ``poll`` that is
     not a positive number of seconds or a negative ``timeout``.
     """
+    _needs_django("stream")
     from durable.queries.streams import follow
 
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
@@ -193,6 +221,7 @@ def signal(
     pending wait took it) or ``KEPT`` (in the run's mailbox), ``.message`` says so and,
     for a name the run never waited on, names the ones it waits on.
     """
+    _needs_django("signal")
     from durable.services.runs import run_signal
 
     return run_signal(run_id=run_id, name=name, payload=payload, dedupe_key=dedupe_key, by=by)
@@ -200,6 +229,7 @@ def signal(
 
 def cancel(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     """Cancel a run (see :func:`durable.services.runs.run_cancel`)."""
+    _needs_django("cancel")
     from durable.services.runs import run_cancel
 
     return run_cancel(run_id=run_id, by=by, reason=reason)
@@ -207,6 +237,7 @@ def cancel(run_id: str, *, by: Any = None, reason: str = "") -> Run:
 
 def compensate(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     """Undo a failed or cancelled run's writes (:func:`durable.services.runs.run_compensate`)."""
+    _needs_django("compensate")
     from durable.services.runs import run_compensate
 
     return run_compensate(run_id=run_id, by=by, reason=reason)
@@ -214,6 +245,7 @@ def compensate(run_id: str, *, by: Any = None, reason: str = "") -> Run:
 
 def resume(run_id: str, *, by: Any = None, reason: str = "") -> Run:
     """Retry a failed run from its failed step (see :func:`durable.services.runs.run_resume`)."""
+    _needs_django("resume")
     from durable.services.runs import run_resume
 
     return run_resume(run_id=run_id, by=by, reason=reason)
@@ -232,6 +264,7 @@ def fork(
     (:func:`durable.services.runs.run_fork`); ``new_run_id`` names it (the same request
     again returns it; another raises :class:`KeyConflict`). ``input``: the fork's own
     input; left out (``None``), the source run's."""
+    _needs_django("fork")
     from durable.services.forks import SAME_INPUT
     from durable.services.runs import run_fork
 
@@ -262,6 +295,7 @@ def schedule(
     latest), ``"all"`` or ``"none"``. Pause, resume and run now:
     :mod:`durable.services.schedules`, the dashboard's Schedules page, or the admin.
     """
+    _needs_django("schedule")
     from durable.services.schedules import schedule as _schedule
 
     return _schedule(
