@@ -262,3 +262,31 @@ def test_a_page_s_first_pending_waits_are_those_the_prefetch_read():
         assert found[runs[0].pk].run is runs[0]
     assert len(queries) == 0
     assert selectors._first_pending_waits([]) == {}
+
+
+def test_display_text_without_a_tag_decodes_as_with_the_hook():
+    """``decode_for_display`` skips its object hook for text in which no object can
+    carry the tag (``"$t"`` nowhere, no ``\\u`` escape): the same values as the
+    hook gives, for plain text, tagged values, and a tag spelled with escapes."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from durable.values import codec, decoder
+
+    values = [
+        {"kwargs": {"query": "order status"}, "n": [1, 2.5, None, True]},
+        {"answer": 'quote " and \\ backslash', "nested": [{"a": {"b": []}}]},
+        {"when": dt.datetime(2026, 12, 6, 1, 2, 3, tzinfo=dt.UTC), "raw": b"\x00\x01"},
+        {"d": Decimal("1.10"), "t": (1, 2), 3: "int key", "$t": "a key like the tag"},
+        "caf\u00e9 \u2603",
+    ]
+    texts = [codec.encode(v) for v in values] + [
+        '{"\\u0024t": "bytes", "v": "AAAA"}',  # the tag, escaped: still shown as bytes
+        '{"$\\u0074": "tuple", "v": [1]}',
+        '{"plain": "\\u00e9"}',
+        '"$t"',
+    ]
+    for text in texts:
+        with_hook = decoder._loads(decoder._DISPLAY_DECODER, text)
+        assert codec.decode_for_display(text) == with_hook, text
+    assert codec.decode_for_display('{"\\u0024t": "bytes", "v": "AAAA"}') == "<3 bytes>"
