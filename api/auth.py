@@ -163,7 +163,7 @@ def _by_digest(digest: str) -> ApiToken | None:
     n = len(compiled.token_columns)
     token = ApiToken.from_db(alias, compiled.token_columns, row[:n])
     user = compiled.user_model.from_db(alias, compiled.user_columns, row[n:])
-    ApiToken._meta.get_field("user").set_cached_value(token, user)  # type: ignore[union-attr]
+    ApiToken._meta.get_field("user").set_cached_value(token, user)
     return token
 
 
