@@ -290,3 +290,23 @@ def test_display_text_without_a_tag_decodes_as_with_the_hook():
         with_hook = decoder._loads(decoder._DISPLAY_DECODER, text)
         assert codec.decode_for_display(text) == with_hook, text
     assert codec.decode_for_display('{"\\u0024t": "bytes", "v": "AAAA"}') == "<3 bytes>"
+
+
+def test_the_compiled_step_queries_read_the_rows_the_orm_reads():
+    """``_SHOWN_STEPS`` and ``_FORK_ROWS`` (SQL compiled once) give the ORM's rows for
+    each run, converted as it converts them (the error's JSON, the datetimes), each with
+    its own run's id, and the ORM's when the SQL cannot be reused."""
+    runs = [_succeeded_run(n) for n in (3, 230)]
+    for run in runs:
+        steps = run.steps.order_by("position")
+        expected = list(steps.values_list(*api_runs.STEP_COLUMNS)[: api_runs.STEPS_SHOWN + 1])
+        assert api_runs._SHOWN_STEPS.rows(run.pk) == expected
+        assert api_runs._FORK_ROWS.rows(run.pk) == list(
+            steps.values_list("step_id", "kind", "status")
+        )
+    errors = [row[-1] for row in api_runs._SHOWN_STEPS.rows(runs[1].pk)]
+    assert {"type": "Transient", "message": "once"} in errors  # a dict, not JSON text
+    assert api_runs._SHOWN_STEPS.rows("no-such-run") == []
+    uncompiled = api_runs._RunRows(api_runs._FORK_ROWS._build)
+    uncompiled._compiled["default"] = None  # as when two builds of the SQL differ
+    assert uncompiled.rows(runs[0].pk) == api_runs._FORK_ROWS.rows(runs[0].pk)
