@@ -225,6 +225,7 @@ def main() -> None:
     sampler = ConnectionSampler(dsn_text, WEB_APPLICATION_NAME)
     sampler.start()
     cpu_before = sum(cpu_seconds(s.proc.pid) for s in servers)
+    client_before = time.thread_time()  # the clients' event loop runs on this thread
     started = time.monotonic()
     try:
         result = asyncio.run(
@@ -232,6 +233,7 @@ def main() -> None:
         )
     finally:
         elapsed = time.monotonic() - started
+        client_cpu = time.thread_time() - client_before
         web_cpu = sum(cpu_seconds(s.proc.pid) for s in servers) - cpu_before
         db_cpu = backends_cpu(dsn_text, WEB_APPLICATION_NAME)
         for server in servers:
@@ -257,6 +259,8 @@ def main() -> None:
             "web_cpu_cores_busy": round(web_cpu / elapsed, 2),
             # their PostgreSQL backends' CPU, the pools' connections (opened for the run)
             "db_cpu_ms_per_request": round(db_cpu * 1000 / ok, 2) if ok else None,
+            # the load generator's own CPU (its event loop's thread): it shares the cores
+            "client_cpu_ms_per_request": round(client_cpu * 1000 / ok, 2) if ok else None,
             "web_connections_most": most,
             "connection_samples": sampler.samples,
         }

@@ -187,7 +187,15 @@ def decode_for_display(text: str | bytes | None) -> Any:
     """
     if text is None:
         return None
+    if isinstance(text, str) and _TAG_TEXT not in text and "\\u" not in text:
+        # no object can carry the tag: the hook would give every object back as it is
+        return _loads(_PLAIN_DECODER, text)
     return _loads(_DISPLAY_DECODER, text)
 
 
 _DISPLAY_DECODER = json.JSONDecoder(object_hook=_display_hook)
+#: the tag as a key in JSON text; a key can also spell it with ``\u`` escapes, so text
+#: with neither is decoded without the hook (400 texts in the API's run detail: a
+#: Python call for each of their objects spared, ~0.4 ms of CPU)
+_TAG_TEXT = json.dumps(TAG)
+_PLAIN_DECODER = json.JSONDecoder()

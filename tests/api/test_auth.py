@@ -228,3 +228,32 @@ def test_a_session_without_a_token_is_not_counted_at_metrics(viewer, settings):
     browser = Client()
     browser.force_login(viewer)
     assert browser.get("/metrics").status_code == 200
+
+
+def test_the_token_read_by_its_compiled_query_is_the_one_the_orm_reads(operator):
+    """``api.auth._by_digest`` (its SQL compiled once) builds the token and its user
+    with every field as ``select_related("user")`` reads them (the scopes' JSON, the
+    datetimes), ``token.user`` without a query, and nothing for an unknown digest."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from api import auth
+
+    token, text = token_create(user=operator, name="compiled", scopes=["runs:read", "runs:start"])
+    ApiToken.objects.filter(pk=token.pk).update(
+        last_used_at=timezone.now(), expires_at=timezone.now() + timezone.timedelta(days=1)
+    )
+    expected = ApiToken.objects.select_related("user").get(pk=token.pk)
+    assert auth._token_sql("default") is not None  # the compiled query is reused
+    with CaptureQueriesContext(connection) as queries:
+        found = auth._by_digest(digest_of(text))
+        assert found is not None
+        user = found.user
+    assert len(queries) == 1
+    for field in ApiToken._meta.concrete_fields:
+        assert getattr(found, field.attname) == getattr(expected, field.attname), field.name
+    for field in type(user)._meta.concrete_fields:
+        assert getattr(user, field.attname) == getattr(expected.user, field.attname), field.name
+    assert found.scopes == ["runs:read", "runs:start"] and found.pk == token.pk
+    assert not found._state.adding and found._state.db == "default"
+    assert auth._by_digest(digest_of("dur_nothing_here")) is None

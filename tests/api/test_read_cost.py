@@ -10,6 +10,7 @@ and of the page size.
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
 from django.db import connection
@@ -162,3 +163,150 @@ def test_the_runs_list_reads_four_queries_and_a_detail_six(viewer_api):
     assert n_list == 4
     # the token, the permissions, the run, its steps, its pending wait, why it is kept
     assert n_detail == 6
+
+
+def test_the_datetimes_are_the_text_the_renderer_made_of_them():
+    """``api.runs._iso`` turns a datetime into the text ninja's encoder
+    (``DjangoJSONEncoder.default``) would make of it: milliseconds, none when there are
+    no microseconds, ``Z`` for UTC, an offset for another zone, none for a naive one."""
+    from datetime import datetime, timedelta
+    from datetime import timezone as tz
+
+    encoder = NinjaJSONEncoder()
+    zones = [UTC, tz(timedelta(hours=5, minutes=30)), tz(timedelta(hours=-8)), None]
+    for zone in zones:
+        for micro in (0, 1, 999, 1000, 123456, 999999):
+            value = datetime(2026, 12, 6, 1, 2, 3, micro, tzinfo=zone)
+            assert api_runs._iso(value) == encoder.default(value), value
+    assert api_runs._iso(None) is None
+
+
+def _full_answer(run_id: str) -> dict:
+    """The runs list's item for ``run_id`` from the run read whole (every column)."""
+    run = Run.objects.select_related("started_by").get(pk=run_id)
+    wait = run.waits.filter(status="pending").order_by("position").first()
+    item = api_runs._run_out(run, wait=wait)
+    return json.loads(json.dumps(item, cls=NinjaJSONEncoder))
+
+
+def test_the_runs_list_reads_only_the_columns_it_answers_with(viewer_api, viewer):
+    """The list reads a dozen of the run's columns (``runs_page(columns=...)``): its
+    items are those of the runs read whole, for runs with a starter account, a recorded
+    name, tags, an error, a fork's source and pending waits, and no column left out is
+    read back (the same four queries for 2 and 12 runs)."""
+    source = _succeeded_run(3)
+    for n in range(12):
+        run = durable.start("dash.echo", {"n": n}, tags=[f"t{n}"], started_by=viewer)
+        changes: dict = (
+            {"forked_from_id": source.id, "started_by_name": ""}  # the account's name
+            if n % 2
+            else {"started_by_name": "os:bob"}
+        )
+        if n % 3 == 0:
+            changes.update(status="failed", error={"type": "Boom", "message": f"no {n}"})
+        Run.objects.filter(pk=run.pk).update(**changes)
+        if n % 4 == 0:
+            for position in (7, 2):
+                Wait.objects.create(
+                    run=run,
+                    wait_id=f"w{n}-{position}",
+                    position=position,
+                    kind="signal",
+                    key=f"k{n}-{position}",
+                )
+    n_small, _ = _queries(viewer_api, "/runs?limit=2")
+    n_large, page = _queries(viewer_api, "/runs?limit=13")
+    assert n_small == n_large == 4
+    items = page["items"]
+    assert {i["started_by"] for i in items} >= {"os:bob", viewer.username}
+    assert any(i["forked_from"] for i in items) and any(i["error"] for i in items)
+    assert {i["waiting_on"]["key"] for i in items if i["waiting_on"]} == {"k0-2", "k4-2", "k8-2"}
+    for item in items:
+        expected = _full_answer(item["id"])
+        expected["duration_seconds"] = item["duration_seconds"]  # measured up to now
+        assert item == expected
+
+
+def test_a_page_s_first_pending_waits_are_those_the_prefetch_read():
+    """``_first_pending_waits``: each run's pending wait of the lowest position (a
+    resolved one is not pending), its ``run`` the page's run object (no query)."""
+    from django.db.models import Prefetch, prefetch_related_objects
+
+    from durable.queries import runs as selectors
+
+    runs = [durable.start("dash.echo", {"n": n}) for n in range(4)]
+    for n, run in enumerate(runs[:3]):
+        for position in (5, 3, 9):
+            Wait.objects.create(
+                run=run,
+                wait_id=f"w{n}-{position}",
+                position=position,
+                kind="signal",
+                key=f"{n}-{position}",
+                status="resolved" if (n, position) == (1, 3) else "pending",
+            )
+    found = selectors._first_pending_waits(runs)
+    prefetch_related_objects(
+        runs,
+        Prefetch(
+            "waits",
+            queryset=Wait.objects.filter(status="pending").order_by("position"),
+            to_attr="pending",
+        ),
+    )
+    assert {r.pk: (r.pending[0].pk if r.pending else None) for r in runs} == {
+        r.pk: (found[r.pk].pk if r.pk in found else None) for r in runs
+    }
+    assert found[runs[1].pk].key == "1-5" and runs[3].pk not in found
+    with CaptureQueriesContext(connection) as queries:
+        assert found[runs[0].pk].run is runs[0]
+    assert len(queries) == 0
+    assert selectors._first_pending_waits([]) == {}
+
+
+def test_display_text_without_a_tag_decodes_as_with_the_hook():
+    """``decode_for_display`` skips its object hook for text in which no object can
+    carry the tag (``"$t"`` nowhere, no ``\\u`` escape): the same values as the
+    hook gives, for plain text, tagged values, and a tag spelled with escapes."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from durable.values import codec, decoder
+
+    values = [
+        {"kwargs": {"query": "order status"}, "n": [1, 2.5, None, True]},
+        {"answer": 'quote " and \\ backslash', "nested": [{"a": {"b": []}}]},
+        {"when": dt.datetime(2026, 12, 6, 1, 2, 3, tzinfo=dt.UTC), "raw": b"\x00\x01"},
+        {"d": Decimal("1.10"), "t": (1, 2), 3: "int key", "$t": "a key like the tag"},
+        "caf\u00e9 \u2603",
+    ]
+    texts = [codec.encode(v) for v in values] + [
+        '{"\\u0024t": "bytes", "v": "AAAA"}',  # the tag, escaped: still shown as bytes
+        '{"$\\u0074": "tuple", "v": [1]}',
+        '{"plain": "\\u00e9"}',
+        '"$t"',
+    ]
+    for text in texts:
+        with_hook = decoder._loads(decoder._DISPLAY_DECODER, text)
+        assert codec.decode_for_display(text) == with_hook, text
+    assert codec.decode_for_display('{"\\u0024t": "bytes", "v": "AAAA"}') == "<3 bytes>"
+
+
+def test_the_compiled_step_queries_read_the_rows_the_orm_reads():
+    """``_SHOWN_STEPS`` and ``_FORK_ROWS`` (SQL compiled once) give the ORM's rows for
+    each run, converted as it converts them (the error's JSON, the datetimes), each with
+    its own run's id, and the ORM's when the SQL cannot be reused."""
+    runs = [_succeeded_run(n) for n in (3, 230)]
+    for run in runs:
+        steps = run.steps.order_by("position")
+        expected = list(steps.values_list(*api_runs.STEP_COLUMNS)[: api_runs.STEPS_SHOWN + 1])
+        assert api_runs._SHOWN_STEPS.rows(run.pk) == expected
+        assert api_runs._FORK_ROWS.rows(run.pk) == list(
+            steps.values_list("step_id", "kind", "status")
+        )
+    errors = [row[-1] for row in api_runs._SHOWN_STEPS.rows(runs[1].pk)]
+    assert {"type": "Transient", "message": "once"} in errors  # a dict, not JSON text
+    assert api_runs._SHOWN_STEPS.rows("no-such-run") == []
+    uncompiled = api_runs._RunRows(api_runs._FORK_ROWS._build)
+    uncompiled._compiled["default"] = None  # as when two builds of the SQL differ
+    assert uncompiled.rows(runs[0].pk) == api_runs._FORK_ROWS.rows(runs[0].pk)
