@@ -28,18 +28,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from axes.helpers import get_client_ip_address
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connections, router
+from django.db import router
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja.security import HttpBearer
 from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 
+from .compiled import CompiledRows
 from .models import TOKEN_TEXT, ApiToken, digest_of
 from .problems import ApiProblem, problem
 from .scopes import SCOPES, check
@@ -97,46 +98,21 @@ def _scope_of(scope: str | None) -> str | None:
     return scope
 
 
-#: what stands for the digest while the token's query is compiled (:func:`_token_sql`)
-_DIGEST = "\x00the token's digest"
-
-
-class _TokenSQL(NamedTuple):
-    sql: str
-    params: tuple[Any, ...]
-    #: the columns' conversions from the database's values (``{index: (functions,
-    #: expression)}``, as the compiler applies them: the scopes' JSON, SQLite's datetimes)
-    converters: dict[int, Any]
-    token_columns: list[str]
-    user_model: Any
-    user_columns: list[str]
-
-
-def _compiled_token_query(alias: str) -> _TokenSQL:
-    user_model = ApiToken._meta.get_field("user").related_model
-    token_columns = [f.attname for f in ApiToken._meta.concrete_fields]
-    user_columns = [f.attname for f in user_model._meta.concrete_fields]  # type: ignore[union-attr]
-    query = (
-        ApiToken.objects.using(alias)
-        .filter(digest=_DIGEST)
-        .values_list(*token_columns, *(f"user__{c}" for c in user_columns))
-        .query
-    )
-    compiler = query.get_compiler(alias)
-    sql, params = compiler.as_sql()
-    converters = compiler.get_converters([col for col, _, _ in compiler.select])
-    return _TokenSQL(sql, tuple(params), converters, token_columns, user_model, user_columns)
-
-
 @functools.cache
-def _token_sql(alias: str) -> _TokenSQL | None:
-    """The token's and its user's columns by the digest, compiled once for the database
-    ``alias``; ``None`` when that cannot be reused (two builds differ, or the digest is
-    not one parameter): then the ORM reads the token each time."""
-    first, again = _compiled_token_query(alias), _compiled_token_query(alias)
-    if first[:2] != again[:2] or first.params.count(_DIGEST) != 1:
-        return None
-    return first
+def _token_columns() -> tuple[list[str], Any, list[str]]:
+    """``(token columns, user model, user columns)``: what :data:`_TOKEN_ROWS` reads."""
+    user_model = ApiToken._meta.get_field("user").related_model
+    user_columns = [f.attname for f in user_model._meta.concrete_fields]  # type: ignore[union-attr]
+    return [f.attname for f in ApiToken._meta.concrete_fields], user_model, user_columns
+
+
+#: the token's and its user's columns by the token's digest, compiled once a process
+_TOKEN_ROWS = CompiledRows(
+    ApiToken,
+    lambda digest: ApiToken.objects.filter(digest=digest).values_list(
+        *_token_columns()[0], *(f"user__{c}" for c in _token_columns()[2])
+    ),
+)
 
 
 def _by_digest(digest: str) -> ApiToken | None:
@@ -144,25 +120,16 @@ def _by_digest(digest: str) -> ApiToken | None:
 
     ``ApiToken.objects.select_related("user").get(digest=...)`` compiled its SQL at every
     request (~0.8 ms of CPU with the row's conversion); the SQL is compiled once
-    (:func:`_token_sql`) and the two models are built from the row with the fields'
-    own conversions (~0.3 ms). tests/api/test_auth.py holds both equal, field by field."""
-    alias = router.db_for_read(ApiToken)
-    compiled = _token_sql(alias)
-    if compiled is None:
-        return ApiToken.objects.select_related("user").filter(digest=digest).first()
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        cursor.execute(compiled.sql, [digest if p == _DIGEST else p for p in compiled.params])
-        found = cursor.fetchone()
-    if found is None:
+    (:class:`api.compiled.CompiledRows`) and the two models are built from the row
+    (~0.3 ms). tests/api/test_auth.py holds both equal, field by field."""
+    found = _TOKEN_ROWS.rows(digest)
+    if not found:
         return None
-    row = list(found)
-    for index, (functions, expression) in compiled.converters.items():
-        for convert in functions:
-            row[index] = convert(row[index], expression, connection)
-    n = len(compiled.token_columns)
-    token = ApiToken.from_db(alias, compiled.token_columns, row[:n])
-    user = compiled.user_model.from_db(alias, compiled.user_columns, row[n:])
+    token_columns, user_model, user_columns = _token_columns()
+    alias = router.db_for_read(ApiToken)
+    n = len(token_columns)
+    token = ApiToken.from_db(alias, token_columns, found[0][:n])
+    user = user_model.from_db(alias, user_columns, found[0][n:])
     ApiToken._meta.get_field("user").set_cached_value(token, user)
     return token
 

@@ -15,8 +15,6 @@ import json
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connections
-from django.db import router as db_router
 from django.http import HttpRequest, HttpResponse
 from ninja import Header, Path, Query, Router, Status
 from ninja.renderers import JSONRenderer
@@ -40,6 +38,7 @@ from durable.services.runs import (
 )
 from durable.values import codec
 
+from .compiled import CompiledRows
 from .problems import REFUSALS, ApiProblem
 from .schemas import (
     ForkIn,
@@ -165,70 +164,23 @@ class _StepRow(NamedTuple):
     status: str
 
 
-#: what stands for the run's id while a query of :class:`_RunRows` is compiled
-_RUN_ID = "\x00the run's id"
-
-
-class _RunRows:
-    """A ``values_list`` query of one run's rows (``build(run_id)``), its SQL compiled once
-    a process and database and run with the id of each call: the ORM built and compiled
-    the steps' and the fork points' queries at every detail (~0.5 ms of CPU each).
-    When the SQL cannot be reused (two builds differ, or the id is not one parameter)
-    the ORM runs ``build`` each time. tests/api/test_read_cost.py holds the rows equal."""
-
-    def __init__(self, build: Any) -> None:
-        self._build = build
-        self._compiled: dict[str, tuple[str, tuple[Any, ...], dict[int, Any]] | None] = {}
-
-    def _compile(self, alias: str) -> tuple[str, tuple[Any, ...], dict[int, Any]]:
-        compiler = self._build(_RUN_ID).using(alias).query.get_compiler(alias)
-        sql, params = compiler.as_sql()
-        converters = compiler.get_converters([col for col, _, _ in compiler.select])
-        return sql, tuple(params), converters
-
-    def rows(self, run_id: str) -> list[tuple[Any, ...]]:
-        """The rows of ``run_id``, as tuples of the query's columns, converted as the ORM
-        converts them."""
-        alias = db_router.db_for_read(Step)
-        if alias not in self._compiled:
-            first, again = self._compile(alias), self._compile(alias)
-            reusable = first[:2] == again[:2] and first[1].count(_RUN_ID) == 1
-            self._compiled[alias] = first if reusable else None
-        compiled = self._compiled[alias]
-        if compiled is None:
-            return list(self._build(run_id).using(alias))
-        sql, params, converters = compiled
-        connection = connections[alias]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [run_id if p == _RUN_ID else p for p in params])
-            found = cursor.fetchall()
-        if not converters:
-            return [tuple(row) for row in found]
-        rows = []
-        for row in found:
-            values = list(row)
-            for index, (functions, expression) in converters.items():
-                for convert in functions:
-                    values[index] = convert(values[index], expression, connection)
-            rows.append(tuple(values))
-        return rows
-
-
 #: a run's first steps shown (one more: whether there are more), as STEP_COLUMNS
-_SHOWN_STEPS = _RunRows(
+_SHOWN_STEPS = CompiledRows(
+    Step,
     lambda run_id: (
         Step.objects.filter(run_id=run_id)
         .order_by("position")
         .values_list(*STEP_COLUMNS)[: STEPS_SHOWN + 1]
-    )
+    ),
 )
 #: all of a run's steps, as what their fork points need
-_FORK_ROWS = _RunRows(
+_FORK_ROWS = CompiledRows(
+    Step,
     lambda run_id: (
         Step.objects.filter(run_id=run_id)
         .order_by("position")
         .values_list("step_id", "kind", "status")
-    )
+    ),
 )
 
 

@@ -20,6 +20,7 @@ from ninja.responses import NinjaJSONEncoder
 
 import durable
 from api import runs as api_runs
+from api.compiled import CompiledRows
 from api.schemas import RunDetailOut, RunsPageOut, StepsPageOut
 from durable.models import Run, Step, StepKind, StepStatus, Wait
 from durable.services.forks import COMPENSATION_PREFIX
@@ -307,6 +308,6 @@ def test_the_compiled_step_queries_read_the_rows_the_orm_reads():
     errors = [row[-1] for row in api_runs._SHOWN_STEPS.rows(runs[1].pk)]
     assert {"type": "Transient", "message": "once"} in errors  # a dict, not JSON text
     assert api_runs._SHOWN_STEPS.rows("no-such-run") == []
-    uncompiled = api_runs._RunRows(api_runs._FORK_ROWS._build)
-    uncompiled._compiled["default"] = None  # as when two builds of the SQL differ
+    uncompiled = CompiledRows(Step, api_runs._FORK_ROWS.build)
+    uncompiled.compiled["default"] = None  # as when two builds of the SQL differ
     assert uncompiled.rows(runs[0].pk) == api_runs._FORK_ROWS.rows(runs[0].pk)
