@@ -163,15 +163,20 @@ class Attempts:
     def first_attempt(self, call: StepCall) -> int:
         """The number :meth:`execute` gives ``call``'s next try: past its recorded tries
         and those a lost worker interrupted (nothing recorded here)."""
+        prior = call.recorded.attempts if call.recorded is not None else 0
+        return prior + self._lost_count(call) + 1
+
+    def _lost_count(self, call: StepCall) -> int:
+        """How many tries of ``call`` a lost worker interrupted (the run's ``cursor_lost``
+        when its cursor is at ``call``)."""
         run = self.cursor.run
-        lost = run.cursor_lost if call.position == run.cursor_position else 0
-        return (call.recorded.attempts if call.recorded is not None else 0) + lost + 1
+        return run.cursor_lost if call.position == run.cursor_position else 0
 
     def _lost_attempts(self, call: StepCall) -> int:
         """Record tries interrupted by a lost worker (cursor bookkeeping, no extra commit)."""
-        if call.position != self.cursor.run.cursor_position or not self.cursor.run.cursor_lost:
+        lost = self._lost_count(call)
+        if not lost:
             return 0
-        lost = self.cursor.run.cursor_lost
         prior = call.recorded.attempts if call.recorded is not None else 0
         now = timezone.now()
         for i in range(lost):
