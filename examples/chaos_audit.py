@@ -366,9 +366,13 @@ def check_model_calls(report: Report, asked: list[dict[str, Any]]) -> None:
     explained by a try of one of its model steps (:data:`MODEL_STEPS`: PydanticAI's and
     the OpenAI Agents SDK's ``model``, ``model#2``...; LangGraph's ``superstep-N``, where
     the model node runs) that did not record: lost with its worker (killed mid-call) or
-    failed. Each unexplained extra answer is a duplicate "model call" of its run.
+    failed, or by an execution stopped on a database fault (a ``db_fault`` event: the
+    step in progress then runs again from the top, as durable/worker/engine.py's
+    ``release_after_db_fault`` says). Each unexplained extra answer is a duplicate
+    "model call" of its run.
     """
-    from durable.models import StepAttempt
+    from durable.models import StepAttempt, TraceEvent
+    from durable.vocabulary import EventKind
 
     kinds = {rid: kind for rid, kind in report.runs.items() if kind in MODEL_STEPS}
     answered = Counter(
@@ -382,10 +386,16 @@ def check_model_calls(report: Report, asked: list[dict[str, Any]]) -> None:
     for run_id, step_id in rows:
         if step_id.startswith(MODEL_STEPS[kinds[run_id]]):
             tries[run_id] += 1
+    faults = Counter(
+        TraceEvent.objects.filter(run_id__in=list(kinds), kind=EventKind.DB_FAULT).values_list(
+            "run_id", flat=True
+        )
+    )
     report.model_calls += sum(answered.values())
     report.model_calls_again += sum(again.values())
     for run_id in kinds:
-        if again[run_id] > tries[run_id]:
+        if again[run_id] > tries[run_id] + faults[run_id]:
             report.duplicates["model call"].append(
-                f"{run_id} x{again[run_id]} again, {tries[run_id]} unrecorded tries"
+                f"{run_id} x{again[run_id]} again, {tries[run_id]} unrecorded tries, "
+                f"{faults[run_id]} database faults"
             )

@@ -302,8 +302,30 @@ def test_the_audit_fails_on_a_recorded_model_call_asked_again():
     twice = Report(runs={"r1": "pydantic_ai"})
     check_model_calls(twice, [*asked, {"run": "r1", "turn": 0, "status": 200}])
     assert twice.model_calls_again == 1
-    assert twice.duplicates["model call"] == ["r1 x1 again, 0 unrecorded tries"]
+    assert twice.duplicates["model call"] == ["r1 x1 again, 0 unrecorded tries, 0 database faults"]
     assert not twice.ok and "duplicate model calls" in twice.table()
+
+
+@pytest.mark.django_db
+def test_the_audit_explains_a_model_call_asked_again_after_a_database_fault():
+    """An execution stopped on a database fault (PostgreSQL restarted while the model
+    answered) runs its step in progress again: one answer more per ``db_fault`` event,
+    never more (CI's restarts audit failed on this before the audit counted it)."""
+    from durable.models import Run, TraceEvent
+    from durable.vocabulary import EventKind
+    from examples.chaos import Report
+    from examples.chaos_audit import check_model_calls
+
+    for run_id in ("r1", "r2"):
+        Run.objects.create(id=run_id, workflow_name="w", workflow_version="1")
+        TraceEvent.objects.create(run_id=run_id, kind=EventKind.DB_FAULT, message="restart")
+    asked = [{"run": run_id, "turn": 0, "status": 200} for run_id in ("r1", "r2")]
+    asked += [{"run": "r1", "turn": 0, "status": 200}]  # r1: once again, after its fault
+    asked += [{"run": "r2", "turn": 0, "status": 200}] * 2  # r2: twice again, one fault
+    report = Report(runs={"r1": "langgraph", "r2": "langgraph"})
+    check_model_calls(report, asked)
+    assert report.model_calls_again == 3
+    assert report.duplicates["model call"] == ["r2 x2 again, 0 unrecorded tries, 1 database faults"]
 
 
 @pytest.mark.parametrize(
