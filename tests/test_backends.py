@@ -59,6 +59,10 @@ def _pytest(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProc
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "DURABLE_AUTODISCOVER": "false",
         "DURABLE_VAR_DIR": str(tmp_path / "var"),
+        # the plugins the probes need, named as `make test` names its own: autoloading
+        # every installed plugin (and rewriting its modules) cost ~8 s a subprocess
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTEST_PLUGINS": "pytest_django.plugin",
     }
     env.pop("DATABASE_URL", None)
     env.pop("CELERY_BROKER_URL", None)
