@@ -8,6 +8,12 @@ JSON, SQLite's datetimes...), as ``values_list`` would. When the SQL cannot be r
 two builds differ, or the stand-in is not exactly one parameter -- the ORM runs the
 query each time. tests/api/test_read_cost.py and tests/api/test_auth.py hold the rows
 equal to the ORM's.
+
+On PostgreSQL the rows' datetimes are loaded by psycopg's own ``timestamptz`` loader (its
+C implementation) instead of Django's (``BaseTzLoader``: psycopg's Python loader, then
+``replace(tzinfo=...)``, ~2.5 us a datetime), on this query's cursor alone and only when
+the two give the same values: the session's time zone is the one Django's loader sets
+(:func:`_load_datetimes_in_c`).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class CompiledRows:
         sql, params, converters = compiled
         connection = connections[alias]
         with connection.cursor() as cursor:
+            _load_datetimes_in_c(connection, cursor)
             cursor.execute(sql, [value if p == _VALUE else p for p in params])
             found = cursor.fetchall()
         if not converters:
@@ -64,3 +71,26 @@ class CompiledRows:
                     values[index] = convert(values[index], expression, connection)
             rows.append(tuple(values))
         return rows
+
+
+def _load_datetimes_in_c(connection: Any, cursor: Any) -> None:
+    """Have ``cursor`` (Django's wrapper of a psycopg 3 cursor) load ``timestamptz``
+    values with psycopg's loader, whose C implementation is ~10 times Django's.
+
+    Django's loader (``django.db.backends.postgresql.psycopg_any.BaseTzLoader``) is
+    psycopg's Python ``TimestamptzLoader``, whose datetime is in the session's time zone,
+    then ``replace(tzinfo=connection.timezone)``: when the session's zone is that very
+    object (Django sets the session to it: UTC, ``timezone.utc``, for this project) the
+    replace changes nothing, and psycopg's loader alone gives the same datetimes, their
+    ``tzinfo`` included. Otherwise (``USE_TZ`` off: naive datetimes; a session whose
+    zone was changed) Django's loader stays. Registered on this cursor's adapters only:
+    the project's other queries keep Django's loader."""
+    if connection.vendor != "postgresql":
+        return
+    raw: Any = getattr(cursor, "cursor", None)
+    adapters = getattr(raw, "adapters", None)
+    if adapters is None or raw.connection.info.timezone is not connection.timezone:
+        return
+    from psycopg.types.datetime import TimestamptzLoader
+
+    adapters.register_loader("timestamptz", TimestamptzLoader)

@@ -311,3 +311,42 @@ def test_the_compiled_step_queries_read_the_rows_the_orm_reads():
     uncompiled = CompiledRows(Step, api_runs._FORK_ROWS.build)
     uncompiled.compiled["default"] = None  # as when two builds of the SQL differ
     assert uncompiled.rows(runs[0].pk) == api_runs._FORK_ROWS.rows(runs[0].pk)
+
+
+def test_the_compiled_rows_datetimes_are_the_orm_s_to_the_time_zone():
+    """On PostgreSQL the compiled queries load their datetimes with psycopg's loader
+    (``api.compiled._load_datetimes_in_c``): the same values as Django's loader, their
+    ``tzinfo`` the same object (``repr`` shows it; ``==`` would not), microseconds or
+    none, and no other cursor's loader is changed."""
+    from datetime import datetime
+
+    run = _succeeded_run(5)
+    moments = [
+        datetime(2026, 12, 6, 1, 2, 3, tzinfo=UTC),
+        datetime(2026, 12, 6, 1, 2, 3, 999999, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+    ]
+    for n, step in enumerate(run.steps.order_by("position")):
+        finished = None if n % 2 else moments[(n + 1) % len(moments)]
+        Step.objects.filter(pk=step.pk).update(
+            started_at=moments[n % len(moments)], finished_at=finished
+        )
+    expected = list(
+        run.steps.order_by("position").values_list(*api_runs.STEP_COLUMNS)[
+            : api_runs.STEPS_SHOWN + 1
+        ]
+    )
+    found = api_runs._SHOWN_STEPS.rows(run.pk)
+    assert repr(found) == repr(expected)
+    assert {type(row[7].tzinfo) for row in found} == {type(UTC)}
+    if connection.vendor == "postgresql":
+        from api.compiled import _load_datetimes_in_c
+
+        with connection.cursor() as cursor:
+            _load_datetimes_in_c(connection, cursor)
+            ours = cursor.cursor.adapters.get_loader(1184, 0)  # timestamptz, as text
+        with connection.cursor() as cursor:
+            theirs = cursor.cursor.adapters.get_loader(1184, 0)
+        assert ours is not theirs and "django" in theirs.__module__
