@@ -18,6 +18,7 @@ the two give the same values: the session's time zone is the one Django's loader
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,55 @@ class CompiledRows:
                     values[index] = convert(values[index], expression, connection)
             rows.append(tuple(values))
         return rows
+
+
+class CompiledModel:
+    """``model``'s instance by one ``value`` of its field ``lookup``, with the row of its
+    foreign key ``related`` read with it: ``model.objects.select_related(related)
+    .filter(**{lookup: value}).first()`` for a unique ``lookup``, its SQL compiled once
+    (:class:`CompiledRows`) and the two models built from the row with
+    ``Model.from_db``, as the ORM builds them (a null key: the relation cached as
+    ``None``, as ``select_related`` caches it)."""
+
+    def __init__(self, model: type[Model], lookup: str, related: str) -> None:
+        self.model, self.lookup, self.related = model, lookup, related
+        self.rows = CompiledRows(model, self._query)
+
+    @functools.cached_property
+    def columns(self) -> tuple[list[str], type[Model], list[str]]:
+        """``(model's columns, related model, its columns)``, in their fields' order."""
+        related = self.model._meta.get_field(self.related).related_model
+        assert isinstance(related, type) and issubclass(related, Model)
+        return (
+            [f.attname for f in self.model._meta.concrete_fields],
+            related,
+            [f.attname for f in related._meta.concrete_fields],
+        )
+
+    def _query(self, value: Any) -> QuerySet:
+        columns, _, related_columns = self.columns
+        return (
+            self.model._default_manager.filter(**{self.lookup: value})
+            .order_by()
+            .values_list(*columns, *(f"{self.related}__{c}" for c in related_columns))
+        )
+
+    def get(self, value: Any) -> Any:
+        """The instance (its ``related`` read with it), or ``None``."""
+        found = self.rows.rows(value)
+        if not found:
+            return None
+        columns, related_model, related_columns = self.columns
+        alias = router.db_for_read(self.model)
+        n = len(columns)
+        instance = self.model.from_db(alias, columns, found[0][:n])
+        other = None
+        # no related row (a null key): its primary key reads null, as select_related sees
+        if found[0][n + related_columns.index(related_model._meta.pk.attname)] is not None:
+            other = related_model.from_db(alias, related_columns, found[0][n:])
+        field: Any = self.model._meta.get_field(self.related)
+        field.set_cached_value(instance, other)
+        return instance
 
 
 def _load_datetimes_in_c(connection: Any, cursor: Any) -> None:

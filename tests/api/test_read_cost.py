@@ -350,3 +350,107 @@ def test_the_compiled_rows_datetimes_are_the_orm_s_to_the_time_zone():
         with connection.cursor() as cursor:
             theirs = cursor.cursor.adapters.get_loader(1184, 0)
         assert ours is not theirs and "django" in theirs.__module__
+
+
+def _runs_of_every_kind(user) -> list[Run]:
+    """A run started by an account (its username shown) with pending waits, one by an
+    account under a recorded name, forked, failed and tagged, and one by nobody known
+    with no wait and no step."""
+    from datetime import timedelta
+
+    shown = _succeeded_run(230)
+    Run.objects.filter(pk=shown.pk).update(
+        started_by=user, started_by_name="", deadline_at=timezone.now() + timedelta(days=1)
+    )
+    for position, status in ((7, "pending"), (2, "pending"), (1, "resolved")):
+        Wait.objects.create(
+            run=shown,
+            wait_id=f"w{position}",
+            position=position,
+            kind="signal",
+            key=f"k{position}",
+            status=status,
+        )
+    named = durable.start("dash.echo", {"n": 2}, tags=["a", "b"], started_by=user)
+    Run.objects.filter(pk=named.pk).update(
+        started_by_name="os:bob",
+        forked_from_id=shown.pk,
+        status="failed",
+        error={"type": "Boom", "message": "no"},
+    )
+    _add_steps(named, 3)
+    nobody = durable.start("dash.echo", {"n": 3})
+    Run.objects.filter(pk=nobody.pk).update(started_by=None, started_by_name="")
+    return [shown, named, nobody]
+
+
+def test_the_compiled_run_is_the_one_select_related_reads(viewer):
+    """``api.runs._RUN`` (its SQL compiled once) builds the run and its starter as
+    ``select_related("started_by")`` does: every field the same (``repr``: the
+    datetimes' zones too), the starter read with it or cached as none, no query after."""
+    labels = set()
+    for run in _runs_of_every_kind(viewer):
+        expected = Run.objects.select_related("started_by").get(pk=run.pk)
+        found = api_runs._RUN.get(run.pk)
+        with CaptureQueriesContext(connection) as queries:
+            for field in Run._meta.concrete_fields:
+                assert repr(getattr(found, field.attname)) == repr(
+                    getattr(expected, field.attname)
+                ), field.name
+            starter = found.started_by
+            labels.add(found.starter_label)
+            assert found.starter_label == expected.starter_label
+        assert len(queries) == 0
+        if expected.started_by is None:
+            assert starter is None
+        else:
+            for field in type(starter)._meta.concrete_fields:
+                assert repr(getattr(starter, field.attname)) == repr(
+                    getattr(expected.started_by, field.attname)
+                ), field.name
+        assert found._state.db == expected._state.db and not found._state.adding
+    assert labels == {"vera", "os:bob", "unknown"}
+    assert api_runs._RUN.get("no-such-run") is None
+    assert api_runs._RUN.rows.compiled["default"] is not None  # the compiled query ran
+
+
+def test_a_detail_is_the_same_bytes_compiled_or_through_the_orm(viewer, monkeypatch):
+    """Each detail read by the SQL compiled once (the run and its starter, its pending
+    wait, its steps, its fork points; psycopg's datetime loader on PostgreSQL) is the
+    very bytes of the same detail read by the ORM (the run and its wait by the queries
+    the detail made before, the steps' ``CompiledRows`` told their SQL cannot be
+    reused): a starter account or none, a recorded name, pending waits or none, a
+    failed fork with an error."""
+    from django.test import RequestFactory
+
+    runs = _runs_of_every_kind(viewer)
+    request = RequestFactory().get("/")
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)  # the unfinished runs' durations
+    compiled = [api_runs._answer(request, api_runs._detail(r.pk)).content for r in runs]
+    # the run and its pending wait as the ORM read them before they were compiled
+    monkeypatch.setattr(
+        api_runs._RUN,
+        "get",
+        lambda pk: Run.objects.select_related("started_by").filter(pk=pk).first(),
+    )
+    monkeypatch.setattr(
+        api_runs._PENDING_WAIT,
+        "rows",
+        lambda pk: [
+            (w.kind, w.key, w.created_at)
+            for w in Run.objects.get(pk=pk).waits.filter(status="pending").order_by("position")[:1]
+        ],
+    )
+    for rows in (api_runs._SHOWN_STEPS, api_runs._FORK_ROWS):
+        monkeypatch.setitem(rows.compiled, "default", None)
+    with CaptureQueriesContext(connection) as queries:
+        through_orm = [api_runs._answer(request, api_runs._detail(r.pk)).content for r in runs]
+    assert compiled == through_orm
+    assert len(queries) > 0 and all("\x00" not in q["sql"] for q in queries)
+    details = [json.loads(body) for body in compiled]
+    assert details[0]["waiting_on"]["key"] == "k2" and details[0]["started_by"] == "vera"
+    assert details[0]["steps_truncated"] and len(details[0]["fork_points"]) > 200
+    assert details[1]["started_by"] == "os:bob" and details[1]["error"]["type"] == "Boom"
+    assert details[1]["forked_from"] == runs[0].pk and details[1]["waiting_on"] is None
+    assert details[2]["started_by"] == "unknown" and details[2]["waiting_on"] is None
