@@ -114,7 +114,7 @@ def test_fork_points_from_the_shown_steps_equal_those_from_the_rows():
         kind=StepKind.COMPENSATION,
         status=StepStatus.SUCCEEDED,
     )
-    rows = list(run.steps.order_by("position").values(*api_runs.STEP_COLUMNS))
+    rows = list(run.steps.order_by("position").values_list(*api_runs.STEP_COLUMNS))
     from_shown = api_runs._fork_points(run, rows, complete=True)
     from_rows = api_runs._fork_points(run, rows, complete=False)
     assert from_shown == from_rows
@@ -454,3 +454,34 @@ def test_a_detail_is_the_same_bytes_compiled_or_through_the_orm(viewer, monkeypa
     assert details[1]["started_by"] == "os:bob" and details[1]["error"]["type"] == "Boom"
     assert details[1]["forked_from"] == runs[0].pk and details[1]["waiting_on"] is None
     assert details[2]["started_by"] == "unknown" and details[2]["waiting_on"] is None
+
+
+def test_a_step_s_answer_takes_each_column_by_its_name():
+    """``_step_out`` unpacks a row of ``STEP_COLUMNS`` by position: each field of the
+    answer is its own column's value (two datetimes, two texts and the error apart)."""
+    from datetime import datetime, timedelta
+
+    run = _succeeded_run(1)
+    start = datetime(2026, 12, 6, 1, 2, 3, 4000, tzinfo=UTC)
+    Step.objects.filter(run=run).update(
+        started_at=start,
+        finished_at=start + timedelta(seconds=1),
+        input=json.dumps({"in": 1}),
+        output=json.dumps({"out": 2}),
+        error={"type": "E", "message": "m"},
+        tool_name="a-tool",
+        durability="batched",
+    )
+    for row in run.steps.order_by("position").values_list(*api_runs.STEP_COLUMNS):
+        by_name = dict(zip(api_runs.STEP_COLUMNS, row, strict=True))
+        out = api_runs._step_out(row)
+        assert list(out) == list(api_runs.STEP_COLUMNS)
+        for name in ("step_id", "position", "kind", "tool_name", "status", "attempts"):
+            assert out[name] == by_name[name], name
+        assert out["durability"] == by_name["durability"] == "batched"
+        assert (out["started_at"], out["finished_at"]) == (
+            "2026-12-06T01:02:03.004Z",
+            "2026-12-06T01:02:04.004Z",
+        )
+        assert (out["input"], out["output"]) == ({"in": 1}, {"out": 2})
+        assert out["error"] == {"type": "E", "message": "m"}
