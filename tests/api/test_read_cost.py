@@ -485,3 +485,50 @@ def test_a_step_s_answer_takes_each_column_by_its_name():
         )
         assert (out["input"], out["output"]) == ({"in": 1}, {"out": 2})
         assert out["error"] == {"type": "E", "message": "m"}
+
+
+def test_the_codec_s_json_reading_is_json_s_to_the_error():
+    """``durable.values.decoder._loads`` checks the C scanner's end itself rather than
+    through ``JSONDecoder.decode``'s whitespace matches: the same value, or the same
+    error at the same position, for text with whitespace before or after, extra data,
+    text that is not JSON, a BOM, bytes, and tagged objects through the hook."""
+    from durable.values import codec, decoder
+
+    texts = [
+        '{"a": [1, 2.5, null, true], "b": "c"}',
+        ' {"a": 1}',
+        '{"a": 1} \n',
+        '\t"text"\r\n',
+        '{"a": 1} x',
+        '{"a": 1}{"b": 2}',
+        "[1, 2",
+        "",
+        "   ",
+        "nope",
+        "\ufeff{}",
+        "NaN",
+        "-Infinity",
+        "1e400",
+        '"\\ud800"',
+        codec.encode({"when": (1, 2), "raw": b"\x00"}),
+        codec.encode({"when": (1, 2), "raw": b"\x00"}) + "  ",
+        b'{"bytes": 1} ',
+        '{"utf-16": 1}'.encode("utf-16"),
+    ]
+    for made in (decoder._DECODER, decoder._DISPLAY_DECODER, decoder._PLAIN_DECODER):
+        for text in texts:
+            expected: object
+            try:
+                as_str = text if isinstance(text, str) else text.decode(json.detect_encoding(text))
+                if as_str.startswith("\ufeff") and isinstance(text, str):
+                    raise json.JSONDecodeError(
+                        "Unexpected UTF-8 BOM (decode using utf-8-sig)", as_str, 0
+                    )
+                expected = made.decode(as_str)
+            except json.JSONDecodeError as exc:
+                expected = ("error", exc.msg, exc.pos)
+            try:
+                found: object = decoder._loads(made, text)
+            except json.JSONDecodeError as exc:
+                found = ("error", exc.msg, exc.pos)
+            assert repr(found) == repr(expected), text
