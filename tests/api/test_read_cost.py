@@ -23,7 +23,7 @@ from api import runs as api_runs
 from api.compiled import CompiledRows
 from api.schemas import RunDetailOut, RunsPageOut, StepsPageOut
 from durable.models import Run, Step, StepKind, StepStatus, Wait
-from durable.services.forks import COMPENSATION_PREFIX
+from durable.services.forks import COMPENSATION_PREFIX, fork_points
 from durable.testing import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,8 +103,8 @@ def test_a_run_that_may_not_be_forked_reads_no_fork_points(viewer_api):
 
 
 def test_fork_points_from_the_shown_steps_equal_those_from_the_rows():
-    """A compensated write ends the fork points: read from the steps shown or from all
-    the run's rows, the same list."""
+    """A compensated write ends the fork points (a failed compensation does not): read
+    from the steps shown, from all the run's rows or from its models, the same list."""
     run = _succeeded_run(5)
     compensated = run.steps.order_by("position").values_list("step_id", flat=True)[3]
     Step.objects.create(
@@ -114,11 +114,24 @@ def test_fork_points_from_the_shown_steps_equal_those_from_the_rows():
         kind=StepKind.COMPENSATION,
         status=StepStatus.SUCCEEDED,
     )
+    first = run.steps.order_by("position").values_list("step_id", flat=True)[1]
+    Step.objects.create(  # a compensation that failed undid nothing
+        run=run,
+        step_id=f"{COMPENSATION_PREFIX}{first}",
+        position=101,
+        kind=StepKind.COMPENSATION,
+        status=StepStatus.FAILED,
+    )
     rows = list(run.steps.order_by("position").values_list(*api_runs.STEP_COLUMNS))
     from_shown = api_runs._fork_points(run, rows, complete=True)
     from_rows = api_runs._fork_points(run, rows, complete=False)
     assert from_shown == from_rows
     assert from_shown[-1] == compensated and len(from_shown) == 4
+    # the models, as the dashboard passes them (their kinds the enum's members)
+    models = list(run.steps.order_by("position"))
+    for step in models:
+        step.kind = StepKind(step.kind)
+    assert fork_points(models) == from_shown
 
 
 def test_the_runs_list_costs_the_same_queries_for_2_and_40_runs(viewer_api):
