@@ -255,5 +255,5 @@ def test_the_token_read_by_its_compiled_query_is_the_one_the_orm_reads(operator)
         assert getattr(user, field.attname) == getattr(expected.user, field.attname), field.name
     assert found.scopes == ["runs:read", "runs:start"] and found.pk == token.pk
     assert not found._state.adding and found._state.db == "default"
-    assert auth._TOKEN_ROWS.compiled["default"] is not None  # the compiled query ran
+    assert auth._TOKEN.rows.compiled["default"] is not None  # the compiled query ran
     assert auth._by_digest(digest_of("dur_nothing_here")) is None
