@@ -43,6 +43,18 @@ class CompiledRows:
         compiler = self.build(_VALUE).using(alias).query.get_compiler(alias)
         sql, params = compiler.as_sql()
         converters = compiler.get_converters([col for col, _, _ in compiler.select])
+        # the backend's converters are methods of this connection's ``ops`` and read its
+        # state (SQLite's datetimes: ``self.connection.timezone``): kept by name, taken
+        # from the ``ops`` of the connection each call reads from (another thread's, or
+        # one whose zone changed), as the ORM's compiler would take them
+        ops = compiler.connection.ops
+        converters = {
+            index: (
+                [f.__name__ if getattr(f, "__self__", None) is ops else f for f in functions],
+                expression,
+            )
+            for index, (functions, expression) in converters.items()
+        }
         return sql, tuple(params), converters
 
     def rows(self, value: Any) -> list[tuple[Any, ...]]:
@@ -64,10 +76,19 @@ class CompiledRows:
             found = cursor.fetchall()
         if not converters:
             return [tuple(row) for row in found]
+        ops = connection.ops
+        bound = [
+            (
+                index,
+                [getattr(ops, f) if isinstance(f, str) else f for f in functions],
+                expression,
+            )
+            for index, (functions, expression) in converters.items()
+        ]
         rows = []
         for row in found:
             values = list(row)
-            for index, (functions, expression) in converters.items():
+            for index, functions, expression in bound:
                 for convert in functions:
                     values[index] = convert(values[index], expression, connection)
             rows.append(tuple(values))
