@@ -427,6 +427,27 @@ def test_the_compiled_run_is_the_one_select_related_reads(viewer):
     assert api_runs._RUN.rows.compiled["default"] is not None  # the compiled query ran
 
 
+def read_through_the_orm(m) -> None:
+    """Have the detail read as it did before its reads were compiled (``m``: a
+    monkeypatch): the run and its pending wait by the ORM's queries, its steps and fork
+    points by the ORM, their ``CompiledRows`` told the SQL cannot be reused."""
+    m.setattr(
+        api_runs._RUN,
+        "get",
+        lambda pk: Run.objects.select_related("started_by").filter(pk=pk).first(),
+    )
+    m.setattr(
+        api_runs._PENDING_WAIT,
+        "rows",
+        lambda pk: [
+            (w.kind, w.key, w.created_at)
+            for w in Run.objects.get(pk=pk).waits.filter(status="pending").order_by("position")[:1]
+        ],
+    )
+    for rows in (api_runs._SHOWN_STEPS, api_runs._FORK_ROWS):
+        m.setitem(rows.compiled, connection.alias, None)
+
+
 def test_a_detail_is_the_same_bytes_compiled_or_through_the_orm(viewer, monkeypatch):
     """Each detail read by the SQL compiled once (the run and its starter, its pending
     wait, its steps, its fork points; psycopg's datetime loader on PostgreSQL) is the
@@ -441,22 +462,7 @@ def test_a_detail_is_the_same_bytes_compiled_or_through_the_orm(viewer, monkeypa
     now = timezone.now()
     monkeypatch.setattr(timezone, "now", lambda: now)  # the unfinished runs' durations
     compiled = [api_runs._answer(request, api_runs._detail(r.pk)).content for r in runs]
-    # the run and its pending wait as the ORM read them before they were compiled
-    monkeypatch.setattr(
-        api_runs._RUN,
-        "get",
-        lambda pk: Run.objects.select_related("started_by").filter(pk=pk).first(),
-    )
-    monkeypatch.setattr(
-        api_runs._PENDING_WAIT,
-        "rows",
-        lambda pk: [
-            (w.kind, w.key, w.created_at)
-            for w in Run.objects.get(pk=pk).waits.filter(status="pending").order_by("position")[:1]
-        ],
-    )
-    for rows in (api_runs._SHOWN_STEPS, api_runs._FORK_ROWS):
-        monkeypatch.setitem(rows.compiled, "default", None)
+    read_through_the_orm(monkeypatch)
     with CaptureQueriesContext(connection) as queries:
         through_orm = [api_runs._answer(request, api_runs._detail(r.pk)).content for r in runs]
     assert compiled == through_orm

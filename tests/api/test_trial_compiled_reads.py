@@ -23,7 +23,7 @@ from api import runs as api_runs
 from api.models import ApiToken, digest_of, token_create
 from durable.models import Run, Step, Wait
 from tests.api.conftest import Api, api_for
-from tests.api.test_read_cost import _add_steps, _succeeded_run
+from tests.api.test_read_cost import _add_steps, _succeeded_run, read_through_the_orm
 from tests.dashboard.conftest import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,23 +50,7 @@ def _detail_both_ways(run_id: str, monkeypatch) -> tuple[bytes, bytes]:
     request = RequestFactory().get("/")
     compiled = api_runs._answer(request, api_runs._detail(run_id)).content
     with monkeypatch.context() as m:
-        m.setattr(
-            api_runs._RUN,
-            "get",
-            lambda pk: Run.objects.select_related("started_by").filter(pk=pk).first(),
-        )
-        m.setattr(
-            api_runs._PENDING_WAIT,
-            "rows",
-            lambda pk: [
-                (w.kind, w.key, w.created_at)
-                for w in Run.objects.get(pk=pk)
-                .waits.filter(status="pending")
-                .order_by("position")[:1]
-            ],
-        )
-        for rows in (api_runs._SHOWN_STEPS, api_runs._FORK_ROWS):
-            m.setitem(rows.compiled, connection.alias, None)
+        read_through_the_orm(m)
         through_orm = api_runs._answer(request, api_runs._detail(run_id)).content
     return compiled, through_orm
 
