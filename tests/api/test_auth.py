@@ -17,13 +17,6 @@ from tests.api.test_runs import PROBLEM, assert_problem
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    cache.clear()
-    yield
-    cache.clear()
-
-
 def test_no_credentials_is_a_401_problem_with_a_challenge():
     response = Api().get("/runs")
     assert_problem(response, 401, "Authorization: Bearer")

@@ -11,7 +11,6 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.core.cache import cache
 from django.db import connection, connections
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext, override_settings
@@ -27,13 +26,6 @@ from tests.api.test_read_cost import _add_steps, _succeeded_run, read_through_th
 from tests.dashboard.conftest import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def _orm_rows(run: Run) -> list[tuple]:

@@ -36,11 +36,6 @@ def _reset_batching_log():
     bw.reset()
 
 
-@pytest.fixture
-def batched(settings):
-    settings.DURABLE = {**settings.DURABLE, "BATCH_MAX_STEPS": 4, "BATCH_MAX_DELAY_MS": 60_000}
-
-
 def _one(n: int) -> str | None:
     return execute(durable.start("tests.add_twice", {"a": n, "b": 2}).id, worker_id="w")
 
@@ -217,7 +212,7 @@ def test_a_run_column_widened_between_two_runs(session):
 
 @needs_postgres
 @pytest.mark.parametrize("durability", ["sync", "batched"])
-def test_a_checkpoint_refused_by_the_database_leaves_the_connection_usable(durability, settings):
+def test_a_checkpoint_refused_by_the_database_leaves_the_connection_usable(durability, batched):
     """psycopg #1151 "Prepared statements unexpected behavior with psycopg and
     PgBouncer" (https://github.com/psycopg/psycopg/issues/1151) and asyncpg #945
     (https://github.com/MagicStack/asyncpg/issues/945), where a prepared statement's
@@ -225,7 +220,6 @@ def test_a_checkpoint_refused_by_the_database_leaves_the_connection_usable(durab
     (a step id longer than ``Step.step_id``'s 255 characters: "value too long", in
     the checkpoint or in the batch flush's binary arrays). Whatever the engine does
     with that run, the next run on the same thread's connection succeeds."""
-    settings.DURABLE = {**settings.DURABLE, "BATCH_MAX_STEPS": 4, "BATCH_MAX_DELAY_MS": 60_000}
     connection.close()
     assert _one(1) == RunStatus.SUCCEEDED
     bad = durable.start("trial.long_id", {"durability": durability}).id

@@ -39,11 +39,6 @@ def _reset():
     tw.reset()
 
 
-@pytest.fixture
-def batched(settings):
-    settings.DURABLE = {**settings.DURABLE, "BATCH_MAX_STEPS": 4, "BATCH_MAX_DELAY_MS": 60_000}
-
-
 class Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
