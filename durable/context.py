@@ -297,7 +297,7 @@ class WorkflowContext:
         ex.cursor.check_token_budget(call.step_id)
         call = replace(call, tool_name=request["model"])
         call = replace(
-            call, input_text=ex.checkpoints.encode_step_input(call, (), request), durability=mode
+            call, input_text=tool_calls.encode_input(ex, call, (), request), durability=mode
         )
         limits = llm_limits(request["model"])
         return ex.attempts.execute(

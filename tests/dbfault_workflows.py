@@ -102,6 +102,20 @@ def swallow(ctx, data):
     return "recorded"
 
 
+def note_call(label: str, *, idempotency_key: str) -> str:
+    """A body that only logs that it ran (a model asked, say): run again, it logs again."""
+    enter("step", idempotency_key)
+    return label
+
+
+@durable.workflow(name="dbf.batched", version="1")
+def batched_steps(ctx, data):
+    """``n`` batched plain steps (flushed every ``BATCH_MAX_STEPS``), then a sync one."""
+    out = [ctx.step(f"b{i}", note_call, f"b{i}", durability="batched") for i in range(data["n"])]
+    out.append(ctx.step("last", note_call, "last"))
+    return out
+
+
 def effect_counts(folder: Path) -> dict[tuple[str, str], int]:
     """``{(service, key): effects}`` of the ``effects.jsonl`` in ``folder``."""
     counts: dict[tuple[str, str], int] = {}

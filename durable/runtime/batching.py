@@ -27,6 +27,8 @@ from durable.models.steps import Step
 from durable.observability import metrics
 from durable.postgres import batches, rows
 from durable.registry import check_durability
+from durable.runtime import readback
+from durable.runtime.dbconn import retry_in_place
 from durable.runtime.failures import db_faults_stop_the_execution
 from durable.vocabulary import Durability, EventKind, StepStatus
 
@@ -167,17 +169,32 @@ class StepBatch:
         (:func:`durable.postgres.batches.flush_in_one_statement`); elsewhere, or when
         that statement finds the fence broken, ``owner.write``, which tells the cases
         apart: :class:`LeaseLost` (nothing written) or, after recording the pending
-        steps, :class:`RunStopped`.
+        steps, :class:`RunStopped`. A short database fault is ridden out in place, the
+        lost commit read back first (:func:`durable.runtime.dbconn.retry_in_place`).
         """
         if not self.pending:
             return
-        if postgres.available() and self.tags is None:
-            saved = batches.flush_in_one_statement(owner, self)
-            if saved is not None:
-                self._saved = saved
-                self.committed(owner)
-                return
-        owner.write({}, lambda: None)
+        positions = [fields["position"] for fields in self.pending]
+
+        def write() -> bool:
+            if postgres.available() and self.tags is None:
+                saved = batches.flush_in_one_statement(owner, self)
+                if saved is not None:
+                    self._saved = saved
+                    self.committed(owner)
+                    return True
+            owner.write({}, lambda: None)
+            return True
+
+        def found(steps: list[Step]) -> None:
+            self._saved = steps
+            self.committed(owner)
+
+        def committed() -> bool | None:
+            return readback.recorded_flush(owner.cursor, positions, found=found) is not None or None
+
+        # a database fault is ridden out in place: the steps are not run again for it
+        retry_in_place(write, committed, what=f"the flush of {len(positions)} batched step(s)")
 
     def merge(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The fenced run update's ``fields`` with the pending steps' cursor and counts."""

@@ -38,7 +38,9 @@ from durable.postgres import checkpoints as checkpoint_pg
 from durable.postgres import rows
 from durable.postgres import runs as run_pg
 from durable.retry import MODEL_RECOVERABLE, PERMANENT
+from durable.runtime import readback
 from durable.runtime.batching import StepBatch
+from durable.runtime.dbconn import retry_in_place
 from durable.runtime.failures import (
     db_faults_stop_the_execution,
     error_info,
@@ -170,38 +172,6 @@ class Checkpoints:
                 row.step = rec
             StepAttempt.objects.bulk_create(self.cursor.pending_lost)
             self.cursor.pending_lost = []
-
-    def encode_step_input(
-        self, call: StepCall, args: tuple, kwargs: dict[str, Any], *, tool: bool = False
-    ) -> str | None:
-        """The stored input of a step: ``{"args", "kwargs"}``; a tool's parameters as passed."""
-        value: Any = {}
-        if tool:
-            value = kwargs
-        else:
-            if args:
-                value["args"] = list(args)
-            if kwargs:
-                value["kwargs"] = kwargs
-        if not value:
-            return None
-        try:
-            return codec.dumps_checked(value, what="step input", step_id=call.step_id)
-        except PayloadError as exc:
-            pos = call.position
-            self.record_failure(
-                StepCall(
-                    step_id=call.step_id, position=pos, recorded=self.cursor.by_position.get(pos)
-                ),
-                attempt=1,
-                exc=exc,
-                classification=PERMANENT,
-                delay=None,
-                started_at=timezone.now(),
-                outcome=AttemptOutcome.FAILED,
-                reason="cannot store the step's input",
-            )
-            raise AssertionError("unreachable") from None  # record_failure raised
 
     def fail_call_now(self, call: StepCall, exc: DurableError) -> None:
         """Fail this call for good before it runs (e.g. a duration that cannot be
@@ -336,31 +306,33 @@ class Checkpoints:
             return value
         # with batched steps pending, the transactional write flushes them first
         fast = rec is None and not self.cursor.pending_lost and tags is None and not self.batch
-        step = None
-        if fast and postgres.available():  # a write's result goes in the same statement
-            step = checkpoint_pg.checkpoint_in_one_statement(
-                run_id=self.cursor.run_id,
-                token=self.cursor.token,
-                status=self.cursor.status,
-                worker_id=self.cursor.worker_id,
-                step=rows.unsaved(
-                    Step,
+        lost, tries = list(self.cursor.pending_lost), [0]
+
+        def checkpoint() -> Step:
+            tries[0] += 1
+            if tries[0] > 1:  # the trace says what the step's record rode out
+                event_data["db_faults"] = tries[0] - 1
+            if lost:  # a try rolled back by a fault wrote none of them
+                self.cursor.pending_lost = readback.unsaved(lost)
+            if fast and postgres.available():  # a write's result goes in the same statement
+                step = checkpoint_pg.checkpoint_in_one_statement(
                     run_id=self.cursor.run_id,
-                    position=pos,
-                    budget_base=self.cursor.budget_base.get(pos, 0),
-                    **step_fields,
-                ),
-                tokens=tokens,
-                event_data=event_data,
-                operation=ledger.success_update(value, output) if ledger is not None else None,
-            )
-        if step is not None:
-            self.cursor.fenced()
-            self.cursor.by_position[pos] = step
-            self.cursor.positions_by_id[sid] = pos
-            if ledger is not None:
-                ledger.succeeded()
-        else:
+                    token=self.cursor.token,
+                    status=self.cursor.status,
+                    worker_id=self.cursor.worker_id,
+                    step=rows.unsaved(
+                        Step,
+                        run_id=self.cursor.run_id,
+                        position=pos,
+                        budget_base=self.cursor.budget_base.get(pos, 0),
+                        **step_fields,
+                    ),
+                    tokens=tokens,
+                    event_data=event_data,
+                    operation=ledger.success_update(value, output) if ledger is not None else None,
+                )
+                if step is not None:
+                    return step
             run_fields: dict[str, Any] = {
                 "cursor_position": pos + 1,
                 "cursor_lost": 0,
@@ -380,6 +352,29 @@ class Checkpoints:
                 if ledger is not None:  # the write happened: the ledger keeps its result
                     ledger.record_late_result(value, output)
                 raise
+            return self.cursor.by_position[pos]
+
+        def recorded(step: Step) -> Step:
+            self.batch.committed(self)  # pending batched steps written with it, if any
+            self.cursor.fenced()
+            self.cursor.by_position[pos] = step
+            self.cursor.positions_by_id[sid] = pos
+            if ledger is not None:
+                ledger.succeeded()
+            return step
+
+        def committed() -> Step | None:
+            try:
+                return readback.recorded_success(
+                    self.cursor, position=pos, step_id=sid, attempt=attempt, found=recorded
+                )
+            except LeaseLost:
+                if ledger is not None:  # as after the write path's LeaseLost above
+                    ledger.record_late_result(value, output)
+                raise
+
+        # a database fault is ridden out in place: the body is not called again for it
+        recorded(retry_in_place(checkpoint, committed, what=f"the checkpoint of step {sid!r}"))
         self.cursor.run.tokens_used += tokens
         return value
 

@@ -15,9 +15,10 @@ Reconnecting is Django's own machinery, used as Django uses it per request:
 What this module adds is the engine's side: which errors mean "the database work
 failed" rather than "the workflow failed" (:func:`is_db_fault`), dropping the broken
 connection (:func:`drop_connection`), and a short bounded retry of one self-contained
-transaction such as a claim or a release (:func:`retry_db`). A checkpoint that fails
-this way is never retried in place (its commit may have happened); the execution stops
-as on a lost lease and the run is released (``durable.worker.engine``).
+transaction such as a claim or a release (:func:`retry_db`), and the same retry for a
+write whose commit's outcome a fault leaves unknown, read back before it is tried again
+(:func:`retry_in_place`: a finished step's checkpoint). Any other fault stops the
+execution as on a lost lease and the run is released (``durable.worker.engine``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import IntegrityError, InterfaceError, OperationalError, connection
 
 logger = logging.getLogger("durable.engine")
 
@@ -96,3 +97,59 @@ def retry_db(fn: Callable[[], T], *, what: str, delays: tuple[float, ...] = RETR
             drop_connection()
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def retry_in_place(
+    write: Callable[[], T],
+    committed: Callable[[], T | None],
+    *,
+    what: str,
+    delays: tuple[float, ...] = RETRY_DELAYS,
+) -> T:
+    """Call ``write`` (one fenced transaction recording what this process holds, such as a
+    finished step's result); on a database fault, drop the connection, wait each of
+    ``delays`` (seconds) in turn and, on a new connection, first ask ``committed()``
+    whether the failed try's commit happened after all (it returns what ``write``
+    would have, or None), then ``write`` again. So a short outage (a restart, a
+    failover, a terminated backend) costs a reconnect, not a second call of the step's
+    body -- a model asked again, a tool called again -- nor a release of the run.
+
+    The last fault is raised, as is any fault inside an enclosing transaction (which
+    cannot reconnect). A unique violation on a retry means the lost commit landed while
+    the retry was written (the server had not seen the client go): ``committed()`` is
+    asked again. ``write`` must be fenced (it writes nothing once the lease is another
+    worker's) and its rows unique to the step, as every checkpoint is. The rule is
+    DBOS's (``db_retry`` in dbos-transact-py's ``dbos/_sys_db.py`` blocks the workflow
+    and retries its system database's operation until the database is back), bounded
+    here: past ``delays`` the execution stops and the run is released as before.
+    """
+    fault: Exception | None = None
+    for delay in (None, *delays):
+        if delay is not None:
+            time.sleep(delay)
+        try:
+            if fault is not None:
+                found = committed()
+                if found is not None:
+                    return found
+            return write()
+        except IntegrityError:
+            if fault is None:
+                raise
+            found = committed()
+            if found is None:
+                raise
+            return found
+        except Exception as exc:
+            if not is_db_fault(exc) or connection.in_atomic_block:
+                raise
+            fault = exc
+            logger.warning(
+                "durable: %s failed (%s: %s); reconnecting to read it back and write it again",
+                what,
+                type(exc).__name__,
+                str(exc).strip()[:200],
+            )
+            drop_connection()
+    assert fault is not None
+    raise fault

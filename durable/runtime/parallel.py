@@ -180,7 +180,7 @@ def _take(ex: Execution, s: _Slot) -> _Slot:
         assert s.step.recorded is not None
         s.result = ex.cursor.replay(s.step.recorded)
     elif c.error is not None:
-        text = ex.checkpoints.encode_step_input(s.step, (), c.params, tool=True)
+        text = tool_calls.encode_input(ex, s.step, (), c.params, tool=True)
         s.runnable = tool_calls.Runnable(call=replace(s.step, input_text=text), error=c.error)
     elif s.approval is None:
         s.runnable = tool_calls.build_tool(ex, s.step, c.name, s.tool, c.params)
@@ -357,7 +357,7 @@ def _sequential(ex: Execution, s: _Slot) -> Any:
     if s.approval is not None:
         approved = tool_calls.ask_approval(ex, c.name, s.tool, s.base, c.params, call=s.approval)
         if isinstance(approved, ModelRecoverable):  # the rejection is the call's result
-            text = ex.checkpoints.encode_step_input(s.step, (), c.params, tool=True)
+            text = tool_calls.encode_input(ex, s.step, (), c.params, tool=True)
             return ex.checkpoints.record_model_error(replace(s.step, input_text=text), approved)
         s.runnable = tool_calls.build_tool(ex, s.step, c.name, s.tool, approved)
     assert s.runnable is not None
@@ -376,5 +376,5 @@ def _skip(ex: Execution, s: _Slot, rejected: ModelRecoverable) -> ModelRecoverab
     if s.approval is not None and not s.approval.succeeded:
         ex.checkpoints.record_model_error(s.approval, value)
     assert s.step is not None
-    text = ex.checkpoints.encode_step_input(s.step, (), c.params, tool=True)
+    text = tool_calls.encode_input(ex, s.step, (), c.params, tool=True)
     return ex.checkpoints.record_model_error(replace(s.step, input_text=text), value)

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
+
 from durable import registry
 from durable.durations import check_duration
-from durable.exceptions import InvalidDuration, ToolNotFound
-from durable.retry import DEFAULT_POLICY, RetryPolicy
+from durable.exceptions import InvalidDuration, PayloadError, ToolNotFound
+from durable.retry import DEFAULT_POLICY, PERMANENT, RetryPolicy
 from durable.runtime.attempts import call_with_timeout
 from durable.runtime.batching import resolve
 from durable.runtime.ledger import OperationLedger
@@ -24,7 +26,7 @@ from durable.runtime.replay import StepCall
 from durable.signatures import accepts_keyword, signature
 from durable.types import Decision, ModelRecoverable
 from durable.values import codec
-from durable.vocabulary import StepKind
+from durable.vocabulary import AttemptOutcome, StepKind
 
 if TYPE_CHECKING:
     # for the type checker only: the context imports these modules at run time
@@ -95,6 +97,39 @@ def step_base(step_id: str | None, fn: Callable[..., Any]) -> str:
     return str(step_id or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step"))
 
 
+def encode_input(
+    ex: Execution, call: StepCall, args: tuple, kwargs: dict[str, Any], *, tool: bool = False
+) -> str | None:
+    """The stored input of a step: ``{"args", "kwargs"}``; a tool's parameters as passed.
+    An input the codec cannot store fails the step for good (raises
+    :class:`~durable.StepFailed`, the run marked failed)."""
+    value: Any = {}
+    if tool:
+        value = kwargs
+    else:
+        if args:
+            value["args"] = list(args)
+        if kwargs:
+            value["kwargs"] = kwargs
+    if not value:
+        return None
+    try:
+        return codec.dumps_checked(value, what="step input", step_id=call.step_id)
+    except PayloadError as exc:
+        pos = call.position
+        ex.checkpoints.record_failure(
+            StepCall(step_id=call.step_id, position=pos, recorded=ex.cursor.by_position.get(pos)),
+            attempt=1,
+            exc=exc,
+            classification=PERMANENT,
+            delay=None,
+            started_at=timezone.now(),
+            outcome=AttemptOutcome.FAILED,
+            reason="cannot store the step's input",
+        )
+        raise AssertionError("unreachable") from None  # record_failure raised
+
+
 def build_step(
     ex: Execution,
     call: StepCall,
@@ -114,9 +149,7 @@ def build_step(
     call_kwargs = dict(kwargs)
     if accepts_keyword(fn, "idempotency_key"):
         call_kwargs["idempotency_key"] = f"{ex.cursor.run_id}:{sid}"
-    call = call.replaced(
-        input_text=ex.checkpoints.encode_step_input(call, args, kwargs), durability=mode
-    )
+    call = call.replaced(input_text=encode_input(ex, call, args, kwargs), durability=mode)
     return Runnable(
         call=call,
         fn=lambda: call_with_timeout(fn, args, call_kwargs, timeout, sid),
@@ -194,7 +227,7 @@ def build_tool(
 ) -> Runnable:
     """The runnable of an unrecorded tool call at ``call``: a model error for an unknown
     tool or arguments that do not fit; a ledger for a write."""
-    input_text = ex.checkpoints.encode_step_input(call, (), params, tool=True)
+    input_text = encode_input(ex, call, (), params, tool=True)
     call = call.replaced(input_text=input_text)
     if spec is None:
         known = ", ".join(sorted(t.name for t in registry.tools())) or "none"

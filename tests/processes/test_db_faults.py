@@ -113,8 +113,12 @@ def test_s28_workers_survive_terminated_connections_and_finish_every_run(workers
 
     runs = wait_all(run_ids, 120)
     assert_each_effect_once(proc_env.dir, runs)
+    # an execution stopped by a fault, or a checkpoint that rode one out in place
     faults = TraceEvent.objects.filter(run_id__in=run_ids, kind="db_fault")
-    assert faults.exists(), "no execution was interrupted: the test did not test anything"
+    ridden_out = TraceEvent.objects.filter(
+        run_id__in=run_ids, kind="step_executed", data__has_key="db_faults"
+    )
+    assert faults.exists() or ridden_out.exists(), "no fault was met: the test tested nothing"
     # a database fault is not a lost worker: no poison-step counting, no failed attempt
     assert not TraceEvent.objects.filter(run_id__in=run_ids, kind="failed").exists()
 

@@ -1,5 +1,7 @@
-"""Database faults inside one process: the execution stops, the run is released, the
-ledger settles what happened. (Real workers and terminated backends: tests/processes.)
+"""Database faults inside one process: a finished step's checkpoint rides out a short
+one in place (read back, then written again); a longer one, or one elsewhere, stops the
+execution, the run is released, the ledger settles what happened. (Real workers and
+terminated backends: tests/processes.)
 
 A fault is injected with ``connection.execute_wrapper``: the chosen statement raises
 ``OperationalError`` instead of running, as a statement on a terminated connection does.
@@ -55,12 +57,112 @@ def invocations(folder, run_id: str) -> Counter:
     )
 
 
-def test_checkpoint_fault_releases_the_run_for_a_retry_instead_of_failing_it(crash_dir):
+def fail_times(match, times: int):
+    """An execute wrapper: the first ``times`` statements for which ``match(sql)`` is
+    true raise, as on a database that stays away that long."""
+    state = {"fired": 0}
+
+    def wrapper(execute_, sql, params, many, context):
+        if state["fired"] < times and match(" ".join(sql.replace('"', "").split())):
+            state["fired"] += 1
+            raise OperationalError("could not connect to server: Connection refused (injected)")
+        return execute_(sql, params, many, context)
+
+    wrapper.state = state
+    return wrapper
+
+
+def lose_the_answer_once(match):
+    """An execute wrapper: the first statement for which ``match(sql)`` is true runs and
+    commits, then its answer is lost (``OperationalError``), as when the connection
+    drops after the server committed. Inside a transaction it is the commit's answer
+    that is lost."""
+    state = {"fired": 0}
+
+    def wrapper(execute_, sql, params, many, context):
+        result = execute_(sql, params, many, context)
+        if not state["fired"] and match(" ".join(sql.replace('"', "").split())):
+            state["fired"] = 1
+            conn = context["connection"]
+            if not conn.in_atomic_block:
+                raise OperationalError("server closed the connection unexpectedly (injected)")
+            real = conn.commit
+
+            def commit_then_lose():
+                del conn.commit
+                real()
+                raise OperationalError("server closed the connection unexpectedly (injected)")
+
+            conn.commit = commit_then_lose
+        return result
+
+    wrapper.state = state
+    return wrapper
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    """The in-place retries of a checkpoint without their backoff: three tries in all."""
+    from durable.runtime import dbconn
+
+    monkeypatch.setitem(dbconn.retry_in_place.__kwdefaults__, "delays", (0.0, 0.0))
+
+
+def step_events(run_id: str) -> Counter:
+    return Counter(
+        TraceEvent.objects.filter(run_id=run_id, kind="step_executed").values_list(
+            "step_id", flat=True
+        )
+    )
+
+
+def test_a_checkpoint_fault_is_ridden_out_in_place_without_calling_the_body_again(
+    crash_dir, quick_retries
+):
+    """A database that drops the connection while a finished step is recorded (a
+    restart, a failover): the checkpoint is written again on a new connection; the body
+    (a model's answer, a tool's call) is not asked again and the run is not released."""
     run = durable.start("dbf.two_steps", {"n": 1})
     fault = fail_once(step_insert)
     with connection.execute_wrapper(fault):
-        status = execute(run.id)
+        assert execute(run.id) == RunStatus.SUCCEEDED
     assert fault.state["fired"], "the checkpoint was not attempted"
+    row = Run.objects.get(pk=run.id)
+    assert row.output_value()["ticket"] == "T-1" and row.claims == 1
+    assert invocations(crash_dir, run.id) == Counter({"first": 1, "dbf.charge": 1})
+    assert not TraceEvent.objects.filter(run=run, kind="db_fault").exists()
+    assert row.steps_executed == 2 and step_events(run.id) == Counter({"first": 1, "dbf.charge": 1})
+    # the trace says what the step's record rode out
+    event = TraceEvent.objects.get(run=run, kind="step_executed", step_id="first")
+    assert event.data["db_faults"] == 1
+
+
+def test_a_checkpoint_whose_commit_answer_was_lost_is_read_back_not_written_twice(
+    crash_dir, quick_retries
+):
+    """The statement committed, then the connection dropped before its answer came: the
+    retry reads the step back and goes on; no second row, event or count."""
+    run = durable.start("dbf.two_steps", {"n": 4})
+    fault = lose_the_answer_once(step_insert)
+    with connection.execute_wrapper(fault):
+        assert execute(run.id) == RunStatus.SUCCEEDED
+    assert fault.state["fired"]
+    row = Run.objects.get(pk=run.id)
+    assert invocations(crash_dir, run.id) == Counter({"first": 1, "dbf.charge": 1})
+    assert row.steps_executed == 2 and row.claims == 1
+    assert step_events(run.id) == Counter({"first": 1, "dbf.charge": 1})
+    assert list(row.steps.order_by("position").values_list("step_id", flat=True)) == [
+        "first",
+        "dbf.charge",
+    ]
+
+
+def test_a_checkpoint_fault_that_outlasts_the_retries_releases_the_run(crash_dir, quick_retries):
+    run = durable.start("dbf.two_steps", {"n": 1})
+    fault = fail_times(step_insert, 3)
+    with connection.execute_wrapper(fault):
+        status = execute(run.id)
+    assert fault.state["fired"] == 3
     assert status == RunStatus.RETRYING
     row = Run.objects.get(pk=run.id)
     assert row.status == RunStatus.RETRYING and row.lease_token == "" and row.wake_at
@@ -85,9 +187,70 @@ def test_checkpoint_fault_releases_the_run_for_a_retry_instead_of_failing_it(cra
     assert not run.steps.filter(attempts__gt=1).exists()
 
 
-def test_workflow_code_cannot_swallow_a_checkpoint_fault(crash_dir):
+def test_a_lease_taken_over_during_the_outage_writes_nothing_more(crash_dir, quick_retries):
+    """While the database was away the lease expired and another worker claimed the
+    run: the read-back finds the lease gone and the execution stops, writing nothing."""
+    run = durable.start("dbf.two_steps", {"n": 5})
+
+    def taken_over(execute_, sql, params, many, context):
+        if taken_over.fired == 1 and not context["connection"].in_atomic_block:
+            # the fault's transaction is gone: another worker claims the run now
+            taken_over.fired = 2
+            Run.objects.filter(pk=run.id).update(lease_token="another-worker")
+        elif step_insert(" ".join(sql.replace('"', "").split())) and not taken_over.fired:
+            taken_over.fired = 1
+            raise OperationalError("server closed the connection unexpectedly (injected)")
+        return execute_(sql, params, many, context)
+
+    taken_over.fired = 0
+    with connection.execute_wrapper(taken_over):
+        execute(run.id)
+    assert taken_over.fired == 2
+    row = Run.objects.get(pk=run.id)
+    assert row.lease_token == "another-worker" and row.status == RunStatus.RUNNING
+    assert not row.steps.exists() and row.steps_executed == 0
+    assert not TraceEvent.objects.filter(run=run, kind="step_executed").exists()
+
+
+def test_lost_tries_are_written_once_when_their_checkpoint_is_retried(crash_dir, quick_retries):
+    """A step a lost worker interrupted carries that try to its next checkpoint; a fault
+    there rolls it back, and the retry writes it again (not zero times, not twice)."""
+    run = durable.start("dbf.two_steps", {"n": 6})
+    Run.objects.filter(pk=run.id).update(cursor_lost=1)
+    seen = {"lost": False}
+
+    def after_the_lost_try(sql: str) -> bool:  # the step's event, after its lost try's row
+        seen["lost"] = seen["lost"] or "INSERT INTO durable_stepattempt" in sql
+        return seen["lost"] and "INSERT INTO durable_traceevent" in sql
+
+    fault = fail_once(after_the_lost_try)
+    with connection.execute_wrapper(fault):
+        assert execute(run.id) == RunStatus.SUCCEEDED
+    assert fault.state["fired"]
+    first = Run.objects.get(pk=run.id).steps.get(step_id="first")
+    assert list(first.attempt_rows.values_list("outcome", flat=True)) == ["worker_lost"]
+    assert first.attempts == 2
+
+
+@pytest.mark.parametrize("fault", [fail_once, lose_the_answer_once])
+def test_a_batch_flush_fault_is_ridden_out_in_place(crash_dir, quick_retries, batched, fault):
+    """Batched steps may run again after a crash, but a database fault at their flush
+    is no crash: they are written (or read back) on a new connection, each once."""
+    run = durable.start("dbf.batched", {"n": 6})
+    injected = fault(lambda sql: "INSERT INTO durable_step" in sql)  # the first: a flush
+    with connection.execute_wrapper(injected):
+        assert execute(run.id) == RunStatus.SUCCEEDED
+    assert injected.state["fired"]
+    names = [f"b{i}" for i in range(6)] + ["last"]
+    assert Run.objects.get(pk=run.id).output_value() == names
+    assert invocations(crash_dir, run.id) == Counter(dict.fromkeys(names, 1))
+    assert step_events(run.id) == Counter(dict.fromkeys(names, 1))
+    assert Run.objects.get(pk=run.id).steps_executed == 7
+
+
+def test_workflow_code_cannot_swallow_a_checkpoint_fault(crash_dir, quick_retries):
     run = durable.start("dbf.swallow", None)
-    with connection.execute_wrapper(fail_once(step_insert)):
+    with connection.execute_wrapper(fail_times(step_insert, 3)):
         assert execute(run.id) == RunStatus.RETRYING
     row = Run.objects.get(pk=run.id)
     assert row.status == RunStatus.RETRYING and row.output is None
@@ -96,18 +259,45 @@ def test_workflow_code_cannot_swallow_a_checkpoint_fault(crash_dir):
     assert Run.objects.get(pk=run.id).output_value() == "recorded"
 
 
-def test_fault_after_an_unsafe_write_is_settled_by_reconcile_not_repeated(crash_dir):
-    run = durable.start("dbf.two_steps", {"n": 2})
-    # the write's checkpoint: the step row of dbf.charge (the second step insert)
+def second_step_insert():
+    """A match of the write's checkpoint: the step row of dbf.charge (the second step
+    insert, and the inserts that try it again)."""
     seen = {"inserts": 0}
 
-    def second_step_insert(sql: str) -> bool:
+    def match(sql: str) -> bool:
         if step_insert(sql):
             seen["inserts"] += 1
-            return seen["inserts"] == 2
+            return seen["inserts"] >= 2
         return False
 
-    with connection.execute_wrapper(fail_once(second_step_insert)):
+    return match
+
+
+def test_a_fault_at_an_unsafe_writes_checkpoint_records_its_result_in_place(
+    crash_dir, quick_retries
+):
+    """The write happened and its result is in hand: a short fault at its checkpoint is
+    ridden out, the operation recorded as the call returned (no reconcile needed)."""
+    run = durable.start("dbf.two_steps", {"n": 2})
+    with connection.execute_wrapper(fail_once(second_step_insert())):
+        assert execute(run.id) == RunStatus.SUCCEEDED
+    op = Operation.objects.get(run=run)
+    assert op.status == OperationStatus.SUCCEEDED and op.resolution == ""
+    assert "C-" in op.result
+    calls = Counter(
+        (i["kind"], i["step"])
+        for i in read_jsonl(crash_dir / "invocations.jsonl")
+        if i["run"] == run.id
+    )
+    assert calls == Counter({("step", "first"): 1, ("step", "dbf.charge"): 1})
+    assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
+
+
+def test_fault_after_an_unsafe_write_is_settled_by_reconcile_not_repeated(crash_dir, quick_retries):
+    """A fault that outlasts the in-place retries: the run is released with the write's
+    operation ``started``, and the next execution reconciles it."""
+    run = durable.start("dbf.two_steps", {"n": 2})
+    with connection.execute_wrapper(fail_times(second_step_insert(), 3)):
         assert execute(run.id) == RunStatus.RETRYING
     op = Operation.objects.get(run=run)
     assert op.status == OperationStatus.STARTED  # called; its result not recorded
