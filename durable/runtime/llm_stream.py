@@ -232,8 +232,10 @@ class StepStream:
     ``step_ended`` (``{"error"}`` when the body raised an ``Exception``; none for engine
     control flow, a dying execution claims no end) and the events are committed. Used by
     ``ctx.llm(stream=True)`` and the framework adapters' streamed model requests
-    (``WorkflowContext._step_stream``). A database fault while writing raises
-    :class:`~durable.exceptions.DatabaseUnavailable` on exit.
+    (``WorkflowContext._step_stream``). A database fault while writing is tried again
+    by the writer, and never raised on exit: the reply in hand is recorded by the step's
+    checkpoint, not asked again. One while reading the step's earlier events on entry
+    raises :class:`~durable.exceptions.DatabaseUnavailable` (nothing was asked yet).
     """
 
     def __init__(

@@ -24,9 +24,8 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from durable.exceptions import DatabaseUnavailable
 from durable.models.streams import StreamEvent
-from durable.runtime.dbconn import is_db_fault
+from durable.runtime.dbconn import RETRY_DELAYS, drop_connection, is_db_fault
 from durable.values.redaction import redact_text
 from durable.vocabulary import StreamKind
 
@@ -52,11 +51,12 @@ class StreamWriter:
     called from any thread; inside a transaction (a test's), there is no thread and
     :meth:`emit` commits when due on the thread that made the writer (the transaction's),
     else :meth:`close` does.
-    :meth:`close` commits what is left; a database fault while writing raises
-    :class:`~durable.exceptions.DatabaseUnavailable` there (the execution stops and
-    the run is released, as for a checkpoint's fault); any other failure is logged and
-    the stream goes on without the lost events. ``live()`` false (the lease is lost):
-    nothing more is written.
+    :meth:`close` commits what is left. A database fault while writing is tried again
+    on a new connection (``RETRY_DELAYS``, about 4 s), the events kept in order; a
+    longer one, or any other failure, is logged and the stream goes on without the lost
+    events. Neither stops the execution: the step's reply is recorded by its checkpoint,
+    which rides a short fault out itself. ``live()`` false (the lease is lost): nothing
+    more is written.
     """
 
     def __init__(
@@ -77,6 +77,8 @@ class StreamWriter:
         self.next_seq: int | None = None
         self.last_flush = 0.0
         self.error: BaseException | None = None
+        #: database faults in a row while writing (:meth:`_again`)
+        self.faults = 0
         self.closing = False
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -148,7 +150,8 @@ class StreamWriter:
             self._flush()
 
     def close(self) -> None:
-        """Commit what is left; raises ``DatabaseUnavailable`` after a database fault."""
+        """Commit what is left. Never raises: a stream that could not be written is
+        logged, and the step's checkpoint records the call's reply all the same."""
         if self.thread is not None:
             with self.cond:
                 self.closing = True
@@ -156,8 +159,6 @@ class StreamWriter:
             self.thread.join()
         else:
             self._flush()
-        if self.error is not None and is_db_fault(self.error):
-            raise DatabaseUnavailable(self.error) from self.error
 
     # ------------------------------------------------------------------ the writes
 
@@ -186,11 +187,12 @@ class StreamWriter:
         self.last_flush = time.monotonic()
         if not batch or self.error is not None or not self.live():
             return
-        for event in batch:
-            if "delta" in event.data:  # as free text is everywhere (docs/security.md)
+        for event in batch:  # as free text is everywhere (docs/security.md); a batch
+            if "delta" in event.data:  # tried again is redacted again, to the same text
                 event.data["delta"] = redact_text(event.data["delta"])
         try:
             self._write(batch)
+            self.faults = 0
         except IntegrityError:
             # another writer took these numbers (a worker that lost its lease and does
             # not know it yet): go on after the last one
@@ -200,7 +202,37 @@ class StreamWriter:
             except Exception as exc:  # noqa: BLE001 - the stream is a view: logged
                 self._failed(exc)
         except Exception as exc:  # noqa: BLE001 - the stream is a view: logged
-            self._failed(exc)
+            if is_db_fault(exc) and self.faults < len(RETRY_DELAYS):
+                self._again(batch, exc)
+            else:
+                self._failed(exc)
+
+    def _again(self, batch: list[StreamEvent], exc: BaseException) -> None:
+        """A database fault (a restart, a failover): the events wait for the next flush,
+        on a new connection, after the next of ``RETRY_DELAYS`` -- at close, at once
+        after it. The step's reply is the call's one result, so a fault here never stops
+        the execution (its checkpoint rides the fault out, or releases the run)."""
+        delay = RETRY_DELAYS[self.faults]
+        self.faults += 1
+        logger.warning(
+            "durable: the stream of run %s (step %s) could not be written (%s: %s); "
+            "trying again in %.2f s on a new connection",
+            self.run_id,
+            self.step_id,
+            type(exc).__name__,
+            str(exc).strip()[:200],
+            delay,
+        )
+        drop_connection()
+        for event in batch:
+            event.pk = None  # not written: the rolled-back insert's ids name nothing
+        with self.cond:
+            self.pending[:0] = batch
+        if self.closing or self.thread is None:
+            time.sleep(delay)
+            self._flush()
+        else:
+            self.last_flush = time.monotonic() + delay - self.flush_seconds
 
     def _write(self, batch: list[StreamEvent]) -> None:
         with transaction.atomic():

@@ -224,3 +224,55 @@ def test_a_failed_try_ends_its_step_with_the_error_and_the_retry_says_interrupte
     assert events[2].data["reason"] == "failed"
     assert text_of(events[4:]) == run.output_value()["content"]
     assert Step.objects.get(run=run).attempts == 2
+
+
+def _writes_failing(monkeypatch, times: int) -> dict[str, int]:
+    """The stream's first ``times`` writes fail as on a database restart (the writer's
+    thread has a connection of its own, so the write itself is replaced)."""
+    from django.db import OperationalError
+
+    from durable.runtime import stream_writer
+
+    real = stream_writer.StreamWriter._write
+    state = {"failed": 0}
+
+    def write(self, batch):
+        if state["failed"] < times:
+            state["failed"] += 1
+            raise OperationalError("terminating connection due to administrator command (inj)")
+        return real(self, batch)
+
+    monkeypatch.setattr(stream_writer.StreamWriter, "_write", write)
+    monkeypatch.setattr(stream_writer, "RETRY_DELAYS", (0.0, 0.0, 0.0, 0.0))
+    return state
+
+
+def test_a_database_fault_while_streaming_is_written_again_and_the_model_asked_once(
+    streaming_llm, monkeypatch
+):
+    """A restart while the tokens arrive: the events are written on a new connection,
+    in order, and the reply is recorded; the model is not asked again for it (the
+    stream is a view, the step's record the one result)."""
+    state = _writes_failing(monkeypatch, 2)
+    message = " ".join(f"word{i}" for i in range(40))
+    run = drive(durable.start("stream.chat", {"message": message}).id)
+    assert state["failed"] == 2
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(streaming_llm.log) == 1
+    assert not run.events.filter(kind="db_fault").exists()
+    events = stream_of(run.id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[0].kind == "step_started" and events[-1].kind == "step_ended"
+    assert text_of(events) == run.output_value()["content"]
+
+
+def test_a_stream_the_database_never_takes_is_dropped_and_the_reply_still_recorded(
+    streaming_llm, monkeypatch
+):
+    state = _writes_failing(monkeypatch, 100)
+    run = drive(durable.start("stream.chat", {"message": "hello there"}).id)
+    assert state["failed"] >= 5  # the first try and its four retries, then given up
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(streaming_llm.log) == 1
+    assert run.output_value()["content"].endswith("hello there")
+    assert stream_of(run.id) == []
