@@ -77,8 +77,10 @@ class StreamWriter:
         self.next_seq: int | None = None
         self.last_flush = 0.0
         self.error: BaseException | None = None
-        #: database faults in a row while writing (:meth:`_again`)
+        #: database faults in a row while writing, and when the next try is due
+        #: (``time.monotonic()``; :meth:`_again`)
         self.faults = 0
+        self.retry_at = 0.0
         self.closing = False
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -170,11 +172,12 @@ class StreamWriter:
                         self.cond.wait()
                     if not self.pending:
                         return
-                    due = self.last_flush + self.flush_seconds
-                    while (
-                        not self.closing
-                        and len(self.pending) < self.max_pending
-                        and time.monotonic() < due
+                    # a fault's backoff holds however many events wait, and at the
+                    # close too (:meth:`_again`)
+                    due = max(self.last_flush + self.flush_seconds, self.retry_at)
+                    while time.monotonic() < due and (
+                        self.backing_off()
+                        or (not self.closing and len(self.pending) < self.max_pending)
                     ):
                         self.cond.wait(due - time.monotonic())
                 self._flush()
@@ -232,7 +235,10 @@ class StreamWriter:
             time.sleep(delay)
             self._flush()
         else:
-            self.last_flush = time.monotonic() + delay - self.flush_seconds
+            self.retry_at = time.monotonic() + delay
+
+    def backing_off(self) -> bool:
+        return time.monotonic() < self.retry_at
 
     def _write(self, batch: list[StreamEvent]) -> None:
         with transaction.atomic():

@@ -276,3 +276,35 @@ def test_a_stream_the_database_never_takes_is_dropped_and_the_reply_still_record
     assert len(streaming_llm.log) == 1
     assert run.output_value()["content"].endswith("hello there")
     assert stream_of(run.id) == []
+
+
+def test_a_faults_backoff_holds_however_many_events_wait(monkeypatch):
+    """Events keep arriving while the database is away: the writer waits out each
+    retry's delay instead of trying again at every full batch (which would spend its
+    retries in a moment and drop the stream)."""
+    import time
+
+    from django.db import OperationalError
+
+    from durable.runtime import stream_writer
+
+    run = durable.start("stream.chat", {"message": "hi"})  # not driven: a run to write to
+    tries: list[float] = []
+
+    def write(self, batch):
+        tries.append(time.monotonic())
+        if len(tries) == 1:
+            raise OperationalError("the database system is shutting down (injected)")
+        return real(self, batch)
+
+    real = stream_writer.StreamWriter._write
+    monkeypatch.setattr(stream_writer.StreamWriter, "_write", write)
+    monkeypatch.setattr(stream_writer, "RETRY_DELAYS", (0.3, 0.3, 0.3, 0.3))
+    writer = stream_writer.StreamWriter(run.id, "llm", max_pending=2)
+    for i in range(50):
+        writer.emit("tool_call_started", {"name": f"t{i}"})
+        if i == 2:  # the first write failed or is failing: the rest arrive meanwhile
+            wait_until(lambda: tries, 10, what="the first write")
+    writer.close()
+    assert len(tries) >= 2 and tries[1] - tries[0] >= 0.3, tries
+    assert StreamEvent.objects.filter(run_id=run.id).count() == 50
