@@ -22,11 +22,16 @@ SAFETY_LABELS = {
 
 @register.filter
 def duration(value: Any) -> str:
-    """A timedelta or seconds as "850 ms", "4.2 s", "3 min 5 s", "2 h 4 min", "3 d 5 h"."""
+    """A timedelta or seconds as "0.22 ms", "4.5 ms", "850 ms", "4.2 s", "3 min 5 s",
+    "2 h 4 min", "3 d 5 h" (a step shorter than a millisecond is not "0 ms")."""
     if value is None or value == "":
         return "—"
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 1:
+    if seconds <= 0:
+        return "0 ms"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.2g} ms"
+    if seconds < 0.9995:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"

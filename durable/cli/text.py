@@ -78,8 +78,13 @@ def _when(value: datetime | None) -> str:
 
 
 def _seconds(value: float | None) -> str:
+    """Seconds as "0.216ms" (under a second: a step's no-op is a fraction of a
+    millisecond, which "0.000s" hid), "4.200s", "75s"; "-" for none."""
     if value is None:
         return "-"
+    ms = value * 1000
+    if ms < 999.5:
+        return f"{ms:.3g}ms" if ms < 100 else f"{ms:.0f}ms"
     return f"{value:.3f}s" if value < 60 else f"{value:.0f}s"
 
 

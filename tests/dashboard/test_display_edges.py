@@ -115,3 +115,22 @@ def test_hidden_character_finds_the_first_one_and_lets_letters_of_any_script_pas
     assert hidden_character("café 日本 עברית العربية") is None  # right-to-left letters are fine
     assert hidden_character("a\tb") == (1, "\t")
     assert hidden_character("ab\u202ec\u2066") == (2, "\u202e")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0, "0 ms"),
+        (0.000216, "0.22 ms"),  # a no-op step: not "0 ms"
+        (0.0045, "4.5 ms"),
+        (0.85, "850 ms"),
+        (0.9996, "1.0 s"),  # not "1000 ms"
+        (4.2, "4.2 s"),
+        (75, "1 min 15 s"),
+        (timedelta(microseconds=90), "0.09 ms"),
+    ],
+)
+def test_durations_under_a_millisecond_are_shown_as_such(seconds, shown):
+    from dashboard.templatetags.dashboard_tags import duration
+
+    assert duration(seconds) == shown

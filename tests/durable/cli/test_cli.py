@@ -320,7 +320,7 @@ def test_show_prints_header_steps_and_failed_attempts():
     attempts = out.split("\nFailed attempts\n")[1].split("\n\n")[0].splitlines()
     assert "TransientError" in attempts[2] and "503 from upstream" in attempts[2]
     assert attempts[2].split()[:4] == ["cli_lookup", "1", "failed", "transient"]
-    assert "0.010s" in attempts[2]
+    assert "10ms" in attempts[2]
 
     events = out.split("\nEvents\n")[1]
     assert "created" in events and "completed" in events and "attempt_failed" in events
@@ -639,3 +639,21 @@ def test_reconcile_lookup_prints_what_the_hook_finds_and_changes_nothing():
         assert op.status == OperationStatus.UNKNOWN and op.resolution == ""
     finally:
         dw.reset()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "-"),
+        (0.000216, "0.216ms"),  # a no-op step: was "0.000s"
+        (0.0123, "12.3ms"),
+        (0.85, "850ms"),
+        (0.9996, "1.000s"),
+        (4.2, "4.200s"),
+        (75, "75s"),
+    ],
+)
+def test_the_cli_shows_a_step_shorter_than_a_millisecond(seconds, shown):
+    from durable.cli.text import _seconds
+
+    assert _seconds(seconds) == shown
