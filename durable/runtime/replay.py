@@ -115,6 +115,8 @@ class ReplayCursor:
         self.stopped: str | None = None
         self.tool_rows: dict[str, Any] = {}
         self.pending_lost: list[StepAttempt] = []
+        #: ``(position, step id)`` of the last call taken (:meth:`in_progress`)
+        self.last_call: tuple[int, str] | None = None
         self.budget_base: dict[int, int] = {}
         #: where this execution's run goes when it fails or completes (a compensation:
         #: COMPENSATION_FAILED or COMPENSATED), from the state machine
@@ -177,6 +179,7 @@ class ReplayCursor:
             )
         pos = self.position
         self.position += 1
+        self.last_call = (pos, sid)
         rec = self.by_position.get(pos)
         recorded_pos = self.positions_by_id.get(sid)
         if (rec is not None and rec.step_id != sid) or (
@@ -255,6 +258,16 @@ class ReplayCursor:
         """Sleep ``seconds`` in the worker; the next body start reads the run first."""
         self.waited = True
         time.sleep(seconds)
+
+    def in_progress(self) -> str:
+        """The id of the step this execution was at if it has no record of its success
+        yet (its body running, or its checkpoint failing), else ``""``: what a
+        ``db_fault`` event names."""
+        if self.last_call is None:
+            return ""
+        pos, sid = self.last_call
+        rec = self.by_position.get(pos)
+        return "" if rec is not None and rec.status == StepStatus.SUCCEEDED else sid
 
     def fenced(self) -> None:
         """A fenced commit (the claim, a checkpoint) just saw the run live."""

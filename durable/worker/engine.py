@@ -247,7 +247,13 @@ def execute(run_id: str, *, worker_id: str | None = None) -> str | None:
                 worker_id,
                 fault,
             )
-            released = release_after_db_fault(run.id, token, worker_id=worker_id, error=fault.error)
+            released = release_after_db_fault(
+                run.id,
+                token,
+                worker_id=worker_id,
+                error=fault.error,
+                step_id=execution.cursor.in_progress(),
+            )
         elif execution.cursor.stopped in (RunStatus.CANCELLED, None):
             try:
                 retry_db(lambda: release(run.id, token), what=f"the release of run {run.id}")
@@ -310,7 +316,7 @@ DB_FAULT_RETRY_SECONDS = 1.0
 
 
 def release_after_db_fault(
-    run_id: str, token: str, *, worker_id: str, error: BaseException
+    run_id: str, token: str, *, worker_id: str, error: BaseException, step_id: str = ""
 ) -> bool:
     """Give back a run whose execution stopped on a database fault, for a retry.
 
@@ -324,10 +330,12 @@ def release_after_db_fault(
     operation was started is settled by the ledger (reconcile, repeat with the same
     key, or an operator's decision). Returns whether the run was released; when the
     database stays unreachable (about 4 s of retries), the lease expires and the
-    sweeper recovers the run as for a lost worker.
+    sweeper recovers the run as for a lost worker. ``step_id``: the step in progress
+    (without a record of its success), named by the ``db_fault`` event; ``""``: none.
     """
+    during = f" during step {step_id!r}" if step_id else ""
     message = (
-        f"database fault on worker {worker_id}: {type(error).__name__}: "
+        f"database fault on worker {worker_id}{during}: {type(error).__name__}: "
         f"{str(error).strip()[:300]}; released, retrying from the last checkpoint"
     )
 
@@ -347,7 +355,11 @@ def release_after_db_fault(
             )
             if released:
                 TraceEvent.objects.create(
-                    run_id=run_id, kind=EventKind.DB_FAULT, actor=worker_id, message=message
+                    run_id=run_id,
+                    kind=EventKind.DB_FAULT,
+                    step_id=step_id,
+                    actor=worker_id,
+                    message=message,
                 )
                 dispatch_on_commit(run_id, countdown=DB_FAULT_RETRY_SECONDS)
         return bool(released)

@@ -169,6 +169,8 @@ def test_a_checkpoint_fault_that_outlasts_the_retries_releases_the_run(crash_dir
     assert row.error is None and row.cursor_lost == 0
     event = TraceEvent.objects.get(run=run, kind="db_fault")
     assert "OperationalError" in event.message and "released" in event.message
+    # it names the step that was in progress (its checkpoint failing)
+    assert event.step_id == "first" and "during step 'first'" in event.message
     assert not TraceEvent.objects.filter(run=run, kind="failed").exists()
 
     assert execute(run.id) is None  # not due yet: a hint that comes early does nothing
@@ -417,3 +419,26 @@ def test_a_sweep_task_whose_connection_dies_under_it_is_tried_again_on_a_new_one
     with connection.execute_wrapper(fault):
         assert tasks.tick_schedules() == 0
     assert fault.state["fired"]
+
+
+def test_a_fault_at_the_runs_end_names_no_step(crash_dir):
+    """Every step recorded, the completion fails: the ``db_fault`` event names no step
+    (none was in progress), and the retry replays to the end without a body."""
+    run = durable.start("dbf.two_steps", {"n": 7})
+    fired = []
+
+    def completion(execute_, sql, params, many, context):
+        # the statement that writes the run's output ({"n", "ticket", "charge"})
+        if not fired and any(isinstance(p, str) and '"charge":' in p for p in params or ()):
+            fired.append(sql)
+            raise OperationalError("terminating connection due to administrator command (inj)")
+        return execute_(sql, params, many, context)
+
+    with connection.execute_wrapper(completion):
+        assert execute(run.id) == RunStatus.RETRYING
+    assert fired and "durable_run" in fired[0]
+    event = TraceEvent.objects.get(run=run, kind="db_fault")
+    assert event.step_id == "" and "during step" not in event.message
+    make_due(run.id)
+    assert execute(run.id) == RunStatus.SUCCEEDED
+    assert invocations(crash_dir, run.id) == Counter({"first": 1, "dbf.charge": 1})
