@@ -117,8 +117,9 @@ def retry_in_place(
     The last fault is raised, as is any fault inside an enclosing transaction (which
     cannot reconnect). A unique violation on a retry means the lost commit landed while
     the retry was written (the server had not seen the client go): ``committed()`` is
-    asked again. ``write`` must be fenced (it writes nothing once the lease is another
-    worker's) and its rows unique to the step, as every checkpoint is. The rule is
+    asked again, and a fault while it reads is one more fault to ride out. ``write``
+    must be fenced (it writes nothing once the lease is another worker's) and its rows
+    unique to the step, as every checkpoint is. The rule is
     DBOS's (``db_retry`` in dbos-transact-py's ``dbos/_sys_db.py`` blocks the workflow
     and retries its system database's operation until the database is back), bounded
     here: past ``delays`` the execution stops and the run is released as before.
@@ -132,14 +133,16 @@ def retry_in_place(
                 found = committed()
                 if found is not None:
                     return found
-            return write()
-        except IntegrityError:
-            if fault is None:
-                raise
-            found = committed()
-            if found is None:
-                raise
-            return found
+            try:
+                return write()
+            except IntegrityError:
+                if fault is None:
+                    raise
+                # the lost commit landed: read it back (a fault here is one more fault)
+                found = committed()
+                if found is None:
+                    raise
+                return found
         except Exception as exc:
             if not is_db_fault(exc) or connection.in_atomic_block:
                 raise
