@@ -21,6 +21,7 @@ from durable.exceptions import DurableError, InvalidDuration
 from durable.limits import llm_limits
 from durable.models import StepKind, WaitKind
 from durable.retry import RetryPolicy
+from durable.runtime import failures
 from durable.runtime import steps as tool_calls
 from durable.runtime.attempts import LLM_HELD_REQUEST_SECONDS, LLM_POLICY, call_with_timeout
 from durable.runtime.batching import resolve
@@ -293,7 +294,7 @@ class WorkflowContext:
             assert call.recorded is not None
             return ex.cursor.replay(call.recorded)
         if invalid is not None:
-            ex.checkpoints.fail_call_now(call, invalid)
+            failures.fail_call_now(ex.checkpoints, call, invalid)
         ex.cursor.check_token_budget(call.step_id)
         call = replace(call, tool_name=request["model"])
         call = replace(

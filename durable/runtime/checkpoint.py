@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from durable import clock, conf, postgres
 from durable.exceptions import (
-    DurableError,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
@@ -172,27 +171,6 @@ class Checkpoints:
                 row.step = rec
             StepAttempt.objects.bulk_create(self.cursor.pending_lost)
             self.cursor.pending_lost = []
-
-    def fail_call_now(self, call: StepCall, exc: DurableError) -> None:
-        """Fail this call for good before it runs (e.g. a duration that cannot be
-        scheduled); raises :class:`StepFailed` with the run marked failed."""
-        self.record_failure(
-            call,
-            attempt=call.next_attempt,
-            exc=exc,
-            classification=PERMANENT,
-            delay=None,
-            started_at=timezone.now(),
-            outcome=AttemptOutcome.FAILED,
-            reason="invalid duration",
-        )
-        raise AssertionError("unreachable")  # record_failure raised StepFailed
-
-    def record_model_error(self, call: StepCall, value: ModelRecoverable) -> ModelRecoverable:
-        """Record ``value`` (a mistake the model can fix) as the call's result, untried."""
-        return self.record_success(
-            call, attempt=call.next_attempt, value=value, started_at=timezone.now(), ledger=None
-        )
 
     def record_success(
         self,
@@ -486,7 +464,33 @@ class Checkpoints:
 
                 dispatch_on_commit(self.cursor.run_id, countdown=delay)
 
-        self.write(run_fields, work, events=events)
+        lost = list(self.cursor.pending_lost)
+
+        def record() -> bool:
+            if lost:  # a try rolled back by a fault wrote none of them
+                self.cursor.pending_lost = readback.unsaved(lost)
+            self.write(run_fields, work, events=events)
+            return True
+
+        def found(step: Step) -> None:  # the lost commit wrote it, pending batched steps too
+            self.batch.committed(self)
+            self.cursor.by_position[pos] = step
+            self.cursor.positions_by_id[sid] = pos
+
+        def committed() -> bool | None:
+            keeps = "lease_token" not in run_fields  # an in-process retry keeps the lease
+            found_at = readback.recorded_failure(
+                self.cursor,
+                position=pos,
+                attempt=attempt,
+                status=step_status,
+                keeps=keeps,
+                found=found,
+            )
+            return None if found_at is None else True
+
+        # a database fault is ridden out in place: the try is not run again for it
+        retry_in_place(record, committed, what=f"the failure record of step {sid!r}")
         self.cursor.run.tokens_used += tokens
         if delay is None:
             self.cursor.stopped = self.cursor.fail_status

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
-from durable.exceptions import DatabaseUnavailable, PayloadError
+from django.utils import timezone
+
+from durable.exceptions import DatabaseUnavailable, DurableError, PayloadError
 from durable.retry import PERMANENT, explain
 from durable.runtime.dbconn import is_db_fault
 from durable.types import ModelRecoverable
@@ -23,6 +25,7 @@ from durable.values import codec
 from durable.values.fields import storable_text
 from durable.values.redaction import redact_text
 from durable.values.rendering import render
+from durable.vocabulary import AttemptOutcome
 
 
 def error_info(
@@ -121,3 +124,29 @@ def storable_model_error(
             continue
     plain = ModelRecoverable(storable_text(safe_str(exc))[:4000], value.error_type[:200])
     return plain, codec.encode(plain.to_dict())
+
+
+def fail_call_now(checkpoints: Any, call: Any, exc: DurableError) -> None:
+    """Fail ``call`` (a :class:`~durable.runtime.replay.StepCall`) for good before it runs
+    (e.g. a duration that cannot be scheduled), through the execution's ``checkpoints``
+    (:class:`~durable.runtime.checkpoint.Checkpoints`, above this module); raises
+    :class:`~durable.StepFailed` with the run marked failed."""
+    checkpoints.record_failure(
+        call,
+        attempt=call.next_attempt,
+        exc=exc,
+        classification=PERMANENT,
+        delay=None,
+        started_at=timezone.now(),
+        outcome=AttemptOutcome.FAILED,
+        reason="invalid duration",
+    )
+    raise AssertionError("unreachable")  # record_failure raised StepFailed
+
+
+def record_model_error(checkpoints: Any, call: Any, value: ModelRecoverable) -> ModelRecoverable:
+    """Record ``value`` (a mistake the model can fix) as ``call``'s result, untried
+    (``checkpoints`` and ``call`` as for :func:`fail_call_now`)."""
+    return checkpoints.record_success(
+        call, attempt=call.next_attempt, value=value, started_at=timezone.now(), ledger=None
+    )

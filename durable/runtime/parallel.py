@@ -30,6 +30,7 @@ from durable.calls import Call
 from durable.exceptions import DurableConfigurationError, LeaseLost, RunStopped
 from durable.models.steps import Step
 from durable.observability import logcontext
+from durable.runtime import failures
 from durable.runtime import steps as tool_calls
 from durable.runtime.attempts import HeldFailure
 from durable.runtime.batching import resolve
@@ -358,7 +359,9 @@ def _sequential(ex: Execution, s: _Slot) -> Any:
         approved = tool_calls.ask_approval(ex, c.name, s.tool, s.base, c.params, call=s.approval)
         if isinstance(approved, ModelRecoverable):  # the rejection is the call's result
             text = tool_calls.encode_input(ex, s.step, (), c.params, tool=True)
-            return ex.checkpoints.record_model_error(replace(s.step, input_text=text), approved)
+            return failures.record_model_error(
+                ex.checkpoints, replace(s.step, input_text=text), approved
+            )
         s.runnable = tool_calls.build_tool(ex, s.step, c.name, s.tool, approved)
     assert s.runnable is not None
     return tool_calls.run(ex, s.runnable)
@@ -374,7 +377,7 @@ def _skip(ex: Execution, s: _Slot, rejected: ModelRecoverable) -> ModelRecoverab
         SKIPPED,
     )
     if s.approval is not None and not s.approval.succeeded:
-        ex.checkpoints.record_model_error(s.approval, value)
+        failures.record_model_error(ex.checkpoints, s.approval, value)
     assert s.step is not None
     text = tool_calls.encode_input(ex, s.step, (), c.params, tool=True)
-    return ex.checkpoints.record_model_error(replace(s.step, input_text=text), value)
+    return failures.record_model_error(ex.checkpoints, replace(s.step, input_text=text), value)

@@ -20,6 +20,7 @@ from durable.models.events import TraceEvent
 from durable.models.runs import Run
 from durable.models.waits import Wait
 from durable.runtime.checkpoint import Checkpoints
+from durable.runtime.failures import fail_call_now
 from durable.runtime.replay import ReplayCursor, StepCall
 from durable.types import Decision
 from durable.values import codec
@@ -142,7 +143,7 @@ class WaitParking:
             assert call.recorded is not None
             return self.cursor.replay(call.recorded)
         if invalid is not None:
-            self.checkpoints.fail_call_now(call, invalid)
+            fail_call_now(self.checkpoints, call, invalid)
         sid = call.step_id
         while True:
             wait = Wait.objects.filter(run_id=self.cursor.run_id, wait_id=sid).first()

@@ -68,6 +68,34 @@ def recorded_success(
     return _settle(cursor, row, step, found)
 
 
+def recorded_failure(
+    cursor: Any,
+    *,
+    position: int,
+    attempt: int,
+    status: str,
+    keeps: bool,
+    found: Callable[[Step], Any],
+) -> Step | None:
+    """The step row the lost commit of a failed try wrote (``status``: retrying or
+    failed, with ``attempt`` tries), or None when it did not commit; ``found`` as for
+    :func:`recorded_success`. ``keeps``: the write kept the lease (an in-process retry
+    follows), so the run is checked as after a success; otherwise the write gave the
+    lease back (a retry later, or the run failed) and the row is all there is to know.
+    Raises :class:`LeaseLost` when the row is not there and another worker holds the
+    lease."""
+    row = _run_row(cursor)
+    step = (
+        Step.objects.filter(run_id=cursor.run_id, position=position)
+        .filter(status=status, attempts=attempt)
+        .first()
+    )
+    if step is not None and not keeps:
+        found(step)
+        return step
+    return _settle(cursor, row, step, found)
+
+
 def recorded_flush(
     cursor: Any, positions: list[int], *, found: Callable[[list[Step]], Any]
 ) -> list[Step] | None:

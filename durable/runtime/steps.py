@@ -19,6 +19,7 @@ from durable import registry
 from durable.durations import check_duration
 from durable.exceptions import InvalidDuration, PayloadError, ToolNotFound
 from durable.retry import DEFAULT_POLICY, PERMANENT, RetryPolicy
+from durable.runtime import failures
 from durable.runtime.attempts import call_with_timeout
 from durable.runtime.batching import resolve
 from durable.runtime.ledger import OperationLedger
@@ -61,7 +62,7 @@ class Runnable:
 def run(ex: Execution, r: Runnable, fn: Callable[[], Any] | None = None, **options: Any) -> Any:
     """Execute ``r`` (attempt body ``fn``, default ``r.fn``); returns the recorded value."""
     if r.error is not None:
-        return ex.checkpoints.record_model_error(r.call, r.error)
+        return failures.record_model_error(ex.checkpoints, r.call, r.error)
     body = fn or r.fn
     assert body is not None
     return ex.attempts.execute(
@@ -144,7 +145,7 @@ def build_step(
 ) -> Runnable:
     """The runnable of an unrecorded plain step at ``call`` (``timeout`` checked)."""
     if invalid is not None:
-        ex.checkpoints.fail_call_now(call, invalid)
+        failures.fail_call_now(ex.checkpoints, call, invalid)
     sid = call.step_id
     call_kwargs = dict(kwargs)
     if accepts_keyword(fn, "idempotency_key"):
@@ -239,7 +240,7 @@ def build_tool(
         )
     _, invalid = checked(spec.timeout, call=f"tool {name!r} timeout", positive=True)
     if invalid is not None:
-        ex.checkpoints.fail_call_now(call, invalid)
+        failures.fail_call_now(ex.checkpoints, call, invalid)
     sid = call.step_id
     key = f"{ex.cursor.run_id}:{sid}"
     call_kwargs = {k: v for k, v in params.items() if k != "idempotency_key"}

@@ -442,3 +442,65 @@ def test_a_fault_at_the_runs_end_names_no_step(crash_dir):
     make_due(run.id)
     assert execute(run.id) == RunStatus.SUCCEEDED
     assert invocations(crash_dir, run.id) == Counter({"first": 1, "dbf.charge": 1})
+
+
+# ----------------------------------------- a failed try's record rides a fault out too
+
+
+def attempt_insert(sql: str) -> bool:
+    return "INSERT INTO durable_stepattempt" in sql
+
+
+def fail_a_step(label: str, exc: Exception, fault, **data) -> tuple[Run, Counter]:
+    """Run ``eng.single`` whose step ``label`` raises ``exc`` at its first try, with
+    ``fault`` (``fail_once``, ``lose_the_answer_once``) at its attempt row; returns the
+    run after its execution and the step bodies' calls."""
+    from tests.durable import engine_workflows as ew
+
+    ew.reset()
+    ew.FAILS[label] = [exc]
+    run = durable.start("eng.single", {"label": label, "value": 7, **data})
+    injected = fault(attempt_insert)
+    with connection.execute_wrapper(injected):
+        execute(run.id)
+    assert injected.state["fired"]
+    return Run.objects.get(pk=run.id), ew.CALLS
+
+
+@pytest.mark.parametrize("fault", [fail_once, lose_the_answer_once])
+def test_a_failed_trys_record_rides_out_a_fault_and_the_try_is_not_run_again(
+    crash_dir, quick_retries, fault
+):
+    """A transient failure retried in process: its record (the step ``retrying``, the
+    attempt row) meets a fault; the try is recorded once and not run again for it."""
+    row, calls = fail_a_step("flaky", durable.TransientError("503 from upstream"), fault)
+    assert calls["flaky"] == 2  # the failed try and the retry: no third
+    assert row.status == RunStatus.SUCCEEDED and row.output_value() == 7 and row.claims == 1
+    step = row.steps.get()
+    assert step.attempts == 2 and step.attempt_rows.count() == 1
+    assert not TraceEvent.objects.filter(run=row, kind="db_fault").exists()
+
+
+@pytest.mark.parametrize("fault", [fail_once, lose_the_answer_once])
+def test_a_failure_for_good_rides_out_a_fault_and_fails_the_run_once(
+    crash_dir, quick_retries, fault
+):
+    row, calls = fail_a_step("broken", durable.PermanentError("401 from upstream"), fault)
+    assert calls["broken"] == 1
+    assert row.status == RunStatus.FAILED and row.error["type"] == "PermanentError"
+    assert row.steps.get().attempt_rows.count() == 1
+    assert TraceEvent.objects.filter(run=row, kind="failed").count() == 1
+    assert not TraceEvent.objects.filter(run=row, kind="db_fault").exists()
+
+
+def test_a_later_retrys_record_rides_out_a_fault_and_the_run_waits_for_it(crash_dir, quick_retries):
+    """A retry far enough to release the run: its record gives the lease back; the
+    read-back of a lost answer finds the row and the run is left retrying, once."""
+    error = durable.TransientError("503 from upstream")
+    row, calls = fail_a_step("later", error, lose_the_answer_once, policy="slow")
+    assert calls["later"] == 1
+    assert row.status == RunStatus.RETRYING and row.lease_token == "" and row.wake_at
+    assert row.steps.get().attempt_rows.count() == 1
+    assert TraceEvent.objects.filter(run=row, kind="retry_scheduled").count() == 1
+    make_due(row.id)
+    assert execute(row.id) == RunStatus.SUCCEEDED and calls["later"] == 2
