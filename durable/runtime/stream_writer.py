@@ -81,6 +81,10 @@ class StreamWriter:
         #: (``time.monotonic()``; :meth:`_again`)
         self.faults = 0
         self.retry_at = 0.0
+        #: events at the head of ``pending`` whose write faulted: its commit may have
+        #: happened all the same (its answer lost), so they are not merged into and a
+        #: try again first looks for them (:meth:`_skip_written`)
+        self.unsure = 0
         self.closing = False
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -122,6 +126,7 @@ class StreamWriter:
             last = self.pending[-1] if self.pending else None
             if (
                 last is not None
+                and len(self.pending) > self.unsure
                 and kind in MERGED
                 and last.kind == kind
                 and last.data.get("index") == data.get("index")
@@ -195,7 +200,7 @@ class StreamWriter:
                 event.data["delta"] = redact_text(event.data["delta"])
         try:
             self._write(batch)
-            self.faults = 0
+            self.faults = self.unsure = 0
         except IntegrityError:
             # another writer took these numbers (a worker that lost its lease and does
             # not know it yet): go on after the last one
@@ -231,6 +236,7 @@ class StreamWriter:
             event.pk = None  # not written: the rolled-back insert's ids name nothing
         with self.cond:
             self.pending[:0] = batch
+            self.unsure = len(batch)
         if self.closing or self.thread is None:
             time.sleep(delay)
             self._flush()
@@ -245,10 +251,28 @@ class StreamWriter:
             if self.next_seq is None:
                 top = StreamEvent.objects.filter(run_id=self.run_id).aggregate(m=Max("seq"))["m"]
                 self.next_seq = (top or 0) + 1
+            if self.unsure:
+                self._skip_written(batch)
             for offset, event in enumerate(batch):
                 event.seq = self.next_seq + offset
-            StreamEvent.objects.bulk_create(batch)
+            if batch:
+                StreamEvent.objects.bulk_create(batch)
         self.next_seq += len(batch)
+
+    def _skip_written(self, batch: list[StreamEvent]) -> None:
+        """The faulted write of the first ``unsure`` events committed (a fault in the
+        commit's answer): they are not written twice, the rest go on after them."""
+        first = batch[0]
+        if StreamEvent.objects.filter(
+            run_id=self.run_id,
+            seq=self.next_seq,
+            step_id=first.step_id,
+            kind=first.kind,
+            created_at=first.created_at,
+        ).exists():
+            self.next_seq += self.unsure
+            del batch[: self.unsure]
+            self.unsure = 0
 
     def _failed(self, exc: BaseException) -> None:
         self.error = exc
