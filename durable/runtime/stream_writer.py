@@ -262,6 +262,7 @@ class StreamWriter:
     def _skip_written(self, batch: list[StreamEvent]) -> None:
         """The faulted write of the first ``unsure`` events committed (a fault in the
         commit's answer): they are not written twice, the rest go on after them."""
+        assert self.next_seq is not None  # set by _write before
         first = batch[0]
         if StreamEvent.objects.filter(
             run_id=self.run_id,
