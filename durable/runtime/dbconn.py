@@ -17,8 +17,9 @@ failed" rather than "the workflow failed" (:func:`is_db_fault`), dropping the br
 connection (:func:`drop_connection`), and a short bounded retry of one self-contained
 transaction such as a claim or a release (:func:`retry_db`), and the same retry for a
 write whose commit's outcome a fault leaves unknown, read back before it is tried again
-(:func:`retry_in_place`: a finished step's checkpoint). Any other fault stops the
-execution as on a lost lease and the run is released (``durable.worker.engine``).
+(:func:`retry_in_place`: a finished step's checkpoint, a failed try's record, a batch
+flush). Any other fault stops the execution as on a lost lease and the run is released
+(``durable.worker.engine``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A checkpoint's statement can fail after the server committed it (the connection 
 before the answer came back). Before :func:`durable.runtime.dbconn.retry_in_place`
 writes a finished step's outcome again, it asks these functions, on a new connection,
 whether the lost commit happened: the rows it would have written are unique to the step
-(one row per run and position), so their presence is the answer. Used by the step's
-success (``Checkpoints.record_success``) and the batch flush (``StepBatch.flush``).
+(one row per run and position), so their presence is the answer. Used by a step's
+success and a failed try's record (``Checkpoints.record_success``, ``record_failure``)
+and by the batch flush (``StepBatch.flush``).
 """
 
 from __future__ import annotations
