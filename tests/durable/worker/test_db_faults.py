@@ -49,6 +49,15 @@ def step_insert(sql: str) -> bool:
     return "INSERT INTO durable_step" in sql
 
 
+def calls_of(folder, run_id: str) -> Counter:
+    """``{(kind, step): n}``: the bodies (``step``) and reconcile hooks of ``run_id``."""
+    return Counter(
+        (i["kind"], i["step"])
+        for i in read_jsonl(folder / "invocations.jsonl")
+        if i["run"] == run_id
+    )
+
+
 def invocations(folder, run_id: str) -> Counter:
     return Counter(
         i["step"]
@@ -286,11 +295,7 @@ def test_a_fault_at_an_unsafe_writes_checkpoint_records_its_result_in_place(
     op = Operation.objects.get(run=run)
     assert op.status == OperationStatus.SUCCEEDED and op.resolution == ""
     assert "C-" in op.result
-    calls = Counter(
-        (i["kind"], i["step"])
-        for i in read_jsonl(crash_dir / "invocations.jsonl")
-        if i["run"] == run.id
-    )
+    calls = calls_of(crash_dir, run.id)
     assert calls == Counter({("step", "first"): 1, ("step", "dbf.charge"): 1})
     assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
 
@@ -309,11 +314,7 @@ def test_fault_after_an_unsafe_write_is_settled_by_reconcile_not_repeated(crash_
     assert execute(run.id) == RunStatus.SUCCEEDED
     op.refresh_from_db()
     assert op.status == OperationStatus.SUCCEEDED and op.resolution == "reconciled: happened"
-    calls = Counter(
-        (i["kind"], i["step"])
-        for i in read_jsonl(crash_dir / "invocations.jsonl")
-        if i["run"] == run.id
-    )
+    calls = calls_of(crash_dir, run.id)
     assert calls == Counter(
         {("step", "first"): 1, ("step", "dbf.charge"): 1, ("reconcile", "dbf.charge"): 1}
     )

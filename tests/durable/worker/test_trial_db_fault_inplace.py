@@ -27,6 +27,7 @@ from tests.crash_workflows import read_jsonl
 from tests.durable.runtime import compensation_workflows as cw
 from tests.durable.worker import test_db_faults as base
 from tests.durable.worker.test_db_faults import (
+    calls_of,
     fail_once,
     fail_times,
     invocations,
@@ -498,11 +499,7 @@ def test_a_lease_lost_during_an_unsafe_writes_checkpoint_keeps_the_writes_result
     assert execute(run.id) == RunStatus.SUCCEEDED
     row = Run.objects.get(pk=run.id)
     assert row.output_value()["charge"] == "C-1"
-    calls = Counter(
-        (i["kind"], i["step"])
-        for i in read_jsonl(crash_dir / "invocations.jsonl")
-        if i["run"] == run.id
-    )
+    calls = calls_of(crash_dir, run.id)
     assert calls == Counter({("step", "first"): 1, ("step", "dbf.charge"): 1})
     assert dw.effect_counts(crash_dir)[("charges", f"{run.id}:dbf.charge")] == 1
 
@@ -531,11 +528,7 @@ def test_a_compensations_checkpoint_rides_out_a_fault_and_the_hook_runs_once(
     assert injected.state["fired"], "the compensation's checkpoint was not attempted"
     row = Run.objects.get(pk=run.id)
     assert status == RunStatus.COMPENSATED, (row.status, row.error)
-    calls = Counter(
-        (i["kind"], i["step"])
-        for i in read_jsonl(crash_dir / "invocations.jsonl")
-        if i["run"] == run.id
-    )
+    calls = calls_of(crash_dir, run.id)
     assert calls == Counter(
         {
             ("step", "trial.book_seat"): 1,
