@@ -108,8 +108,9 @@ def retry_in_place(
     delays: tuple[float, ...] = RETRY_DELAYS,
 ) -> T:
     """Call ``write`` (one fenced transaction recording what this process holds, such as a
-    finished step's result); on a database fault, drop the connection, wait each of
-    ``delays`` (seconds) in turn and, on a new connection, first ask ``committed()``
+    finished step's result) through :func:`retry_db`: on a database fault, drop the
+    connection, wait each of ``delays`` (seconds) in turn and, on a new connection,
+    first ask ``committed()``
     whether the failed try's commit happened after all (it returns what ``write``
     would have, or None), then ``write`` again. So a short outage (a restart, a
     failover, a terminated backend) costs a reconnect, not a second call of the step's
@@ -125,35 +126,25 @@ def retry_in_place(
     and retries its system database's operation until the database is back), bounded
     here: past ``delays`` the execution stops and the run is released as before.
     """
-    fault: Exception | None = None
-    for delay in (None, *delays):
-        if delay is not None:
-            time.sleep(delay)
-        try:
-            if fault is not None:
-                found = committed()
-                if found is not None:
-                    return found
-            try:
-                return write()
-            except IntegrityError:
-                if fault is None:
-                    raise
-                # the lost commit landed: read it back (a fault here is one more fault)
-                found = committed()
-                if found is None:
-                    raise
+    if connection.in_atomic_block:
+        return write()
+    tried = False
+
+    def once() -> T:
+        nonlocal tried
+        again, tried = tried, True
+        if again:  # after a fault: did that try commit?
+            found = committed()
+            if found is not None:
                 return found
-        except Exception as exc:
-            if not is_db_fault(exc) or connection.in_atomic_block:
+        try:
+            return write()
+        except IntegrityError:
+            if not again:
                 raise
-            fault = exc
-            logger.warning(
-                "durable: %s failed (%s: %s); reconnecting to read it back and write it again",
-                what,
-                type(exc).__name__,
-                str(exc).strip()[:200],
-            )
-            drop_connection()
-    assert fault is not None
-    raise fault
+            found = committed()  # the lost commit landed: read it back
+            if found is None:
+                raise
+            return found
+
+    return retry_db(once, what=what, delays=delays)

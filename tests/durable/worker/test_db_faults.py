@@ -31,18 +31,9 @@ def crash_dir(tmp_path, monkeypatch):
 
 
 def fail_once(match):
-    """An execute wrapper: the first statement for which ``match(sql)`` is true raises."""
-    state = {"fired": 0, "sql": ""}
-
-    def wrapper(execute_, sql, params, many, context):
-        if not state["fired"] and match(" ".join(sql.replace('"', "").split())):
-            state["fired"] = 1
-            state["sql"] = sql
-            raise OperationalError("terminating connection due to administrator command (injected)")
-        return execute_(sql, params, many, context)
-
-    wrapper.state = state
-    return wrapper
+    """An execute wrapper: the first statement for which ``match(sql)`` is true raises,
+    as on a terminated connection (:func:`fail_times` once)."""
+    return fail_times(match, 1, "terminating connection due to administrator command")
 
 
 def step_insert(sql: str) -> bool:
@@ -66,15 +57,17 @@ def invocations(folder, run_id: str) -> Counter:
     )
 
 
-def fail_times(match, times: int):
+def fail_times(match, times: int, message: str = "could not connect to server"):
     """An execute wrapper: the first ``times`` statements for which ``match(sql)`` is
-    true raise, as on a database that stays away that long."""
-    state = {"fired": 0}
+    true raise ``OperationalError(message)``, as on a database away that long; the
+    wrapper's ``state`` counts them (``fired``) and keeps the last one's ``sql``."""
+    state = {"fired": 0, "sql": ""}
 
     def wrapper(execute_, sql, params, many, context):
         if state["fired"] < times and match(" ".join(sql.replace('"', "").split())):
             state["fired"] += 1
-            raise OperationalError("could not connect to server: Connection refused (injected)")
+            state["sql"] = sql
+            raise OperationalError(f"{message} (injected)")
         return execute_(sql, params, many, context)
 
     wrapper.state = state
